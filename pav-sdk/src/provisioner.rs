@@ -1,0 +1,236 @@
+//! The five touch points and the [`Provisioner`] value that bundles them.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::Result;
+use crate::types::{
+    AccessMode, CreateRequest, DeleteRequest, StageRequest, Staged, UnstageRequest,
+    ValidateRequest, Volume, VolumeMode,
+};
+
+/// Checks a requested volume before it is created, or an existing one against
+/// requested capabilities (CSI `ValidateVolumeCapabilities`).
+///
+/// Return [`Error::InvalidArgument`](crate::Error::InvalidArgument) (or
+/// [`OutOfRange`](crate::Error::OutOfRange) for capacity) to refuse, and
+/// [`Error::NotFound`](crate::Error::NotFound) when `handle` names no volume.
+#[async_trait]
+pub trait Validate: Send + Sync {
+    /// Accepts or refuses `req`.
+    async fn validate(&self, req: ValidateRequest) -> Result<()>;
+}
+
+/// Creates volumes (CSI `CreateVolume`, Kubernetes dynamic provisioning).
+///
+/// Must be idempotent on [`CreateRequest::name`]; may take minutes.
+#[async_trait]
+pub trait Create: Send + Sync {
+    /// Creates the volume named `req.name`, or returns it if it already exists.
+    async fn create(&self, req: CreateRequest) -> Result<Volume>;
+}
+
+/// Deletes volumes. Without it, deleting is a no-op: there is nothing to delete.
+#[async_trait]
+pub trait Delete: Send + Sync {
+    /// Deletes the volume; succeeds if it is already gone.
+    async fn delete(&self, req: DeleteRequest) -> Result<()>;
+}
+
+/// Makes a volume available on one node, as a directory or a block device.
+#[async_trait]
+pub trait Stage: Send + Sync {
+    /// Stages the volume and says where it is; called again for an already
+    /// staged volume, it must return the same place.
+    async fn stage(&self, req: StageRequest) -> Result<Staged>;
+}
+
+/// Undoes [`Stage`]. Without it, unstaging only unmounts what pav-csi mounted.
+#[async_trait]
+pub trait Unstage: Send + Sync {
+    /// Releases what Stage set up; succeeds if nothing is staged.
+    async fn unstage(&self, req: UnstageRequest) -> Result<()>;
+}
+
+/// What a provisioner implements, bundled for serving.
+///
+/// Built from one value that implements any subset of the touch points; each
+/// `with_*` call is checked by the compiler against the traits the value
+/// implements, and the CSI capabilities are derived from what was added:
+///
+/// | added | CSI effect |
+/// |---|---|
+/// | `with_create` | `CREATE_DELETE_VOLUME` controller capability, `CreateVolume` served |
+/// | `with_delete` | `DeleteVolume` calls it (otherwise it succeeds doing nothing) |
+/// | `with_validate` | runs before `CreateVolume` and for `ValidateVolumeCapabilities` |
+/// | `with_stage` | `STAGE_UNSTAGE_VOLUME` node capability, node service can be served |
+/// | `with_unstage` | `NodeUnstageVolume` calls it after unmounting |
+///
+/// ```
+/// # use pav_sdk::*;
+/// # struct Mine;
+/// # #[async_trait::async_trait]
+/// # impl Create for Mine { async fn create(&self, r: CreateRequest) -> Result<Volume> { Ok(Volume::new(r.name, 0)) } }
+/// let p = Provisioner::new(Mine).with_create();
+/// assert!(p.create().is_some() && p.delete().is_none());
+/// ```
+#[derive(Clone)]
+pub struct Provisioner<P = ()> {
+    inner: Arc<P>,
+    validate: Option<Arc<dyn Validate>>,
+    create: Option<Arc<dyn Create>>,
+    delete: Option<Arc<dyn Delete>>,
+    stage: Option<Arc<dyn Stage>>,
+    unstage: Option<Arc<dyn Unstage>>,
+    volume_modes: BTreeSet<VolumeMode>,
+    access_modes: BTreeSet<AccessMode>,
+}
+
+impl<P: Send + Sync + 'static> Provisioner<P> {
+    /// Wraps `inner`; add its touch points with the `with_*` methods.
+    ///
+    /// By default only [`VolumeMode::Filesystem`] and every access mode are
+    /// accepted; see [`volume_modes`](Self::volume_modes).
+    pub fn new(inner: P) -> Self {
+        Self {
+            inner: Arc::new(inner),
+            validate: None,
+            create: None,
+            delete: None,
+            stage: None,
+            unstage: None,
+            volume_modes: BTreeSet::from([VolumeMode::Filesystem]),
+            access_modes: AccessMode::ALL.into_iter().collect(),
+        }
+    }
+
+    /// The wrapped value.
+    pub fn inner(&self) -> &Arc<P> {
+        &self.inner
+    }
+
+    /// Adds the [`Validate`] touch point.
+    pub fn with_validate(mut self) -> Self
+    where
+        P: Validate,
+    {
+        self.validate = Some(self.inner.clone());
+        self
+    }
+
+    /// Adds the [`Create`] touch point.
+    pub fn with_create(mut self) -> Self
+    where
+        P: Create,
+    {
+        self.create = Some(self.inner.clone());
+        self
+    }
+
+    /// Adds the [`Delete`] touch point.
+    pub fn with_delete(mut self) -> Self
+    where
+        P: Delete,
+    {
+        self.delete = Some(self.inner.clone());
+        self
+    }
+
+    /// Adds the [`Stage`] touch point.
+    pub fn with_stage(mut self) -> Self
+    where
+        P: Stage,
+    {
+        self.stage = Some(self.inner.clone());
+        self
+    }
+
+    /// Adds the [`Unstage`] touch point.
+    pub fn with_unstage(mut self) -> Self
+    where
+        P: Unstage,
+    {
+        self.unstage = Some(self.inner.clone());
+        self
+    }
+
+    /// Sets the volume modes this provisioner serves (checked before Validate).
+    pub fn volume_modes(mut self, modes: impl IntoIterator<Item = VolumeMode>) -> Self {
+        self.volume_modes = modes.into_iter().collect();
+        self
+    }
+
+    /// Sets the access modes this provisioner serves (checked before Validate).
+    pub fn access_modes(mut self, modes: impl IntoIterator<Item = AccessMode>) -> Self {
+        self.access_modes = modes.into_iter().collect();
+        self
+    }
+
+    /// Forgets the concrete type, as pav-csi stores it.
+    pub fn erase(self) -> Provisioner {
+        Provisioner {
+            inner: Arc::new(()),
+            validate: self.validate,
+            create: self.create,
+            delete: self.delete,
+            stage: self.stage,
+            unstage: self.unstage,
+            volume_modes: self.volume_modes,
+            access_modes: self.access_modes,
+        }
+    }
+}
+
+impl<P> Provisioner<P> {
+    /// The Validate touch point, if implemented.
+    pub fn validate(&self) -> Option<&dyn Validate> {
+        self.validate.as_deref()
+    }
+
+    /// The Create touch point, if implemented.
+    pub fn create(&self) -> Option<&dyn Create> {
+        self.create.as_deref()
+    }
+
+    /// The Delete touch point, if implemented.
+    pub fn delete(&self) -> Option<&dyn Delete> {
+        self.delete.as_deref()
+    }
+
+    /// The Stage touch point, if implemented.
+    pub fn stage(&self) -> Option<&dyn Stage> {
+        self.stage.as_deref()
+    }
+
+    /// The Unstage touch point, if implemented.
+    pub fn unstage(&self) -> Option<&dyn Unstage> {
+        self.unstage.as_deref()
+    }
+
+    /// True when `mode` is served.
+    pub fn supports_volume_mode(&self, mode: VolumeMode) -> bool {
+        self.volume_modes.contains(&mode)
+    }
+
+    /// True when `mode` is served.
+    pub fn supports_access_mode(&self, mode: AccessMode) -> bool {
+        self.access_modes.contains(&mode)
+    }
+}
+
+impl<P> fmt::Debug for Provisioner<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Provisioner")
+            .field("validate", &self.validate.is_some())
+            .field("create", &self.create.is_some())
+            .field("delete", &self.delete.is_some())
+            .field("stage", &self.stage.is_some())
+            .field("unstage", &self.unstage.is_some())
+            .field("volume_modes", &self.volume_modes)
+            .field("access_modes", &self.access_modes)
+            .finish()
+    }
+}

@@ -1,0 +1,438 @@
+//! Owned, cloneable request and response types passed to provisioners.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::{Error, Result};
+
+/// StorageClass parameters or a volume's context: string keys to string values.
+pub type Parameters = BTreeMap<String, String>;
+
+/// One topology segment set, e.g. `{"topology.kubernetes.io/zone": "a"}`.
+pub type Topology = BTreeMap<String, String>;
+
+/// Whether a volume is consumed as a mounted filesystem or as a raw block device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum VolumeMode {
+    /// A directory (Kubernetes `volumeMode: Filesystem`, CSI `mount` access type).
+    Filesystem,
+    /// A block device (Kubernetes `volumeMode: Block`, CSI `block` access type).
+    Block,
+}
+
+impl fmt::Display for VolumeMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Filesystem => "Filesystem",
+            Self::Block => "Block",
+        })
+    }
+}
+
+/// How many nodes and writers may use a volume at once (the CSI access modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AccessMode {
+    /// One node, read-write (Kubernetes `ReadWriteOnce`).
+    SingleNodeWriter,
+    /// One node, read-only.
+    SingleNodeReaderOnly,
+    /// Many nodes, read-only (Kubernetes `ReadOnlyMany`).
+    MultiNodeReaderOnly,
+    /// Many nodes, one of them read-write.
+    MultiNodeSingleWriter,
+    /// Many nodes, all read-write (Kubernetes `ReadWriteMany`).
+    MultiNodeMultiWriter,
+    /// One node, one workload read-write (Kubernetes `ReadWriteOncePod`).
+    SingleNodeSingleWriter,
+    /// One node, several workloads read-write (Kubernetes `ReadWriteOnce` with
+    /// the `SINGLE_NODE_MULTI_WRITER` node capability).
+    SingleNodeMultiWriter,
+}
+
+impl AccessMode {
+    /// Every access mode, in CSI enum order.
+    pub const ALL: [AccessMode; 7] = [
+        Self::SingleNodeWriter,
+        Self::SingleNodeReaderOnly,
+        Self::MultiNodeReaderOnly,
+        Self::MultiNodeSingleWriter,
+        Self::MultiNodeMultiWriter,
+        Self::SingleNodeSingleWriter,
+        Self::SingleNodeMultiWriter,
+    ];
+
+    /// True when no writer is allowed.
+    pub fn is_read_only(self) -> bool {
+        matches!(self, Self::SingleNodeReaderOnly | Self::MultiNodeReaderOnly)
+    }
+
+    /// True when more than one node may use the volume.
+    pub fn is_multi_node(self) -> bool {
+        matches!(
+            self,
+            Self::MultiNodeReaderOnly | Self::MultiNodeSingleWriter | Self::MultiNodeMultiWriter
+        )
+    }
+}
+
+/// Requested capacity in bytes: `min` is what the claim requests, `max` its limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CapacityRange {
+    /// At least this many bytes (Kubernetes `resources.requests.storage`).
+    pub min_bytes: Option<u64>,
+    /// At most this many bytes (Kubernetes `resources.limits.storage`).
+    pub max_bytes: Option<u64>,
+}
+
+impl CapacityRange {
+    /// True when `bytes` lies within the range.
+    pub fn contains(&self, bytes: u64) -> bool {
+        self.min_bytes.is_none_or(|min| bytes >= min)
+            && self.max_bytes.is_none_or(|max| bytes <= max)
+    }
+
+    /// Picks a size: `min` (or `default` when unset) rounded up to a multiple
+    /// of `granularity`, failing with [`Error::OutOfRange`] if that exceeds `max`.
+    pub fn choose(&self, default: u64, granularity: u64) -> Result<u64> {
+        let wanted = self.min_bytes.unwrap_or(default).max(1);
+        let granularity = granularity.max(1);
+        let rounded = wanted
+            .div_ceil(granularity)
+            .checked_mul(granularity)
+            .ok_or_else(|| Error::OutOfRange(format!("{wanted} bytes is too large")))?;
+        match self.max_bytes {
+            Some(max) if rounded > max && wanted <= max => Ok(max),
+            Some(max) if rounded > max => Err(Error::OutOfRange(format!(
+                "need {rounded} bytes but the limit is {max} bytes"
+            ))),
+            _ => Ok(rounded),
+        }
+    }
+}
+
+/// Secret key/value pairs from the StorageClass secret references.
+///
+/// Deliberately has no way to be printed: `Debug` shows only the keys, so a
+/// request can be logged without leaking credentials.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secrets(BTreeMap<String, String>);
+
+impl Secrets {
+    /// The value of secret `key`, if present.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    /// The secret keys (never the values).
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
+    }
+
+    /// True when no secret was passed.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl From<BTreeMap<String, String>> for Secrets {
+    fn from(map: BTreeMap<String, String>) -> Self {
+        Self(map)
+    }
+}
+
+impl FromIterator<(String, String)> for Secrets {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(iter: I) -> Self {
+        Self(iter.into_iter().collect())
+    }
+}
+
+impl fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.0.keys().map(|k| (k, "<redacted>")))
+            .finish()
+    }
+}
+
+/// The PersistentVolumeClaim behind a dynamic provisioning request.
+///
+/// Known only when the external-provisioner sidecar runs with
+/// `--extra-create-metadata`, which passes the `csi.storage.k8s.io/pvc/name`,
+/// `csi.storage.k8s.io/pvc/namespace` and `csi.storage.k8s.io/pv/name`
+/// parameters; pav-csi moves those out of [`CreateRequest::parameters`] into this.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Claim {
+    /// PVC name.
+    pub name: String,
+    /// PVC namespace.
+    pub namespace: String,
+    /// Name the PersistentVolume will get.
+    pub pv_name: Option<String>,
+}
+
+/// Topology constraints for where a new volume must (requisite) or should
+/// (preferred, in order) be accessible from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopologyRequirement {
+    /// The volume must be accessible from at least one of these.
+    pub requisite: Vec<Topology>,
+    /// Try these first, in order.
+    pub preferred: Vec<Topology>,
+}
+
+/// How the volume will be mounted when it is a filesystem.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MountOptions {
+    /// Requested filesystem type (`csi.storage.k8s.io/fstype`); `None` lets the provisioner choose.
+    pub fs_type: Option<String>,
+    /// Mount flags from the StorageClass or PV `mountOptions`.
+    pub mount_flags: Vec<String>,
+}
+
+/// Asks whether a volume with these properties can be (or is) provided.
+///
+/// Used before every dynamic creation (`handle` is `None`) and for
+/// `ValidateVolumeCapabilities` on an existing or statically provisioned volume
+/// (`handle` is its PV `volumeHandle`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ValidateRequest {
+    /// The existing volume's handle, for static provisioning and capability checks.
+    pub handle: Option<String>,
+    /// Requested volume mode.
+    pub volume_mode: VolumeMode,
+    /// Requested access modes (at least one).
+    pub access_modes: Vec<AccessMode>,
+    /// Requested capacity.
+    pub capacity: CapacityRange,
+    /// StorageClass parameters (dynamic) or PV volume attributes (static).
+    pub parameters: Parameters,
+    /// Filesystem options when `volume_mode` is `Filesystem`.
+    pub mount: MountOptions,
+    /// The claim, when known.
+    pub claim: Option<Claim>,
+    /// Secrets for the operation.
+    pub secrets: Secrets,
+}
+
+/// Asks for a new volume. `name` is the idempotency key: calling again with the
+/// same name must return the same volume (or [`Error::AlreadyExists`] when the
+/// request is incompatible with what was created).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CreateRequest {
+    /// Unique name chosen by the CO, at most 128 bytes (e.g. `pvc-<uid>`).
+    pub name: String,
+    /// Requested volume mode.
+    pub volume_mode: VolumeMode,
+    /// Requested access modes (at least one).
+    pub access_modes: Vec<AccessMode>,
+    /// Requested capacity.
+    pub capacity: CapacityRange,
+    /// StorageClass parameters, without the `csi.storage.k8s.io/` keys.
+    pub parameters: Parameters,
+    /// Filesystem options when `volume_mode` is `Filesystem`.
+    pub mount: MountOptions,
+    /// The claim, when known.
+    pub claim: Option<Claim>,
+    /// Where the volume must or should be accessible from.
+    pub topology: TopologyRequirement,
+    /// Secrets for the operation.
+    pub secrets: Secrets,
+}
+
+/// A volume that exists, as returned by [`Create`](crate::Create).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Volume {
+    /// The handle (CSI `volume_id`, PV `volumeHandle`), at most 128 bytes.
+    pub handle: String,
+    /// Actual size in bytes; 0 means unknown.
+    pub capacity_bytes: u64,
+    /// Opaque attributes handed back on every Stage of this volume.
+    pub context: Parameters,
+    /// Where the volume is accessible from; empty means everywhere.
+    pub accessible_topology: Vec<Topology>,
+}
+
+impl Volume {
+    /// A volume with a handle and a capacity, no context, accessible everywhere.
+    pub fn new(handle: impl Into<String>, capacity_bytes: u64) -> Self {
+        Self {
+            handle: handle.into(),
+            capacity_bytes,
+            context: Parameters::new(),
+            accessible_topology: Vec::new(),
+        }
+    }
+
+    /// Adds one volume context entry.
+    pub fn with_context(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.context.insert(key.into(), value.into());
+        self
+    }
+
+    /// Adds one topology from which the volume is accessible.
+    pub fn accessible_from(mut self, topology: Topology) -> Self {
+        self.accessible_topology.push(topology);
+        self
+    }
+}
+
+/// Asks to delete a volume. Deleting a volume that is already gone must succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeleteRequest {
+    /// The volume handle.
+    pub handle: String,
+    /// Secrets for the operation.
+    pub secrets: Secrets,
+}
+
+/// Asks to make a volume available on this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StageRequest {
+    /// The volume handle.
+    pub handle: String,
+    /// The node this runs on (as given to `serve_node`).
+    pub node_id: String,
+    /// Kubelet's per-volume staging directory on this node. A provisioner may
+    /// mount the volume right here, or anywhere else and return that path.
+    pub target_path: PathBuf,
+    /// Filesystem or block.
+    pub volume_mode: VolumeMode,
+    /// The access mode the volume is staged for.
+    pub access_mode: AccessMode,
+    /// True when the volume must be staged read-only.
+    pub read_only: bool,
+    /// Filesystem options when `volume_mode` is `Filesystem`.
+    pub mount: MountOptions,
+    /// The context returned by Create, or PV volume attributes for static volumes.
+    pub context: Parameters,
+    /// Secrets for the operation.
+    pub secrets: Secrets,
+}
+
+/// Where a staged volume can be found on this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Staged {
+    /// A directory (Filesystem) or a block device node (Block). pav-csi
+    /// bind-mounts it into kubelet's paths; returning the request's
+    /// `target_path` for a filesystem mounted in place is fine too.
+    pub path: PathBuf,
+}
+
+impl Staged {
+    /// The volume is available at `path`.
+    pub fn at(path: impl Into<PathBuf>) -> Self {
+        Self { path: path.into() }
+    }
+}
+
+/// Asks to undo a Stage on this node. Unstaging what is not staged must succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UnstageRequest {
+    /// The volume handle.
+    pub handle: String,
+    /// The node this runs on.
+    pub node_id: String,
+    /// The staging directory that was passed to Stage; pav-csi has already
+    /// unmounted whatever was mounted on it.
+    pub target_path: PathBuf,
+}
+
+/// Constructors for the request types, for pav-csi and for provisioner tests.
+///
+/// Requests are `#[non_exhaustive]` so that fields can be added without a
+/// breaking change; these builders keep tests compiling when that happens.
+pub mod build {
+    use super::*;
+
+    /// A [`CreateRequest`] for `name` with `mode`, `SingleNodeWriter` and nothing else set.
+    pub fn create(name: impl Into<String>, mode: VolumeMode) -> CreateRequest {
+        CreateRequest {
+            name: name.into(),
+            volume_mode: mode,
+            access_modes: vec![AccessMode::SingleNodeWriter],
+            capacity: CapacityRange::default(),
+            parameters: Parameters::new(),
+            mount: MountOptions::default(),
+            claim: None,
+            topology: TopologyRequirement::default(),
+            secrets: Secrets::default(),
+        }
+    }
+
+    /// The [`ValidateRequest`] that precedes creating `req`.
+    pub fn validate_for(req: &CreateRequest) -> ValidateRequest {
+        ValidateRequest {
+            handle: None,
+            volume_mode: req.volume_mode,
+            access_modes: req.access_modes.clone(),
+            capacity: req.capacity,
+            parameters: req.parameters.clone(),
+            mount: req.mount.clone(),
+            claim: req.claim.clone(),
+            secrets: req.secrets.clone(),
+        }
+    }
+
+    /// A [`ValidateRequest`] for the existing volume `handle`.
+    pub fn validate_existing(handle: impl Into<String>, mode: VolumeMode) -> ValidateRequest {
+        ValidateRequest {
+            handle: Some(handle.into()),
+            volume_mode: mode,
+            access_modes: vec![AccessMode::SingleNodeWriter],
+            capacity: CapacityRange::default(),
+            parameters: Parameters::new(),
+            mount: MountOptions::default(),
+            claim: None,
+            secrets: Secrets::default(),
+        }
+    }
+
+    /// A [`DeleteRequest`] for `handle`.
+    pub fn delete(handle: impl Into<String>) -> DeleteRequest {
+        DeleteRequest {
+            handle: handle.into(),
+            secrets: Secrets::default(),
+        }
+    }
+
+    /// A read-write `SingleNodeWriter` [`StageRequest`].
+    pub fn stage(
+        handle: impl Into<String>,
+        node_id: impl Into<String>,
+        target_path: impl Into<PathBuf>,
+        mode: VolumeMode,
+    ) -> StageRequest {
+        StageRequest {
+            handle: handle.into(),
+            node_id: node_id.into(),
+            target_path: target_path.into(),
+            volume_mode: mode,
+            access_mode: AccessMode::SingleNodeWriter,
+            read_only: false,
+            mount: MountOptions::default(),
+            context: Parameters::new(),
+            secrets: Secrets::default(),
+        }
+    }
+
+    /// An [`UnstageRequest`].
+    pub fn unstage(
+        handle: impl Into<String>,
+        node_id: impl Into<String>,
+        target_path: impl Into<PathBuf>,
+    ) -> UnstageRequest {
+        UnstageRequest {
+            handle: handle.into(),
+            node_id: node_id.into(),
+            target_path: target_path.into(),
+        }
+    }
+}
