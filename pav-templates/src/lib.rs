@@ -1,1 +1,64 @@
-//! placeholder
+//! PaV's templating: the evaluation of a PavProvisioner spec exactly as the
+//! PaV user guide defines it, on [minijinja].
+//!
+//! Every string field under `spec` except `provisioningModes` is a Jinja
+//! template. [`CompiledProvisioner`] checks an object against the guide's
+//! rules and compiles all its templates once; its `render_*` methods then
+//! evaluate one phase for one volume, in a sandbox bounded by fuel,
+//! recursion depth and output size.
+//!
+//! ```
+//! use pav_templates::{CompiledProvisioner, samples};
+//!
+//! let provisioner = CompiledProvisioner::from_yaml(r#"
+//! apiVersion: pav.albertofaria.github.io/v1alpha1
+//! kind: PavProvisioner
+//! metadata: { name: hello-world }
+//! spec:
+//!   provisioningModes: [Dynamic]
+//!   volumeCreation:
+//!     capacity: "{{ requestedMinCapacity }}"
+//!   volumeStaging:
+//!     podTemplate:
+//!       spec:
+//!         restartPolicy: Never
+//!         containers:
+//!           - name: greeter
+//!             image: busybox
+//!             command:
+//!               - sh
+//!               - -c
+//!               - |
+//!                 {% set greeting = params.greeting | default('Hello world!') %}
+//!                 mkdir /pav/volume && echo {{ greeting | tobash }} > /pav/volume/greeting
+//! "#).unwrap();
+//!
+//! let staging = provisioner.render_staging(&samples::staging_context()).unwrap();
+//! let command = staging.pod_template.spec.unwrap().containers[0].command.clone().unwrap();
+//! assert_eq!(command[2], "mkdir /pav/volume && echo 'Hello world!' > /pav/volume/greeting");
+//! ```
+//!
+//! | rule | where |
+//! |---|---|
+//! | templates must yield strings or numbers; undefined output is an error | [`engine`] |
+//! | `{% set yaml = true %}` parses the output as YAML (not recursively) | [`CompiledProvisioner`] |
+//! | a line holding only a `{% ... %}` block disappears (trim and lstrip blocks) | [`engine`] |
+//! | filters `tobash`, `tojson`; function `get_pvc(name, namespace)` | [`engine`], [`context::PvcLookup`] |
+//! | per-phase variables | [`context`] |
+//! | defaults and rules of each field | [`CompiledProvisioner::render_validation`] and siblings |
+//! | every error names provisioner, field path and template line | [`Error`] |
+
+pub mod context;
+pub mod engine;
+pub mod error;
+pub mod model;
+pub mod phase;
+mod provisioner;
+pub mod quantity;
+pub mod samples;
+
+pub use context::{CreationContext, PvcLookup, PvcMap, StagingContext, ValidationContext};
+pub use error::{Error, Location, Result};
+pub use model::{PavProvisioner, PavProvisionerSpec, PavProvisionerStatus};
+pub use phase::{CreationPhase, OptionalPodPhase, Phase, StagingPhase, ValidationPhase};
+pub use provisioner::{CompiledProvisioner, Problems};

@@ -1,0 +1,459 @@
+//! The variables each phase's templates see, built from Kubernetes objects.
+//!
+//! Objects are serialised as the API server returns them (camelCase, with
+//! `apiVersion` and `kind`), so `pvc.metadata.annotations['x']` and
+//! `node.metadata.labels` read as in `kubectl get -o yaml`.
+//!
+//! | phase | context type | variables |
+//! |---|---|---|
+//! | validation (dynamic) | [`ValidationContext::dynamic`] | `requestedVolumeMode`, `requestedAccessModes`, `requestedMinCapacity`, `requestedMaxCapacity`, `params`, `sc`, `pvc` |
+//! | validation (static) | [`ValidationContext::static_pv`] | `requestedVolumeMode`, `requestedAccessModes`, `requestedMinCapacity`, `requestedMaxCapacity`, `params`, `handle`, `pv` |
+//! | creation, deletion | [`CreationContext::new`] | the dynamic validation variables and `defaultHandle` |
+//! | staging, unstaging | [`StagingContext::new`] | `volumeMode`, `accessModes`, `capacity`, `params`, `handle`, `readOnly`, `pvc`, `pv`, `node` |
+//!
+//! Every context also has the function `get_pvc(name, namespace)`, answered
+//! by the [`PvcLookup`] given with [`with_pvc_lookup`](CreationContext::with_pvc_lookup).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use minijinja::value::Value;
+use minijinja::{Error as JinjaError, ErrorKind};
+use serde::Serialize;
+
+use crate::error::{Error, Location, Result};
+use crate::quantity::{Rounding, parse_bytes};
+
+/// Answers the templates' `get_pvc(name, namespace)`.
+///
+/// The `pav` binary reads through the Kubernetes API; tests use
+/// [`PvcMap`]. Template evaluation is synchronous, so an implementation
+/// backed by async I/O should block (for example with
+/// `tokio::task::block_in_place`) or prefetch.
+pub trait PvcLookup: Send + Sync {
+    /// The claim `namespace/name`; `Ok(None)` when it does not exist.
+    fn get_pvc(
+        &self,
+        name: &str,
+        namespace: &str,
+    ) -> std::result::Result<Option<PersistentVolumeClaim>, String>;
+}
+
+/// An in-memory [`PvcLookup`], for tests and `pav render`.
+///
+/// ```
+/// use pav_templates::context::{PvcLookup, PvcMap};
+/// use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+/// let mut pvc = PersistentVolumeClaim::default();
+/// pvc.metadata.name = Some("data".into());
+/// pvc.metadata.namespace = Some("default".into());
+/// let map = PvcMap::from_iter([pvc]);
+/// assert!(map.get_pvc("data", "default").unwrap().is_some());
+/// assert!(map.get_pvc("data", "other").unwrap().is_none());
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct PvcMap(BTreeMap<(String, String), PersistentVolumeClaim>);
+
+impl FromIterator<PersistentVolumeClaim> for PvcMap {
+    fn from_iter<I: IntoIterator<Item = PersistentVolumeClaim>>(iter: I) -> Self {
+        PvcMap(
+            iter.into_iter()
+                .map(|pvc| {
+                    let key = (
+                        pvc.metadata.namespace.clone().unwrap_or_default(),
+                        pvc.metadata.name.clone().unwrap_or_default(),
+                    );
+                    (key, pvc)
+                })
+                .collect(),
+        )
+    }
+}
+
+impl PvcLookup for PvcMap {
+    fn get_pvc(
+        &self,
+        name: &str,
+        namespace: &str,
+    ) -> std::result::Result<Option<PersistentVolumeClaim>, String> {
+        Ok(self
+            .0
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned())
+    }
+}
+
+/// Variables shared by every context type.
+#[derive(Clone)]
+struct Vars {
+    entries: Vec<(&'static str, Value)>,
+    lookup: Option<Arc<dyn PvcLookup>>,
+}
+
+impl Vars {
+    fn new() -> Self {
+        Vars {
+            entries: Vec::with_capacity(10),
+            lookup: None,
+        }
+    }
+
+    fn set(&mut self, name: &'static str, value: Value) {
+        self.entries.push((name, value));
+    }
+
+    fn to_value(&self) -> Value {
+        let lookup = self.lookup.clone();
+        let get_pvc = Value::from_function(move |name: &str, namespace: &str| {
+            get_pvc(lookup.as_deref(), name, namespace)
+        });
+        Value::from_pairs(
+            self.entries
+                .iter()
+                .cloned()
+                .chain(std::iter::once(("get_pvc", get_pvc))),
+        )
+    }
+}
+
+fn get_pvc(
+    lookup: Option<&dyn PvcLookup>,
+    name: &str,
+    namespace: &str,
+) -> std::result::Result<Value, JinjaError> {
+    let lookup = lookup.ok_or_else(|| {
+        JinjaError::new(
+            ErrorKind::InvalidOperation,
+            "get_pvc() has no claim lookup in this evaluation",
+        )
+    })?;
+    match lookup.get_pvc(name, namespace) {
+        Ok(Some(pvc)) => Ok(to_value(api_object(&pvc))),
+        Ok(None) => Err(JinjaError::new(
+            ErrorKind::InvalidOperation,
+            format!("get_pvc(): PersistentVolumeClaim {namespace}/{name} does not exist"),
+        )),
+        Err(message) => Err(JinjaError::new(
+            ErrorKind::InvalidOperation,
+            format!("get_pvc(): cannot read PersistentVolumeClaim {namespace}/{name}: {message}"),
+        )),
+    }
+}
+
+/// An object as the API server would return it: with `apiVersion` and `kind`.
+fn api_object<K: k8s_openapi::Resource + Serialize>(object: &K) -> serde_json::Value {
+    let mut value = serde_json::to_value(object).unwrap_or(serde_json::Value::Null);
+    if let Some(map) = value.as_object_mut() {
+        map.entry("apiVersion")
+            .or_insert_with(|| K::API_VERSION.into());
+        map.entry("kind").or_insert_with(|| K::KIND.into());
+    }
+    value
+}
+
+/// Any serialisable value as a template value.
+pub(crate) fn to_value<T: Serialize>(value: T) -> Value {
+    Value::from(minijinja::value::Serde(value))
+}
+
+fn object_value<K: k8s_openapi::Resource + Serialize>(object: &K) -> Value {
+    to_value(api_object(object))
+}
+
+fn describe<
+    K: k8s_openapi::Resource
+        + k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+>(
+    object: &K,
+) -> String {
+    let meta = object.metadata();
+    match (&meta.namespace, &meta.name) {
+        (Some(ns), Some(name)) => format!("{} {ns}/{name}", K::KIND),
+        (None, Some(name)) => format!("{} {name}", K::KIND),
+        _ => format!("{} <unnamed>", K::KIND),
+    }
+}
+
+fn object_error(object: String, path: &str, message: impl Into<String>) -> Error {
+    Error::Schema {
+        at: Location {
+            provisioner: object,
+            path: path.to_owned(),
+            line: None,
+        },
+        message: message.into(),
+    }
+}
+
+fn quantity(object: &str, path: &str, text: Option<&str>, rounding: Rounding) -> Result<u64> {
+    let text = text.ok_or_else(|| object_error(object.to_owned(), path, "is required"))?;
+    parse_bytes(text, rounding)
+        .map_err(|err| object_error(object.to_owned(), path, err.to_string()))
+}
+
+fn string_map(map: Option<&BTreeMap<String, String>>) -> Value {
+    Value::from_pairs(
+        map.into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.clone())),
+    )
+}
+
+struct Requested {
+    volume_mode: String,
+    access_modes: Vec<String>,
+    min_capacity: u64,
+    max_capacity: Option<u64>,
+}
+
+impl Requested {
+    fn from_pvc(pvc: &PersistentVolumeClaim) -> Result<Self> {
+        let object = describe(pvc);
+        let spec = pvc
+            .spec
+            .as_ref()
+            .ok_or_else(|| object_error(object.clone(), "spec", "is required"))?;
+        let resources = spec.resources.as_ref();
+        fn storage(
+            map: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+        ) -> Option<&str> {
+            map.and_then(|m| m.get("storage")).map(|q| q.0.as_str())
+        }
+        let min_capacity = quantity(
+            &object,
+            "spec.resources.requests.storage",
+            storage(resources.and_then(|r| r.requests.as_ref())),
+            Rounding::Up,
+        )?;
+        let max_capacity = match storage(resources.and_then(|r| r.limits.as_ref())) {
+            None => None,
+            Some(text) => Some(quantity(
+                &object,
+                "spec.resources.limits.storage",
+                Some(text),
+                Rounding::Up,
+            )?),
+        };
+        Ok(Requested {
+            volume_mode: spec
+                .volume_mode
+                .clone()
+                .unwrap_or_else(|| "Filesystem".to_owned()),
+            access_modes: spec.access_modes.clone().unwrap_or_default(),
+            min_capacity,
+            max_capacity,
+        })
+    }
+
+    fn set_into(&self, vars: &mut Vars) {
+        vars.set(
+            "requestedVolumeMode",
+            Value::from(self.volume_mode.as_str()),
+        );
+        vars.set("requestedAccessModes", to_value(&self.access_modes));
+        vars.set("requestedMinCapacity", Value::from(self.min_capacity));
+        vars.set(
+            "requestedMaxCapacity",
+            self.max_capacity.map_or(Value::from(()), Value::from),
+        );
+    }
+}
+
+fn pv_capacity(pv: &PersistentVolume) -> Result<u64> {
+    let object = describe(pv);
+    let text = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref())
+        .and_then(|c| c.get("storage"))
+        .map(|q| q.0.as_str());
+    quantity(&object, "spec.capacity.storage", text, Rounding::Up)
+}
+
+fn pv_csi(pv: &PersistentVolume) -> Result<&k8s_openapi::api::core::v1::CSIPersistentVolumeSource> {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.csi.as_ref())
+        .ok_or_else(|| object_error(describe(pv), "spec.csi", "is required for a PaV volume"))
+}
+
+macro_rules! context_common {
+    ($ty:ident) => {
+        impl $ty {
+            /// Makes `get_pvc(name, namespace)` answer from `lookup`.
+            pub fn with_pvc_lookup(mut self, lookup: Arc<dyn PvcLookup>) -> Self {
+                self.vars.lookup = Some(lookup);
+                self.value = self.vars.to_value();
+                self
+            }
+
+            /// The variables as a minijinja value (a map), for inspection.
+            pub fn value(&self) -> &Value {
+                &self.value
+            }
+        }
+
+        impl std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($ty))
+                    .field(
+                        "variables",
+                        &self
+                            .vars
+                            .entries
+                            .iter()
+                            .map(|(k, _)| *k)
+                            .collect::<Vec<_>>(),
+                    )
+                    .field("pvc_lookup", &self.vars.lookup.is_some())
+                    .finish()
+            }
+        }
+    };
+}
+
+/// Context of `spec.volumeValidation`.
+#[derive(Clone)]
+pub struct ValidationContext {
+    vars: Vars,
+    value: Value,
+}
+
+context_common!(ValidationContext);
+
+impl ValidationContext {
+    /// For dynamic provisioning: the claim being provisioned and its
+    /// StorageClass.
+    ///
+    /// Fails when the claim has no `spec.resources.requests.storage`, or a
+    /// quantity that is not one.
+    pub fn dynamic(pvc: &PersistentVolumeClaim, sc: &StorageClass) -> Result<Self> {
+        let requested = Requested::from_pvc(pvc)?;
+        let mut vars = Vars::new();
+        requested.set_into(&mut vars);
+        vars.set("params", string_map(sc.parameters.as_ref()));
+        vars.set("sc", object_value(sc));
+        vars.set("pvc", object_value(pvc));
+        Ok(Self::from_vars(vars))
+    }
+
+    /// For static provisioning: the PersistentVolume a user created.
+    pub fn static_pv(pv: &PersistentVolume) -> Result<Self> {
+        let capacity = pv_capacity(pv)?;
+        let csi = pv_csi(pv)?;
+        let spec = pv.spec.as_ref();
+        let mut vars = Vars::new();
+        Requested {
+            volume_mode: spec
+                .and_then(|s| s.volume_mode.clone())
+                .unwrap_or_else(|| "Filesystem".to_owned()),
+            access_modes: spec
+                .and_then(|s| s.access_modes.clone())
+                .unwrap_or_default(),
+            min_capacity: capacity,
+            max_capacity: Some(capacity),
+        }
+        .set_into(&mut vars);
+        vars.set("params", string_map(csi.volume_attributes.as_ref()));
+        vars.set("handle", Value::from(csi.volume_handle.as_str()));
+        vars.set("pv", object_value(pv));
+        Ok(Self::from_vars(vars))
+    }
+
+    fn from_vars(vars: Vars) -> Self {
+        let value = vars.to_value();
+        ValidationContext { vars, value }
+    }
+}
+
+/// Context of `spec.volumeCreation` and `spec.volumeDeletion`: the dynamic
+/// validation context plus `defaultHandle` (`pvc-<claim uid>`).
+#[derive(Clone)]
+pub struct CreationContext {
+    vars: Vars,
+    value: Value,
+    default_handle: String,
+}
+
+context_common!(CreationContext);
+
+impl CreationContext {
+    /// Builds the context from the claim and its StorageClass.
+    pub fn new(pvc: &PersistentVolumeClaim, sc: &StorageClass) -> Result<Self> {
+        let uid = pvc.metadata.uid.as_deref().ok_or_else(|| {
+            object_error(
+                describe(pvc),
+                "metadata.uid",
+                "is required to name the volume",
+            )
+        })?;
+        let default_handle = format!("pvc-{uid}");
+        let mut vars = ValidationContext::dynamic(pvc, sc)?.vars;
+        vars.set("defaultHandle", Value::from(default_handle.as_str()));
+        let value = vars.to_value();
+        Ok(CreationContext {
+            vars,
+            value,
+            default_handle,
+        })
+    }
+
+    /// `pvc-<claim uid>`: the handle of a volume whose creation names none.
+    pub fn default_handle(&self) -> &str {
+        &self.default_handle
+    }
+}
+
+/// Context of `spec.volumeStaging` and `spec.volumeUnstaging`.
+#[derive(Clone)]
+pub struct StagingContext {
+    vars: Vars,
+    value: Value,
+}
+
+context_common!(StagingContext);
+
+impl StagingContext {
+    /// Builds the context from the claim through which the volume is used,
+    /// its PersistentVolume, the node, and whether to stage read-only.
+    ///
+    /// `accessModes` come from the claim, not the volume: a pod may use only
+    /// what its claim asked for.
+    pub fn new(
+        pvc: &PersistentVolumeClaim,
+        pv: &PersistentVolume,
+        node: &Node,
+        read_only: bool,
+    ) -> Result<Self> {
+        let capacity = pv_capacity(pv)?;
+        let csi = pv_csi(pv)?;
+        let mut vars = Vars::new();
+        let volume_mode = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_mode.clone())
+            .unwrap_or_else(|| "Filesystem".to_owned());
+        vars.set("volumeMode", Value::from(volume_mode));
+        vars.set(
+            "accessModes",
+            to_value(
+                pvc.spec
+                    .as_ref()
+                    .and_then(|s| s.access_modes.as_ref())
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
+        );
+        vars.set("capacity", Value::from(capacity));
+        vars.set("params", string_map(csi.volume_attributes.as_ref()));
+        vars.set("handle", Value::from(csi.volume_handle.as_str()));
+        vars.set("readOnly", Value::from(read_only));
+        vars.set("pvc", object_value(pvc));
+        vars.set("pv", object_value(pv));
+        vars.set("node", object_value(node));
+        let value = vars.to_value();
+        Ok(StagingContext { vars, value })
+    }
+}

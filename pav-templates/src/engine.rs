@@ -1,0 +1,470 @@
+//! The minijinja environment configured with PaV's rules.
+//!
+//! - `trim_blocks` and `lstrip_blocks`: a line holding only a statement block
+//!   disappears from the output.
+//! - No auto-escaping: output goes into YAML and shell, not HTML.
+//! - Lenient undefined values (`x or 'default'`, `x is defined` work), but
+//!   an expression whose *output* is undefined is an error, as is one that is
+//!   not a string or a number.
+//! - Filters `tobash` and `tojson` with the original PaV's exact output.
+//! - Evaluation is bounded by fuel, recursion depth and output size.
+
+use minijinja::syntax::SyntaxConfig;
+use minijinja::value::{Kwargs, Value, ValueKind};
+use minijinja::{AutoEscape, Environment, Error as JinjaError, ErrorKind, Output, State};
+
+/// Evaluation budget of one field's template, in minijinja fuel units
+/// (roughly one per instruction). The encryption example's largest field
+/// takes under 100; a loop of a million iterations is refused.
+pub const FUEL_PER_FIELD: u64 = 200_000;
+
+/// Deepest nesting of macro calls and includes a template may reach.
+pub const RECURSION_LIMIT: usize = 64;
+
+/// Largest output one field's template may produce, in bytes.
+pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
+
+/// Builds an environment with PaV's syntax, filters, formatter and limits.
+pub(crate) fn environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    let syntax = SyntaxConfig::builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .keep_trailing_newline(false)
+        .build()
+        .expect("default delimiters are valid");
+    env.set_syntax(syntax);
+    env.set_auto_escape_callback(|_| AutoEscape::None);
+    env.set_undefined_behavior(minijinja::UndefinedBehavior::Lenient);
+    env.set_fuel(Some(FUEL_PER_FIELD));
+    env.set_recursion_limit(RECURSION_LIMIT);
+    env.set_formatter(format_output);
+    env.add_filter("tobash", tobash_filter);
+    env.add_filter("tojson", tojson_filter);
+    env
+}
+
+fn format_output(
+    out: &mut Output<'_>,
+    _state: &mut State<'_, '_>,
+    value: &Value,
+) -> Result<(), JinjaError> {
+    match value.kind() {
+        ValueKind::String => std::fmt::Write::write_str(out, value.as_str().unwrap_or_default()),
+        ValueKind::Number => std::fmt::Write::write_str(out, &python_number(value)),
+        ValueKind::Undefined => {
+            return Err(JinjaError::new(
+                ErrorKind::UndefinedError,
+                "expression evaluated to an undefined value",
+            ));
+        }
+        other => {
+            return Err(JinjaError::new(
+                ErrorKind::InvalidOperation,
+                format!(
+                    "expression must evaluate to a string or a number, not {}",
+                    kind_name(other)
+                ),
+            ));
+        }
+    }
+    .map_err(|_| JinjaError::new(ErrorKind::WriteFailure, "could not write output"))
+}
+
+/// Renders numbers the way Python's `str()` does, so shell commands built by
+/// existing PaV templates see the same text (`1.0`, `1e+16`, `1e-05`).
+fn python_number(value: &Value) -> String {
+    // Serialising is the public way to tell 2.0 from 2.
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::Number(n)) if n.is_f64() => {
+            python_float(n.as_f64().unwrap_or(f64::NAN))
+        }
+        Ok(serde_json::Value::Number(n)) => n.to_string(),
+        _ => match f64::try_from(value.clone()) {
+            Ok(float) => python_float(float),
+            Err(_) => value.to_string(),
+        },
+    }
+}
+
+fn python_float(float: f64) -> String {
+    if float.is_nan() {
+        return "nan".to_owned();
+    }
+    if float.is_infinite() {
+        return if float > 0.0 { "inf" } else { "-inf" }.to_owned();
+    }
+    // `{:e}` gives the shortest digits that round-trip, as Python's repr does.
+    let scientific = format!("{float:e}");
+    let (mantissa, exp) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let (sign, mantissa) = match mantissa.strip_prefix('-') {
+        Some(rest) => ("-", rest),
+        None => ("", mantissa),
+    };
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    if (-4..16).contains(&exp) {
+        let point = exp + 1;
+        let (int_part, frac_part) = if point <= 0 {
+            let zeros = "0".repeat(point.unsigned_abs() as usize);
+            ("0".to_owned(), format!("{zeros}{digits}"))
+        } else {
+            let point = point as usize;
+            if digits.len() > point {
+                (digits[..point].to_owned(), digits[point..].to_owned())
+            } else {
+                (format!("{digits:0<point$}"), String::new())
+            }
+        };
+        let frac_part = if frac_part.is_empty() {
+            "0".to_owned()
+        } else {
+            frac_part
+        };
+        format!("{sign}{int_part}.{frac_part}")
+    } else {
+        let exp_sign = if exp < 0 { '-' } else { '+' };
+        format!("{sign}{mantissa}e{exp_sign}{:02}", exp.unsigned_abs())
+    }
+}
+
+fn kind_name(kind: ValueKind) -> &'static str {
+    match kind {
+        ValueKind::Undefined => "undefined",
+        ValueKind::None => "none",
+        ValueKind::Bool => "a boolean",
+        ValueKind::Number => "a number",
+        ValueKind::String => "a string",
+        ValueKind::Bytes => "bytes",
+        ValueKind::Seq => "a list",
+        ValueKind::Map => "a mapping",
+        ValueKind::Iterable => "an iterable",
+        ValueKind::Plain => "an object",
+        ValueKind::Invalid => "an invalid value",
+        _ => "an unsupported value",
+    }
+}
+
+fn scalar_text(filter: &str, value: &Value) -> Result<String, JinjaError> {
+    match value.kind() {
+        ValueKind::String => Ok(value.as_str().unwrap_or_default().to_owned()),
+        ValueKind::Number => Ok(python_number(value)),
+        ValueKind::Undefined => Err(JinjaError::new(
+            ErrorKind::UndefinedError,
+            format!("filter '{filter}' may not be applied to an undefined value"),
+        )),
+        other => Err(JinjaError::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "filter '{filter}' expects a string or a number, not {}",
+                kind_name(other)
+            ),
+        )),
+    }
+}
+
+fn tobash_filter(value: &Value) -> Result<String, JinjaError> {
+    Ok(tobash(&scalar_text("tobash", value)?))
+}
+
+/// Quotes `text` as one Bash token with no newline in it.
+///
+/// Each line is quoted as Python's `shlex.quote` does (left bare when it
+/// holds only `[A-Za-z0-9_@%+=:,./-]`, single-quoted otherwise) and lines are
+/// joined with `$'\n'`, Bash's ANSI-C quoting of a newline, so the token
+/// fits on one line of a script. The empty string becomes `''`.
+///
+/// ```
+/// use pav_templates::engine::tobash;
+/// assert_eq!(tobash("plain-word"), "plain-word");
+/// assert_eq!(tobash("it's"), r#"'it'"'"'s'"#);
+/// assert_eq!(tobash("a b\nc"), r"'a b'$'\n'c");
+/// assert_eq!(tobash(""), "''");
+/// ```
+pub fn tobash(text: &str) -> String {
+    if text.is_empty() {
+        return "''".to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for (index, line) in text.split('\n').enumerate() {
+        if index > 0 {
+            out.push_str("$'\\n'");
+        }
+        if line.is_empty() {
+            continue;
+        }
+        let safe = line
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_@%+=:,./-".contains(&b));
+        if safe {
+            out.push_str(line);
+        } else {
+            out.push('\'');
+            out.push_str(&line.replace('\'', r#"'"'"'"#));
+            out.push('\'');
+        }
+    }
+    out
+}
+
+fn tojson_filter(
+    value: &Value,
+    indent: Option<Value>,
+    kwargs: Kwargs,
+) -> Result<Value, JinjaError> {
+    let indent = match indent {
+        Some(indent) => Some(indent),
+        None => kwargs.get::<Option<Value>>("indent")?,
+    };
+    kwargs.assert_all_used()?;
+    let indent = match indent {
+        None => None,
+        Some(v) if v.is_none() => None,
+        Some(v) => Some(usize::try_from(v)?),
+    };
+    let json = serde_json::to_value(value).map_err(|err| {
+        JinjaError::new(ErrorKind::InvalidOperation, "cannot serialize to JSON").with_source(err)
+    })?;
+    let mut out = String::new();
+    write_python_json(&mut out, &json, indent, 0);
+    Ok(Value::from(out))
+}
+
+/// Writes JSON as Jinja2's `tojson` does: `json.dumps(sort_keys=True)` with
+/// ASCII-only output, then `<`, `>`, `&` and `'` escaped, so the text is safe
+/// inside YAML, HTML and single-quoted shell strings alike.
+fn write_python_json(
+    out: &mut String,
+    value: &serde_json::Value,
+    indent: Option<usize>,
+    depth: usize,
+) {
+    use serde_json::Value as J;
+    let newline = |out: &mut String, depth: usize| {
+        if let Some(width) = indent {
+            out.push('\n');
+            out.extend(std::iter::repeat_n(' ', width * depth));
+        }
+    };
+    let (item_sep, key_sep) = if indent.is_some() {
+        (",", ": ")
+    } else {
+        (", ", ": ")
+    };
+    match value {
+        J::Null => out.push_str("null"),
+        J::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        J::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() => out.push_str(&python_number(&Value::from(f))),
+            _ => out.push_str(&n.to_string()),
+        },
+        J::String(s) => write_python_json_string(out, s),
+        J::Array(items) => {
+            if items.is_empty() {
+                out.push_str("[]");
+                return;
+            }
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(out, depth + 1);
+                write_python_json(out, item, indent, depth + 1);
+            }
+            newline(out, depth);
+            out.push(']');
+        }
+        J::Object(map) => {
+            if map.is_empty() {
+                out.push_str("{}");
+                return;
+            }
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (key, item)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(out, depth + 1);
+                write_python_json_string(out, key);
+                out.push_str(key_sep);
+                write_python_json(out, item, indent, depth + 1);
+            }
+            newline(out, depth);
+            out.push('}');
+        }
+    }
+}
+
+fn write_python_json_string(out: &mut String, s: &str) {
+    use std::fmt::Write;
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '<' | '>' | '&' | '\'' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c if c.is_ascii() && !c.is_ascii_control() => out.push(c),
+            c => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    let _ = write!(out, "\\u{unit:04x}");
+                }
+            }
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(source: &str, ctx: Value) -> Result<String, JinjaError> {
+        environment().render_str(source, ctx)
+    }
+
+    use crate::context::to_value;
+
+    #[test]
+    fn tobash_matches_shlex_quote_per_line() {
+        let cases = [
+            ("", "''"),
+            ("abc", "abc"),
+            ("a_b@c%d+e=f:g,h.i/j-k", "a_b@c%d+e=f:g,h.i/j-k"),
+            ("a b", "'a b'"),
+            ("it's", r#"'it'"'"'s'"#),
+            ("\n", r"$'\n'"),
+            ("a\n", r"a$'\n'"),
+            ("\na", r"$'\n'a"),
+            ("a\n\nb", r"a$'\n'$'\n'b"),
+            ("$(rm -rf /)", "'$(rm -rf /)'"),
+            ("`id`", "'`id`'"),
+            ("ünï", "'ünï'"),
+            ("\t", "'\t'"),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(tobash(input), expected, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn tobash_filter_accepts_numbers_and_refuses_the_rest() {
+        let ctx = to_value(serde_json::json!({
+            "n": 42, "f": 1.5, "b": true, "l": [1], "nil": null
+        }));
+        assert_eq!(
+            render("{{ n | tobash }} {{ f | tobash }}", ctx.clone()).unwrap(),
+            "42 1.5"
+        );
+        for (source, message) in [
+            (
+                "{{ b | tobash }}",
+                "filter 'tobash' expects a string or a number, not a boolean",
+            ),
+            (
+                "{{ l | tobash }}",
+                "filter 'tobash' expects a string or a number, not a list",
+            ),
+            (
+                "{{ nil | tobash }}",
+                "filter 'tobash' expects a string or a number, not none",
+            ),
+            (
+                "{{ missing | tobash }}",
+                "filter 'tobash' may not be applied to an undefined value",
+            ),
+        ] {
+            let err = render(source, ctx.clone()).unwrap_err();
+            assert_eq!(err.detail(), Some(message), "{source}");
+        }
+    }
+
+    #[test]
+    fn tojson_matches_jinja2() {
+        let ctx = to_value(serde_json::json!({
+            "m": {"b": 1, "a": [true, null, 1.5, "x<y>&'z\"\n"]},
+            "u": "é😀",
+        }));
+        assert_eq!(
+            render("{{ m | tojson }}", ctx.clone()).unwrap(),
+            r#"{"a": [true, null, 1.5, "x\u003cy\u003e\u0026\u0027z\"\n"], "b": 1}"#
+        );
+        assert_eq!(
+            render("{{ u | tojson }}", ctx.clone()).unwrap(),
+            r#""\u00e9\ud83d\ude00""#
+        );
+        assert_eq!(
+            render("{{ m.a[:2] | tojson(indent=2) }}", ctx).unwrap(),
+            "[\n  true,\n  null\n]"
+        );
+    }
+
+    #[test]
+    fn output_must_be_string_or_number() {
+        let ctx = to_value(serde_json::json!({
+            "s": "x", "i": 3, "f": 2.0, "big": 1e20, "b": false, "l": [], "m": {}, "nil": null
+        }));
+        assert_eq!(
+            render("{{ s }}{{ i }}{{ f }}{{ big }}", ctx.clone()).unwrap(),
+            "x32.01e+20"
+        );
+        for (source, kind) in [
+            ("{{ b }}", "a boolean"),
+            ("{{ l }}", "a list"),
+            ("{{ m }}", "a mapping"),
+            ("{{ nil }}", "none"),
+        ] {
+            let err = render(source, ctx.clone()).unwrap_err();
+            assert_eq!(
+                err.detail().unwrap(),
+                format!("expression must evaluate to a string or a number, not {kind}"),
+            );
+        }
+        let err = render("a\n{{ missing }}", ctx.clone()).unwrap_err();
+        assert_eq!(
+            err.detail(),
+            Some("expression evaluated to an undefined value")
+        );
+        assert_eq!(err.line(), Some(2));
+        // Undefined values may still be tested and defaulted.
+        assert_eq!(
+            render("{{ missing or 'd' }}{% if missing is defined %}x{% endif %}{{ missing | default(1) }}", ctx).unwrap(),
+            "d1"
+        );
+    }
+
+    #[test]
+    fn floats_print_as_python_str() {
+        let cases = [
+            (1.0, "1.0"),
+            (-2.5, "-2.5"),
+            (0.1, "0.1"),
+            (1e15, "1000000000000000.0"),
+            (1e16, "1e+16"),
+            (1.5e20, "1.5e+20"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (123.456, "123.456"),
+            (0.0, "0.0"),
+        ];
+        for (float, text) in cases {
+            assert_eq!(python_float(float), text, "{float}");
+        }
+    }
+
+    #[test]
+    fn no_html_escaping() {
+        let ctx = to_value(serde_json::json!({"s": "<a href='x'>&</a>"}));
+        assert_eq!(render("{{ s }}", ctx).unwrap(), "<a href='x'>&</a>");
+    }
+}

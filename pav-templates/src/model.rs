@@ -1,0 +1,285 @@
+//! The PavProvisioner custom resource, as users write it.
+//!
+//! Every field under `spec` except `provisioningModes` may be a template, and
+//! a template with `{% set yaml = true %}` may stand in for a whole object or
+//! list (`volumeModes: "{% set yaml = true %}[{{ params.mode }}]"`). The
+//! stored spec therefore keeps each phase as a [`TemplateTree`]: the YAML as
+//! written. [`crate::CompiledProvisioner`] checks its shape and compiles it;
+//! rendering a phase yields the typed structs in [`crate::phase`].
+
+use std::borrow::Cow;
+
+use kube::core::crd::CustomResourceExt as _;
+use kube::{CustomResource, KubeSchema};
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+
+/// API group of PavProvisioner, shared with the original PaV so existing
+/// objects keep working.
+pub const GROUP: &str = "pav.albertofaria.github.io";
+
+/// API version of PavProvisioner.
+pub const VERSION: &str = "v1alpha1";
+
+/// The spec of a PavProvisioner: how volumes are validated, created,
+/// deleted, staged on a node and unstaged, as pod templates.
+///
+/// See the PaV user guide for each field's meaning. Phase fields hold
+/// templates, so they are kept as written ([`TemplateTree`]); use
+/// [`crate::CompiledProvisioner`] to check and evaluate them.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "pav.albertofaria.github.io",
+    version = "v1alpha1",
+    kind = "PavProvisioner",
+    plural = "pavprovisioners",
+    shortname = "pavp",
+    status = "PavProvisionerStatus",
+    doc = "A volume provisioner whose steps are pods instantiated from templates",
+    printcolumn(name = "Modes", type_ = "string", json_path = ".spec.provisioningModes"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Volumes", type_ = "integer", json_path = ".status.volumes"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new("self.metadata.name.matches('^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$')")
+        .message("metadata.name must be a DNS label: at most 63 lowercase alphanumerics or '-', starting and ending with an alphanumeric")
+)]
+#[x_kube(
+    validation = Rule::new("!has(self.volumeCreation) || 'Dynamic' in self.provisioningModes")
+        .message("spec.volumeCreation may only be specified if spec.provisioningModes contains Dynamic"),
+    validation = Rule::new("!has(self.volumeDeletion) || 'Dynamic' in self.provisioningModes")
+        .message("spec.volumeDeletion may only be specified if spec.provisioningModes contains Dynamic")
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PavProvisionerSpec {
+    /// How volumes of this provisioner come to exist: created on demand for
+    /// claims (`Dynamic`), or declared by users as PersistentVolumes (`Static`).
+    #[schemars(length(min = 1))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub provisioning_modes: Vec<ProvisioningMode>,
+
+    /// What volumes may be requested: `volumeModes`, `accessModes`,
+    /// `minCapacity`, `maxCapacity` and an optional validation `podTemplate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_validation: Option<TemplateTree>,
+
+    /// How a volume is created (dynamic provisioning only): `handle`,
+    /// `capacity` and an optional creation `podTemplate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_creation: Option<TemplateTree>,
+
+    /// How a volume is deleted (dynamic provisioning only): an optional
+    /// deletion `podTemplate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_deletion: Option<TemplateTree>,
+
+    /// How a volume is made available on a node: the mandatory staging
+    /// `podTemplate`, whose pod exposes the volume at `/pav/volume`.
+    pub volume_staging: TemplateTree,
+
+    /// How staging is undone on a node: an optional unstaging `podTemplate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_unstaging: Option<TemplateTree>,
+}
+
+/// Observed state of a PavProvisioner, written by `pav controller`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PavProvisionerStatus {
+    /// `metadata.generation` the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Conditions, `Ready` among them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Number of PersistentVolumes of this provisioner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volumes: Option<u32>,
+}
+
+/// A status condition, as in `metav1.Condition`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// Condition type, such as `Ready`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// One CamelCase word saying why.
+    #[serde(default)]
+    pub reason: String,
+    /// Human-readable detail.
+    #[serde(default)]
+    pub message: String,
+    /// When the status last changed (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+    /// `metadata.generation` the condition was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// How volumes of a provisioner come to exist.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ProvisioningMode {
+    /// Created on demand when a claim names a StorageClass of the provisioner.
+    Dynamic,
+    /// Declared by a user as a PersistentVolume naming the provisioner.
+    Static,
+}
+
+/// Whether a volume is a file system or a raw block device.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum VolumeMode {
+    /// A directory tree.
+    Filesystem,
+    /// A block special file.
+    Block,
+}
+
+impl VolumeMode {
+    /// All volume modes, in the guide's order.
+    pub const ALL: [VolumeMode; 2] = [VolumeMode::Filesystem, VolumeMode::Block];
+
+    /// The Kubernetes spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VolumeMode::Filesystem => "Filesystem",
+            VolumeMode::Block => "Block",
+        }
+    }
+}
+
+/// How pods may use a volume.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum AccessMode {
+    /// Read-write by the pods of a single node.
+    ReadWriteOnce,
+    /// Read-only by pods on many nodes.
+    ReadOnlyMany,
+    /// Read-write by pods on many nodes.
+    ReadWriteMany,
+}
+
+impl AccessMode {
+    /// The three modes PaV knows, in the guide's order; the default of
+    /// `volumeValidation.accessModes`.
+    pub const ALL: [AccessMode; 3] = [
+        AccessMode::ReadWriteOnce,
+        AccessMode::ReadOnlyMany,
+        AccessMode::ReadWriteMany,
+    ];
+
+    /// The Kubernetes spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AccessMode::ReadWriteOnce => "ReadWriteOnce",
+            AccessMode::ReadOnlyMany => "ReadOnlyMany",
+            AccessMode::ReadWriteMany => "ReadWriteMany",
+        }
+    }
+}
+
+/// A YAML subtree whose string leaves are templates, kept exactly as written.
+///
+/// Its CRD schema accepts any value (`x-kubernetes-preserve-unknown-fields`),
+/// because a template with `yaml = true` may stand where an object, a list or
+/// a number is expected; its shape is checked by `pav check` and by the
+/// controller, which report the exact field path.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(transparent)]
+pub struct TemplateTree(pub serde_json::Value);
+
+impl JsonSchema for TemplateTree {
+    fn schema_name() -> Cow<'static, str> {
+        "TemplateTree".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "x-kubernetes-preserve-unknown-fields": true,
+        })
+    }
+}
+
+impl PavProvisioner {
+    /// The CustomResourceDefinition of PavProvisioner, generated from these
+    /// types (what `pav crd` prints).
+    ///
+    /// ```
+    /// let crd = pav_templates::PavProvisioner::definition();
+    /// assert_eq!(crd.spec.names.kind, "PavProvisioner");
+    /// assert_eq!(crd.spec.scope, "Cluster");
+    /// ```
+    pub fn definition()
+    -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition
+    {
+        Self::crd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crd_is_cluster_scoped_and_carries_the_rules() {
+        let crd = PavProvisioner::definition();
+        assert_eq!(
+            crd.metadata.name.as_deref(),
+            Some("pavprovisioners.pav.albertofaria.github.io")
+        );
+        assert_eq!(crd.spec.scope, "Cluster");
+        let version = &crd.spec.versions[0];
+        assert_eq!(version.name, VERSION);
+        assert!(
+            version
+                .subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some()
+        );
+        let text = serde_json::to_string(&crd).unwrap();
+        for needle in [
+            "'Dynamic' in self.provisioningModes",
+            "x-kubernetes-preserve-unknown-fields",
+            r#""enum":["Dynamic","Static"]"#,
+            r#""x-kubernetes-list-type":"set""#,
+            r#""minItems":1"#,
+            "metadata.name must be a DNS label",
+        ] {
+            assert!(text.contains(needle), "CRD lacks {needle}: {text}");
+        }
+        let spec = &version
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap()
+            .properties
+            .as_ref()
+            .unwrap()["spec"];
+        assert_eq!(
+            spec.required.as_deref(),
+            Some(&["provisioningModes".to_owned(), "volumeStaging".to_owned()][..])
+        );
+    }
+
+    #[test]
+    fn spec_round_trips_and_refuses_unknown_fields() {
+        let yaml = "provisioningModes: [Dynamic]\nvolumeStaging:\n  podTemplate: {}\n";
+        let spec: PavProvisionerSpec = serde_yaml::from_str(yaml).unwrap();
+        assert_eq!(spec.provisioning_modes, vec![ProvisioningMode::Dynamic]);
+        assert!(
+            serde_yaml::from_str::<PavProvisionerSpec>(
+                "provisioningModes: [Dynamic]\nvolumeStaging: {}\nvolumeStagin: {}\n"
+            )
+            .is_err()
+        );
+    }
+}
