@@ -59,6 +59,9 @@ pub mod samples;
 
 pub use context::{CreationContext, PvcLookup, PvcMap, StagingContext, ValidationContext};
 pub use error::{Error, Location, Result};
-pub use model::{PavProvisioner, PavProvisionerSpec, PavProvisionerStatus};
+pub use model::{
+    AccessMode, PavProvisioner, PavProvisionerSpec, PavProvisionerStatus, ProvisioningMode,
+    VolumeMode,
+};
 pub use phase::{CreationPhase, OptionalPodPhase, Phase, StagingPhase, ValidationPhase};
 pub use provisioner::{CompiledProvisioner, Problems};

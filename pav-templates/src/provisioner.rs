@@ -470,7 +470,9 @@ impl Fields<'_> {
                 (None, Some(float)) if float >= 0.0 => parse_bytes(&n.to_string(), rounding)
                     .map_err(|err| self.evaluated(key, err.to_string()))?,
                 _ => {
-                    return Err(self.evaluated(key, format!("must be a positive capacity, not {n}")));
+                    return Err(
+                        self.evaluated(key, format!("must be a positive capacity, not {n}"))
+                    );
                 }
             },
             other => {
