@@ -1,0 +1,283 @@
+//! The CSI Controller service: create, delete and validate volumes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use pav_sdk::{CapacityRange, CreateRequest, TopologyRequirement, VolumeMode};
+use tonic::{Request, Response, Status};
+
+use crate::convert;
+use crate::csi;
+use crate::csi::controller_service_capability::rpc::Type as RpcType;
+use crate::driver::Shared;
+use crate::error::status;
+use crate::limits;
+
+/// Recent `CreateVolume` answers by name, so a retried request is answered
+/// without calling the provisioner and an incompatible one is refused.
+pub(crate) type CreateCache = HashMap<String, (CreateRequest, csi::Volume)>;
+
+/// Controller service.
+#[derive(Debug)]
+pub(crate) struct ControllerService {
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// A capacity range from CSI, where 0 means unset.
+fn capacity_range(range: Option<&csi::CapacityRange>) -> Result<CapacityRange, Status> {
+    let Some(range) = range else {
+        return Ok(CapacityRange::default());
+    };
+    let bytes = |field: &str, v: i64| match v {
+        0 => Ok(None),
+        v if v < 0 => Err(Status::invalid_argument(format!(
+            "capacity_range.{field} must not be negative"
+        ))),
+        v => Ok(Some(v as u64)),
+    };
+    let capacity = CapacityRange {
+        min_bytes: bytes("required_bytes", range.required_bytes)?,
+        max_bytes: bytes("limit_bytes", range.limit_bytes)?,
+    };
+    if let (Some(min), Some(max)) = (capacity.min_bytes, capacity.max_bytes)
+        && max < min
+    {
+        return Err(Status::out_of_range(format!(
+            "capacity_range.limit_bytes {max} is below required_bytes {min}"
+        )));
+    }
+    Ok(capacity)
+}
+
+/// Refuses volume and access modes the provisioner did not declare.
+fn check_modes(
+    shared: &Shared,
+    mode: VolumeMode,
+    access_modes: &[pav_sdk::AccessMode],
+) -> Result<(), String> {
+    if !shared.provisioner.supports_volume_mode(mode) {
+        return Err(format!("volume mode {mode} is not supported"));
+    }
+    match access_modes
+        .iter()
+        .find(|m| !shared.provisioner.supports_access_mode(**m))
+    {
+        Some(m) => Err(format!("access mode {m:?} is not supported")),
+        None => Ok(()),
+    }
+}
+
+#[tonic::async_trait]
+impl csi::controller_server::Controller for ControllerService {
+    async fn create_volume(
+        &self,
+        request: Request<csi::CreateVolumeRequest>,
+    ) -> Result<Response<csi::CreateVolumeResponse>, Status> {
+        let req = request.into_inner();
+        let name = limits::required("name", &req.name)?;
+        limits::map("parameters", &req.parameters)?;
+        limits::map("secrets", &req.secrets)?;
+        limits::map("mutable_parameters", &req.mutable_parameters)?;
+        let (volume_mode, access_modes, mut mount) =
+            convert::capabilities("volume_capabilities", &req.volume_capabilities)?;
+        let capacity = capacity_range(req.capacity_range.as_ref())?;
+        let Some(creator) = self.shared.provisioner.create() else {
+            return Err(Status::unimplemented(
+                "this provisioner does not create volumes",
+            ));
+        };
+        if req.volume_content_source.is_some() {
+            return Err(Status::invalid_argument(
+                "volume_content_source: cloning and snapshots are not supported",
+            ));
+        }
+        if !req.mutable_parameters.is_empty() {
+            return Err(Status::invalid_argument(
+                "mutable_parameters: volume attribute classes are not supported",
+            ));
+        }
+        check_modes(&self.shared, volume_mode, &access_modes).map_err(Status::invalid_argument)?;
+        let (parameters, claim, legacy_fs_type) = convert::split_parameters(&req.parameters);
+        if mount.fs_type.is_none() && volume_mode == VolumeMode::Filesystem {
+            mount.fs_type = legacy_fs_type;
+        }
+        let topology = req
+            .accessibility_requirements
+            .as_ref()
+            .map(|t| TopologyRequirement {
+                requisite: t.requisite.iter().map(convert::from_topology).collect(),
+                preferred: t.preferred.iter().map(convert::from_topology).collect(),
+            })
+            .unwrap_or_default();
+
+        let mut create = pav_sdk::build::create(name, volume_mode);
+        create.access_modes = access_modes;
+        create.capacity = capacity;
+        create.parameters = parameters;
+        create.mount = mount;
+        create.claim = claim;
+        create.topology = topology;
+        create.secrets = convert::secrets(&req.secrets);
+
+        let _guard = self
+            .shared
+            .in_flight
+            .claim(format!("volume name {name:?}"))?;
+        tracing::info!(name, ?volume_mode, ?capacity, secrets = ?create.secrets, "CreateVolume");
+        let mut fingerprint = create.clone();
+        fingerprint.secrets = Default::default();
+        {
+            let cache = self
+                .shared
+                .create_cache
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if let Some((earlier, volume)) = cache.get(name) {
+                if *earlier != fingerprint {
+                    return Err(Status::already_exists(format!(
+                        "volume {name:?} exists with different properties"
+                    )));
+                }
+                return Ok(Response::new(csi::CreateVolumeResponse {
+                    volume: Some(volume.clone()),
+                }));
+            }
+        }
+        if let Some(validator) = self.shared.provisioner.validate() {
+            validator
+                .validate(pav_sdk::build::validate_for(&create))
+                .await
+                .map_err(status)?;
+        }
+        let volume = creator.create(create).await.map_err(|e| {
+            tracing::warn!(name, error = %e, "CreateVolume failed");
+            status(e)
+        })?;
+        limits::required("volume_id returned by the provisioner", &volume.handle)
+            .map_err(|e| Status::internal(e.message().to_owned()))?;
+        let context = convert::unsorted(&volume.context);
+        limits::map("volume_context returned by the provisioner", &context)
+            .map_err(|e| Status::internal(e.message().to_owned()))?;
+        let volume = csi::Volume {
+            capacity_bytes: i64::try_from(volume.capacity_bytes).unwrap_or(i64::MAX),
+            volume_id: volume.handle,
+            volume_context: context,
+            content_source: None,
+            accessible_topology: volume
+                .accessible_topology
+                .iter()
+                .map(convert::topology)
+                .collect(),
+        };
+        tracing::info!(name, volume_id = %volume.volume_id, "volume created");
+        self.shared
+            .create_cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_owned(), (fingerprint, volume.clone()));
+        Ok(Response::new(csi::CreateVolumeResponse {
+            volume: Some(volume),
+        }))
+    }
+
+    async fn delete_volume(
+        &self,
+        request: Request<csi::DeleteVolumeRequest>,
+    ) -> Result<Response<csi::DeleteVolumeResponse>, Status> {
+        let req = request.into_inner();
+        let volume_id = limits::required("volume_id", &req.volume_id)?;
+        limits::map("secrets", &req.secrets)?;
+        let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        tracing::info!(volume_id, "DeleteVolume");
+        if let Some(deleter) = self.shared.provisioner.delete() {
+            let mut delete = pav_sdk::build::delete(volume_id);
+            delete.secrets = convert::secrets(&req.secrets);
+            match deleter.delete(delete).await {
+                Ok(()) | Err(pav_sdk::Error::NotFound(_)) => {}
+                Err(e) => {
+                    tracing::warn!(volume_id, error = %e, "DeleteVolume failed");
+                    return Err(status(e));
+                }
+            }
+        }
+        self.shared
+            .create_cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, (_, volume)| volume.volume_id != volume_id);
+        Ok(Response::new(csi::DeleteVolumeResponse {}))
+    }
+
+    async fn validate_volume_capabilities(
+        &self,
+        request: Request<csi::ValidateVolumeCapabilitiesRequest>,
+    ) -> Result<Response<csi::ValidateVolumeCapabilitiesResponse>, Status> {
+        let req = request.into_inner();
+        let volume_id = limits::required("volume_id", &req.volume_id)?;
+        limits::map("volume_context", &req.volume_context)?;
+        limits::map("parameters", &req.parameters)?;
+        limits::map("mutable_parameters", &req.mutable_parameters)?;
+        limits::map("secrets", &req.secrets)?;
+        let (volume_mode, access_modes, mount) =
+            convert::capabilities("volume_capabilities", &req.volume_capabilities)?;
+        let unconfirmed = |message: String| {
+            Response::new(csi::ValidateVolumeCapabilitiesResponse {
+                confirmed: None,
+                message,
+            })
+        };
+        let mut validate = pav_sdk::build::validate_existing(volume_id, volume_mode);
+        validate.access_modes = access_modes;
+        // For a static volume the PV attributes play the StorageClass parameters' role.
+        let (mut parameters, claim, _) = convert::split_parameters(&req.parameters);
+        parameters.extend(convert::sorted(&req.volume_context));
+        validate.parameters = parameters;
+        validate.claim = claim;
+        validate.mount = mount;
+        validate.secrets = convert::secrets(&req.secrets);
+
+        let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        if let Some(validator) = self.shared.provisioner.validate() {
+            match validator.validate(validate.clone()).await {
+                Ok(()) => {}
+                Err(
+                    pav_sdk::Error::InvalidArgument(message) | pav_sdk::Error::OutOfRange(message),
+                ) => return Ok(unconfirmed(message)),
+                Err(e) => return Err(status(e)),
+            }
+        }
+        if let Err(message) = check_modes(&self.shared, volume_mode, &validate.access_modes) {
+            return Ok(unconfirmed(message));
+        }
+        Ok(Response::new(csi::ValidateVolumeCapabilitiesResponse {
+            confirmed: Some(csi::validate_volume_capabilities_response::Confirmed {
+                volume_context: req.volume_context,
+                volume_capabilities: req.volume_capabilities,
+                parameters: req.parameters,
+                mutable_parameters: req.mutable_parameters,
+            }),
+            message: String::new(),
+        }))
+    }
+
+    async fn controller_get_capabilities(
+        &self,
+        _request: Request<csi::ControllerGetCapabilitiesRequest>,
+    ) -> Result<Response<csi::ControllerGetCapabilitiesResponse>, Status> {
+        let mut rpcs = Vec::new();
+        if self.shared.provisioner.create().is_some() {
+            rpcs.push(RpcType::CreateDeleteVolume);
+        }
+        let capabilities = rpcs
+            .into_iter()
+            .map(|rpc| csi::ControllerServiceCapability {
+                r#type: Some(csi::controller_service_capability::Type::Rpc(
+                    csi::controller_service_capability::Rpc { r#type: rpc as i32 },
+                )),
+            })
+            .collect();
+        Ok(Response::new(csi::ControllerGetCapabilitiesResponse {
+            capabilities,
+        }))
+    }
+}

@@ -1,0 +1,163 @@
+//! Translation between CSI messages and pav-sdk types.
+
+use std::collections::{BTreeMap, HashMap};
+
+use pav_sdk::{AccessMode, Claim, MountOptions, Parameters, Secrets, Topology, VolumeMode};
+use tonic::Status;
+
+use crate::csi;
+use crate::csi::volume_capability::AccessType;
+use crate::csi::volume_capability::access_mode::Mode;
+
+/// Parameter keys the external-provisioner adds with `--extra-create-metadata`.
+pub(crate) const PVC_NAME: &str = "csi.storage.k8s.io/pvc/name";
+/// See [`PVC_NAME`].
+pub(crate) const PVC_NAMESPACE: &str = "csi.storage.k8s.io/pvc/namespace";
+/// See [`PVC_NAME`].
+pub(crate) const PV_NAME: &str = "csi.storage.k8s.io/pv/name";
+/// Keys with this prefix are reserved for the Kubernetes sidecars.
+const RESERVED_PREFIX: &str = "csi.storage.k8s.io/";
+
+/// One CSI volume capability in pav-sdk terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Capability {
+    pub(crate) mode: VolumeMode,
+    pub(crate) access_mode: AccessMode,
+    pub(crate) mount: MountOptions,
+}
+
+/// Converts and checks one capability; `field` names it in errors.
+pub(crate) fn capability(field: &str, cap: &csi::VolumeCapability) -> Result<Capability, Status> {
+    let (mode, mount) = match &cap.access_type {
+        Some(AccessType::Block(_)) => (VolumeMode::Block, MountOptions::default()),
+        Some(AccessType::Mount(m)) => (
+            VolumeMode::Filesystem,
+            MountOptions {
+                fs_type: Some(m.fs_type.clone()).filter(|t| !t.is_empty()),
+                mount_flags: m.mount_flags.clone(),
+            },
+        ),
+        None => {
+            return Err(Status::invalid_argument(format!(
+                "{field}.access_type is required (block or mount)"
+            )));
+        }
+    };
+    let access_mode = match cap.access_mode.as_ref().map(|m| m.mode()) {
+        Some(Mode::SingleNodeWriter) => AccessMode::SingleNodeWriter,
+        Some(Mode::SingleNodeReaderOnly) => AccessMode::SingleNodeReaderOnly,
+        Some(Mode::MultiNodeReaderOnly) => AccessMode::MultiNodeReaderOnly,
+        Some(Mode::MultiNodeSingleWriter) => AccessMode::MultiNodeSingleWriter,
+        Some(Mode::MultiNodeMultiWriter) => AccessMode::MultiNodeMultiWriter,
+        Some(Mode::SingleNodeSingleWriter) => AccessMode::SingleNodeSingleWriter,
+        Some(Mode::SingleNodeMultiWriter) => AccessMode::SingleNodeMultiWriter,
+        Some(Mode::Unknown) | None => {
+            return Err(Status::invalid_argument(format!(
+                "{field}.access_mode is required"
+            )));
+        }
+    };
+    Ok(Capability {
+        mode,
+        access_mode,
+        mount,
+    })
+}
+
+/// Converts a non-empty capability list that uses one volume mode.
+pub(crate) fn capabilities(
+    field: &str,
+    caps: &[csi::VolumeCapability],
+) -> Result<(VolumeMode, Vec<AccessMode>, MountOptions), Status> {
+    let first = caps
+        .first()
+        .ok_or_else(|| Status::invalid_argument(format!("{field} is required")))?;
+    let first = capability(&format!("{field}[0]"), first)?;
+    let mut access_modes = vec![first.access_mode];
+    for (i, cap) in caps.iter().enumerate().skip(1) {
+        let cap = capability(&format!("{field}[{i}]"), cap)?;
+        if cap.mode != first.mode {
+            return Err(Status::invalid_argument(format!(
+                "{field} mixes {} and {} volume modes",
+                first.mode, cap.mode
+            )));
+        }
+        if !access_modes.contains(&cap.access_mode) {
+            access_modes.push(cap.access_mode);
+        }
+    }
+    Ok((first.mode, access_modes, first.mount))
+}
+
+/// Sorted copy of a proto map.
+pub(crate) fn sorted(map: &HashMap<String, String>) -> BTreeMap<String, String> {
+    map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+/// Proto map from a sorted map.
+pub(crate) fn unsorted(map: &BTreeMap<String, String>) -> HashMap<String, String> {
+    map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+/// Secrets from a proto map.
+pub(crate) fn secrets(map: &HashMap<String, String>) -> Secrets {
+    Secrets::from(sorted(map))
+}
+
+/// Splits StorageClass parameters into the author's parameters, the claim
+/// (from `--extra-create-metadata`) and a legacy `fstype` parameter.
+pub(crate) fn split_parameters(
+    map: &HashMap<String, String>,
+) -> (Parameters, Option<Claim>, Option<String>) {
+    let claim = match (map.get(PVC_NAME), map.get(PVC_NAMESPACE)) {
+        (Some(name), Some(namespace)) => Some(Claim {
+            name: name.clone(),
+            namespace: namespace.clone(),
+            pv_name: map.get(PV_NAME).cloned(),
+        }),
+        _ => None,
+    };
+    let fs_type = map.get("csi.storage.k8s.io/fstype").cloned();
+    let parameters = map
+        .iter()
+        .filter(|(k, _)| !k.starts_with(RESERVED_PREFIX))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    (parameters, claim, fs_type)
+}
+
+/// A CSI topology from a pav-sdk one.
+pub(crate) fn topology(t: &Topology) -> csi::Topology {
+    csi::Topology {
+        segments: unsorted(t),
+    }
+}
+
+/// A pav-sdk topology from a CSI one.
+pub(crate) fn from_topology(t: &csi::Topology) -> Topology {
+    sorted(&t.segments)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extra_create_metadata_becomes_a_claim() {
+        let map = HashMap::from([
+            (PVC_NAME.to_owned(), "data".to_owned()),
+            (PVC_NAMESPACE.to_owned(), "apps".to_owned()),
+            (PV_NAME.to_owned(), "pvc-1".to_owned()),
+            ("size".to_owned(), "big".to_owned()),
+        ]);
+        let (params, claim, fs_type) = split_parameters(&map);
+        assert_eq!(params.len(), 1);
+        let claim = claim.unwrap();
+        assert_eq!(
+            (claim.name.as_str(), claim.namespace.as_str()),
+            ("data", "apps")
+        );
+        assert_eq!(claim.pv_name.as_deref(), Some("pvc-1"));
+        assert_eq!(fs_type, None);
+    }
+}

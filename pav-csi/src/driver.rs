@@ -1,0 +1,273 @@
+//! The driver builder and the Unix-socket servers.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use pav_sdk::{Provisioner, Topology};
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::Server;
+
+use crate::Error;
+use crate::controller::{ControllerService, CreateCache};
+use crate::csi::controller_server::ControllerServer;
+use crate::csi::identity_server::IdentityServer;
+use crate::csi::node_server::NodeServer;
+use crate::guard::InFlight;
+use crate::identity::IdentityService;
+use crate::node::{NodeConfig, NodeService};
+
+/// State shared by all services of one driver.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) name: String,
+    pub(crate) version: String,
+    pub(crate) provisioner: Provisioner,
+    pub(crate) in_flight: InFlight,
+    pub(crate) create_cache: Mutex<CreateCache>,
+    pub(crate) topology_aware: bool,
+}
+
+/// A CSI driver serving one [`Provisioner`].
+#[derive(Debug)]
+pub struct Driver;
+
+impl Driver {
+    /// Starts building the driver named `name` (a domain-like name of at most
+    /// 63 bytes, e.g. `example.com/hostdir`; it is the StorageClass
+    /// `provisioner` and the PV `spec.csi.driver`).
+    pub fn builder(name: impl Into<String>) -> DriverBuilder {
+        DriverBuilder {
+            name: name.into(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            provisioner: None,
+            controller: None,
+            node: None,
+            node_topology: Topology::new(),
+            topology_aware: false,
+            max_volumes_per_node: 0,
+        }
+    }
+}
+
+/// Configures and runs a [`Driver`]; see [`Driver::builder`].
+///
+/// ```no_run
+/// # async fn f(provisioner: pav_sdk::Provisioner) -> Result<(), pav_csi::Error> {
+/// pav_csi::Driver::builder("example.com/hostdir")
+///     .provisioner(provisioner)
+///     .serve_controller("/csi/csi.sock")
+///     .serve_node("/csi/csi.sock", "node-1")
+///     .run()
+///     .await
+/// # }
+/// ```
+#[derive(Debug)]
+#[must_use = "a builder does nothing until run"]
+pub struct DriverBuilder {
+    name: String,
+    version: String,
+    provisioner: Option<Provisioner>,
+    controller: Option<PathBuf>,
+    node: Option<(PathBuf, String)>,
+    node_topology: Topology,
+    topology_aware: bool,
+    max_volumes_per_node: i64,
+}
+
+impl DriverBuilder {
+    /// The version reported by `GetPluginInfo` (default: pav-csi's).
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = version.into();
+        self
+    }
+
+    /// The provisioner to serve.
+    pub fn provisioner<P: Send + Sync + 'static>(mut self, provisioner: Provisioner<P>) -> Self {
+        self.provisioner = Some(provisioner.erase());
+        self
+    }
+
+    /// Serves the Identity and Controller services on `socket`.
+    pub fn serve_controller(mut self, socket: impl Into<PathBuf>) -> Self {
+        self.controller = Some(socket.into());
+        self
+    }
+
+    /// Serves the Identity and Node services on `socket` for node `node_id`.
+    /// The same socket as the controller's serves all three services.
+    pub fn serve_node(mut self, socket: impl Into<PathBuf>, node_id: impl Into<String>) -> Self {
+        self.node = Some((socket.into(), node_id.into()));
+        self
+    }
+
+    /// Topology segments of this node, reported by `NodeGetInfo`; setting any
+    /// advertises the `VOLUME_ACCESSIBILITY_CONSTRAINTS` plugin capability.
+    pub fn node_topology(mut self, topology: Topology) -> Self {
+        self.topology_aware |= !topology.is_empty();
+        self.node_topology = topology;
+        self
+    }
+
+    /// Advertises volume accessibility constraints without node topology
+    /// (for a controller-only process whose nodes report topology).
+    pub fn topology_aware(mut self) -> Self {
+        self.topology_aware = true;
+        self
+    }
+
+    /// How many volumes this node can publish; 0 (default) means no limit.
+    pub fn max_volumes_per_node(mut self, max: i64) -> Self {
+        self.max_volumes_per_node = max;
+        self
+    }
+
+    /// Serves until SIGTERM or SIGINT, then removes the sockets.
+    pub async fn run(self) -> Result<(), Error> {
+        self.run_until(shutdown_signal()).await
+    }
+
+    /// Serves until `shutdown` completes, then removes the sockets.
+    pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+        let name = &self.name;
+        if name.is_empty() || name.len() > 63 {
+            return Err(Error::Config(format!(
+                "driver name {name:?} must be 1 to 63 bytes"
+            )));
+        }
+        let Some(provisioner) = self.provisioner else {
+            return Err(Error::Config("no provisioner given".into()));
+        };
+        if self.node.is_some() && provisioner.stage().is_none() {
+            return Err(Error::Config(
+                "serving the node service needs a provisioner with Stage".into(),
+            ));
+        }
+        if let Some((_, node_id)) = &self.node
+            && (node_id.is_empty() || node_id.len() > crate::limits::MAX_STRING)
+        {
+            return Err(Error::Config(format!(
+                "node id {node_id:?} must be 1 to 128 bytes"
+            )));
+        }
+        let shared = Arc::new(Shared {
+            name: self.name,
+            version: self.version,
+            provisioner,
+            in_flight: InFlight::default(),
+            create_cache: Mutex::default(),
+            topology_aware: self.topology_aware,
+        });
+
+        // One server per distinct socket, each with the services meant for it.
+        let mut sockets: HashMap<PathBuf, (bool, Option<NodeConfig>)> = HashMap::new();
+        if let Some(path) = self.controller {
+            sockets.entry(path).or_default().0 = true;
+        }
+        if let Some((path, node_id)) = self.node {
+            sockets.entry(path).or_default().1 = Some(NodeConfig {
+                node_id,
+                topology: self.node_topology,
+                max_volumes: self.max_volumes_per_node,
+            });
+        }
+        if sockets.is_empty() {
+            return Err(Error::Config(
+                "call serve_controller and/or serve_node before run".into(),
+            ));
+        }
+
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let mut servers = Vec::new();
+        for (path, (controller, node)) in sockets {
+            let listener = bind(&path)?;
+            let mut router = Server::builder().add_service(IdentityServer::new(IdentityService {
+                shared: shared.clone(),
+                controller,
+            }));
+            if controller {
+                router = router.add_service(ControllerServer::new(ControllerService {
+                    shared: shared.clone(),
+                }));
+            }
+            if let Some(node) = node {
+                router = router.add_service(NodeServer::new(NodeService {
+                    shared: shared.clone(),
+                    node: Arc::new(node),
+                }));
+            }
+            tracing::info!(driver = %shared.name, socket = %path.display(), controller, "serving CSI");
+            let mut stop = stop_rx.clone();
+            servers.push(tokio::spawn(async move {
+                let result = router
+                    .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
+                        let _ = stop.wait_for(|stopped| *stopped).await;
+                    })
+                    .await;
+                let _ = std::fs::remove_file(&path);
+                result
+            }));
+        }
+
+        shutdown.await;
+        tracing::info!("shutting down");
+        let _ = stop_tx.send(true);
+        for server in servers {
+            server
+                .await
+                .map_err(|e| Error::Config(format!("server task failed: {e}")))??;
+        }
+        Ok(())
+    }
+}
+
+/// Binds `path`, replacing a stale socket, readable and writable by owner only.
+fn bind(path: &Path) -> Result<UnixListener, Error> {
+    let socket_error = |source| Error::Socket {
+        path: path.to_owned(),
+        source,
+    };
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(socket_error)?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            // A previous instance died without cleaning up.
+            std::fs::remove_file(path).map_err(socket_error)?;
+        }
+        Ok(_) => {
+            return Err(socket_error(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "exists and is not a socket",
+            )));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(socket_error(e)),
+    }
+    let listener = UnixListener::bind(path).map_err(socket_error)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(socket_error)?;
+    Ok(listener)
+}
+
+/// Completes on SIGTERM (how kubelet stops pods) or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            tracing::warn!("cannot install signal handlers; waiting for Ctrl-C");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! Errors of pav-csi itself, and the mapping of provisioner errors to gRPC codes.
+
+use tonic::{Code, Status};
+
+/// Why a driver could not be built or served.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The builder was given an inconsistent configuration.
+    #[error("invalid driver configuration: {0}")]
+    Config(String),
+    /// Preparing or binding a Unix socket failed.
+    #[error("socket {path}: {source}")]
+    Socket {
+        /// The socket path.
+        path: std::path::PathBuf,
+        /// The underlying failure.
+        source: std::io::Error,
+    },
+    /// The gRPC server or client transport failed.
+    #[error("gRPC transport: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// The gRPC status for a provisioner error, with the code the CSI spec names.
+pub(crate) fn status(err: pav_sdk::Error) -> Status {
+    let code = match &err {
+        pav_sdk::Error::InvalidArgument(_) => Code::InvalidArgument,
+        pav_sdk::Error::NotFound(_) => Code::NotFound,
+        pav_sdk::Error::AlreadyExists(_) => Code::AlreadyExists,
+        pav_sdk::Error::OutOfRange(_) => Code::OutOfRange,
+        pav_sdk::Error::ResourceExhausted(_) => Code::ResourceExhausted,
+        pav_sdk::Error::FailedPrecondition(_) => Code::FailedPrecondition,
+        pav_sdk::Error::Aborted(_) => Code::Aborted,
+        pav_sdk::Error::Unavailable(_) => Code::Unavailable,
+        _ => Code::Internal,
+    };
+    Status::new(code, err.message().to_owned())
+}
+
+/// An `INTERNAL` status for a local I/O failure while (un)mounting.
+pub(crate) fn internal(what: &str, err: impl std::fmt::Display) -> Status {
+    Status::internal(format!("{what}: {err}"))
+}

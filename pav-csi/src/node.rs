@@ -1,0 +1,336 @@
+//! The CSI Node service: stage through the provisioner, publish with bind mounts.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use pav_sdk::{Topology, VolumeMode};
+use tonic::{Request, Response, Status};
+
+use crate::convert;
+use crate::csi;
+use crate::csi::node_service_capability::rpc::Type as RpcType;
+use crate::driver::Shared;
+use crate::error::{internal, status};
+use crate::limits;
+use crate::mount;
+
+/// Where a staged block device is bind-mounted inside the staging directory,
+/// so that NodePublishVolume finds it again after a driver restart.
+const STAGED_DEVICE: &str = "device";
+
+/// What this node reports about itself.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeConfig {
+    pub(crate) node_id: String,
+    pub(crate) topology: Topology,
+    pub(crate) max_volumes: i64,
+}
+
+/// Node service.
+#[derive(Debug)]
+pub(crate) struct NodeService {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) node: Arc<NodeConfig>,
+}
+
+/// Runs blocking mount-table work off the async runtime.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, Status> + Send + 'static,
+) -> Result<T, Status> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| internal("mount task", e))?
+}
+
+/// Makes `target` exist as what a bind of `source` needs: a directory for a
+/// directory, an empty file for a device or file.
+fn prepare_target(target: &Path, directory: bool) -> Result<(), Status> {
+    if directory {
+        return std::fs::create_dir_all(target).map_err(|e| internal("creating target", e));
+    }
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| internal("creating target parent", e))?;
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(target)
+    {
+        Ok(_) => Ok(()),
+        Err(e) => Err(internal("creating target file", e)),
+    }
+}
+
+/// Unmounts `path` and removes it; a missing path is fine.
+fn unmount_and_remove(path: &Path) -> Result<(), Status> {
+    mount::unmount_all(path).map_err(|e| internal("unmounting", e))?;
+    let removed = match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) => Err(e),
+    };
+    match removed {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(internal("removing", e)),
+        _ => Ok(()),
+    }
+}
+
+#[tonic::async_trait]
+impl csi::node_server::Node for NodeService {
+    async fn node_stage_volume(
+        &self,
+        request: Request<csi::NodeStageVolumeRequest>,
+    ) -> Result<Response<csi::NodeStageVolumeResponse>, Status> {
+        let req = request.into_inner();
+        let volume_id = limits::required("volume_id", &req.volume_id)?;
+        let staging = PathBuf::from(limits::required_path(
+            "staging_target_path",
+            &req.staging_target_path,
+        )?);
+        let capability = req
+            .volume_capability
+            .as_ref()
+            .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
+        let capability = convert::capability("volume_capability", capability)?;
+        limits::map("publish_context", &req.publish_context)?;
+        limits::map("volume_context", &req.volume_context)?;
+        limits::map("secrets", &req.secrets)?;
+        let Some(stager) = self.shared.provisioner.stage() else {
+            return Err(Status::unimplemented(
+                "this provisioner does not stage volumes",
+            ));
+        };
+        if !self
+            .shared
+            .provisioner
+            .supports_volume_mode(capability.mode)
+        {
+            return Err(Status::invalid_argument(format!(
+                "volume mode {} is not supported",
+                capability.mode
+            )));
+        }
+
+        let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        tracing::info!(volume_id, staging = %staging.display(), mode = %capability.mode, "NodeStageVolume");
+        let mut stage = pav_sdk::build::stage(
+            volume_id,
+            self.node.node_id.clone(),
+            staging.clone(),
+            capability.mode,
+        );
+        stage.access_mode = capability.access_mode;
+        stage.read_only = capability.access_mode.is_read_only();
+        stage.mount = capability.mount;
+        stage.context = convert::sorted(&req.volume_context);
+        stage.secrets = convert::secrets(&req.secrets);
+        let read_only = stage.read_only;
+        let staged = stager.stage(stage).await.map_err(|e| {
+            tracing::warn!(volume_id, error = %e, "NodeStageVolume failed");
+            status(e)
+        })?;
+
+        let mode = capability.mode;
+        blocking(move || {
+            let (source, target) = match mode {
+                VolumeMode::Filesystem if staged.path == staging => return Ok(()),
+                VolumeMode::Filesystem => (staged.path, staging),
+                VolumeMode::Block => (staged.path, staging.join(STAGED_DEVICE)),
+            };
+            if mount::is_mount_point(&target).map_err(|e| internal("reading mounts", e))? {
+                return Ok(());
+            }
+            prepare_target(&target, mode == VolumeMode::Filesystem)?;
+            mount::bind(&source, &target, read_only).map_err(|e| {
+                internal(
+                    &format!("bind-mounting {} on {}", source.display(), target.display()),
+                    e,
+                )
+            })
+        })
+        .await?;
+        Ok(Response::new(csi::NodeStageVolumeResponse {}))
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        request: Request<csi::NodeUnstageVolumeRequest>,
+    ) -> Result<Response<csi::NodeUnstageVolumeResponse>, Status> {
+        let req = request.into_inner();
+        let volume_id = limits::required("volume_id", &req.volume_id)?;
+        let staging = PathBuf::from(limits::required_path(
+            "staging_target_path",
+            &req.staging_target_path,
+        )?);
+        let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        tracing::info!(volume_id, staging = %staging.display(), "NodeUnstageVolume");
+        let path = staging.clone();
+        blocking(move || {
+            unmount_and_remove(&path.join(STAGED_DEVICE))?;
+            mount::unmount_all(&path).map_err(|e| internal("unmounting staging path", e))
+        })
+        .await?;
+        if let Some(unstager) = self.shared.provisioner.unstage() {
+            let unstage = pav_sdk::build::unstage(volume_id, self.node.node_id.clone(), staging);
+            unstager.unstage(unstage).await.map_err(|e| {
+                tracing::warn!(volume_id, error = %e, "NodeUnstageVolume failed");
+                status(e)
+            })?;
+        }
+        Ok(Response::new(csi::NodeUnstageVolumeResponse {}))
+    }
+
+    async fn node_publish_volume(
+        &self,
+        request: Request<csi::NodePublishVolumeRequest>,
+    ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
+        let req = request.into_inner();
+        let volume_id = limits::required("volume_id", &req.volume_id)?;
+        let target = PathBuf::from(limits::required_path("target_path", &req.target_path)?);
+        let capability = req
+            .volume_capability
+            .as_ref()
+            .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
+        let capability = convert::capability("volume_capability", capability)?;
+        let staging = PathBuf::from(limits::required_path(
+            "staging_target_path",
+            &req.staging_target_path,
+        )?);
+        limits::map("publish_context", &req.publish_context)?;
+        limits::map("volume_context", &req.volume_context)?;
+        limits::map("secrets", &req.secrets)?;
+
+        let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        let read_only = req.readonly || capability.access_mode.is_read_only();
+        tracing::info!(volume_id, target = %target.display(), read_only, "NodePublishVolume");
+        let mode = capability.mode;
+        blocking(move || {
+            let source = match mode {
+                VolumeMode::Filesystem => staging,
+                VolumeMode::Block => staging.join(STAGED_DEVICE),
+            };
+            if !mount::is_mount_point(&source).map_err(|e| internal("reading mounts", e))? {
+                return Err(Status::failed_precondition(format!(
+                    "volume is not staged at {}",
+                    source.display()
+                )));
+            }
+            if mount::is_mount_point(&target).map_err(|e| internal("reading mounts", e))? {
+                return Ok(());
+            }
+            prepare_target(&target, mode == VolumeMode::Filesystem)?;
+            mount::bind(&source, &target, read_only).map_err(|e| {
+                internal(
+                    &format!("bind-mounting {} on {}", source.display(), target.display()),
+                    e,
+                )
+            })
+        })
+        .await?;
+        Ok(Response::new(csi::NodePublishVolumeResponse {}))
+    }
+
+    async fn node_unpublish_volume(
+        &self,
+        request: Request<csi::NodeUnpublishVolumeRequest>,
+    ) -> Result<Response<csi::NodeUnpublishVolumeResponse>, Status> {
+        let req = request.into_inner();
+        let volume_id = limits::required("volume_id", &req.volume_id)?;
+        let target = PathBuf::from(limits::required_path("target_path", &req.target_path)?);
+        let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        tracing::info!(volume_id, target = %target.display(), "NodeUnpublishVolume");
+        blocking(move || unmount_and_remove(&target)).await?;
+        Ok(Response::new(csi::NodeUnpublishVolumeResponse {}))
+    }
+
+    async fn node_get_volume_stats(
+        &self,
+        request: Request<csi::NodeGetVolumeStatsRequest>,
+    ) -> Result<Response<csi::NodeGetVolumeStatsResponse>, Status> {
+        let req = request.into_inner();
+        limits::required("volume_id", &req.volume_id)?;
+        let path = PathBuf::from(limits::required_path("volume_path", &req.volume_path)?);
+        let usage = blocking(move || {
+            let not_found =
+                || Status::not_found(format!("no volume is published at {}", path.display()));
+            if !mount::is_mount_point(&path).map_err(|e| internal("reading mounts", e))? {
+                return Err(not_found());
+            }
+            let meta = std::fs::metadata(&path).map_err(|_| not_found())?;
+            volume_usage(&path, meta.is_dir()).map_err(|e| internal("reading usage", e))
+        })
+        .await?;
+        Ok(Response::new(csi::NodeGetVolumeStatsResponse {
+            usage,
+            volume_condition: None,
+        }))
+    }
+
+    async fn node_get_capabilities(
+        &self,
+        _request: Request<csi::NodeGetCapabilitiesRequest>,
+    ) -> Result<Response<csi::NodeGetCapabilitiesResponse>, Status> {
+        let mut rpcs = vec![RpcType::GetVolumeStats];
+        if self.shared.provisioner.stage().is_some() {
+            rpcs.push(RpcType::StageUnstageVolume);
+        }
+        let capabilities = rpcs
+            .into_iter()
+            .map(|rpc| csi::NodeServiceCapability {
+                r#type: Some(csi::node_service_capability::Type::Rpc(
+                    csi::node_service_capability::Rpc { r#type: rpc as i32 },
+                )),
+            })
+            .collect();
+        Ok(Response::new(csi::NodeGetCapabilitiesResponse {
+            capabilities,
+        }))
+    }
+
+    async fn node_get_info(
+        &self,
+        _request: Request<csi::NodeGetInfoRequest>,
+    ) -> Result<Response<csi::NodeGetInfoResponse>, Status> {
+        let accessible_topology =
+            (!self.node.topology.is_empty()).then(|| convert::topology(&self.node.topology));
+        Ok(Response::new(csi::NodeGetInfoResponse {
+            node_id: self.node.node_id.clone(),
+            max_volumes_per_node: self.node.max_volumes,
+            accessible_topology,
+        }))
+    }
+}
+
+/// Bytes (and inodes, for filesystems) used by the volume at `path`.
+fn volume_usage(path: &Path, directory: bool) -> std::io::Result<Vec<csi::VolumeUsage>> {
+    use csi::volume_usage::Unit;
+    let usage = |unit: Unit, total: u64, available: u64, used: u64| csi::VolumeUsage {
+        available: i64::try_from(available).unwrap_or(i64::MAX),
+        total: i64::try_from(total).unwrap_or(i64::MAX),
+        used: i64::try_from(used).unwrap_or(i64::MAX),
+        unit: unit as i32,
+    };
+    if directory {
+        let fs = rustix::fs::statvfs(path)?;
+        let block = fs.f_frsize;
+        return Ok(vec![
+            usage(
+                Unit::Bytes,
+                fs.f_blocks * block,
+                fs.f_bavail * block,
+                (fs.f_blocks - fs.f_bfree) * block,
+            ),
+            usage(
+                Unit::Inodes,
+                fs.f_files,
+                fs.f_ffree,
+                fs.f_files - fs.f_ffree,
+            ),
+        ]);
+    }
+    // A block device's size is where seeking to its end lands.
+    use std::io::Seek;
+    let size = std::fs::File::open(path)?.seek(std::io::SeekFrom::End(0))?;
+    Ok(vec![usage(Unit::Bytes, size, 0, 0)])
+}
