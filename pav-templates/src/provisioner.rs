@@ -751,7 +751,7 @@ impl Checker {
                         self.problem_schema(path, "must be a positive capacity");
                     }
                 }
-                Json::Number(n) if n.as_u64().is_some_and(|n| n > 0) => {}
+                Json::Number(n) if number_bytes(n, Rounding::Up).is_some_and(|n| n > 0) => {}
                 other => self.problem_schema(
                     path,
                     &format!("must be a positive quantity, not {}", describe_json(other)),
@@ -868,7 +868,19 @@ fn has_template_syntax(source: &str) -> bool {
 fn literal_bytes(value: &Json, rounding: Rounding) -> Option<u64> {
     match value {
         Json::String(text) if !has_template_syntax(text) => parse_bytes(text, rounding).ok(),
-        Json::Number(n) => n.as_u64(),
+        Json::Number(n) => number_bytes(n, rounding),
+        _ => None,
+    }
+}
+
+/// A YAML number as bytes: `1e3` is a float in YAML 1.2 but a quantity to
+/// the user, so integral and fractional floats are accepted and rounded.
+fn number_bytes(n: &serde_json::Number, rounding: Rounding) -> Option<u64> {
+    match (n.as_u64(), n.as_f64()) {
+        (Some(int), _) => Some(int),
+        (None, Some(float)) if float.is_finite() && float >= 0.0 => {
+            parse_bytes(&float.to_string(), rounding).ok()
+        }
         _ => None,
     }
 }
@@ -901,7 +913,9 @@ fn jinja_message(err: &minijinja::Error) -> String {
         (ErrorKind::OutOfFuel, _) => {
             "evaluation budget exhausted (does the template loop without end?)".to_owned()
         }
-        (ErrorKind::UndefinedError, None) => "undefined value".to_owned(),
+        (ErrorKind::UndefinedError, None) => {
+            "undefined value (something undefined was indexed or called; test it with `is defined` or give it a `default`)".to_owned()
+        }
         (kind, Some(detail)) if matches!(kind, ErrorKind::SyntaxError) => format!("{detail}"),
         (_, Some(detail)) => detail.to_owned(),
         (kind, None) => kind.to_string(),
