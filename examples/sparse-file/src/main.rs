@@ -1,1 +1,69 @@
-fn main() {}
+//! A CSI driver whose volumes are sparse files under a directory, written
+//! against pav-sdk only (MetalK8s' `sparseLoopDevice` idea).
+//!
+//! Creation makes and sizes the file; staging attaches it to a loop device and,
+//! for Filesystem volumes, formats it on first use and mounts it; deletion
+//! removes it. Run it locally, as root, with no cluster:
+//!
+//! ```text
+//! cargo run -p sparse-file -- --endpoint /tmp/sparse.sock --dir /tmp/sparse-volumes --node-id $(hostname)
+//! ```
+
+mod provisioner;
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use pav_sdk::{Provisioner, VolumeMode};
+
+use crate::provisioner::SparseFiles;
+
+/// Serve sparse-file volumes as a CSI driver on a Unix socket.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    /// Unix socket to serve on (`unix://` prefix accepted, as CSI sidecars pass it).
+    #[arg(long)]
+    endpoint: String,
+    /// Directory holding the volumes' sparse files.
+    #[arg(long, default_value = "/var/lib/sparse-file")]
+    dir: PathBuf,
+    /// This node's id; without it only the controller service is served.
+    #[arg(long)]
+    node_id: Option<String>,
+    /// Serve only the controller service even when a node id is given.
+    #[arg(long)]
+    controller_only: bool,
+    /// CSI driver name (StorageClass `provisioner`).
+    #[arg(long, default_value = "sparse-file.pav.example.com")]
+    driver_name: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    let socket = PathBuf::from(cli.endpoint.trim_start_matches("unix://"));
+    std::fs::create_dir_all(&cli.dir)?;
+
+    let provisioner = Provisioner::new(SparseFiles::new(cli.dir))
+        .with_validate()
+        .with_create()
+        .with_delete()
+        .with_stage()
+        .with_unstage()
+        .volume_modes([VolumeMode::Filesystem, VolumeMode::Block]);
+    let mut driver = pav_csi::Driver::builder(cli.driver_name)
+        .version(env!("CARGO_PKG_VERSION"))
+        .provisioner(provisioner)
+        .serve_controller(&socket);
+    if let Some(node_id) = cli.node_id.filter(|_| !cli.controller_only) {
+        driver = driver.serve_node(&socket, node_id);
+    }
+    driver.run().await?;
+    Ok(())
+}
