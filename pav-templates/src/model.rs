@@ -21,12 +21,12 @@ pub const GROUP: &str = "pav.albertofaria.github.io";
 /// API version of PavProvisioner.
 pub const VERSION: &str = "v1alpha1";
 
-/// The spec of a PavProvisioner: how volumes are validated, created,
-/// deleted, staged on a node and unstaged, as pod templates.
+/// How volumes are validated, created, deleted, staged on a node and
+/// unstaged, as pod templates. Every string field below provisioningModes
+/// is a Jinja template, evaluated per volume (see the PaV user guide).
 ///
-/// See the PaV user guide for each field's meaning. Phase fields hold
-/// templates, so they are kept as written ([`TemplateTree`]); use
-/// [`crate::CompiledProvisioner`] to check and evaluate them.
+/// Phase fields are kept as written, since a template may stand in for a
+/// whole object; `CompiledProvisioner` checks and evaluates them.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "pav.albertofaria.github.io",
@@ -53,7 +53,7 @@ pub const VERSION: &str = "v1alpha1";
 pub struct PavProvisionerSpec {
     /// How volumes of this provisioner come to exist: created on demand for
     /// claims (`Dynamic`), or declared by users as PersistentVolumes (`Static`).
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 2))]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub provisioning_modes: Vec<ProvisioningMode>,
 
@@ -93,7 +93,7 @@ pub struct PavProvisionerStatus {
     pub conditions: Vec<Condition>,
     /// Number of PersistentVolumes of this provisioner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub volumes: Option<u32>,
+    pub volumes: Option<i32>,
 }
 
 /// A status condition, as in `metav1.Condition`.

@@ -767,16 +767,14 @@ impl Checker {
                     );
                 }
             }
-            "podTemplate" => {
-                if !value.is_object() && !value.is_string() {
-                    self.problem_schema(
-                        path,
-                        &format!(
-                            "must be a PodTemplateSpec object or a template, not {}",
-                            describe_json(value)
-                        ),
-                    );
-                }
+            "podTemplate" if !value.is_object() && !value.is_string() => {
+                self.problem_schema(
+                    path,
+                    &format!(
+                        "must be a PodTemplateSpec object or a template, not {}",
+                        describe_json(value)
+                    ),
+                );
             }
             _ => {}
         }
@@ -916,7 +914,6 @@ fn jinja_message(err: &minijinja::Error) -> String {
         (ErrorKind::UndefinedError, None) => {
             "undefined value (something undefined was indexed or called; test it with `is defined` or give it a `default`)".to_owned()
         }
-        (kind, Some(detail)) if matches!(kind, ErrorKind::SyntaxError) => format!("{detail}"),
         (_, Some(detail)) => detail.to_owned(),
         (kind, None) => kind.to_string(),
     };

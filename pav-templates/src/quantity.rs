@@ -117,7 +117,7 @@ pub fn parse_bytes(input: &str, rounding: Rounding) -> Result<u64, QuantityError
             None => u128::from(mantissa != 0 && rounding == Rounding::Up),
             Some(scale) => {
                 let whole = mantissa / scale;
-                let inexact = mantissa % scale != 0;
+                let inexact = !mantissa.is_multiple_of(scale);
                 whole + u128::from(inexact && rounding == Rounding::Up)
             }
         }
