@@ -1,0 +1,250 @@
+//! A test provisioner and a driver served on a temporary Unix socket.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use pav_csi::csi;
+use pav_sdk::{
+    Create, CreateRequest, Delete, DeleteRequest, Error, Provisioner, Result, Stage, StageRequest,
+    Staged, Unstage, UnstageRequest, Validate, ValidateRequest, Volume, VolumeMode, async_trait,
+};
+use tonic::transport::Channel;
+
+/// Volumes kept in memory; staging hands out directories and files under `root`.
+#[derive(Debug)]
+pub struct Memory {
+    pub root: PathBuf,
+    pub volumes: Mutex<HashMap<String, Volume>>,
+    pub creates: AtomicUsize,
+    pub unstages: AtomicUsize,
+}
+
+/// Maps the `error` parameter to the error a test wants back.
+fn requested_error(parameters: &pav_sdk::Parameters) -> Option<Error> {
+    let message = || "requested by test".to_owned();
+    Some(match parameters.get("error")?.as_str() {
+        "invalid" => Error::InvalidArgument(message()),
+        "not-found" => Error::NotFound(message()),
+        "exists" => Error::AlreadyExists(message()),
+        "range" => Error::OutOfRange(message()),
+        "exhausted" => Error::ResourceExhausted(message()),
+        "precondition" => Error::FailedPrecondition(message()),
+        "aborted" => Error::Aborted(message()),
+        "unavailable" => Error::Unavailable(message()),
+        _ => Error::Internal(message()),
+    })
+}
+
+#[async_trait]
+impl Validate for Memory {
+    async fn validate(&self, req: ValidateRequest) -> Result<()> {
+        if let Some(handle) = &req.handle {
+            if !self
+                .volumes
+                .lock()
+                .unwrap()
+                .values()
+                .any(|v| &v.handle == handle)
+            {
+                return Err(Error::NotFound(handle.clone()));
+            }
+        }
+        if req.parameters.get("reject").is_some() {
+            return Err(Error::InvalidArgument("rejected by test".into()));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Create for Memory {
+    async fn create(&self, req: CreateRequest) -> Result<Volume> {
+        if let Some(err) = requested_error(&req.parameters) {
+            return Err(err);
+        }
+        // Slow enough for concurrent requests to overlap.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut volumes = self.volumes.lock().unwrap();
+        if let Some(volume) = volumes.get(&req.name) {
+            return Ok(volume.clone());
+        }
+        self.creates.fetch_add(1, Ordering::SeqCst);
+        let size = req.capacity.choose(1 << 20, 1 << 20)?;
+        let volume = Volume::new(format!("vol-{}", req.name.len() + volumes.len()), size)
+            .with_context("origin", "memory");
+        volumes.insert(req.name, volume.clone());
+        Ok(volume)
+    }
+}
+
+#[async_trait]
+impl Delete for Memory {
+    async fn delete(&self, req: DeleteRequest) -> Result<()> {
+        self.volumes
+            .lock()
+            .unwrap()
+            .retain(|_, v| v.handle != req.handle);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Stage for Memory {
+    async fn stage(&self, req: StageRequest) -> Result<Staged> {
+        if req.handle == "slow" {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        if req.handle == "missing" {
+            return Err(Error::NotFound("no such volume".into()));
+        }
+        let path = self.root.join("backing").join(&req.handle);
+        match req.volume_mode {
+            VolumeMode::Filesystem => std::fs::create_dir_all(&path)?,
+            VolumeMode::Block => {
+                std::fs::create_dir_all(path.parent().unwrap())?;
+                // A regular file stands in for a device: bind mounts accept both.
+                std::fs::File::create(&path)?.set_len(4096)?;
+            }
+        }
+        Ok(Staged::at(path))
+    }
+}
+
+#[async_trait]
+impl Unstage for Memory {
+    async fn unstage(&self, _req: UnstageRequest) -> Result<()> {
+        self.unstages.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// A running driver and clients for it.
+pub struct Harness {
+    pub dir: tempfile::TempDir,
+    pub socket: PathBuf,
+    pub identity: csi::identity_client::IdentityClient<Channel>,
+    pub controller: csi::controller_client::ControllerClient<Channel>,
+    pub node: csi::node_client::NodeClient<Channel>,
+    pub provisioner: std::sync::Arc<Memory>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<std::result::Result<(), pav_csi::Error>>>,
+}
+
+impl Harness {
+    /// Serves controller and node on one socket.
+    pub async fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("csi.sock");
+        let memory = Memory {
+            root: dir.path().to_owned(),
+            volumes: Mutex::default(),
+            creates: AtomicUsize::new(0),
+            unstages: AtomicUsize::new(0),
+        };
+        let provisioner = Provisioner::new(memory)
+            .with_validate()
+            .with_create()
+            .with_delete()
+            .with_stage()
+            .with_unstage()
+            .volume_modes([VolumeMode::Filesystem, VolumeMode::Block]);
+        let inner = provisioner.inner().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(
+            pav_csi::Driver::builder("test.pav.example.com")
+                .version("9.9.9")
+                .provisioner(provisioner)
+                .serve_controller(&socket)
+                .serve_node(&socket, "node-a")
+                .node_topology([("zone".to_owned(), "a".to_owned())].into())
+                .run_until(async {
+                    let _ = stopped.await;
+                }),
+        );
+        wait_for(&socket).await;
+        let channel = pav_csi::client::connect(&socket).await.unwrap();
+        Harness {
+            socket,
+            identity: csi::identity_client::IdentityClient::new(channel.clone()),
+            controller: csi::controller_client::ControllerClient::new(channel.clone()),
+            node: csi::node_client::NodeClient::new(channel),
+            provisioner: inner,
+            dir,
+            stop: Some(stop),
+            server: Some(server),
+        }
+    }
+
+    /// Stops the driver and waits for it to finish.
+    pub async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.server.take().unwrap().await.unwrap().unwrap();
+        assert!(!self.socket.exists(), "socket removed on shutdown");
+    }
+
+    /// A path under the test directory.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// Waits until `socket` exists.
+pub async fn wait_for(socket: &Path) {
+    for _ in 0..200 {
+        if socket.exists() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("socket {} never appeared", socket.display());
+}
+
+/// A single-node-writer capability of the given mode.
+pub fn capability(mode: VolumeMode) -> csi::VolumeCapability {
+    use csi::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume, access_mode};
+    csi::VolumeCapability {
+        access_mode: Some(AccessMode {
+            mode: access_mode::Mode::SingleNodeWriter as i32,
+        }),
+        access_type: Some(match mode {
+            VolumeMode::Filesystem => AccessType::Mount(MountVolume::default()),
+            VolumeMode::Block => AccessType::Block(BlockVolume {}),
+        }),
+    }
+}
+
+/// A CreateVolume request for `name` with 1 MiB required.
+pub fn create_request(name: &str) -> csi::CreateVolumeRequest {
+    csi::CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(csi::CapacityRange {
+            required_bytes: 1 << 20,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![capability(VolumeMode::Filesystem)],
+        ..Default::default()
+    }
+}
+
+/// True when running as root (mount tests need it).
+pub fn is_root() -> bool {
+    rustix_uid() == 0
+}
+
+fn rustix_uid() -> u32 {
+    // /proc/self/status "Uid:" line: real, effective, saved, fs.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2))
+                .and_then(|u| u.parse().ok())
+        })
+        .unwrap_or(u32::MAX)
+}
