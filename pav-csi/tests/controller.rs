@@ -114,10 +114,7 @@ async fn controller_capabilities_follow_the_provisioner() {
     use csi::controller_service_capability::{Type, rpc};
     let rpcs: Vec<i32> = caps
         .iter()
-        .filter_map(|c| match &c.r#type {
-            Some(Type::Rpc(r)) => Some(r.r#type),
-            None => None,
-        })
+        .filter_map(|c| c.r#type.as_ref().map(|Type::Rpc(r)| r.r#type))
         .collect();
     assert_eq!(rpcs, vec![rpc::Type::CreateDeleteVolume as i32]);
     h.stop().await;

@@ -43,18 +43,17 @@ fn requested_error(parameters: &pav_sdk::Parameters) -> Option<Error> {
 #[async_trait]
 impl Validate for Memory {
     async fn validate(&self, req: ValidateRequest) -> Result<()> {
-        if let Some(handle) = &req.handle {
-            if !self
+        if let Some(handle) = &req.handle
+            && !self
                 .volumes
                 .lock()
                 .unwrap()
                 .values()
                 .any(|v| &v.handle == handle)
-            {
-                return Err(Error::NotFound(handle.clone()));
-            }
+        {
+            return Err(Error::NotFound(handle.clone()));
         }
-        if req.parameters.get("reject").is_some() {
+        if req.parameters.contains_key("reject") {
             return Err(Error::InvalidArgument("rejected by test".into()));
         }
         Ok(())

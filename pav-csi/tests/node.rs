@@ -1,0 +1,410 @@
+//! Node RPCs through a real tonic client over a Unix socket. Mounting needs
+//! root: those tests skip with a message otherwise.
+
+mod common;
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use common::{Harness, capability, is_root};
+use pav_csi::csi;
+use pav_sdk::VolumeMode;
+use tonic::Code;
+
+macro_rules! require_root {
+    () => {
+        if !is_root() {
+            eprintln!("SKIPPED: needs root to mount (run the tests as root)");
+            return;
+        }
+    };
+}
+
+fn stage_request(h: &Harness, id: &str, mode: VolumeMode) -> csi::NodeStageVolumeRequest {
+    let staging = h.path(&format!("staging-{id}"));
+    std::fs::create_dir_all(&staging).unwrap(); // kubelet creates it
+    csi::NodeStageVolumeRequest {
+        volume_id: id.into(),
+        staging_target_path: staging.to_string_lossy().into(),
+        volume_capability: Some(capability(mode)),
+        ..Default::default()
+    }
+}
+
+fn publish_request(
+    h: &Harness,
+    id: &str,
+    mode: VolumeMode,
+    target: &str,
+) -> csi::NodePublishVolumeRequest {
+    csi::NodePublishVolumeRequest {
+        volume_id: id.into(),
+        staging_target_path: h.path(&format!("staging-{id}")).to_string_lossy().into(),
+        target_path: h.path(target).to_string_lossy().into(),
+        volume_capability: Some(capability(mode)),
+        ..Default::default()
+    }
+}
+
+fn is_mounted(path: &Path) -> bool {
+    let path = path.canonicalize().unwrap_or_else(|_| path.to_owned());
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(path.to_str().unwrap()))
+}
+
+#[tokio::test]
+async fn node_info_and_capabilities() {
+    let mut h = Harness::start().await;
+    let info = h
+        .node
+        .node_get_info(csi::NodeGetInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.node_id, "node-a");
+    assert_eq!(
+        info.accessible_topology
+            .unwrap()
+            .segments
+            .get("zone")
+            .map(String::as_str),
+        Some("a")
+    );
+    let caps = h
+        .node
+        .node_get_capabilities(csi::NodeGetCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .capabilities;
+    use csi::node_service_capability::{Type, rpc};
+    let rpcs: Vec<i32> = caps
+        .iter()
+        .filter_map(|c| c.r#type.as_ref().map(|Type::Rpc(r)| r.r#type))
+        .collect();
+    assert!(rpcs.contains(&(rpc::Type::StageUnstageVolume as i32)));
+    assert!(rpcs.contains(&(rpc::Type::GetVolumeStats as i32)));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn node_rpcs_name_missing_fields() {
+    let mut h = Harness::start().await;
+    let stage = stage_request(&h, "v", VolumeMode::Filesystem);
+    let publish = publish_request(&h, "v", VolumeMode::Filesystem, "target");
+    let cases: Vec<(tonic::Status, &str)> = vec![
+        (
+            h.node
+                .node_stage_volume(csi::NodeStageVolumeRequest {
+                    volume_id: "".into(),
+                    ..stage.clone()
+                })
+                .await
+                .unwrap_err(),
+            "volume_id",
+        ),
+        (
+            h.node
+                .node_stage_volume(csi::NodeStageVolumeRequest {
+                    staging_target_path: "".into(),
+                    ..stage.clone()
+                })
+                .await
+                .unwrap_err(),
+            "staging_target_path",
+        ),
+        (
+            h.node
+                .node_stage_volume(csi::NodeStageVolumeRequest {
+                    volume_capability: None,
+                    ..stage.clone()
+                })
+                .await
+                .unwrap_err(),
+            "volume_capability",
+        ),
+        (
+            h.node
+                .node_stage_volume(csi::NodeStageVolumeRequest {
+                    volume_id: "x".repeat(129),
+                    ..stage.clone()
+                })
+                .await
+                .unwrap_err(),
+            "volume_id",
+        ),
+        (
+            h.node
+                .node_unstage_volume(csi::NodeUnstageVolumeRequest {
+                    volume_id: "v".into(),
+                    staging_target_path: "".into(),
+                })
+                .await
+                .unwrap_err(),
+            "staging_target_path",
+        ),
+        (
+            h.node
+                .node_unstage_volume(csi::NodeUnstageVolumeRequest {
+                    volume_id: "".into(),
+                    staging_target_path: "/x".into(),
+                })
+                .await
+                .unwrap_err(),
+            "volume_id",
+        ),
+        (
+            h.node
+                .node_publish_volume(csi::NodePublishVolumeRequest {
+                    volume_id: "".into(),
+                    ..publish.clone()
+                })
+                .await
+                .unwrap_err(),
+            "volume_id",
+        ),
+        (
+            h.node
+                .node_publish_volume(csi::NodePublishVolumeRequest {
+                    target_path: "".into(),
+                    ..publish.clone()
+                })
+                .await
+                .unwrap_err(),
+            "target_path",
+        ),
+        (
+            h.node
+                .node_publish_volume(csi::NodePublishVolumeRequest {
+                    volume_capability: None,
+                    ..publish.clone()
+                })
+                .await
+                .unwrap_err(),
+            "volume_capability",
+        ),
+        (
+            h.node
+                .node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
+                    volume_id: "".into(),
+                    target_path: "/x".into(),
+                })
+                .await
+                .unwrap_err(),
+            "volume_id",
+        ),
+        (
+            h.node
+                .node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
+                    volume_id: "v".into(),
+                    target_path: "".into(),
+                })
+                .await
+                .unwrap_err(),
+            "target_path",
+        ),
+        (
+            h.node
+                .node_get_volume_stats(csi::NodeGetVolumeStatsRequest {
+                    volume_id: "".into(),
+                    volume_path: "/x".into(),
+                    staging_target_path: "".into(),
+                })
+                .await
+                .unwrap_err(),
+            "volume_id",
+        ),
+        (
+            h.node
+                .node_get_volume_stats(csi::NodeGetVolumeStatsRequest {
+                    volume_id: "v".into(),
+                    volume_path: "".into(),
+                    staging_target_path: "".into(),
+                })
+                .await
+                .unwrap_err(),
+            "volume_path",
+        ),
+    ];
+    for (status, field) in cases {
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert!(
+            status.message().contains(field),
+            "{field} not in {status:?}"
+        );
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn node_errors_map_to_grpc_codes() {
+    let mut h = Harness::start().await;
+    let missing = h
+        .node
+        .node_stage_volume(stage_request(&h, "missing", VolumeMode::Filesystem))
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), Code::NotFound);
+    let unstaged = publish_request(&h, "never-staged", VolumeMode::Filesystem, "t");
+    let unstaged = h.node.node_publish_volume(unstaged).await.unwrap_err();
+    assert_eq!(unstaged.code(), Code::FailedPrecondition);
+    let stats = csi::NodeGetVolumeStatsRequest {
+        volume_id: "v".into(),
+        volume_path: "some/path".into(),
+        staging_target_path: "".into(),
+    };
+    assert_eq!(
+        h.node
+            .node_get_volume_stats(stats)
+            .await
+            .unwrap_err()
+            .code(),
+        Code::NotFound
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn concurrent_operation_on_one_volume_is_aborted() {
+    require_root!();
+    let h = Harness::start().await;
+    let slow = stage_request(&h, "slow", VolumeMode::Filesystem);
+    let mut first = h.node.clone();
+    let pending = tokio::spawn(async move { first.node_stage_volume(slow).await });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let mut second = h.node.clone();
+    let unstage = csi::NodeUnstageVolumeRequest {
+        volume_id: "slow".into(),
+        staging_target_path: h.path("staging-slow").to_string_lossy().into(),
+    };
+    let status = second
+        .node_unstage_volume(unstage.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Aborted);
+    pending.await.unwrap().unwrap();
+    second.node_unstage_volume(unstage).await.unwrap();
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn filesystem_lifecycle_is_idempotent() {
+    require_root!();
+    let mut h = Harness::start().await;
+    let stage = stage_request(&h, "fs", VolumeMode::Filesystem);
+    let staging = h.path("staging-fs");
+    for _ in 0..2 {
+        h.node.node_stage_volume(stage.clone()).await.unwrap();
+    }
+    assert!(is_mounted(&staging));
+    std::fs::write(staging.join("hello"), "world").unwrap();
+
+    let publish = publish_request(&h, "fs", VolumeMode::Filesystem, "pods/a/target");
+    for _ in 0..2 {
+        h.node.node_publish_volume(publish.clone()).await.unwrap();
+    }
+    let target = h.path("pods/a/target");
+    assert_eq!(
+        std::fs::read_to_string(target.join("hello")).unwrap(),
+        "world"
+    );
+
+    let read_only = csi::NodePublishVolumeRequest {
+        readonly: true,
+        ..publish_request(&h, "fs", VolumeMode::Filesystem, "pods/b/target")
+    };
+    h.node.node_publish_volume(read_only).await.unwrap();
+    let denied = std::fs::write(h.path("pods/b/target/nope"), "x").unwrap_err();
+    assert_eq!(
+        denied.raw_os_error(),
+        Some(30),
+        "EROFS expected, got {denied}"
+    );
+
+    let stats = h
+        .node
+        .node_get_volume_stats(csi::NodeGetVolumeStatsRequest {
+            volume_id: "fs".into(),
+            volume_path: target.to_string_lossy().into(),
+            staging_target_path: "".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stats.usage.len(), 2, "bytes and inodes");
+    assert!(stats.usage[0].total > 0);
+
+    for target in ["pods/a/target", "pods/b/target"] {
+        for _ in 0..2 {
+            h.node
+                .node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
+                    volume_id: "fs".into(),
+                    target_path: h.path(target).to_string_lossy().into(),
+                })
+                .await
+                .unwrap();
+        }
+        assert!(!h.path(target).exists(), "target removed");
+    }
+    let unstage = csi::NodeUnstageVolumeRequest {
+        volume_id: "fs".into(),
+        staging_target_path: staging.to_string_lossy().into(),
+    };
+    for _ in 0..2 {
+        h.node.node_unstage_volume(unstage.clone()).await.unwrap();
+    }
+    assert!(!is_mounted(&staging));
+    assert_eq!(h.provisioner.unstages.load(Ordering::SeqCst), 2);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn block_lifecycle_is_idempotent() {
+    require_root!();
+    let mut h = Harness::start().await;
+    let stage = stage_request(&h, "blk", VolumeMode::Block);
+    for _ in 0..2 {
+        h.node.node_stage_volume(stage.clone()).await.unwrap();
+    }
+    let publish = publish_request(&h, "blk", VolumeMode::Block, "pods/a/dev");
+    for _ in 0..2 {
+        h.node.node_publish_volume(publish.clone()).await.unwrap();
+    }
+    let target = h.path("pods/a/dev");
+    assert!(
+        target.is_file() && is_mounted(&target),
+        "device bound onto a file"
+    );
+    let stats = h
+        .node
+        .node_get_volume_stats(csi::NodeGetVolumeStatsRequest {
+            volume_id: "blk".into(),
+            volume_path: target.to_string_lossy().into(),
+            staging_target_path: "".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stats.usage[0].total, 4096);
+    for _ in 0..2 {
+        h.node
+            .node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
+                volume_id: "blk".into(),
+                target_path: target.to_string_lossy().into(),
+            })
+            .await
+            .unwrap();
+    }
+    assert!(!target.exists());
+    let unstage = csi::NodeUnstageVolumeRequest {
+        volume_id: "blk".into(),
+        staging_target_path: h.path("staging-blk").to_string_lossy().into(),
+    };
+    for _ in 0..2 {
+        h.node.node_unstage_volume(unstage.clone()).await.unwrap();
+    }
+    assert!(!h.path("staging-blk/device").exists());
+    h.stop().await;
+}
