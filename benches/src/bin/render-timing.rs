@@ -6,8 +6,8 @@
 //! render-timing [--sample-ms N] [--samples N] [--no-timing]
 //! ```
 //!
-//! Each measurement is the median of `--samples` batches (default 7) of
-//! about `--sample-ms` milliseconds each (default 60), single-threaded.
+//! Each measurement is the median of `--samples` batches (default 5) of
+//! about `--sample-ms` milliseconds each (default 40), single-threaded.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -23,8 +23,8 @@ struct Options {
 
 fn parse_args() -> Result<Options, String> {
     let mut options = Options {
-        sample: Duration::from_millis(60),
-        samples: 7,
+        sample: Duration::from_millis(40),
+        samples: 5,
         timing: true,
     };
     let mut args = std::env::args().skip(1);
