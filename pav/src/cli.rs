@@ -74,6 +74,17 @@ pub enum Command {
     /// Print the PavProvisioner CustomResourceDefinition, generated from the
     /// Rust types.
     Crd,
+    /// Print everything `kubectl apply -f` needs to install pav: namespace,
+    /// CRD, RBAC and the controller Deployment.
+    Manifests(crate::manifests::Args),
+    /// Run the controller that turns PavProvisioner objects into CSI drivers.
+    Controller(crate::controller::Args),
+    /// Run the CSI controller service of one PavProvisioner (creation,
+    /// deletion and validation pods).
+    CsiController(crate::csi::ControllerArgs),
+    /// Run the CSI node service of one PavProvisioner on this node (staging
+    /// and unstaging pods, bind mounts).
+    CsiNode(crate::csi::NodeArgs),
 }
 
 /// Runs a command, writing its output to `out`.
@@ -107,12 +118,34 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             render(&file, phase, &objects, static_provisioning, read_only, out)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Manifests(args) => {
+            out.write_all(crate::manifests::render(&args)?.as_bytes())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Controller(args) => {
+            runtime()?.block_on(crate::controller::run(args))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::CsiController(args) => {
+            runtime()?.block_on(crate::csi::run_controller(args))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::CsiNode(args) => {
+            runtime()?.block_on(crate::csi::run_node(args))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Crd => {
             let crd = pav_templates::PavProvisioner::definition();
             out.write_all(serde_yaml::to_string(&crd)?.as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
 }
 
 fn check(files: &[PathBuf], out: &mut dyn Write) -> anyhow::Result<ExitCode> {

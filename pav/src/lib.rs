@@ -1,8 +1,16 @@
 //! PaV, Pods-as-Volumes: PavProvisioner objects become CSI drivers whose
 //! validation, creation, deletion, staging and unstaging are pods.
 //!
-//! The binary's commands live in [`cli`]; [`pods`] turns evaluated pod
-//! templates into the pods PaV creates.
+//! | module | role |
+//! |---|---|
+//! | [`cli`] | the `pav` command line |
+//! | [`controller`] | `pav controller`: PavProvisioner objects become CSI drivers |
+//! | [`csi`] | `pav csi-controller` / `pav csi-node`: pav-sdk touch points carried out by pods |
+//! | [`manifests`] | `pav manifests`: the deployment, generated from Rust types |
+//! | [`pods`] | evaluated pod templates become the pods PaV creates |
 
 pub mod cli;
+pub mod controller;
+pub mod csi;
+pub mod manifests;
 pub mod pods;
