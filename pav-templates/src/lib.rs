@@ -49,6 +49,7 @@
 //! | every error names provisioner, field path and template line | [`Error`] |
 
 pub mod context;
+pub mod duration;
 pub mod engine;
 pub mod error;
 pub mod model;

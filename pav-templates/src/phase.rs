@@ -1,6 +1,8 @@
 //! Evaluated phases: what a PavProvisioner says to do for one volume.
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
+use std::time::Duration;
+
 use serde::Serialize;
 
 use crate::model::{AccessMode, VolumeMode};
@@ -61,9 +63,10 @@ impl Phase {
                 "minCapacity",
                 "maxCapacity",
                 "podTemplate",
+                "timeout",
             ],
-            Phase::Creation => &["handle", "capacity", "podTemplate"],
-            Phase::Deletion | Phase::Staging | Phase::Unstaging => &["podTemplate"],
+            Phase::Creation => &["handle", "capacity", "podTemplate", "timeout"],
+            Phase::Deletion | Phase::Staging | Phase::Unstaging => &["podTemplate", "timeout"],
         }
     }
 
@@ -105,6 +108,13 @@ pub struct ValidationPhase {
     /// The validation pod, run to completion; failure rejects the volume.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_template: Option<PodTemplateSpec>,
+    /// How long this phase's pod may take (the `timeout` field, an
+    /// extension of pav); the runner's default when absent.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_timeout"
+    )]
+    pub timeout: Option<Duration>,
 }
 
 /// Evaluated `spec.volumeCreation`.
@@ -122,6 +132,13 @@ pub struct CreationPhase {
     /// The creation pod, run to completion.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_template: Option<PodTemplateSpec>,
+    /// How long this phase's pod may take (the `timeout` field, an
+    /// extension of pav); the runner's default when absent.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_timeout"
+    )]
+    pub timeout: Option<Duration>,
 }
 
 /// Evaluated `spec.volumeDeletion` or `spec.volumeUnstaging`: an optional pod.
@@ -131,6 +148,13 @@ pub struct OptionalPodPhase {
     /// The pod to run to completion, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_template: Option<PodTemplateSpec>,
+    /// How long this phase's pod may take (the `timeout` field, an
+    /// extension of pav); the runner's default when absent.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_timeout"
+    )]
+    pub timeout: Option<Duration>,
 }
 
 /// Evaluated `spec.volumeStaging`.
@@ -140,6 +164,13 @@ pub struct StagingPhase {
     /// The staging pod: it exposes the volume at `/pav/volume`, then either
     /// completes or creates `/pav/ready` and keeps running.
     pub pod_template: PodTemplateSpec,
+    /// How long this phase's pod may take (the `timeout` field, an
+    /// extension of pav); the runner's default when absent.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_timeout"
+    )]
+    pub timeout: Option<Duration>,
 }
 
 impl ValidationPhase {
@@ -154,6 +185,7 @@ impl ValidationPhase {
     ///     min_capacity: 1,
     ///     max_capacity: Some(1 << 30),
     ///     pod_template: None,
+    ///     timeout: None,
     /// };
     /// assert!(rules.admits(VolumeMode::Filesystem, &[AccessMode::ReadWriteOnce], 1024, None).is_ok());
     /// assert_eq!(
@@ -198,5 +230,15 @@ impl ValidationPhase {
             ));
         }
         Ok(())
+    }
+}
+
+fn serialize_timeout<S: serde::Serializer>(
+    timeout: &Option<Duration>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match timeout {
+        Some(duration) => serializer.serialize_str(&crate::duration::format_timeout(duration)),
+        None => serializer.serialize_none(),
     }
 }

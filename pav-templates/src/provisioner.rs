@@ -8,6 +8,7 @@ use minijinja::{Environment, ErrorKind};
 use serde_json::{Map, Value as Json};
 
 use crate::context::{CreationContext, StagingContext, ValidationContext};
+use crate::duration::parse_timeout;
 use crate::engine::{self, MAX_OUTPUT_BYTES};
 use crate::error::{Error, Location, Result};
 use crate::model::{AccessMode, PavProvisioner, ProvisioningMode, VolumeMode};
@@ -233,6 +234,7 @@ impl CompiledProvisioner {
             });
         }
         let pod_template = fields.pod_template()?;
+        let timeout = fields.timeout()?;
         fields.finish()?;
         Ok(ValidationPhase {
             volume_modes,
@@ -240,6 +242,7 @@ impl CompiledProvisioner {
             min_capacity,
             max_capacity,
             pod_template,
+            timeout,
         })
     }
 
@@ -273,11 +276,13 @@ impl CompiledProvisioner {
                 message: "must specify capacity or podTemplate (or both) when spec.provisioningModes contains Dynamic".into(),
             });
         }
+        let timeout = fields.timeout()?;
         fields.finish()?;
         Ok(CreationPhase {
             handle,
             capacity,
             pod_template,
+            timeout,
         })
     }
 
@@ -293,8 +298,12 @@ impl CompiledProvisioner {
             at: fields.location("podTemplate"),
             message: "is required".into(),
         })?;
+        let timeout = fields.timeout()?;
         fields.finish()?;
-        Ok(StagingPhase { pod_template })
+        Ok(StagingPhase {
+            pod_template,
+            timeout,
+        })
     }
 
     /// Renders `spec.volumeUnstaging`.
@@ -305,8 +314,12 @@ impl CompiledProvisioner {
     fn render_optional_pod(&self, phase: Phase, context: &Value) -> Result<OptionalPodPhase> {
         let mut fields = self.rendered_fields(phase, context)?;
         let pod_template = fields.pod_template()?;
+        let timeout = fields.timeout()?;
         fields.finish()?;
-        Ok(OptionalPodPhase { pod_template })
+        Ok(OptionalPodPhase {
+            pod_template,
+            timeout,
+        })
     }
 
     fn rendered_fields(&self, phase: Phase, context: &Value) -> Result<Fields<'_>> {
@@ -499,6 +512,25 @@ impl Fields<'_> {
                 at: self.provisioner.location(&format!("{path}{sub}"), None),
                 message,
             })
+    }
+
+    fn timeout(&mut self) -> Result<Option<std::time::Duration>> {
+        match self.take("timeout") {
+            None => Ok(None),
+            Some(Json::String(text)) => parse_timeout(&text)
+                .map(Some)
+                .map_err(|message| self.evaluated("timeout", message)),
+            Some(Json::Number(n)) => parse_timeout(&n.to_string())
+                .map(Some)
+                .map_err(|message| self.evaluated("timeout", message)),
+            Some(other) => Err(self.evaluated(
+                "timeout",
+                format!(
+                    "must evaluate to a duration such as 5m, not {}",
+                    describe_json(&other)
+                ),
+            )),
+        }
     }
 
     fn finish(self) -> Result<()> {
@@ -765,6 +797,24 @@ impl Checker {
                         path,
                         &format!("must be a string, not {}", describe_json(value)),
                     );
+                }
+            }
+            "timeout" => {
+                let text = match value {
+                    Json::String(text) => Some(text.clone()),
+                    Json::Number(n) => Some(n.to_string()),
+                    _ => None,
+                };
+                match text.map(|t| parse_timeout(&t)) {
+                    Some(Ok(_)) => {}
+                    Some(Err(message)) => self.problem_schema(path, &message),
+                    None => self.problem_schema(
+                        path,
+                        &format!(
+                            "must be a duration such as 5m, not {}",
+                            describe_json(value)
+                        ),
+                    ),
                 }
             }
             "podTemplate" if !value.is_object() && !value.is_string() => {

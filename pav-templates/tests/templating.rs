@@ -558,7 +558,7 @@ fn schema_problems_are_all_reported_with_paths() {
             "provisioner \"test-prov\", field spec.volumeValidation.volumeModes[1]: \"Tape\" is not one of Filesystem, Block",
             "provisioner \"test-prov\", field spec.volumeValidation.accessModes: must not be empty",
             "provisioner \"test-prov\", field spec.volumeValidation.minCapacity: \"lots\" is not a valid quantity: no digits",
-            "provisioner \"test-prov\", field spec.volumeValidation.podTemplat: unknown field (allowed: volumeModes, accessModes, minCapacity, maxCapacity, podTemplate)",
+            "provisioner \"test-prov\", field spec.volumeValidation.podTemplat: unknown field (allowed: volumeModes, accessModes, minCapacity, maxCapacity, podTemplate, timeout)",
             "provisioner \"test-prov\", field spec.volumeCreation.capacity: must be a positive quantity, not number 0",
             "provisioner \"test-prov\", field spec.volumeCreation.handle: must be a string, not number 5",
             "provisioner \"test-prov\", field spec.volumeStaging.podTemplate: must be a PodTemplateSpec object or a template, not number 3",
@@ -640,7 +640,7 @@ fn unknown_fields_produced_by_yaml_mode_are_refused() {
         .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "provisioner \"test-prov\", field spec.volumeCreation.size: unknown field (allowed: handle, capacity, podTemplate)"
+        "provisioner \"test-prov\", field spec.volumeCreation.size: unknown field (allowed: handle, capacity, podTemplate, timeout)"
     );
 }
 
@@ -743,4 +743,28 @@ fn the_examples_check_and_render_every_phase_they_have() {
             .render_unstaging(&staging_context)
             .unwrap_or_else(|e| panic!("{example}: {e}"));
     }
+}
+
+#[test]
+fn phases_may_set_a_timeout() {
+    let timed = compiled(
+        "provisioningModes: [Dynamic]\nvolumeCreation: {capacity: 1Gi, timeout: \"{{ params.timeout | default('10m') }}\"}\nvolumeStaging: {podTemplate: {}, timeout: 90s}\n",
+    );
+    let creation = timed.render_creation(&samples::creation_context()).unwrap();
+    assert_eq!(creation.timeout, Some(std::time::Duration::from_secs(600)));
+    let staging = timed.render_staging(&samples::staging_context()).unwrap();
+    assert_eq!(staging.timeout, Some(std::time::Duration::from_secs(90)));
+    let validation = timed
+        .render_validation(&samples::validation_context())
+        .unwrap();
+    assert_eq!(validation.timeout, None);
+
+    let problems = provisioner(
+        "provisioningModes: [Static]\nvolumeStaging: {podTemplate: {}, timeout: soon}\n",
+    )
+    .unwrap_err();
+    assert_eq!(
+        problems.to_string(),
+        "provisioner \"test-prov\", field spec.volumeStaging.timeout: \"soon\" is not a duration such as 90s, 5m or 1h30m"
+    );
 }
