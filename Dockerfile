@@ -1,0 +1,30 @@
+# syntax=docker/dockerfile:1
+#
+# The pav image: one static `pav` binary at /usr/local/bin/pav, nothing else.
+# It runs `pav controller`, `pav csi-controller` and `pav csi-node`
+# (deploy/pav.yaml and the drivers the controller deploys call it by that
+# path).
+#
+#   docker build -t pav:dev .
+#
+# Without a container engine, build the same binary on the host and import
+# a rootfs holding only it (see docs/install.md).
+
+FROM rust:1.95-alpine AS build
+# gcc and musl-dev: ring's C and assembly parts; everything else is Rust.
+RUN apk add --no-cache gcc musl-dev
+WORKDIR /src
+COPY . .
+# On Alpine the host target is x86_64-unknown-linux-musl, which links
+# statically by default.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked -p pav \
+    && cp target/release/pav /pav \
+    && strip /pav
+
+FROM scratch
+COPY --from=build /pav /usr/local/bin/pav
+# No USER: the node plugin must run as root (privileged, mounts); the
+# controller Deployment sets runAsUser 65532 itself.
+ENTRYPOINT ["/usr/local/bin/pav"]
