@@ -2,7 +2,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use pav_sdk::{AccessMode, Claim, MountOptions, Parameters, Secrets, Topology, VolumeMode};
+use pav_sdk::{
+    AccessMode, Claim, MountOptions, Parameters, PodInfo, Secrets, Topology, VolumeMode,
+};
 use tonic::Status;
 
 use crate::csi;
@@ -126,6 +128,31 @@ pub(crate) fn split_parameters(
     (parameters, claim, fs_type)
 }
 
+/// Splits a publish volume context into the volume's own context and the
+/// client pod that kubelet describes with `podInfoOnMount: true`
+/// (`csi.storage.k8s.io/pod.name`, `.../pod.namespace`, `.../pod.uid`,
+/// `.../serviceAccount.name`, `.../ephemeral`); the reserved keys are removed
+/// from the context.
+pub(crate) fn split_pod_info(map: &HashMap<String, String>) -> (Parameters, Option<PodInfo>) {
+    let get = |key: &str| map.get(&format!("{RESERVED_PREFIX}{key}")).cloned();
+    let pod = match (get("pod.name"), get("pod.namespace"), get("pod.uid")) {
+        (Some(name), Some(namespace), Some(uid)) => Some(PodInfo {
+            name,
+            namespace,
+            uid,
+            service_account: get("serviceAccount.name"),
+            ephemeral: get("ephemeral").as_deref() == Some("true"),
+        }),
+        _ => None,
+    };
+    let context = map
+        .iter()
+        .filter(|(k, _)| !k.starts_with(RESERVED_PREFIX))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    (context, pod)
+}
+
 /// A CSI topology from a pav-sdk one.
 pub(crate) fn topology(t: &Topology) -> csi::Topology {
     csi::Topology {
@@ -141,6 +168,30 @@ pub(crate) fn from_topology(t: &csi::Topology) -> Topology {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pod_info_is_split_from_the_volume_context() {
+        let map = HashMap::from([
+            ("csi.storage.k8s.io/pod.name".to_owned(), "web".to_owned()),
+            (
+                "csi.storage.k8s.io/pod.namespace".to_owned(),
+                "apps".to_owned(),
+            ),
+            ("csi.storage.k8s.io/pod.uid".to_owned(), "u-1".to_owned()),
+            (
+                "csi.storage.k8s.io/ephemeral".to_owned(),
+                "false".to_owned(),
+            ),
+            ("size".to_owned(), "big".to_owned()),
+        ]);
+        let (context, pod) = split_pod_info(&map);
+        assert_eq!(context.keys().collect::<Vec<_>>(), ["size"]);
+        let pod = pod.unwrap();
+        assert_eq!((pod.name.as_str(), pod.namespace.as_str()), ("web", "apps"));
+        assert_eq!(pod.uid, "u-1");
+        assert!(!pod.ephemeral && pod.service_account.is_none());
+        assert!(split_pod_info(&HashMap::new()).1.is_none());
+    }
 
     #[test]
     fn extra_create_metadata_becomes_a_claim() {

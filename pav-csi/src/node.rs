@@ -76,6 +76,83 @@ fn unmount_and_remove(path: &Path) -> Result<(), Status> {
     }
 }
 
+impl NodeService {
+    /// `NodePublishVolume` of a provisioner that stages per client pod:
+    /// Stage with the publish target path and the client pod, then
+    /// bind-mount what it returns onto the target path.
+    async fn stage_and_publish(
+        &self,
+        req: &csi::NodePublishVolumeRequest,
+        volume_id: &str,
+        target: PathBuf,
+        capability: convert::Capability,
+    ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
+        limits::map("publish_context", &req.publish_context)?;
+        limits::map("volume_context", &req.volume_context)?;
+        limits::map("secrets", &req.secrets)?;
+        let Some(stager) = self.shared.provisioner.stage() else {
+            return Err(Status::unimplemented(
+                "this provisioner does not stage volumes",
+            ));
+        };
+        if !self
+            .shared
+            .provisioner
+            .supports_volume_mode(capability.mode)
+        {
+            return Err(Status::invalid_argument(format!(
+                "volume mode {} is not supported",
+                capability.mode
+            )));
+        }
+        let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        let path = target.clone();
+        if blocking(move || mount::is_mount_point(&path).map_err(|e| internal("reading mounts", e)))
+            .await?
+        {
+            return Ok(Response::new(csi::NodePublishVolumeResponse {}));
+        }
+        let read_only = req.readonly || capability.access_mode.is_read_only();
+        tracing::info!(volume_id, target = %target.display(), read_only, mode = %capability.mode, "NodePublishVolume: staging");
+        let (context, pod) = convert::split_pod_info(&req.volume_context);
+        let mut stage = pav_sdk::build::stage(
+            volume_id,
+            self.node.node_id.clone(),
+            target.clone(),
+            capability.mode,
+        );
+        stage.access_mode = capability.access_mode;
+        stage.read_only = read_only;
+        stage.mount = capability.mount;
+        stage.context = context;
+        stage.secrets = convert::secrets(&req.secrets);
+        stage.pod = pod;
+        let staged = stager.stage(stage).await.map_err(|e| {
+            tracing::warn!(volume_id, error = %e, "NodePublishVolume: staging failed");
+            status(e)
+        })?;
+        let mode = capability.mode;
+        blocking(move || {
+            if mount::is_mount_point(&target).map_err(|e| internal("reading mounts", e))? {
+                return Ok(());
+            }
+            prepare_target(&target, mode == VolumeMode::Filesystem)?;
+            mount::bind(&staged.path, &target, read_only).map_err(|e| {
+                internal(
+                    &format!(
+                        "bind-mounting {} on {}",
+                        staged.path.display(),
+                        target.display()
+                    ),
+                    e,
+                )
+            })
+        })
+        .await?;
+        Ok(Response::new(csi::NodePublishVolumeResponse {}))
+    }
+}
+
 #[tonic::async_trait]
 impl csi::node_server::Node for NodeService {
     async fn node_stage_volume(
@@ -193,6 +270,11 @@ impl csi::node_server::Node for NodeService {
             .as_ref()
             .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
         let capability = convert::capability("volume_capability", capability)?;
+        if self.shared.provisioner.stages_on_publish() {
+            return self
+                .stage_and_publish(&req, volume_id, target, capability)
+                .await;
+        }
         let staging = PathBuf::from(limits::required_path(
             "staging_target_path",
             &req.staging_target_path,
@@ -240,7 +322,17 @@ impl csi::node_server::Node for NodeService {
         let target = PathBuf::from(limits::required_path("target_path", &req.target_path)?);
         let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
         tracing::info!(volume_id, target = %target.display(), "NodeUnpublishVolume");
-        blocking(move || unmount_and_remove(&target)).await?;
+        let path = target.clone();
+        blocking(move || unmount_and_remove(&path)).await?;
+        if self.shared.provisioner.stages_on_publish()
+            && let Some(unstager) = self.shared.provisioner.unstage()
+        {
+            let unstage = pav_sdk::build::unstage(volume_id, self.node.node_id.clone(), target);
+            unstager.unstage(unstage).await.map_err(|e| {
+                tracing::warn!(volume_id, error = %e, "NodeUnpublishVolume: unstaging failed");
+                status(e)
+            })?;
+        }
         Ok(Response::new(csi::NodeUnpublishVolumeResponse {}))
     }
 
@@ -272,7 +364,8 @@ impl csi::node_server::Node for NodeService {
         _request: Request<csi::NodeGetCapabilitiesRequest>,
     ) -> Result<Response<csi::NodeGetCapabilitiesResponse>, Status> {
         let mut rpcs = vec![RpcType::GetVolumeStats];
-        if self.shared.provisioner.stage().is_some() {
+        if self.shared.provisioner.stage().is_some() && !self.shared.provisioner.stages_on_publish()
+        {
             rpcs.push(RpcType::StageUnstageVolume);
         }
         let capabilities = rpcs

@@ -15,6 +15,7 @@
 //! | [`Delete`] | `DeleteVolume` | PV with `reclaimPolicy: Delete` released | yes: nothing to delete |
 //! | [`Stage`] | `NodeStageVolume` (+ bind mounts in `NodePublishVolume`) | volume made available on the pod's node | needed to serve the node service |
 //! | [`Unstage`] | `NodeUnstageVolume` | last pod on the node using it gone | yes: nothing to undo |
+//! | [`Provisioner::stage_on_publish`] | `NodePublishVolume` / `NodeUnpublishVolume` run Stage / Unstage | staging per client pod ([`PodInfo`]) | yes: default is per node |
 //! | [`CreateRequest::name`] | `CreateVolumeRequest.name` | `pvc-<uid>` | idempotency key |
 //! | [`Volume::handle`] | `volume_id` | `pv.spec.csi.volumeHandle` | |
 //! | [`Volume::context`] | `volume_context` | `pv.spec.csi.volumeAttributes` | |
@@ -115,6 +116,6 @@ pub use error::{Error, Result};
 pub use provisioner::{Create, Delete, Provisioner, Stage, Unstage, Validate};
 pub use types::{
     AccessMode, CapacityRange, Claim, CreateRequest, DeleteRequest, MountOptions, Parameters,
-    Secrets, StageRequest, Staged, Topology, TopologyRequirement, UnstageRequest, ValidateRequest,
-    Volume, VolumeMode, build,
+    PodInfo, Secrets, StageRequest, Staged, Topology, TopologyRequirement, UnstageRequest,
+    ValidateRequest, Volume, VolumeMode, build,
 };

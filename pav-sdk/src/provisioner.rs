@@ -68,6 +68,7 @@ pub trait Unstage: Send + Sync {
 /// | `with_validate` | runs before `CreateVolume` and for `ValidateVolumeCapabilities` |
 /// | `with_stage` | `STAGE_UNSTAGE_VOLUME` node capability, node service can be served |
 /// | `with_unstage` | `NodeUnstageVolume` calls it after unmounting |
+/// | `stage_on_publish` | no `STAGE_UNSTAGE_VOLUME`; Stage/Unstage run in `NodePublishVolume`/`NodeUnpublishVolume` |
 ///
 /// ```
 /// # use pav_sdk::*;
@@ -87,6 +88,7 @@ pub struct Provisioner<P = ()> {
     unstage: Option<Arc<dyn Unstage>>,
     volume_modes: BTreeSet<VolumeMode>,
     access_modes: BTreeSet<AccessMode>,
+    stage_on_publish: bool,
 }
 
 impl<P: Send + Sync + 'static> Provisioner<P> {
@@ -104,6 +106,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             unstage: None,
             volume_modes: BTreeSet::from([VolumeMode::Filesystem]),
             access_modes: AccessMode::ALL.into_iter().collect(),
+            stage_on_publish: false,
         }
     }
 
@@ -169,6 +172,26 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         self
     }
 
+    /// Stages per client pod instead of per node: pav-csi then advertises no
+    /// `STAGE_UNSTAGE_VOLUME` node capability and runs [`Stage`] in
+    /// `NodePublishVolume` (with the publish target path and, when the
+    /// CSIDriver has `podInfoOnMount: true`, the client pod in
+    /// [`StageRequest::pod`](crate::StageRequest::pod)) and [`Unstage`] in
+    /// `NodeUnpublishVolume`, after unmounting the target path.
+    ///
+    /// ```
+    /// # use pav_sdk::*;
+    /// # struct Mine;
+    /// # #[async_trait::async_trait]
+    /// # impl Stage for Mine { async fn stage(&self, r: StageRequest) -> Result<Staged> { Ok(Staged::at(r.target_path)) } }
+    /// let p = Provisioner::new(Mine).with_stage().stage_on_publish();
+    /// assert!(p.stages_on_publish());
+    /// ```
+    pub fn stage_on_publish(mut self) -> Self {
+        self.stage_on_publish = true;
+        self
+    }
+
     /// Forgets the concrete type, as pav-csi stores it.
     pub fn erase(self) -> Provisioner {
         Provisioner {
@@ -180,6 +203,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             unstage: self.unstage,
             volume_modes: self.volume_modes,
             access_modes: self.access_modes,
+            stage_on_publish: self.stage_on_publish,
         }
     }
 }
@@ -210,6 +234,13 @@ impl<P> Provisioner<P> {
         self.unstage.as_deref()
     }
 
+    /// True when Stage and Unstage run per client pod, in
+    /// `NodePublishVolume` and `NodeUnpublishVolume`; see
+    /// [`stage_on_publish`](Provisioner::stage_on_publish).
+    pub fn stages_on_publish(&self) -> bool {
+        self.stage_on_publish
+    }
+
     /// True when `mode` is served.
     pub fn supports_volume_mode(&self, mode: VolumeMode) -> bool {
         self.volume_modes.contains(&mode)
@@ -231,6 +262,7 @@ impl<P> fmt::Debug for Provisioner<P> {
             .field("unstage", &self.unstage.is_some())
             .field("volume_modes", &self.volume_modes)
             .field("access_modes", &self.access_modes)
+            .field("stage_on_publish", &self.stage_on_publish)
             .finish()
     }
 }

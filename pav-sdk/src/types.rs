@@ -300,6 +300,9 @@ pub struct StageRequest {
     pub node_id: String,
     /// Kubelet's per-volume staging directory on this node. A provisioner may
     /// mount the volume right here, or anywhere else and return that path.
+    /// When the provisioner stages on publish, this is the publish target
+    /// path instead (unique per volume and pod), which pav-csi bind-mounts
+    /// the returned path onto.
     pub target_path: PathBuf,
     /// Filesystem or block.
     pub volume_mode: VolumeMode,
@@ -313,6 +316,27 @@ pub struct StageRequest {
     pub context: Parameters,
     /// Secrets for the operation.
     pub secrets: Secrets,
+    /// The pod the volume is staged for, when the provisioner stages per pod
+    /// ([`Provisioner::stage_on_publish`](crate::Provisioner::stage_on_publish))
+    /// and the CSIDriver has `podInfoOnMount: true`.
+    pub pod: Option<PodInfo>,
+}
+
+/// The client pod a volume is published to, from the
+/// `csi.storage.k8s.io/pod.*` volume context keys that kubelet adds when the
+/// CSIDriver has `podInfoOnMount: true`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodInfo {
+    /// Pod name (`csi.storage.k8s.io/pod.name`).
+    pub name: String,
+    /// Pod namespace (`csi.storage.k8s.io/pod.namespace`).
+    pub namespace: String,
+    /// Pod UID (`csi.storage.k8s.io/pod.uid`).
+    pub uid: String,
+    /// Service account name (`csi.storage.k8s.io/serviceAccount.name`), if given.
+    pub service_account: Option<String>,
+    /// True for a CSI ephemeral inline volume (`csi.storage.k8s.io/ephemeral`).
+    pub ephemeral: bool,
 }
 
 /// Where a staged volume can be found on this node.
@@ -340,8 +364,9 @@ pub struct UnstageRequest {
     pub handle: String,
     /// The node this runs on.
     pub node_id: String,
-    /// The staging directory that was passed to Stage; pav-csi has already
-    /// unmounted whatever was mounted on it.
+    /// The staging directory that was passed to Stage (the publish target
+    /// path when staging on publish); pav-csi has already unmounted whatever
+    /// was mounted on it.
     pub target_path: PathBuf,
 }
 
@@ -420,6 +445,7 @@ pub mod build {
             mount: MountOptions::default(),
             context: Parameters::new(),
             secrets: Secrets::default(),
+            pod: None,
         }
     }
 
