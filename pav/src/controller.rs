@@ -1,10 +1,750 @@
 //! `pav controller`: each PavProvisioner becomes a CSI driver.
+//!
+//! For every PavProvisioner the controller
+//!
+//! 1. adds the finalizer [`FINALIZER`];
+//! 2. checks the object with [`CompiledProvisioner::new`]; problems go to
+//!    the `Ready` condition (reason `InvalidSpec`, one problem per line,
+//!    each naming its field) and to a Warning event, and nothing is
+//!    deployed;
+//! 3. server-side applies the objects of [`crate::manifests::driver`]
+//!    (field manager `pav-controller`);
+//! 4. writes the status: `Ready` (deployment and node plugin available),
+//!    `observedGeneration`, `volumes`.
+//!
+//! Deleting a PavProvisioner is refused, with a Warning event and the
+//! `Ready` condition saying why, while PersistentVolumes of its driver or
+//! claims of one of its StorageClasses exist; then the driver's objects
+//! are deleted and the finalizer released.
+//!
+//! Deployments, DaemonSets, CSIDrivers (by the provisioner label) and
+//! PersistentVolumes (by `spec.csi.driver`) trigger reconciles of their
+//! provisioner, so status and volume counts follow them.
+
+pub mod metrics;
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::finalizer::{self, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Client, Resource, ResourceExt as _};
+use pav_templates::model::Condition;
+use pav_templates::{CompiledProvisioner, PavProvisioner, PavProvisionerStatus};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::manifests::driver::{self, DriverObjects};
+use crate::manifests::{DEFAULT_METRICS_ADDR, FIELD_MANAGER, LABEL_PROVISIONER, Settings};
+use metrics::{Metrics, Outcome};
+
+/// Finalizer that keeps a PavProvisioner until its driver is removed.
+pub const FINALIZER: &str = "pav.albertofaria.github.io/cleanup";
+
+/// Condition type of the one condition pav writes.
+pub const READY: &str = "Ready";
+
+/// Reasons of the `Ready` condition.
+pub mod reason {
+    /// The spec has problems (message: one per line, each naming its field).
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// The CSI controller and node plugin are available.
+    pub const DRIVER_READY: &str = "DriverReady";
+    /// The driver is deployed but not available yet.
+    pub const DRIVER_NOT_READY: &str = "DriverNotReady";
+    /// Deletion is refused while volumes or claims exist.
+    pub const DELETION_BLOCKED: &str = "DeletionBlocked";
+}
 
 /// Flags of `pav controller`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Namespace and images of the drivers.
+    #[command(flatten)]
+    pub settings: Settings,
+    /// Address of the metrics (`/metrics`) and health (`/healthz`, `/readyz`) endpoints.
+    #[arg(long, env = "PAV_METRICS_ADDR", default_value = DEFAULT_METRICS_ADDR)]
+    pub metrics_addr: SocketAddr,
+    /// Only reconcile PavProvisioners matching this label selector (for
+    /// tests and canaries; default: all).
+    #[arg(long, env = "PAV_SELECTOR")]
+    pub selector: Option<String>,
+}
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An API call failed.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// Deletion refused: the provisioner still has volumes or claims.
+    #[error("{0}")]
+    InUse(String),
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Namespace and images of the drivers.
+    pub settings: Settings,
+    /// Event recorder (reporting controller `pav-controller`).
+    pub recorder: Recorder,
+    /// Metrics and readiness.
+    pub metrics: Arc<Metrics>,
+    /// Consecutive failures per provisioner, for the backoff.
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    /// A context for `client`.
+    pub fn new(client: Client, settings: Settings, metrics: Arc<Metrics>) -> Self {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            settings,
+            metrics,
+            failures: Mutex::default(),
+        }
+    }
+
+    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
 
 /// Runs the controller until SIGTERM.
-pub async fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("pav controller is not implemented yet")
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .try_init()
+        .ok();
+    let client = Client::try_default().await?;
+    run_with(client, args).await
+}
+
+/// Runs the controller with `client` until SIGTERM (or until the future is
+/// dropped).
+pub async fn run_with(client: Client, args: Args) -> anyhow::Result<()> {
+    let metrics = Arc::new(Metrics::default());
+    let server = tokio::spawn(metrics.clone().serve(args.metrics_addr));
+
+    // Ready once PavProvisioners can be listed (CRD installed, RBAC in place).
+    let provisioners: Api<PavProvisioner> = Api::all(client.clone());
+    while let Err(err) = provisioners.list(&ListParams::default().limit(1)).await {
+        tracing::warn!(error = %err, "cannot list PavProvisioners yet; retrying in 5s");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    metrics.set_ready(true);
+    tracing::info!(namespace = %args.settings.namespace, image = %args.settings.image, "pav controller started");
+
+    let ns = args.settings.namespace.clone();
+    let ctx = Arc::new(Context::new(client.clone(), args.settings.clone(), metrics));
+    let owned = watcher::Config::default().labels(LABEL_PROVISIONER);
+    let mut selected = watcher::Config::default();
+    if let Some(selector) = &args.selector {
+        selected = selected.labels(selector);
+    }
+    Controller::new(provisioners, selected)
+        .watches(
+            Api::<Deployment>::namespaced(client.clone(), &ns),
+            owned.clone(),
+            by_label,
+        )
+        .watches(
+            Api::<DaemonSet>::namespaced(client.clone(), &ns),
+            owned.clone(),
+            by_label,
+        )
+        .watches(Api::<CSIDriver>::all(client.clone()), owned, by_label)
+        .watches(
+            Api::<PersistentVolume>::all(client.clone()),
+            watcher::Config::default(),
+            |pv: PersistentVolume| {
+                pv.spec
+                    .and_then(|s| s.csi)
+                    .map(|csi| ObjectRef::new(&csi.driver))
+            },
+        )
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::debug!(%object, "reconciled"),
+                Err(err) => tracing::debug!(error = %err, "reconcile failed"),
+            }
+        })
+        .await;
+    server.abort();
+    Ok(())
+}
+
+/// The provisioner an object pav deployed belongs to.
+fn by_label<K: Resource>(object: K) -> Option<ObjectRef<PavProvisioner>> {
+    object
+        .meta()
+        .labels
+        .as_ref()?
+        .get(LABEL_PROVISIONER)
+        .map(|name| ObjectRef::new(name))
+}
+
+/// Reconciles one PavProvisioner.
+pub async fn reconcile(
+    provisioner: Arc<PavProvisioner>,
+    ctx: Arc<Context>,
+) -> Result<Action, finalizer::Error<Error>> {
+    let api: Api<PavProvisioner> = Api::all(ctx.client.clone());
+    let name = provisioner.name_any();
+    let result = finalizer(&api, FINALIZER, provisioner, |event| async {
+        let start = Instant::now();
+        let (action, outcome) = match event {
+            finalizer::Event::Apply(p) => apply(&p, &ctx).await?,
+            finalizer::Event::Cleanup(p) => cleanup(&p, &ctx).await?,
+        };
+        ctx.metrics.reconciled(outcome, start.elapsed());
+        Ok(action)
+    })
+    .await;
+    if result.is_ok() {
+        ctx.failures().remove(&name);
+    }
+    result
+}
+
+/// Retries failed reconciles with exponential backoff per provisioner
+/// (5 s doubling up to 5 min).
+pub fn error_policy(
+    provisioner: Arc<PavProvisioner>,
+    err: &finalizer::Error<Error>,
+    ctx: Arc<Context>,
+) -> Action {
+    let name = provisioner.name_any();
+    let failures = {
+        let mut map = ctx.failures();
+        let count = map.entry(name.clone()).or_insert(0);
+        *count = count.saturating_add(1);
+        *count
+    };
+    let delay = backoff(failures);
+    match err {
+        finalizer::Error::CleanupFailed(Error::InUse(message)) => {
+            ctx.metrics.reconciled(Outcome::Blocked, Duration::ZERO);
+            tracing::info!(provisioner = %name, retry_in = ?delay, "{message}");
+        }
+        err => {
+            ctx.metrics.reconciled(Outcome::Error, Duration::ZERO);
+            tracing::warn!(provisioner = %name, retry_in = ?delay, error = %err, "reconcile failed");
+        }
+    }
+    Action::requeue(delay)
+}
+
+/// Delay before retry number `failures` (1-based): 5 s, 10 s, 20 s, ... 5 min.
+pub fn backoff(failures: u32) -> Duration {
+    let exponent = failures.saturating_sub(1).min(10);
+    Duration::from_secs((5u64 << exponent).min(300))
+}
+
+async fn apply(p: &PavProvisioner, ctx: &Context) -> Result<(Action, Outcome), Error> {
+    let name = p.name_any();
+    let volumes = volumes_of(&ctx.client, &name).await?;
+    ctx.metrics.set_volumes(&name, Some(volumes.len() as i64));
+    if let Err(problems) = CompiledProvisioner::new(p) {
+        let message = problems.to_string();
+        tracing::info!(provisioner = %name, "invalid spec:\n{message}");
+        let condition = condition(false, reason::INVALID_SPEC, &message);
+        update_status(p, ctx, condition, volumes.len(), EventType::Warning).await?;
+        return Ok((Action::requeue(Duration::from_secs(600)), Outcome::Invalid));
+    }
+
+    let objects = driver::objects(p, &ctx.settings);
+    let (deployment, daemon_set) =
+        apply_driver(&ctx.client, &ctx.settings.namespace, &objects).await?;
+    let (ready, message) = readiness(&name, &deployment, &daemon_set);
+    let condition = condition(
+        ready,
+        if ready {
+            reason::DRIVER_READY
+        } else {
+            reason::DRIVER_NOT_READY
+        },
+        &message,
+    );
+    update_status(p, ctx, condition, volumes.len(), EventType::Normal).await?;
+    Ok((Action::requeue(Duration::from_secs(300)), Outcome::Applied))
+}
+
+async fn cleanup(p: &PavProvisioner, ctx: &Context) -> Result<(Action, Outcome), Error> {
+    let name = p.name_any();
+    let volumes = volumes_of(&ctx.client, &name).await?;
+    let claims = claims_of(&ctx.client, &name).await?;
+    if let Some(message) = in_use_message(&name, volumes.len(), claims.len()) {
+        let condition = condition(false, reason::DELETION_BLOCKED, &message);
+        // Always tell, not only on change: the user is waiting for deletion.
+        publish(
+            ctx,
+            p,
+            EventType::Warning,
+            reason::DELETION_BLOCKED,
+            &message,
+        )
+        .await;
+        update_status(p, ctx, condition, volumes.len(), EventType::Warning).await?;
+        return Err(Error::InUse(message));
+    }
+    delete_driver(&ctx.client, &ctx.settings.namespace, &name).await?;
+    ctx.metrics.set_volumes(&name, None);
+    tracing::info!(provisioner = %name, "driver removed");
+    Ok((Action::await_change(), Outcome::Cleaned))
+}
+
+/// The message refusing deletion, if anything still uses the provisioner.
+pub fn in_use_message(name: &str, volumes: usize, claims: usize) -> Option<String> {
+    if volumes == 0 && claims == 0 {
+        return None;
+    }
+    let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    Some(format!(
+        "PavProvisioner {name} is still used by {} and {}; delete them before the PavProvisioner can be deleted",
+        plural(volumes, "PersistentVolume"),
+        plural(claims, "PersistentVolumeClaim"),
+    ))
+}
+
+/// Names of the PersistentVolumes whose CSI driver is `name`.
+async fn volumes_of(client: &Client, name: &str) -> Result<Vec<String>, Error> {
+    let pvs = Api::<PersistentVolume>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    Ok(volumes_in(&pvs.items, name))
+}
+
+/// Names of the PersistentVolumes in `pvs` whose CSI driver is `name`.
+pub fn volumes_in(pvs: &[PersistentVolume], name: &str) -> Vec<String> {
+    pvs.iter()
+        .filter(|pv| {
+            pv.spec
+                .as_ref()
+                .and_then(|s| s.csi.as_ref())
+                .is_some_and(|csi| csi.driver == name)
+        })
+        .map(|pv| pv.name_any())
+        .collect()
+}
+
+async fn claims_of(client: &Client, name: &str) -> Result<Vec<String>, Error> {
+    let classes = Api::<StorageClass>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    let pvcs = Api::<PersistentVolumeClaim>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    Ok(claims_in(&pvcs.items, &classes.items, name))
+}
+
+/// `namespace/name` of the claims in `pvcs` that are, or will be, served
+/// by provisioner `name`: of one of its StorageClasses, or annotated with
+/// it as storage provisioner.
+pub fn claims_in(
+    pvcs: &[PersistentVolumeClaim],
+    classes: &[StorageClass],
+    name: &str,
+) -> Vec<String> {
+    let classes: BTreeSet<String> = classes
+        .iter()
+        .filter(|sc| sc.provisioner == name)
+        .map(|sc| sc.name_any())
+        .collect();
+    pvcs.iter()
+        .filter(|pvc| {
+            let annotations = pvc.annotations();
+            let class = pvc
+                .spec
+                .as_ref()
+                .and_then(|s| s.storage_class_name.clone())
+                .or_else(|| {
+                    annotations
+                        .get("volume.beta.kubernetes.io/storage-class")
+                        .cloned()
+                });
+            class.is_some_and(|c| classes.contains(&c))
+                || [
+                    "volume.kubernetes.io/storage-provisioner",
+                    "volume.beta.kubernetes.io/storage-provisioner",
+                ]
+                .iter()
+                .any(|key| annotations.get(*key).is_some_and(|p| p == name))
+        })
+        .map(|pvc| format!("{}/{}", pvc.namespace().unwrap_or_default(), pvc.name_any()))
+        .collect()
+}
+
+/// Whether the driver is available, and a message saying how far it is.
+pub fn readiness(name: &str, deployment: &Deployment, daemon_set: &DaemonSet) -> (bool, String) {
+    let available = deployment
+        .status
+        .as_ref()
+        .and_then(|s| s.available_replicas)
+        .unwrap_or(0);
+    let wanted = deployment.spec.replicas.unwrap_or(1);
+    let (ready_nodes, nodes) = daemon_set
+        .status
+        .as_ref()
+        .map(|s| (s.number_ready, s.desired_number_scheduled))
+        .unwrap_or((0, 0));
+    let ready = available >= 1 && nodes > 0 && ready_nodes >= nodes;
+    let message = format!(
+        "CSI driver {name}: controller {available}/{wanted} available, node plugin ready on {ready_nodes}/{nodes} nodes"
+    );
+    (ready, message)
+}
+
+/// A `Ready` condition (timestamps filled in by [`next_status`]).
+pub fn condition(ready: bool, reason: &str, message: &str) -> Condition {
+    Condition {
+        type_: READY.into(),
+        status: if ready { "True" } else { "False" }.into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time: None,
+        observed_generation: None,
+    }
+}
+
+/// The status to write: `condition` (keeping its transition time when the
+/// status did not change), the generation and the volume count.
+pub fn next_status(
+    old: Option<&PavProvisionerStatus>,
+    generation: Option<i64>,
+    mut condition: Condition,
+    volumes: usize,
+    now: &str,
+) -> PavProvisionerStatus {
+    let previous = old.and_then(|s| s.conditions.iter().find(|c| c.type_ == condition.type_));
+    condition.observed_generation = generation;
+    condition.last_transition_time = match previous {
+        Some(c) if c.status == condition.status => c
+            .last_transition_time
+            .clone()
+            .or_else(|| Some(now.to_owned())),
+        _ => Some(now.to_owned()),
+    };
+    let mut conditions: Vec<Condition> = old
+        .map(|s| {
+            s.conditions
+                .iter()
+                .filter(|c| c.type_ != condition.type_)
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    conditions.insert(0, condition);
+    PavProvisionerStatus {
+        observed_generation: generation,
+        conditions,
+        volumes: Some(i32::try_from(volumes).unwrap_or(i32::MAX)),
+    }
+}
+
+fn now() -> String {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    k8s_openapi::jiff::Timestamp::from_second(now.as_second())
+        .unwrap_or(now)
+        .to_string()
+}
+
+/// Writes the status if it changed; on a change of the `Ready`
+/// condition's reason or message, also records an event of `kind`.
+async fn update_status(
+    p: &PavProvisioner,
+    ctx: &Context,
+    condition: Condition,
+    volumes: usize,
+    kind: EventType,
+) -> Result<(), Error> {
+    let old = p.status.as_ref();
+    let status = next_status(old, p.metadata.generation, condition, volumes, &now());
+    if old == Some(&status) {
+        return Ok(());
+    }
+    let previous = old.and_then(|s| s.conditions.iter().find(|c| c.type_ == READY));
+    let current = &status.conditions[0];
+    let changed =
+        previous.is_none_or(|c| c.reason != current.reason || c.message != current.message);
+    if changed && current.reason != reason::DELETION_BLOCKED {
+        // Only the shape of a readiness change, not every count, is news.
+        let news = previous.is_none_or(|c| c.reason != current.reason)
+            || current.reason == reason::INVALID_SPEC;
+        if news {
+            publish(ctx, p, kind, &current.reason, &current.message).await;
+        }
+    }
+    let api: Api<PavProvisioner> = Api::all(ctx.client.clone());
+    api.patch_status(
+        &p.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({ "status": status })),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Records an event on the provisioner; failures are only logged.
+async fn publish(ctx: &Context, p: &PavProvisioner, kind: EventType, reason: &str, message: &str) {
+    let mut note = message.to_owned();
+    if note.len() > 1000 {
+        let mut cut = 990;
+        while !note.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        note.truncate(cut);
+        note.push_str(" [...]");
+    }
+    let event = Event {
+        type_: kind,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(err) = ctx.recorder.publish(&event, &p.object_ref(&())).await {
+        tracing::warn!(provisioner = %p.name_any(), error = %err, "cannot record event");
+    }
+}
+
+async fn apply_one<K>(api: &Api<K>, object: &K) -> Result<K, Error>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    let name = object.meta().name.clone().unwrap_or_default();
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    Ok(api.patch(&name, &params, &Patch::Apply(object)).await?)
+}
+
+/// Server-side applies every object of a driver; returns the Deployment
+/// and DaemonSet as the API server has them (with status).
+async fn apply_driver(
+    client: &Client,
+    ns: &str,
+    objects: &DriverObjects,
+) -> Result<(Deployment, DaemonSet), Error> {
+    apply_one(&Api::<CSIDriver>::all(client.clone()), &objects.csi_driver).await?;
+    let accounts = Api::<ServiceAccount>::namespaced(client.clone(), ns);
+    for account in &objects.service_accounts {
+        apply_one(&accounts, account).await?;
+    }
+    let cluster_roles = Api::<ClusterRole>::all(client.clone());
+    for role in &objects.cluster_roles {
+        apply_one(&cluster_roles, role).await?;
+    }
+    let cluster_bindings = Api::<ClusterRoleBinding>::all(client.clone());
+    for binding in &objects.cluster_role_bindings {
+        apply_one(&cluster_bindings, binding).await?;
+    }
+    let roles = Api::<Role>::namespaced(client.clone(), ns);
+    for role in &objects.roles {
+        apply_one(&roles, role).await?;
+    }
+    let bindings = Api::<RoleBinding>::namespaced(client.clone(), ns);
+    for binding in &objects.role_bindings {
+        apply_one(&bindings, binding).await?;
+    }
+    let deployment = apply_one(
+        &Api::<Deployment>::namespaced(client.clone(), ns),
+        &objects.deployment,
+    )
+    .await?;
+    let daemon_set = apply_one(
+        &Api::<DaemonSet>::namespaced(client.clone(), ns),
+        &objects.daemon_set,
+    )
+    .await?;
+    Ok((deployment, daemon_set))
+}
+
+async fn delete_named<K>(api: &Api<K>, name: &str) -> Result<(), Error>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Deletes every object of a provisioner's driver (namespaced ones too,
+/// rather than waiting for the garbage collector).
+async fn delete_driver(client: &Client, ns: &str, name: &str) -> Result<(), Error> {
+    let controller = driver::controller_name(name);
+    let node = driver::node_name(name);
+    delete_named(
+        &Api::<Deployment>::namespaced(client.clone(), ns),
+        &controller,
+    )
+    .await?;
+    delete_named(&Api::<DaemonSet>::namespaced(client.clone(), ns), &node).await?;
+    delete_named(
+        &Api::<RoleBinding>::namespaced(client.clone(), ns),
+        &controller,
+    )
+    .await?;
+    delete_named(&Api::<Role>::namespaced(client.clone(), ns), &controller).await?;
+    for account in [&controller, &node] {
+        delete_named(
+            &Api::<ServiceAccount>::namespaced(client.clone(), ns),
+            account,
+        )
+        .await?;
+        delete_named(&Api::<ClusterRoleBinding>::all(client.clone()), account).await?;
+        delete_named(&Api::<ClusterRole>::all(client.clone()), account).await?;
+    }
+    delete_named(&Api::<CSIDriver>::all(client.clone()), name).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_five_minutes() {
+        let delays: Vec<u64> = (1..=9).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(delays, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(backoff(u32::MAX).as_secs(), 300);
+    }
+
+    #[test]
+    fn in_use_message_counts() {
+        assert_eq!(in_use_message("p", 0, 0), None);
+        assert_eq!(
+            in_use_message("p", 1, 2).unwrap(),
+            "PavProvisioner p is still used by 1 PersistentVolume and 2 PersistentVolumeClaims; \
+             delete them before the PavProvisioner can be deleted"
+        );
+    }
+
+    #[test]
+    fn volumes_and_claims_of_a_provisioner() {
+        let pvs: Vec<PersistentVolume> = serde_yaml::from_str(
+            "- metadata: { name: a }\n  spec: { csi: { driver: hello, volumeHandle: h1 } }\n\
+             - metadata: { name: b }\n  spec: { csi: { driver: other, volumeHandle: h2 } }\n\
+             - metadata: { name: c }\n  spec: { hostPath: { path: /x } }\n",
+        )
+        .unwrap();
+        assert_eq!(volumes_in(&pvs, "hello"), ["a"]);
+        let classes: Vec<StorageClass> = serde_yaml::from_str(
+            "- metadata: { name: fast }\n  provisioner: hello\n\
+             - metadata: { name: slow }\n  provisioner: other\n",
+        )
+        .unwrap();
+        let pvcs: Vec<PersistentVolumeClaim> = serde_yaml::from_str(
+            "- metadata: { name: one, namespace: ns }\n  spec: { storageClassName: fast }\n\
+             - metadata: { name: two, namespace: ns }\n  spec: { storageClassName: slow }\n\
+             - metadata: { name: three, namespace: ns, annotations: { volume.kubernetes.io/storage-provisioner: hello } }\n  spec: {}\n",
+        )
+        .unwrap();
+        assert_eq!(claims_in(&pvcs, &classes, "hello"), ["ns/one", "ns/three"]);
+    }
+
+    #[test]
+    fn readiness_needs_controller_and_every_node() {
+        let deployment: Deployment = serde_yaml::from_str(
+            "spec: { replicas: 1, selector: {}, template: {} }\nstatus: { availableReplicas: 1 }",
+        )
+        .unwrap();
+        let mut daemon_set: DaemonSet = serde_yaml::from_str(
+            "spec: { selector: {}, template: {} }\nstatus: { numberReady: 1, desiredNumberScheduled: 2, currentNumberScheduled: 2, numberMisscheduled: 0 }",
+        )
+        .unwrap();
+        let (ready, message) = readiness("hello", &deployment, &daemon_set);
+        assert!(!ready);
+        assert_eq!(
+            message,
+            "CSI driver hello: controller 1/1 available, node plugin ready on 1/2 nodes"
+        );
+        daemon_set.status.as_mut().unwrap().number_ready = 2;
+        assert!(readiness("hello", &deployment, &daemon_set).0);
+        let mut unavailable = deployment.clone();
+        unavailable.status = None;
+        assert!(!readiness("hello", &unavailable, &daemon_set).0);
+    }
+
+    #[test]
+    fn status_keeps_transition_time_while_status_holds() {
+        let first = next_status(
+            None,
+            Some(1),
+            condition(false, reason::DRIVER_NOT_READY, "0/1"),
+            0,
+            "t1",
+        );
+        assert_eq!(
+            first.conditions[0].last_transition_time.as_deref(),
+            Some("t1")
+        );
+        assert_eq!(first.observed_generation, Some(1));
+        assert_eq!(first.volumes, Some(0));
+        let same = next_status(
+            Some(&first),
+            Some(2),
+            condition(false, reason::INVALID_SPEC, "bad"),
+            3,
+            "t2",
+        );
+        assert_eq!(
+            same.conditions[0].last_transition_time.as_deref(),
+            Some("t1")
+        );
+        assert_eq!(same.conditions[0].observed_generation, Some(2));
+        assert_eq!(same.conditions[0].reason, "InvalidSpec");
+        assert_eq!(same.volumes, Some(3));
+        let flipped = next_status(
+            Some(&same),
+            Some(2),
+            condition(true, reason::DRIVER_READY, "ok"),
+            3,
+            "t3",
+        );
+        assert_eq!(
+            flipped.conditions[0].last_transition_time.as_deref(),
+            Some("t3")
+        );
+        assert_eq!(flipped.conditions.len(), 1);
+    }
+
+    #[test]
+    fn invalid_spec_problems_name_the_field() {
+        let p: PavProvisioner = serde_yaml::from_str(
+            "apiVersion: pav.albertofaria.github.io/v1alpha1\nkind: PavProvisioner\nmetadata: { name: broken }\n\
+             spec:\n  provisioningModes: [Dynamic]\n  volumeStaging:\n    podTemplate:\n      spec:\n        containers:\n          - name: c\n            image: \"{{ oops\"\n",
+        )
+        .unwrap();
+        let problems = CompiledProvisioner::new(&p).unwrap_err().to_string();
+        assert!(
+            problems.contains("spec.volumeStaging.podTemplate.spec.containers[0].image"),
+            "{problems}"
+        );
+    }
 }

@@ -1,0 +1,672 @@
+//! What one PavProvisioner becomes: a CSI driver named after it.
+//!
+//! | object | name | scope |
+//! |---|---|---|
+//! | CSIDriver | `<name>` | cluster |
+//! | ServiceAccount, Role, RoleBinding, Deployment | `pav-<name>-controller` | pav namespace |
+//! | ClusterRole, ClusterRoleBinding | `pav-<name>-controller` | cluster |
+//! | ServiceAccount, DaemonSet | `pav-<name>-node` | pav namespace |
+//! | ClusterRole, ClusterRoleBinding | `pav-<name>-node` | cluster |
+//!
+//! All carry the label `pav.albertofaria.github.io/provisioner: <name>`;
+//! namespaced ones are owned by the PavProvisioner (garbage collected with
+//! it), cluster-scoped ones are deleted by the controller's finalizer.
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::api::storage::v1::CSIDriver;
+use kube::Resource as _;
+use pav_templates::PavProvisioner;
+use serde_json::{Value, json};
+
+use super::{
+    FIELD_MANAGER, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NAME, LABEL_PROVISIONER, PAV_BINARY,
+    Settings, labels, typed,
+};
+use crate::pods::HOST_POD_DIR;
+
+/// How long external-provisioner waits for a CreateVolume/DeleteVolume
+/// call: creation pods pull images and run user code, so this is long.
+pub const PROVISIONER_TIMEOUT: &str = "300s";
+
+/// Socket of the CSI services inside their pods.
+pub const CSI_SOCKET: &str = "/csi/csi.sock";
+
+/// Name of a provisioner's CSI controller Deployment, ServiceAccount and RBAC.
+pub fn controller_name(provisioner: &str) -> String {
+    format!("pav-{provisioner}-controller")
+}
+
+/// Name of a provisioner's node DaemonSet, ServiceAccount and RBAC.
+pub fn node_name(provisioner: &str) -> String {
+    format!("pav-{provisioner}-node")
+}
+
+/// Label selector matching every object pav deployed for a provisioner.
+pub fn selector(provisioner: &str) -> String {
+    format!("{LABEL_PROVISIONER}={provisioner}")
+}
+
+/// Everything deployed for one PavProvisioner.
+#[derive(Debug, Clone)]
+pub struct DriverObjects {
+    /// The CSIDriver, named after the provisioner.
+    pub csi_driver: CSIDriver,
+    /// Service accounts of the CSI controller and the node plugin.
+    pub service_accounts: Vec<ServiceAccount>,
+    /// Cluster roles of the CSI controller and the node plugin.
+    pub cluster_roles: Vec<ClusterRole>,
+    /// Their bindings.
+    pub cluster_role_bindings: Vec<ClusterRoleBinding>,
+    /// The CSI controller's leader-election Role in the pav namespace.
+    pub roles: Vec<Role>,
+    /// Its binding.
+    pub role_bindings: Vec<RoleBinding>,
+    /// The CSI controller with the external-provisioner sidecar.
+    pub deployment: Deployment,
+    /// The node plugin with the node-driver-registrar sidecar.
+    pub daemon_set: DaemonSet,
+}
+
+/// Builds every object of `provisioner`'s driver.
+pub fn objects(provisioner: &PavProvisioner, settings: &Settings) -> DriverObjects {
+    let b = Builder::new(provisioner, settings);
+    DriverObjects {
+        csi_driver: b.csi_driver(),
+        service_accounts: vec![
+            b.service_account(&b.controller, "csi-controller"),
+            b.service_account(&b.node, "csi-node"),
+        ],
+        cluster_roles: vec![b.controller_cluster_role(), b.node_cluster_role()],
+        cluster_role_bindings: vec![
+            b.cluster_role_binding(&b.controller, "csi-controller"),
+            b.cluster_role_binding(&b.node, "csi-node"),
+        ],
+        roles: vec![b.controller_role()],
+        role_bindings: vec![b.controller_role_binding()],
+        deployment: b.deployment(),
+        daemon_set: b.daemon_set(),
+    }
+}
+
+struct Builder<'a> {
+    name: String,
+    controller: String,
+    node: String,
+    settings: &'a Settings,
+    owner: Option<Value>,
+}
+
+fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Value {
+    json!({ "apiGroups": groups, "resources": resources, "verbs": verbs })
+}
+
+impl<'a> Builder<'a> {
+    fn new(provisioner: &PavProvisioner, settings: &'a Settings) -> Self {
+        let name = provisioner.metadata.name.clone().unwrap_or_default();
+        Self {
+            controller: controller_name(&name),
+            node: node_name(&name),
+            owner: provisioner
+                .controller_owner_ref(&())
+                .map(|owner| super::json(&owner)),
+            name,
+            settings,
+        }
+    }
+
+    fn labels(&self, component: &str) -> Value {
+        json!(labels(&[
+            (LABEL_NAME, "pav"),
+            (LABEL_COMPONENT, component),
+            (LABEL_MANAGED_BY, FIELD_MANAGER),
+            (LABEL_PROVISIONER, &self.name),
+        ]))
+    }
+
+    fn selector_labels(&self, component: &str) -> Value {
+        json!(labels(&[
+            (LABEL_COMPONENT, component),
+            (LABEL_PROVISIONER, &self.name)
+        ]))
+    }
+
+    /// Metadata of a namespaced object: in the pav namespace, owned by the
+    /// provisioner.
+    fn namespaced(&self, name: &str, component: &str) -> Value {
+        let mut meta = json!({
+            "name": name,
+            "namespace": self.settings.namespace,
+            "labels": self.labels(component),
+        });
+        if let Some(owner) = &self.owner {
+            meta["ownerReferences"] = json!([owner]);
+        }
+        meta
+    }
+
+    fn cluster(&self, name: &str, component: &str) -> Value {
+        json!({ "name": name, "labels": self.labels(component) })
+    }
+
+    fn csi_driver(&self) -> CSIDriver {
+        typed(json!({
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSIDriver",
+            "metadata": self.cluster(&self.name, "csi-driver"),
+            "spec": {
+                // No ControllerPublish: volumes are made available on a node
+                // by staging pods, so no VolumeAttachment is needed.
+                "attachRequired": false,
+                // The node plugin needs the client pod (name, namespace,
+                // UID) for the staging context.
+                "podInfoOnMount": true,
+                "volumeLifecycleModes": ["Persistent"],
+                // Like a built-in volume: kubelet gives the volume to the
+                // client's fsGroup when the pod asks for one, whatever the
+                // access mode or fsType (pav volumes have neither a fixed
+                // fsType nor always RWO).
+                "fsGroupPolicy": "File",
+                "requiresRepublish": false,
+                "storageCapacity": false,
+            },
+        }))
+    }
+
+    fn service_account(&self, name: &str, component: &str) -> ServiceAccount {
+        typed(json!({
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": self.namespaced(name, component),
+        }))
+    }
+
+    /// external-provisioner's documented cluster RBAC (no snapshots, no
+    /// capacity tracking) plus what `pav csi-controller` needs: the pods it
+    /// starts (in any namespace, as templates may name one), its
+    /// PavProvisioner and claims for `get_pvc()`.
+    fn controller_cluster_role(&self) -> ClusterRole {
+        typed(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": self.cluster(&self.controller, "csi-controller"),
+            "rules": [
+                rule(&[""], &["persistentvolumes"], &["get", "list", "watch", "create", "patch", "delete"]),
+                rule(&[""], &["persistentvolumeclaims"], &["get", "list", "watch", "update"]),
+                rule(&["storage.k8s.io"], &["storageclasses"], &["get", "list", "watch"]),
+                rule(&[""], &["events"], &["get", "list", "watch", "create", "update", "patch"]),
+                rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
+                rule(&["storage.k8s.io"], &["csinodes"], &["get", "list", "watch"]),
+                rule(&[""], &["nodes"], &["get", "list", "watch"]),
+                rule(&["storage.k8s.io"], &["volumeattachments"], &["get", "list", "watch"]),
+                rule(&["storage.k8s.io"], &["volumeattributesclasses"], &["get"]),
+                rule(&[""], &["pods"], &["get", "list", "watch", "create", "delete"]),
+                rule(&[pav_templates::model::GROUP], &["pavprovisioners"], &["get", "list", "watch"]),
+            ],
+        }))
+    }
+
+    /// `pav csi-node`: its staging and unstaging pods (created, watched,
+    /// annotated when collected, deleted), the objects of the staging
+    /// context, its PavProvisioner, events.
+    fn node_cluster_role(&self) -> ClusterRole {
+        typed(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": self.cluster(&self.node, "csi-node"),
+            "rules": [
+                rule(&[""], &["pods"], &["get", "list", "watch", "create", "delete", "patch"]),
+                rule(&[""], &["persistentvolumes", "persistentvolumeclaims", "nodes"], &["get"]),
+                rule(&["", "events.k8s.io"], &["events"], &["create", "patch"]),
+                rule(&[pav_templates::model::GROUP], &["pavprovisioners"], &["get", "list", "watch"]),
+            ],
+        }))
+    }
+
+    fn cluster_role_binding(&self, name: &str, component: &str) -> ClusterRoleBinding {
+        typed(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": self.cluster(name, component),
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name },
+            "subjects": [{ "kind": "ServiceAccount", "name": name, "namespace": self.settings.namespace }],
+        }))
+    }
+
+    /// external-provisioner's leader election lease, in the pav namespace.
+    fn controller_role(&self) -> Role {
+        typed(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": self.namespaced(&self.controller, "csi-controller"),
+            "rules": [
+                rule(&["coordination.k8s.io"], &["leases"], &["get", "list", "watch", "create", "update", "patch", "delete"]),
+            ],
+        }))
+    }
+
+    fn controller_role_binding(&self) -> RoleBinding {
+        typed(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": self.namespaced(&self.controller, "csi-controller"),
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": self.controller },
+            "subjects": [{ "kind": "ServiceAccount", "name": self.controller, "namespace": self.settings.namespace }],
+        }))
+    }
+
+    fn pav_env(&self) -> Value {
+        json!([
+            { "name": "RUST_LOG", "value": "info" },
+            { "name": "PAV_NAMESPACE", "value": self.settings.namespace },
+            { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
+            { "name": "POD_NAMESPACE", "valueFrom": { "fieldRef": { "fieldPath": "metadata.namespace" } } },
+            { "name": "NODE_NAME", "valueFrom": { "fieldRef": { "fieldPath": "spec.nodeName" } } },
+        ])
+    }
+
+    fn deployment(&self) -> Deployment {
+        let s = self.settings;
+        let selector = self.selector_labels("csi-controller");
+        let mut pod_labels = self.labels("csi-controller");
+        pod_labels
+            .as_object_mut()
+            .expect("labels are a map")
+            .remove(LABEL_MANAGED_BY);
+        typed(json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": self.namespaced(&self.controller, "csi-controller"),
+            "spec": {
+                "replicas": 1,
+                "selector": { "matchLabels": selector },
+                "template": {
+                    "metadata": { "labels": pod_labels },
+                    "spec": {
+                        "serviceAccountName": self.controller,
+                        "containers": [
+                            {
+                                "name": "pav",
+                                "image": s.image,
+                                "imagePullPolicy": "IfNotPresent",
+                                "command": [PAV_BINARY],
+                                "args": ["csi-controller", "--provisioner", self.name, "--endpoint", CSI_SOCKET],
+                                "env": self.pav_env(),
+                                "volumeMounts": [{ "name": "socket-dir", "mountPath": "/csi" }],
+                                "resources": { "requests": { "cpu": "10m", "memory": "32Mi" } },
+                            },
+                            {
+                                "name": "csi-provisioner",
+                                "image": s.provisioner_image,
+                                "imagePullPolicy": "IfNotPresent",
+                                "args": [
+                                    format!("--csi-address={CSI_SOCKET}"),
+                                    "--extra-create-metadata",
+                                    "--leader-election",
+                                    format!("--leader-election-namespace={}", s.namespace),
+                                    format!("--timeout={PROVISIONER_TIMEOUT}"),
+                                    "--v=2",
+                                ],
+                                "volumeMounts": [{ "name": "socket-dir", "mountPath": "/csi" }],
+                                "resources": { "requests": { "cpu": "10m", "memory": "32Mi" } },
+                            },
+                        ],
+                        "volumes": [{ "name": "socket-dir", "emptyDir": {} }],
+                    },
+                },
+            },
+        }))
+    }
+
+    fn daemon_set(&self) -> DaemonSet {
+        let s = self.settings;
+        let kubelet = s.kubelet_dir.trim_end_matches('/');
+        let plugin_dir = format!("{kubelet}/plugins/{}", self.name);
+        let selector = self.selector_labels("csi-node");
+        let mut pod_labels = self.labels("csi-node");
+        pod_labels
+            .as_object_mut()
+            .expect("labels are a map")
+            .remove(LABEL_MANAGED_BY);
+        typed(json!({
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": self.namespaced(&self.node, "csi-node"),
+            "spec": {
+                "selector": { "matchLabels": selector },
+                "updateStrategy": { "type": "RollingUpdate", "rollingUpdate": { "maxUnavailable": 1 } },
+                "template": {
+                    "metadata": { "labels": pod_labels },
+                    "spec": {
+                        "serviceAccountName": self.node,
+                        // Every node a client pod may land on needs the plugin.
+                        "tolerations": [{ "operator": "Exists" }],
+                        "containers": [
+                            {
+                                "name": "pav",
+                                "image": s.image,
+                                "imagePullPolicy": "IfNotPresent",
+                                "command": [PAV_BINARY],
+                                "args": [
+                                    "csi-node", "--provisioner", self.name,
+                                    "--endpoint", CSI_SOCKET, "--node-id", "$(NODE_NAME)",
+                                ],
+                                "env": self.pav_env(),
+                                // Bind mounts into kubelet's directories and
+                                // reading what staging pods mount need it.
+                                "securityContext": { "privileged": true },
+                                "volumeMounts": [
+                                    { "name": "socket-dir", "mountPath": "/csi" },
+                                    { "name": "kubelet-dir", "mountPath": kubelet, "mountPropagation": "Bidirectional" },
+                                    { "name": "pav-pods", "mountPath": HOST_POD_DIR, "mountPropagation": "Bidirectional" },
+                                    { "name": "dev", "mountPath": "/dev" },
+                                ],
+                                "resources": { "requests": { "cpu": "10m", "memory": "32Mi" } },
+                            },
+                            {
+                                "name": "node-driver-registrar",
+                                "image": s.registrar_image,
+                                "imagePullPolicy": "IfNotPresent",
+                                "args": [
+                                    format!("--csi-address={CSI_SOCKET}"),
+                                    format!("--kubelet-registration-path={plugin_dir}/csi.sock"),
+                                    "--v=2",
+                                ],
+                                "volumeMounts": [
+                                    { "name": "socket-dir", "mountPath": "/csi" },
+                                    { "name": "registration-dir", "mountPath": "/registration" },
+                                ],
+                                "resources": { "requests": { "cpu": "5m", "memory": "16Mi" } },
+                            },
+                        ],
+                        "volumes": [
+                            { "name": "socket-dir", "hostPath": { "path": plugin_dir, "type": "DirectoryOrCreate" } },
+                            { "name": "registration-dir", "hostPath": { "path": format!("{kubelet}/plugins_registry"), "type": "Directory" } },
+                            { "name": "kubelet-dir", "hostPath": { "path": kubelet, "type": "Directory" } },
+                            { "name": "pav-pods", "hostPath": { "path": HOST_POD_DIR, "type": "DirectoryOrCreate" } },
+                            { "name": "dev", "hostPath": { "path": "/dev", "type": "Directory" } },
+                        ],
+                    },
+                },
+            },
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+    use k8s_openapi::api::rbac::v1::PolicyRule;
+
+    fn provisioner() -> PavProvisioner {
+        let mut p: PavProvisioner = serde_yaml::from_str(
+            "apiVersion: pav.albertofaria.github.io/v1alpha1\n\
+             kind: PavProvisioner\n\
+             metadata: { name: hello, uid: 1234-abcd }\n\
+             spec:\n  provisioningModes: [Dynamic]\n  volumeStaging: { podTemplate: { spec: { containers: [] } } }\n",
+        )
+        .unwrap();
+        p.metadata.resource_version = Some("1".into());
+        p
+    }
+
+    fn container<'a>(spec: &'a PodSpec, name: &str) -> &'a Container {
+        spec.containers.iter().find(|c| c.name == name).unwrap()
+    }
+
+    fn allows(rules: &[PolicyRule], group: &str, resource: &str, verb: &str) -> bool {
+        rules.iter().any(|r| {
+            r.api_groups
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .any(|g| g == group)
+                && r.resources
+                    .as_deref()
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|x| x == resource)
+                && r.verbs.iter().any(|v| v == verb)
+        })
+    }
+
+    #[test]
+    fn csi_driver() {
+        let d = objects(&provisioner(), &Settings::default()).csi_driver;
+        assert_eq!(d.metadata.name.as_deref(), Some("hello"));
+        assert_eq!(d.spec.attach_required, Some(false));
+        assert_eq!(d.spec.pod_info_on_mount, Some(true));
+        assert_eq!(
+            d.spec.volume_lifecycle_modes,
+            Some(vec!["Persistent".into()])
+        );
+        assert_eq!(d.spec.fs_group_policy.as_deref(), Some("File"));
+        assert!(
+            d.metadata.owner_references.is_none(),
+            "cluster-scoped: finalizer cleans up"
+        );
+        assert_eq!(d.metadata.labels.unwrap()[LABEL_PROVISIONER], "hello");
+    }
+
+    #[test]
+    fn controller_deployment() {
+        let o = objects(&provisioner(), &Settings::default());
+        let d = o.deployment;
+        assert_eq!(d.metadata.name.as_deref(), Some("pav-hello-controller"));
+        assert_eq!(d.metadata.namespace.as_deref(), Some("pav"));
+        let owner = &d.metadata.owner_references.unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+            ("PavProvisioner", "hello", "1234-abcd")
+        );
+        assert_eq!(owner.controller, Some(true));
+        let spec = d.spec;
+        let pod = spec.template.spec.unwrap();
+        assert_eq!(
+            pod.service_account_name.as_deref(),
+            Some("pav-hello-controller")
+        );
+        let pav = container(&pod, "pav");
+        assert_eq!(pav.command.as_deref().unwrap(), [PAV_BINARY]);
+        assert_eq!(
+            pav.args.as_deref().unwrap(),
+            [
+                "csi-controller",
+                "--provisioner",
+                "hello",
+                "--endpoint",
+                "/csi/csi.sock"
+            ]
+        );
+        assert_eq!(pav.image.as_deref(), Some("pav:dev"));
+        let sidecar = container(&pod, "csi-provisioner");
+        let args = sidecar.args.clone().unwrap();
+        for flag in [
+            "--csi-address=/csi/csi.sock",
+            "--extra-create-metadata",
+            "--leader-election",
+            "--leader-election-namespace=pav",
+            "--timeout=300s",
+        ] {
+            assert!(
+                args.contains(&flag.to_owned()),
+                "{flag} missing from {args:?}"
+            );
+        }
+        assert_eq!(
+            sidecar.image.as_deref(),
+            Some(super::super::DEFAULT_PROVISIONER_IMAGE)
+        );
+        for c in &pod.containers {
+            assert_eq!(c.image_pull_policy.as_deref(), Some("IfNotPresent"));
+        }
+        assert!(pod.volumes.unwrap()[0].empty_dir.is_some());
+        // The selector must match the pod labels.
+        let pod_labels = spec.template.metadata.unwrap().labels.unwrap();
+        for (k, v) in spec.selector.match_labels.unwrap() {
+            assert_eq!(pod_labels[&k], v);
+        }
+    }
+
+    #[test]
+    fn node_daemon_set() {
+        let settings = Settings {
+            kubelet_dir: "/var/lib/k0s/kubelet/".into(),
+            ..Settings::default()
+        };
+        let ds = objects(&provisioner(), &settings).daemon_set;
+        assert_eq!(ds.metadata.name.as_deref(), Some("pav-hello-node"));
+        let pod = ds.spec.template.spec.unwrap();
+        assert_eq!(pod.service_account_name.as_deref(), Some("pav-hello-node"));
+        let pav = container(&pod, "pav");
+        assert_eq!(
+            pav.security_context.as_ref().unwrap().privileged,
+            Some(true)
+        );
+        assert_eq!(
+            pav.args.as_deref().unwrap(),
+            [
+                "csi-node",
+                "--provisioner",
+                "hello",
+                "--endpoint",
+                "/csi/csi.sock",
+                "--node-id",
+                "$(NODE_NAME)"
+            ]
+        );
+        let node_env = pav
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|e| e.name == "NODE_NAME")
+            .unwrap();
+        assert_eq!(
+            node_env
+                .value_from
+                .as_ref()
+                .unwrap()
+                .field_ref
+                .as_ref()
+                .unwrap()
+                .field_path,
+            "spec.nodeName"
+        );
+        let mounts = pav.volume_mounts.as_ref().unwrap();
+        let mount = |path: &str| {
+            mounts
+                .iter()
+                .find(|m| m.mount_path == path)
+                .unwrap_or_else(|| panic!("no mount at {path}"))
+        };
+        assert_eq!(
+            mount("/var/lib/k0s/kubelet").mount_propagation.as_deref(),
+            Some("Bidirectional")
+        );
+        assert_eq!(
+            mount("/var/lib/pav/pods").mount_propagation.as_deref(),
+            Some("Bidirectional")
+        );
+        assert_eq!(mount("/csi").name, "socket-dir");
+        mount("/dev");
+        let volumes = pod.volumes.as_ref().unwrap();
+        let host = |name: &str| {
+            volumes
+                .iter()
+                .find(|v| v.name == name)
+                .unwrap()
+                .host_path
+                .clone()
+                .unwrap()
+        };
+        assert_eq!(
+            host("socket-dir").path,
+            "/var/lib/k0s/kubelet/plugins/hello"
+        );
+        assert_eq!(
+            host("socket-dir").type_.as_deref(),
+            Some("DirectoryOrCreate")
+        );
+        assert_eq!(
+            host("registration-dir").path,
+            "/var/lib/k0s/kubelet/plugins_registry"
+        );
+        let registrar = container(&pod, "node-driver-registrar");
+        assert_eq!(
+            registrar.args.as_deref().unwrap()[..2],
+            [
+                "--csi-address=/csi/csi.sock",
+                "--kubelet-registration-path=/var/lib/k0s/kubelet/plugins/hello/csi.sock"
+            ]
+        );
+        assert!(
+            registrar
+                .volume_mounts
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|m| m.mount_path == "/registration")
+        );
+        assert_eq!(
+            pod.tolerations.unwrap()[0].operator.as_deref(),
+            Some("Exists")
+        );
+    }
+
+    #[test]
+    fn rbac() {
+        let o = objects(&provisioner(), &Settings::default());
+        let names: Vec<_> = o
+            .service_accounts
+            .iter()
+            .map(|s| s.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["pav-hello-controller", "pav-hello-node"]);
+        let controller = o.cluster_roles[0].rules.clone().unwrap();
+        for (group, resource, verb) in [
+            ("", "persistentvolumes", "create"),
+            ("", "persistentvolumes", "delete"),
+            ("", "persistentvolumeclaims", "update"),
+            ("storage.k8s.io", "storageclasses", "watch"),
+            ("storage.k8s.io", "csinodes", "list"),
+            ("", "nodes", "get"),
+            ("", "events", "create"),
+            ("", "pods", "create"),
+            ("", "pods", "delete"),
+            ("pav.albertofaria.github.io", "pavprovisioners", "get"),
+        ] {
+            assert!(
+                allows(&controller, group, resource, verb),
+                "controller lacks {verb} {group}/{resource}"
+            );
+        }
+        assert!(!allows(&controller, "", "secrets", "get"));
+        let leases = o.roles[0].rules.clone().unwrap();
+        assert!(allows(&leases, "coordination.k8s.io", "leases", "update"));
+        assert_eq!(o.roles[0].metadata.namespace.as_deref(), Some("pav"));
+        let node = o.cluster_roles[1].rules.clone().unwrap();
+        for (group, resource, verb) in [
+            ("", "pods", "create"),
+            ("", "pods", "patch"),
+            ("", "persistentvolumes", "get"),
+            ("", "persistentvolumeclaims", "get"),
+            ("", "nodes", "get"),
+            ("", "events", "create"),
+            ("pav.albertofaria.github.io", "pavprovisioners", "get"),
+        ] {
+            assert!(
+                allows(&node, group, resource, verb),
+                "node lacks {verb} {group}/{resource}"
+            );
+        }
+        assert!(!allows(&node, "", "persistentvolumes", "create"));
+        for binding in &o.cluster_role_bindings {
+            let subject = &binding.subjects.as_ref().unwrap()[0];
+            assert_eq!(subject.name, binding.role_ref.name);
+            assert_eq!(subject.namespace.as_deref(), Some("pav"));
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! The once-per-cluster installation: namespace, CRD, RBAC and the
+//! `pav-controller` Deployment.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use serde_json::{Value, json};
+
+use super::{
+    DEFAULT_METRICS_ADDR, LABEL_COMPONENT, LABEL_NAME, PAV_BINARY, Settings, json as to_json,
+    labels, typed,
+};
+
+/// Name of the controller's Deployment, ServiceAccount and RBAC objects.
+pub const CONTROLLER: &str = "pav-controller";
+
+fn meta(name: &str, namespace: Option<&str>) -> Value {
+    let mut meta = json!({
+        "name": name,
+        "labels": labels(&[(LABEL_NAME, "pav"), (LABEL_COMPONENT, "controller")]),
+    });
+    if let Some(namespace) = namespace {
+        meta["namespace"] = json!(namespace);
+    }
+    meta
+}
+
+/// Everything `pav manifests` prints, in the order `kubectl apply` needs.
+pub fn objects(settings: &Settings) -> Vec<Value> {
+    vec![
+        to_json(&namespace(settings)),
+        to_json(&pav_templates::PavProvisioner::definition()),
+        to_json(&service_account(settings)),
+        to_json(&cluster_role()),
+        to_json(&cluster_role_binding(settings)),
+        to_json(&role(settings)),
+        to_json(&role_binding(settings)),
+        to_json(&deployment(settings)),
+    ]
+}
+
+/// The pav namespace.
+pub fn namespace(settings: &Settings) -> Namespace {
+    typed(json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": settings.namespace,
+            "labels": labels(&[(LABEL_NAME, "pav")]),
+        },
+    }))
+}
+
+/// The controller's ServiceAccount.
+pub fn service_account(settings: &Settings) -> ServiceAccount {
+    typed(json!({
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": meta(CONTROLLER, Some(&settings.namespace)),
+    }))
+}
+
+/// What the controller may do cluster-wide: manage PavProvisioners and
+/// their status and finalizers, CSIDrivers and the drivers' cluster RBAC
+/// (`escalate`/`bind` so it can grant drivers what it does not hold
+/// itself), count volumes and claims, and record events.
+pub fn cluster_role() -> ClusterRole {
+    typed(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": meta(CONTROLLER, None),
+        "rules": [
+            {
+                "apiGroups": [pav_templates::model::GROUP],
+                "resources": ["pavprovisioners"],
+                "verbs": ["get", "list", "watch", "patch", "update"],
+            },
+            {
+                "apiGroups": [pav_templates::model::GROUP],
+                "resources": ["pavprovisioners/status"],
+                "verbs": ["get", "patch", "update"],
+            },
+            {
+                "apiGroups": [pav_templates::model::GROUP],
+                "resources": ["pavprovisioners/finalizers"],
+                "verbs": ["update"],
+            },
+            {
+                "apiGroups": ["storage.k8s.io"],
+                "resources": ["csidrivers"],
+                "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
+            },
+            {
+                "apiGroups": ["rbac.authorization.k8s.io"],
+                "resources": ["clusterroles", "clusterrolebindings"],
+                "verbs": ["get", "list", "watch", "create", "patch", "update", "delete", "bind", "escalate"],
+            },
+            {
+                "apiGroups": [""],
+                "resources": ["persistentvolumes", "persistentvolumeclaims"],
+                "verbs": ["get", "list", "watch"],
+            },
+            {
+                "apiGroups": ["storage.k8s.io"],
+                "resources": ["storageclasses"],
+                "verbs": ["get", "list", "watch"],
+            },
+            {
+                "apiGroups": ["", "events.k8s.io"],
+                "resources": ["events"],
+                "verbs": ["create", "patch", "update"],
+            },
+        ],
+    }))
+}
+
+/// Binds [`cluster_role`] to the controller's ServiceAccount.
+pub fn cluster_role_binding(settings: &Settings) -> ClusterRoleBinding {
+    typed(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": meta(CONTROLLER, None),
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": CONTROLLER,
+        },
+        "subjects": [{
+            "kind": "ServiceAccount",
+            "name": CONTROLLER,
+            "namespace": settings.namespace,
+        }],
+    }))
+}
+
+/// What the controller may do in the pav namespace: the drivers'
+/// Deployments, DaemonSets, ServiceAccounts and Roles.
+pub fn role(settings: &Settings) -> Role {
+    typed(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": meta(CONTROLLER, Some(&settings.namespace)),
+        "rules": [
+            {
+                "apiGroups": ["apps"],
+                "resources": ["deployments", "daemonsets"],
+                "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
+            },
+            {
+                "apiGroups": [""],
+                "resources": ["serviceaccounts"],
+                "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
+            },
+            {
+                "apiGroups": ["rbac.authorization.k8s.io"],
+                "resources": ["roles", "rolebindings"],
+                "verbs": ["get", "list", "watch", "create", "patch", "update", "delete", "bind", "escalate"],
+            },
+        ],
+    }))
+}
+
+/// Binds [`role`] to the controller's ServiceAccount.
+pub fn role_binding(settings: &Settings) -> RoleBinding {
+    typed(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": meta(CONTROLLER, Some(&settings.namespace)),
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": CONTROLLER,
+        },
+        "subjects": [{
+            "kind": "ServiceAccount",
+            "name": CONTROLLER,
+            "namespace": settings.namespace,
+        }],
+    }))
+}
+
+/// The `pav controller` Deployment: one replica, replaced rather than
+/// rolled (`Recreate`) so two controllers never reconcile at once.
+pub fn deployment(settings: &Settings) -> Deployment {
+    let port = DEFAULT_METRICS_ADDR
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse::<i32>().ok())
+        .unwrap_or(8080);
+    let selector = labels(&[(LABEL_NAME, "pav"), (LABEL_COMPONENT, "controller")]);
+    typed(json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta(CONTROLLER, Some(&settings.namespace)),
+        "spec": {
+            "replicas": 1,
+            "strategy": { "type": "Recreate" },
+            "selector": { "matchLabels": selector },
+            "template": {
+                "metadata": { "labels": selector },
+                "spec": {
+                    "serviceAccountName": CONTROLLER,
+                    "securityContext": {
+                        "runAsNonRoot": true,
+                        "runAsUser": 65532,
+                        "runAsGroup": 65532,
+                        "seccompProfile": { "type": "RuntimeDefault" },
+                    },
+                    "containers": [{
+                        "name": "pav",
+                        "image": settings.image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": [PAV_BINARY],
+                        "args": [
+                            "controller",
+                            format!("--namespace={}", settings.namespace),
+                            format!("--image={}", settings.image),
+                            format!("--provisioner-image={}", settings.provisioner_image),
+                            format!("--registrar-image={}", settings.registrar_image),
+                            format!("--kubelet-dir={}", settings.kubelet_dir),
+                            format!("--metrics-addr={DEFAULT_METRICS_ADDR}"),
+                        ],
+                        "env": [
+                            { "name": "RUST_LOG", "value": "info" },
+                            { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
+                        ],
+                        "ports": [{ "name": "metrics", "containerPort": port, "protocol": "TCP" }],
+                        "livenessProbe": {
+                            "httpGet": { "path": "/healthz", "port": "metrics" },
+                            "periodSeconds": 20,
+                        },
+                        "readinessProbe": {
+                            "httpGet": { "path": "/readyz", "port": "metrics" },
+                            "periodSeconds": 10,
+                        },
+                        "resources": {
+                            "requests": { "cpu": "10m", "memory": "32Mi" },
+                            "limits": { "memory": "256Mi" },
+                        },
+                        "securityContext": {
+                            "allowPrivilegeEscalation": false,
+                            "readOnlyRootFilesystem": true,
+                            "capabilities": { "drop": ["ALL"] },
+                        },
+                    }],
+                },
+            },
+        },
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn controller_deployment_passes_settings() {
+        let settings = Settings {
+            namespace: "storage".into(),
+            image: "example/pav:1".into(),
+            ..Settings::default()
+        };
+        let deployment = deployment(&settings);
+        assert_eq!(deployment.metadata.namespace.as_deref(), Some("storage"));
+        let spec = deployment.spec.template.spec.unwrap();
+        assert_eq!(spec.service_account_name.as_deref(), Some(CONTROLLER));
+        let container = &spec.containers[0];
+        assert_eq!(container.image.as_deref(), Some("example/pav:1"));
+        assert_eq!(container.image_pull_policy.as_deref(), Some("IfNotPresent"));
+        let args = container.args.clone().unwrap();
+        assert_eq!(args[0], "controller");
+        assert!(args.contains(&"--namespace=storage".to_owned()));
+        assert!(args.contains(&"--image=example/pav:1".to_owned()));
+    }
+
+    #[test]
+    fn controller_may_grant_driver_rbac() {
+        let role = cluster_role();
+        let rbac = role
+            .rules
+            .unwrap()
+            .into_iter()
+            .find(|r| {
+                r.resources
+                    .as_deref()
+                    .unwrap_or_default()
+                    .contains(&"clusterroles".to_owned())
+            })
+            .unwrap();
+        assert!(rbac.verbs.contains(&"escalate".to_owned()));
+        assert!(rbac.verbs.contains(&"bind".to_owned()));
+    }
+
+    #[test]
+    fn objects_are_in_apply_order() {
+        let kinds: Vec<String> = objects(&Settings::default())
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "Namespace",
+                "CustomResourceDefinition",
+                "ServiceAccount",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "Role",
+                "RoleBinding",
+                "Deployment"
+            ]
+        );
+    }
+}
