@@ -1,20 +1,163 @@
 //! `pav csi-controller` and `pav csi-node`: the pav-sdk touch points of one
 //! PavProvisioner, carried out by pods.
+//!
+//! | module | role |
+//! |---|---|
+//! | [`controller`] | Create (validation + creation pods) and Delete (deletion pod) |
+//! | [`node`] | Stage / Unstage per client pod (staging and unstaging pods), collection of `/pav` files |
+//! | [`cluster`] | API access: running pods by watch, events, `get_pvc` |
+//! | [`state`] | pure parts: pod states, exported files, messages |
+//! | [`metrics`] | Prometheus `/metrics` and `/healthz` |
+
+pub mod cluster;
+pub mod controller;
+pub mod metrics;
+pub mod node;
+pub mod state;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::PersistentVolume;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, Client};
+
+use self::cluster::Cluster;
+use self::metrics::Metrics;
+
+/// Flags shared by both commands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CommonArgs {
+    /// The PavProvisioner served (its name is the CSI driver name).
+    #[arg(long, env = "PAV_PROVISIONER")]
+    pub provisioner: String,
+    /// The CSI Unix socket to serve on.
+    #[arg(long, env = "CSI_ENDPOINT", default_value = "/csi/csi.sock")]
+    pub endpoint: PathBuf,
+    /// Namespace of PaV pods whose template names none.
+    #[arg(long, env = "POD_NAMESPACE", default_value = crate::pods::DEFAULT_NAMESPACE)]
+    pub namespace: String,
+    /// How long any one phase (a pod's run, a deletion) may take, e.g. 300s or 5m.
+    #[arg(long, env = "PAV_PHASE_TIMEOUT", default_value = "300s", value_parser = state::parse_duration)]
+    pub phase_timeout: Duration,
+    /// Address of the HTTP server with /metrics and /healthz.
+    #[arg(long, env = "PAV_METRICS_ADDR", default_value = "0.0.0.0:9808")]
+    pub metrics_addr: SocketAddr,
+}
 
 /// Flags of `pav csi-controller`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct ControllerArgs {}
+pub struct ControllerArgs {
+    /// Shared flags.
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
 
 /// Flags of `pav csi-node`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct NodeArgs {}
+pub struct NodeArgs {
+    /// Shared flags.
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// This node's name.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_id: String,
+    /// Where this process sees the nodes' /var/lib/pav/pods (mounted with
+    /// bidirectional propagation).
+    #[arg(long, env = "PAV_PODS_DIR", default_value = crate::pods::HOST_POD_DIR)]
+    pub pods_dir: PathBuf,
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
+}
+
+async fn cluster(common: &CommonArgs) -> anyhow::Result<Arc<Cluster>> {
+    let client = Client::try_default().await?;
+    let metrics = Arc::new(Metrics::default());
+    let addr = common.metrics_addr;
+    let served = metrics.clone();
+    tokio::spawn(async move {
+        if let Err(e) = metrics::serve(addr, served).await {
+            tracing::error!(error = %e, "metrics server failed");
+        }
+    });
+    Ok(Arc::new(Cluster::new(
+        client,
+        common.provisioner.clone(),
+        common.namespace.clone(),
+        common.phase_timeout,
+        metrics,
+        std::env::var("POD_NAME").ok(),
+    )))
+}
+
+/// The pav-sdk provisioner of the controller: Create and Delete by pods.
+pub fn controller_provisioner(
+    cluster: Arc<Cluster>,
+) -> pav_sdk::Provisioner<controller::PodController> {
+    let (store, writer) = reflector::store();
+    let pvs: Api<PersistentVolume> = Api::all(cluster.client.clone());
+    let stream = reflector(writer, watcher(pvs, watcher::Config::default()))
+        .default_backoff()
+        .touched_objects();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            if let Err(e) = item {
+                tracing::warn!(error = %e, "watching PersistentVolumes");
+            }
+        }
+    });
+    pav_sdk::Provisioner::new(controller::PodController::new(cluster, store))
+        .with_create()
+        .with_delete()
+        .volume_modes([pav_sdk::VolumeMode::Filesystem, pav_sdk::VolumeMode::Block])
+}
 
 /// Serves the CSI controller service until SIGTERM.
-pub async fn run_controller(_args: ControllerArgs) -> anyhow::Result<()> {
-    anyhow::bail!("pav csi-controller is not implemented yet")
+pub async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
+    init_tracing();
+    let cluster = cluster(&args.common).await?;
+    tokio::spawn(controller::sweep(cluster.clone()));
+    let provisioner = controller_provisioner(cluster);
+    pav_csi::Driver::builder(args.common.provisioner.clone())
+        .version(env!("CARGO_PKG_VERSION"))
+        .provisioner(provisioner)
+        .serve_controller(&args.common.endpoint)
+        .run()
+        .await?;
+    Ok(())
 }
 
 /// Serves the CSI node service until SIGTERM.
-pub async fn run_node(_args: NodeArgs) -> anyhow::Result<()> {
-    anyhow::bail!("pav csi-node is not implemented yet")
+pub async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
+    init_tracing();
+    let cluster = cluster(&args.common).await?;
+    tokio::spawn(node::collect(
+        cluster.clone(),
+        args.node_id.clone(),
+        args.pods_dir.clone(),
+    ));
+    let provisioner = pav_sdk::Provisioner::new(node::PodNode::new(
+        cluster,
+        args.node_id.clone(),
+        args.pods_dir,
+    ))
+    .with_stage()
+    .with_unstage()
+    .stage_on_publish()
+    .volume_modes([pav_sdk::VolumeMode::Filesystem, pav_sdk::VolumeMode::Block]);
+    pav_csi::Driver::builder(args.common.provisioner.clone())
+        .version(env!("CARGO_PKG_VERSION"))
+        .provisioner(provisioner)
+        .serve_node(&args.common.endpoint, args.node_id)
+        .run()
+        .await?;
+    Ok(())
 }

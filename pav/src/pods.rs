@@ -36,6 +36,36 @@ pub const LABEL_VOLUME: &str = "pav.albertofaria.github.io/volume";
 /// Label holding the node a staging or unstaging pod runs on.
 pub const LABEL_NODE: &str = "pav.albertofaria.github.io/node";
 
+/// Annotation with the volume handle a pod exported in `/pav/handle`.
+pub const ANNOTATION_HANDLE: &str = "pav.albertofaria.github.io/handle";
+/// Annotation with the capacity a pod exported in `/pav/capacity`.
+pub const ANNOTATION_CAPACITY: &str = "pav.albertofaria.github.io/capacity";
+/// Annotation with the message a pod exported in `/pav/error`.
+pub const ANNOTATION_ERROR: &str = "pav.albertofaria.github.io/error";
+/// Annotation set to `"true"` once the node plugin copied the files above.
+pub const ANNOTATION_COLLECTED: &str = "pav.albertofaria.github.io/collected";
+/// Annotation naming the claim (`namespace/name`) a controller pod works for.
+pub const ANNOTATION_CLAIM: &str = "pav.albertofaria.github.io/claim";
+/// Annotation naming the PersistentVolume a staging pod stages.
+pub const ANNOTATION_PV: &str = "pav.albertofaria.github.io/pv";
+/// Annotation naming the client pod (`namespace/name/uid`) of a staging pod.
+pub const ANNOTATION_CLIENT: &str = "pav.albertofaria.github.io/client-pod";
+/// Annotation holding the kubelet target path a staging pod's volume is
+/// bind-mounted on.
+pub const ANNOTATION_TARGET: &str = "pav.albertofaria.github.io/target-path";
+/// Annotation holding `"true"` when a staging pod stages read-only.
+pub const ANNOTATION_READ_ONLY: &str = "pav.albertofaria.github.io/read-only";
+/// Finalizer on staging pods: the object (and the state in its annotations)
+/// stays until the volume is unstaged.
+pub const FINALIZER_UNSTAGE: &str = "pav.albertofaria.github.io/unstage";
+
+/// The [`PodTarget::volume`] key of the staging and unstaging pods of one
+/// volume published at one kubelet target path (so unique per client pod):
+/// NodeUnpublishVolume knows both, so it finds the pods again.
+pub fn staging_key(handle: &str, target_path: &str) -> String {
+    format!("{handle}\n{target_path}")
+}
+
 /// Namespace of pav's own objects and of pods whose template names none.
 pub const DEFAULT_NAMESPACE: &str = "pav";
 
@@ -88,7 +118,8 @@ impl PodTarget<'_> {
         format!("{HOST_POD_DIR}/{}", self.pod_name())
     }
 
-    fn labels(&self) -> BTreeMap<String, String> {
+    /// The labels PaV puts on the pod (provisioner, phase, volume, node).
+    pub fn labels(&self) -> BTreeMap<String, String> {
         let mut labels = BTreeMap::from([
             (LABEL_PROVISIONER.to_owned(), label_value(self.provisioner)),
             (LABEL_PHASE.to_owned(), self.phase.name().to_owned()),
@@ -103,7 +134,13 @@ impl PodTarget<'_> {
 
 /// Label values are at most 63 characters of `[A-Za-z0-9._-]`; longer or
 /// other values are replaced by a digest so the label still identifies them.
-fn label_value(value: &str) -> String {
+///
+/// ```
+/// use pav::pods::label_value;
+/// assert_eq!(label_value("pvc-1"), "pvc-1");
+/// assert!(label_value("a/b").starts_with("sha256-"));
+/// ```
+pub fn label_value(value: &str) -> String {
     let valid = value.len() <= 63
         && value
             .bytes()

@@ -1,0 +1,663 @@
+//! Validation, creation and deletion carried out by pods (`pav csi-controller`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{
+    ObjectReference, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod,
+    PodTemplateSpec, VolumeResourceRequirements,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::runtime::reflector::Store;
+use kube::{Api, Resource, ResourceExt};
+use pav_sdk::{Create, CreateRequest, Delete, DeleteRequest, Error, Result, Volume};
+use pav_templates::{CreationContext, Phase, ProvisioningMode, ValidationContext};
+
+use super::cluster::{Cluster, Finished, api_error, pod_ref};
+use super::state::{self, Collected, PodState};
+use crate::pods::{ANNOTATION_CLAIM, LABEL_PHASE, LABEL_VOLUME, PodTarget, build_pod};
+
+/// The pav-sdk Create and Delete of a PavProvisioner.
+#[derive(Debug)]
+pub struct PodController {
+    cluster: Arc<Cluster>,
+    volumes: Store<PersistentVolume>,
+}
+
+/// One claim being provisioned, with the live objects its contexts need.
+struct Claim {
+    pvc: PersistentVolumeClaim,
+    sc: StorageClass,
+    uid: String,
+    reference: ObjectReference,
+}
+
+impl PodController {
+    /// Serves `cluster`'s provisioner; `volumes` is a reflector store of
+    /// PersistentVolumes, to find a volume's claim from its handle.
+    pub fn new(cluster: Arc<Cluster>, volumes: Store<PersistentVolume>) -> Self {
+        PodController { cluster, volumes }
+    }
+
+    /// The pod for `phase` of the claim `uid`, from an evaluated template.
+    fn pod(
+        &self,
+        template: &PodTemplateSpec,
+        phase: Phase,
+        claim: &Claim,
+        owner: Option<&OwnerReference>,
+    ) -> Pod {
+        let target = PodTarget {
+            provisioner: &self.cluster.provisioner,
+            phase,
+            volume: &claim.uid,
+            node: None,
+        };
+        let mut pod = build_pod(template, &target);
+        let has_namespace = template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.namespace.as_deref())
+            .is_some_and(|ns| !ns.is_empty());
+        let claim_name = format!(
+            "{}/{}",
+            claim.pvc.namespace().unwrap_or_default(),
+            claim.pvc.name_any()
+        );
+        self.cluster.decorate(
+            &mut pod,
+            owner,
+            has_namespace,
+            &[(ANNOTATION_CLAIM, claim_name)],
+        );
+        pod
+    }
+
+    /// Runs a controller pod to completion and reads what it exported;
+    /// `Err` when it failed (message names phase and pod).
+    async fn run(&self, pod: &Pod, phase: Phase) -> Result<(Finished, Option<Collected>)> {
+        let namespace = pod.namespace().unwrap_or_default();
+        let name = pod.name_any();
+        self.cluster.ensure_pod(pod).await?;
+        let finished = self
+            .cluster
+            .wait_terminated(phase, &namespace, &name, true)
+            .await?;
+        let collected = Collected::of(&finished.pod);
+        Ok((finished, collected))
+    }
+
+    /// The failure message of a finished pod, if it failed.
+    fn failure(finished: &Finished, collected: Option<&Collected>, phase: Phase) -> Option<String> {
+        match &finished.state {
+            PodState::Failed { message } => Some(state::pod_failure(
+                phase,
+                &finished.pod.namespace().unwrap_or_default(),
+                &finished.pod.name_any(),
+                collected.and_then(|c| c.error.as_deref()),
+                message,
+            )),
+            _ => None,
+        }
+    }
+
+    async fn delete_quietly(&self, pod: &Pod) {
+        let namespace = pod.namespace().unwrap_or_default();
+        if let Err(e) = self.cluster.delete_pod(&namespace, &pod.name_any()).await {
+            tracing::warn!(pod = %pod.name_any(), error = %e, "cannot delete PaV pod");
+        }
+    }
+
+    async fn claim(&self, req: &CreateRequest) -> Result<Claim> {
+        let Some(claim) = &req.claim else {
+            return Err(Error::InvalidArgument(
+                "the claim is unknown: run external-provisioner with --extra-create-metadata"
+                    .into(),
+            ));
+        };
+        let client = self.cluster.client.clone();
+        let pvc = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &claim.namespace)
+            .get(&claim.name)
+            .await
+            .map_err(|e| {
+                api_error(
+                    &format!("PersistentVolumeClaim {}/{}", claim.namespace, claim.name),
+                    e,
+                )
+            })?;
+        let sc_name = pvc
+            .spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.clone())
+            .unwrap_or_default();
+        let sc = Api::<StorageClass>::all(client)
+            .get(&sc_name)
+            .await
+            .map_err(|e| api_error(&format!("StorageClass {sc_name:?}"), e))?;
+        let uid = pvc.uid().unwrap_or_default();
+        let reference = pvc.object_ref(&());
+        Ok(Claim {
+            pvc,
+            sc,
+            uid,
+            reference,
+        })
+    }
+
+    async fn create_volume(&self, req: &CreateRequest, claim: &Claim) -> Result<Volume> {
+        let (compiled, owner) = self.cluster.compiled().await?;
+        if !compiled
+            .provisioning_modes()
+            .contains(&ProvisioningMode::Dynamic)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "PavProvisioner {} does not do dynamic provisioning",
+                self.cluster.provisioner
+            )));
+        }
+        let lookup = self.cluster.lookup();
+
+        // Validation: the evaluated rules, then the validation pod.
+        let context = ValidationContext::dynamic(&claim.pvc, &claim.sc)
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?
+            .with_pvc_lookup(lookup.clone());
+        let compiled_v = compiled.clone();
+        let rules = Cluster::render(move || compiled_v.render_validation(&context)).await?;
+        let volume_mode = match req.volume_mode {
+            pav_sdk::VolumeMode::Filesystem => pav_templates::VolumeMode::Filesystem,
+            pav_sdk::VolumeMode::Block => pav_templates::VolumeMode::Block,
+        };
+        let access_modes = claim_access_modes(&claim.pvc)?;
+        rules
+            .admits(
+                volume_mode,
+                &access_modes,
+                req.capacity.min_bytes.unwrap_or(0),
+                req.capacity.max_bytes,
+            )
+            .map_err(|m| {
+                if m.contains("capacity") {
+                    Error::OutOfRange(m)
+                } else {
+                    Error::InvalidArgument(m)
+                }
+            })?;
+
+        let context = CreationContext::new(&claim.pvc, &claim.sc)
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?
+            .with_pvc_lookup(lookup);
+        let default_handle = context.default_handle().to_owned();
+        let (compiled_c, context_c) = (compiled.clone(), context.clone());
+        let creation = Cluster::render(move || compiled_c.render_creation(&context_c)).await?;
+        let creation_pod = creation
+            .pod_template
+            .as_ref()
+            .map(|t| self.pod(t, Phase::Creation, claim, owner.as_ref()));
+
+        // The validation pod runs unless a creation pod exists already
+        // (validation passed before a restart).
+        let creation_started = match &creation_pod {
+            Some(pod) => self
+                .cluster
+                .pods(&pod.namespace().unwrap_or_default())
+                .get_opt(&pod.name_any())
+                .await
+                .map_err(|e| api_error("reading the creation pod", e))?
+                .is_some(),
+            None => false,
+        };
+        if let (Some(template), false) = (&rules.pod_template, creation_started) {
+            let pod = self.pod(template, Phase::Validation, claim, owner.as_ref());
+            let op = self.cluster.metrics.start(Phase::Validation);
+            let result = self.run(&pod, Phase::Validation).await.and_then(|(f, c)| {
+                match Self::failure(&f, c.as_ref(), Phase::Validation) {
+                    Some(message) => Err(Error::InvalidArgument(message)),
+                    None => Ok(()),
+                }
+            });
+            op.finish(&result);
+            if !matches!(result, Err(Error::Unavailable(_))) {
+                self.delete_quietly(&pod).await;
+            }
+            result?;
+        }
+
+        let Some(pod) = creation_pod else {
+            let created = state::creation_result(
+                creation.handle.as_deref(),
+                creation.capacity,
+                None,
+                &default_handle,
+            )
+            .map_err(Error::Internal)?;
+            return Ok(volume(created, req));
+        };
+        let op = self.cluster.metrics.start(Phase::Creation);
+        let outcome = self.run(&pod, Phase::Creation).await;
+        let result = match outcome {
+            Err(e) => Err(e), // timeout or API trouble: the pod carries on, retry picks it up
+            Ok((finished, collected)) => {
+                let checked = match Self::failure(&finished, collected.as_ref(), Phase::Creation) {
+                    Some(message) => Err(message),
+                    None => state::creation_result(
+                        creation.handle.as_deref(),
+                        creation.capacity,
+                        collected.as_ref(),
+                        &default_handle,
+                    )
+                    .map_err(|m| {
+                        format!(
+                            "creation pod {}/{}: {m}",
+                            pod.namespace().unwrap_or_default(),
+                            pod.name_any()
+                        )
+                    }),
+                };
+                match checked {
+                    Ok(created) => Ok(created),
+                    Err(message) => {
+                        // The guide: a failed creation runs the deletion pod.
+                        let undo = self
+                            .undo_creation(&compiled, &context, claim, owner.as_ref())
+                            .await;
+                        if undo.is_ok() {
+                            self.delete_quietly(&pod).await;
+                        }
+                        Err(Error::Internal(match undo {
+                            Ok(()) => message,
+                            Err(e) => format!("{message}; then {}", e.message()),
+                        }))
+                    }
+                }
+            }
+        };
+        op.finish(&result);
+        let created = result?;
+        self.clean_up_when_bound(claim);
+        Ok(volume(created, req))
+    }
+
+    /// Runs the deletion pod after a failed creation.
+    async fn undo_creation(
+        &self,
+        compiled: &Arc<pav_templates::CompiledProvisioner>,
+        context: &CreationContext,
+        claim: &Claim,
+        owner: Option<&OwnerReference>,
+    ) -> Result<()> {
+        let (compiled, context) = (compiled.clone(), context.clone());
+        let deletion = Cluster::render(move || compiled.render_deletion(&context)).await?;
+        let Some(template) = deletion.pod_template else {
+            return Ok(());
+        };
+        let pod = self.pod(&template, Phase::Deletion, claim, owner);
+        let op = self.cluster.metrics.start(Phase::Deletion);
+        let result = self.run(&pod, Phase::Deletion).await.and_then(|(f, c)| {
+            match Self::failure(&f, c.as_ref(), Phase::Deletion) {
+                Some(message) => Err(Error::Internal(message)),
+                None => Ok(()),
+            }
+        });
+        op.finish(&result);
+        if !matches!(result, Err(Error::Unavailable(_))) {
+            self.delete_quietly(&pod).await;
+        }
+        result
+    }
+
+    /// Deletes the claim's validation and creation pods once the claim is
+    /// bound (their results are then recorded in the PersistentVolume) or gone.
+    fn clean_up_when_bound(&self, claim: &Claim) {
+        let cluster = self.cluster.clone();
+        let (namespace, name, uid) = (
+            claim.pvc.namespace().unwrap_or_default(),
+            claim.pvc.name_any(),
+            claim.uid.clone(),
+        );
+        tokio::spawn(async move {
+            let api: Api<PersistentVolumeClaim> =
+                Api::namespaced(cluster.client.clone(), &namespace);
+            let bound = kube::runtime::wait::await_condition(
+                api,
+                &name,
+                move |pvc: Option<&PersistentVolumeClaim>| {
+                    pvc.is_none_or(|pvc| claim_settled(pvc, &uid))
+                },
+            );
+            if tokio::time::timeout(std::time::Duration::from_secs(3600), bound)
+                .await
+                .is_err()
+            {
+                return; // the startup sweep of a later run cleans up
+            }
+            let uid = claim_uid_label(&cluster, &namespace, &name).await;
+            if let Some(uid) = uid {
+                clean_claim_pods(&cluster, &uid, &[Phase::Validation, Phase::Creation]).await;
+            }
+        });
+    }
+}
+
+/// The claim's UID label value for cleanup (the claim may be gone: then
+/// whatever pods the sweep finds are cleaned up by it).
+async fn claim_uid_label(cluster: &Cluster, namespace: &str, name: &str) -> Option<String> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(cluster.client.clone(), namespace);
+    api.get_opt(name).await.ok().flatten().and_then(|p| p.uid())
+}
+
+/// True once a claim is bound to a volume, or when the object is another
+/// claim of the same name.
+fn claim_settled(pvc: &PersistentVolumeClaim, uid: &str) -> bool {
+    pvc.uid().as_deref() != Some(uid)
+        || pvc
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.as_deref())
+            .is_some_and(|v| !v.is_empty())
+}
+
+/// Deletes this provisioner's pods of claim `uid` in `phases`.
+async fn clean_claim_pods(cluster: &Cluster, uid: &str, phases: &[Phase]) {
+    match cluster.list_pods(&[(LABEL_VOLUME, uid)]).await {
+        Ok(pods) => {
+            for pod in pods {
+                let phase = pod.labels().get(LABEL_PHASE).cloned().unwrap_or_default();
+                if phases.iter().any(|p| p.name() == phase)
+                    && let Err(e) = cluster
+                        .delete_pod(&pod.namespace().unwrap_or_default(), &pod.name_any())
+                        .await
+                {
+                    tracing::warn!(pod = %pod.name_any(), error = %e, "cannot delete PaV pod");
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot list PaV pods"),
+    }
+}
+
+/// At startup: deletes validation and creation pods whose claim is bound
+/// or gone (left by a run that stopped before cleaning up).
+pub async fn sweep(cluster: Arc<Cluster>) {
+    let pods = match cluster.list_pods(&[]).await {
+        Ok(pods) => pods,
+        Err(e) => {
+            tracing::warn!(error = %e, "startup sweep: cannot list PaV pods");
+            return;
+        }
+    };
+    for pod in pods {
+        let labels = pod.labels();
+        let phase = labels.get(LABEL_PHASE).map(String::as_str);
+        if !matches!(phase, Some("validation") | Some("creation"))
+            || !PodState::of(&pod).is_terminated()
+        {
+            continue;
+        }
+        let (Some(uid), Some(claim)) = (
+            labels.get(LABEL_VOLUME).cloned(),
+            pod.annotations().get(ANNOTATION_CLAIM).cloned(),
+        ) else {
+            continue;
+        };
+        let Some((namespace, name)) = state::parse_claim(&claim) else {
+            continue;
+        };
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(cluster.client.clone(), namespace);
+        let settled = match api.get_opt(name).await {
+            Ok(None) => true,
+            Ok(Some(pvc)) => claim_settled(&pvc, &uid),
+            Err(_) => false,
+        };
+        if settled {
+            tracing::info!(pod = %pod.name_any(), "startup sweep: deleting a finished PaV pod");
+            let _ = cluster
+                .delete_pod(&pod.namespace().unwrap_or_default(), &pod.name_any())
+                .await;
+        }
+    }
+}
+
+/// The volume answered to CreateVolume: its volume context is the
+/// StorageClass parameters (the guide's `params` when staging).
+fn volume(created: state::Created, req: &CreateRequest) -> Volume {
+    let mut volume = Volume::new(created.handle, created.capacity);
+    volume.context = req.parameters.clone();
+    volume
+}
+
+/// The claim's access modes in the guide's terms.
+fn claim_access_modes(pvc: &PersistentVolumeClaim) -> Result<Vec<pav_templates::AccessMode>> {
+    pvc.spec
+        .as_ref()
+        .and_then(|s| s.access_modes.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|mode| {
+            pav_templates::AccessMode::ALL
+                .into_iter()
+                .find(|m| m.as_str() == mode)
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!("access mode {mode} is not supported"))
+                })
+        })
+        .collect()
+}
+
+/// The claim of a volume being deleted: the live object when it still
+/// exists, else rebuilt from the PersistentVolume's `claimRef` and spec.
+fn claim_from_pv(
+    pv: &PersistentVolume,
+    live: Option<PersistentVolumeClaim>,
+) -> Option<PersistentVolumeClaim> {
+    let claim_ref = pv.spec.as_ref()?.claim_ref.as_ref()?;
+    if let Some(live) = live
+        && live.uid() == claim_ref.uid
+    {
+        return Some(live);
+    }
+    let spec = pv.spec.as_ref()?;
+    let mut pvc = PersistentVolumeClaim::default();
+    pvc.metadata.name = claim_ref.name.clone();
+    pvc.metadata.namespace = claim_ref.namespace.clone();
+    pvc.metadata.uid = claim_ref.uid.clone();
+    pvc.spec = Some(PersistentVolumeClaimSpec {
+        access_modes: spec.access_modes.clone(),
+        volume_mode: spec.volume_mode.clone(),
+        storage_class_name: spec.storage_class_name.clone(),
+        volume_name: pv.metadata.name.clone(),
+        resources: Some(VolumeResourceRequirements {
+            requests: spec.capacity.clone().map(|c| {
+                c.into_iter()
+                    .filter(|(k, _)| k == "storage")
+                    .collect::<BTreeMap<_, _>>()
+            }),
+            ..VolumeResourceRequirements::default()
+        }),
+        ..PersistentVolumeClaimSpec::default()
+    });
+    Some(pvc)
+}
+
+#[pav_sdk::async_trait]
+impl Create for PodController {
+    async fn create(&self, req: CreateRequest) -> Result<Volume> {
+        let claim = self.claim(&req).await?;
+        let result = self.create_volume(&req, &claim).await;
+        if let Err(e) = &result {
+            let phase =
+                if e.message().starts_with("validation") || matches!(e, Error::OutOfRange(_)) {
+                    Phase::Validation
+                } else {
+                    Phase::Creation
+                };
+            self.cluster
+                .warn(&claim.reference, phase, e.message(), None)
+                .await;
+        }
+        result
+    }
+}
+
+#[pav_sdk::async_trait]
+impl Delete for PodController {
+    async fn delete(&self, req: DeleteRequest) -> Result<()> {
+        let _ = self.volumes.wait_until_ready().await;
+        let provisioner = &self.cluster.provisioner;
+        let Some(pv) = self.volumes.find(|pv| {
+            pv.spec
+                .as_ref()
+                .and_then(|s| s.csi.as_ref())
+                .is_some_and(|c| &c.driver == provisioner && c.volume_handle == req.handle)
+        }) else {
+            tracing::info!(handle = %req.handle, "no PersistentVolume has this handle: nothing to delete");
+            return Ok(());
+        };
+        let client = self.cluster.client.clone();
+        let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.clone());
+        let live = match &claim_ref {
+            Some(r) => Api::<PersistentVolumeClaim>::namespaced(
+                client.clone(),
+                r.namespace.as_deref().unwrap_or_default(),
+            )
+            .get_opt(r.name.as_deref().unwrap_or_default())
+            .await
+            .map_err(|e| api_error("the volume's claim", e))?,
+            None => None,
+        };
+        let Some(pvc) = claim_from_pv(&pv, live) else {
+            tracing::warn!(handle = %req.handle, "the PersistentVolume has no claimRef: no deletion pod");
+            return Ok(());
+        };
+        let sc_name = pvc
+            .spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.clone())
+            .unwrap_or_default();
+        let sc = match Api::<StorageClass>::all(client)
+            .get_opt(&sc_name)
+            .await
+            .map_err(|e| api_error("the volume's StorageClass", e))?
+        {
+            Some(sc) => sc,
+            None => StorageClass {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(sc_name),
+                    ..Default::default()
+                },
+                provisioner: provisioner.clone(),
+                parameters: pv
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.csi.as_ref())
+                    .and_then(|c| c.volume_attributes.clone()),
+                ..StorageClass::default()
+            },
+        };
+        let claim = Claim {
+            uid: pvc.uid().unwrap_or_default(),
+            reference: pv.object_ref(&()),
+            pvc,
+            sc,
+        };
+        let (compiled, owner) = self.cluster.compiled().await?;
+        let context = CreationContext::new(&claim.pvc, &claim.sc)
+            .map_err(|e| Error::Internal(e.to_string()))?
+            .with_pvc_lookup(self.cluster.lookup());
+        let deletion = Cluster::render(move || compiled.render_deletion(&context)).await;
+        let result = match deletion {
+            Err(e) => Err(e),
+            Ok(deletion) => match deletion.pod_template {
+                None => Ok(()),
+                Some(template) => {
+                    let pod = self.pod(&template, Phase::Deletion, &claim, owner.as_ref());
+                    let op = self.cluster.metrics.start(Phase::Deletion);
+                    let result =
+                        self.run(&pod, Phase::Deletion).await.and_then(
+                            |(f, c)| match Self::failure(&f, c.as_ref(), Phase::Deletion) {
+                                Some(message) => Err(Error::Internal(message)),
+                                None => Ok(()),
+                            },
+                        );
+                    op.finish(&result);
+                    if let Err(e) = &result {
+                        self.cluster
+                            .warn(
+                                &claim.reference,
+                                Phase::Deletion,
+                                e.message(),
+                                Some(pod_ref(&pod)),
+                            )
+                            .await;
+                    }
+                    if !matches!(result, Err(Error::Unavailable(_))) {
+                        self.delete_quietly(&pod).await;
+                    }
+                    result
+                }
+            },
+        };
+        if result.is_ok() {
+            clean_claim_pods(&self.cluster, &claim.uid, &Phase::ALL).await;
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeSpec};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    #[test]
+    fn a_deleted_claim_is_rebuilt_from_its_volume() {
+        let pv = PersistentVolume {
+            metadata: kube::api::ObjectMeta {
+                name: Some("pvc-1".into()),
+                ..Default::default()
+            },
+            spec: Some(PersistentVolumeSpec {
+                claim_ref: Some(ObjectReference {
+                    name: Some("data".into()),
+                    namespace: Some("apps".into()),
+                    uid: Some("u-1".into()),
+                    ..Default::default()
+                }),
+                capacity: Some(BTreeMap::from([("storage".into(), Quantity("1Gi".into()))])),
+                access_modes: Some(vec!["ReadWriteOnce".into()]),
+                storage_class_name: Some("sc".into()),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let pvc = claim_from_pv(&pv, None).unwrap();
+        assert_eq!(pvc.uid().as_deref(), Some("u-1"));
+        assert_eq!(pvc.namespace().as_deref(), Some("apps"));
+        let spec = pvc.spec.unwrap();
+        assert_eq!(spec.storage_class_name.as_deref(), Some("sc"));
+        assert_eq!(
+            spec.resources.unwrap().requests.unwrap()["storage"],
+            Quantity("1Gi".into())
+        );
+        let mut other = PersistentVolumeClaim::default();
+        other.metadata.uid = Some("u-2".into());
+        assert_eq!(
+            claim_from_pv(&pv, Some(other)).unwrap().uid().as_deref(),
+            Some("u-1")
+        );
+    }
+
+    #[test]
+    fn settled_claims() {
+        let mut pvc = PersistentVolumeClaim::default();
+        pvc.metadata.uid = Some("u-1".into());
+        assert!(!claim_settled(&pvc, "u-1"));
+        assert!(claim_settled(&pvc, "u-2"));
+        pvc.spec = Some(PersistentVolumeClaimSpec {
+            volume_name: Some("pvc-u-1".into()),
+            ..Default::default()
+        });
+        assert!(claim_settled(&pvc, "u-1"));
+    }
+}

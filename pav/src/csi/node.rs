@@ -1,0 +1,553 @@
+//! Staging and unstaging carried out by pods (`pav csi-node`), and the
+//! collection of `/pav` files of the controller's pods on this node.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use pav_sdk::{Error, PodInfo, Result, Stage, StageRequest, Staged, Unstage, UnstageRequest};
+use pav_templates::{Phase, StagingContext};
+
+use super::cluster::{Cluster, api_error, pod_ref};
+use super::state::{self, Collected, PodState};
+use crate::pods::{
+    ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, ANNOTATION_TARGET,
+    FINALIZER_UNSTAGE, LABEL_NODE, LABEL_PHASE, LABEL_VOLUME, PodTarget, build_pod, staging_key,
+};
+
+/// The pav-sdk Stage and Unstage of a PavProvisioner on one node.
+#[derive(Debug)]
+pub struct PodNode {
+    cluster: Arc<Cluster>,
+    node: String,
+    pods_dir: PathBuf,
+}
+
+impl PodNode {
+    /// Stages on `node`; `pods_dir` is where this process sees the nodes'
+    /// `/var/lib/pav/pods`.
+    pub fn new(cluster: Arc<Cluster>, node: String, pods_dir: PathBuf) -> Self {
+        PodNode {
+            cluster,
+            node,
+            pods_dir,
+        }
+    }
+
+    fn dir(&self, pod_name: &str) -> PathBuf {
+        self.pods_dir.join(pod_name)
+    }
+
+    /// The claim and volume a client pod uses for `handle`: the pod's
+    /// claims (and generic ephemeral volumes), their `volumeName`s, and the
+    /// PersistentVolume of this driver with that handle. No listing.
+    async fn find_volume(
+        &self,
+        client_pod: &Pod,
+        handle: &str,
+    ) -> Result<(PersistentVolumeClaim, PersistentVolume)> {
+        let namespace = client_pod.namespace().unwrap_or_default();
+        let pvcs: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.cluster.client.clone(), &namespace);
+        let pvs: Api<PersistentVolume> = Api::all(self.cluster.client.clone());
+        let volumes = client_pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .into_iter()
+            .flatten();
+        for volume in volumes {
+            let claim = match (&volume.persistent_volume_claim, &volume.ephemeral) {
+                (Some(source), _) => source.claim_name.clone(),
+                (None, Some(_)) => format!("{}-{}", client_pod.name_any(), volume.name),
+                _ => continue,
+            };
+            let Some(pvc) = pvcs
+                .get_opt(&claim)
+                .await
+                .map_err(|e| api_error(&format!("PersistentVolumeClaim {namespace}/{claim}"), e))?
+            else {
+                continue;
+            };
+            let Some(pv_name) = pvc.spec.as_ref().and_then(|s| s.volume_name.clone()) else {
+                continue;
+            };
+            let Some(pv) = pvs
+                .get_opt(&pv_name)
+                .await
+                .map_err(|e| api_error(&format!("PersistentVolume {pv_name}"), e))?
+            else {
+                continue;
+            };
+            let matches = pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.csi.as_ref())
+                .is_some_and(|c| c.driver == self.cluster.provisioner && c.volume_handle == handle);
+            if matches {
+                return Ok((pvc, pv));
+            }
+        }
+        Err(Error::NotFound(format!(
+            "pod {namespace}/{} uses no claim bound to volume {handle:?} of {}",
+            client_pod.name_any(),
+            self.cluster.provisioner
+        )))
+    }
+
+    async fn node_object(&self) -> Result<Node> {
+        Api::<Node>::all(self.cluster.client.clone())
+            .get(&self.node)
+            .await
+            .map_err(|e| api_error(&format!("Node {}", self.node), e))
+    }
+
+    async fn stage_volume(
+        &self,
+        req: &StageRequest,
+        info: &PodInfo,
+        client_pod: &Pod,
+    ) -> Result<Staged> {
+        let (pvc, pv) = self.find_volume(client_pod, &req.handle).await?;
+        let node = self.node_object().await?;
+        let (compiled, owner) = self.cluster.compiled().await?;
+        let context = StagingContext::new(&pvc, &pv, &node, req.read_only)
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?
+            .with_pvc_lookup(self.cluster.lookup());
+        let staging = Cluster::render(move || compiled.render_staging(&context)).await?;
+        let target_path = req.target_path.display().to_string();
+        let key = staging_key(&req.handle, &target_path);
+        let target = PodTarget {
+            provisioner: &self.cluster.provisioner,
+            phase: Phase::Staging,
+            volume: &key,
+            node: Some(&self.node),
+        };
+        let mut pod = build_pod(&staging.pod_template, &target);
+        let has_namespace = staging
+            .pod_template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.namespace.as_deref())
+            .is_some_and(|ns| !ns.is_empty());
+        self.cluster.decorate(
+            &mut pod,
+            owner.as_ref(),
+            has_namespace,
+            &[
+                (
+                    ANNOTATION_CLAIM,
+                    format!("{}/{}", pvc.namespace().unwrap_or_default(), pvc.name_any()),
+                ),
+                (ANNOTATION_PV, pv.name_any()),
+                (
+                    ANNOTATION_CLIENT,
+                    state::client_annotation(&info.namespace, &info.name, &info.uid),
+                ),
+                (ANNOTATION_TARGET, target_path),
+                (ANNOTATION_READ_ONLY, req.read_only.to_string()),
+            ],
+        );
+        pod.metadata
+            .finalizers
+            .get_or_insert_with(Vec::new)
+            .push(FINALIZER_UNSTAGE.to_owned());
+        let namespace = pod.namespace().unwrap_or_default();
+        let name = pod.name_any();
+        self.cluster.ensure_pod(&pod).await?;
+        let dir = self.dir(&name);
+        let block = req.volume_mode == pav_sdk::VolumeMode::Block;
+        let finished = self
+            .cluster
+            .wait_pod(Phase::Staging, &namespace, &name, |pod| {
+                let state = PodState::of(pod);
+                let volume = dir.join("volume");
+                match state {
+                    PodState::Failed { .. } => Some(Err(state)),
+                    PodState::Succeeded => Some(
+                        check_volume(&volume, block).map_err(|m| PodState::Failed { message: m }),
+                    ),
+                    PodState::Running if dir.join("ready").exists() => Some(
+                        check_volume(&volume, block).map_err(|m| PodState::Failed { message: m }),
+                    ),
+                    _ => None,
+                }
+            })
+            .await?;
+        match finished {
+            Ok(()) => Ok(Staged::at(dir.join("volume"))),
+            Err(state) => {
+                let termination = match state {
+                    PodState::Failed { message } => message,
+                    _ => String::new(),
+                };
+                let exported = state::read_exported(&dir, "error");
+                let message = state::pod_failure(
+                    Phase::Staging,
+                    &namespace,
+                    &name,
+                    exported.as_deref(),
+                    &termination,
+                );
+                // The guide: a failed staging runs the unstaging pod.
+                if let Err(e) = self.tear_down(&pod).await {
+                    return Err(Error::Internal(format!("{message}; then {}", e.message())));
+                }
+                Err(Error::Internal(message))
+            }
+        }
+    }
+
+    /// Stops a staging pod, runs the unstaging pod, cleans up the `/pav`
+    /// directories and finally lets the staging pod go. Safe to repeat.
+    async fn tear_down(&self, staging: &Pod) -> Result<()> {
+        let annotations = staging.annotations();
+        let get = |key: &str| annotations.get(key).cloned().unwrap_or_default();
+        let (claim, pv_name) = (get(ANNOTATION_CLAIM), get(ANNOTATION_PV));
+        let read_only = get(ANNOTATION_READ_ONLY) == "true";
+        let key = staging
+            .labels()
+            .get(LABEL_VOLUME)
+            .cloned()
+            .unwrap_or_default();
+        let namespace = staging.namespace().unwrap_or_default();
+        let name = staging.name_any();
+
+        // Render the unstaging phase while the objects are certainly there.
+        let (pvc_ns, pvc_name) = state::parse_claim(&claim).unwrap_or_default();
+        let pvc = Api::<PersistentVolumeClaim>::namespaced(self.cluster.client.clone(), pvc_ns)
+            .get(pvc_name)
+            .await
+            .map_err(|e| api_error(&format!("PersistentVolumeClaim {claim}"), e))?;
+        let pv = Api::<PersistentVolume>::all(self.cluster.client.clone())
+            .get(&pv_name)
+            .await
+            .map_err(|e| api_error(&format!("PersistentVolume {pv_name}"), e))?;
+        let node = self.node_object().await?;
+        let (compiled, owner) = self.cluster.compiled().await?;
+        let context = StagingContext::new(&pvc, &pv, &node, read_only)
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?
+            .with_pvc_lookup(self.cluster.lookup());
+        let unstaging = Cluster::render(move || compiled.render_unstaging(&context)).await?;
+
+        // 1. Stop the staging pod; its finalizer keeps the object (and this
+        //    state) until unstaging is done.
+        if staging.metadata.deletion_timestamp.is_none() {
+            match self
+                .cluster
+                .pods(&namespace)
+                .delete(&name, &Default::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    return Err(api_error(
+                        &format!("stopping staging pod {namespace}/{name}"),
+                        e,
+                    ));
+                }
+            }
+        }
+        self.cluster
+            .wait_pod(Phase::Unstaging, &namespace, &name, |pod| {
+                let stopped = PodState::of(pod).is_terminated()
+                    || pod
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.container_statuses.as_ref())
+                        .is_none_or(|statuses| {
+                            statuses
+                                .iter()
+                                .all(|c| c.state.as_ref().is_none_or(|s| s.running.is_none()))
+                        });
+                stopped.then_some(())
+            })
+            .await
+            .or_else(|e| match e {
+                Error::Aborted(_) => Ok(()), // already gone
+                e => Err(e),
+            })?;
+
+        // 2. The unstaging pod, on this node.
+        if let Some(template) = unstaging.pod_template {
+            let target = PodTarget {
+                provisioner: &self.cluster.provisioner,
+                phase: Phase::Unstaging,
+                volume: &key,
+                node: Some(&self.node),
+            };
+            let mut pod = build_pod(&template, &target);
+            // The staging key label is already a digest: keep it identical.
+            pod.labels_mut()
+                .insert(LABEL_VOLUME.to_owned(), key.clone());
+            let has_namespace = template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.namespace.as_deref())
+                .is_some_and(|ns| !ns.is_empty());
+            self.cluster.decorate(
+                &mut pod,
+                owner.as_ref(),
+                has_namespace,
+                &[(ANNOTATION_CLAIM, claim.clone())],
+            );
+            let (u_ns, u_name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+            let op = self.cluster.metrics.start(Phase::Unstaging);
+            let result = async {
+                self.cluster.ensure_pod(&pod).await?;
+                let finished = self
+                    .cluster
+                    .wait_terminated(Phase::Unstaging, &u_ns, &u_name, false)
+                    .await?;
+                match finished.state {
+                    PodState::Failed { message } => Err(Error::Internal(state::pod_failure(
+                        Phase::Unstaging,
+                        &u_ns,
+                        &u_name,
+                        state::read_exported(&self.dir(&u_name), "error").as_deref(),
+                        &message,
+                    ))),
+                    _ => Ok(()),
+                }
+            }
+            .await;
+            op.finish(&result);
+            if !matches!(result, Err(Error::Unavailable(_))) {
+                let _ = self.cluster.delete_pod(&u_ns, &u_name).await;
+                let _ = remove_pod_dir(&self.dir(&u_name));
+            }
+            result?;
+        }
+
+        // 3. Clean up and let the staging pod go.
+        remove_pod_dir(&self.dir(&name)).map_err(|e| {
+            Error::Internal(format!("cleaning up {}: {e}", self.dir(&name).display()))
+        })?;
+        self.cluster
+            .remove_finalizer(staging, FINALIZER_UNSTAGE)
+            .await?;
+        Ok(())
+    }
+
+    /// The staging pods of `key` on this node (normally one).
+    async fn staging_pods(&self, key: &str) -> Result<Vec<Pod>> {
+        self.cluster
+            .list_pods(&[
+                (LABEL_PHASE, Phase::Staging.name()),
+                (LABEL_VOLUME, key),
+                (LABEL_NODE, &self.node),
+            ])
+            .await
+    }
+}
+
+/// Checks what a staging pod put at `/pav/volume`.
+fn check_volume(path: &Path, block: bool) -> std::result::Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    let meta = std::fs::metadata(path)
+        .map_err(|_| "the staging pod did not create /pav/volume".to_owned())?;
+    match (block, meta.is_dir(), meta.file_type().is_block_device()) {
+        (false, true, _) | (true, _, true) => Ok(()),
+        (false, false, _) => Err("/pav/volume is not a directory (volumeMode Filesystem)".into()),
+        (true, _, false) => Err("/pav/volume is not a block device (volumeMode Block)".into()),
+    }
+}
+
+/// Mount points at or below `dir`, deepest first.
+fn mounts_below(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
+    let mut found: Vec<PathBuf> = table
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|f| PathBuf::from(f.replace("\\040", " ")))
+        .filter(|p| p.starts_with(&dir))
+        .collect();
+    found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    Ok(found)
+}
+
+/// Unmounts whatever a staging pod left mounted in its directory, then
+/// removes it; never deletes through a mount point.
+fn remove_pod_dir(dir: &Path) -> std::io::Result<()> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    for mount in mounts_below(dir)? {
+        let status = std::process::Command::new("umount").arg(&mount).status()?;
+        if !status.success() {
+            return Err(std::io::Error::other(format!(
+                "cannot unmount {}",
+                mount.display()
+            )));
+        }
+    }
+    if !mounts_below(dir)?.is_empty() {
+        return Err(std::io::Error::other("still mounted"));
+    }
+    std::fs::remove_dir_all(dir)
+}
+
+#[pav_sdk::async_trait]
+impl Stage for PodNode {
+    async fn stage(&self, req: StageRequest) -> Result<Staged> {
+        let Some(info) = req.pod.clone() else {
+            return Err(Error::FailedPrecondition(
+                "the client pod is unknown: the CSIDriver needs podInfoOnMount: true".into(),
+            ));
+        };
+        let client_pod = Api::<Pod>::namespaced(self.cluster.client.clone(), &info.namespace)
+            .get(&info.name)
+            .await
+            .map_err(|e| api_error(&format!("pod {}/{}", info.namespace, info.name), e))?;
+        let op = self.cluster.metrics.start(Phase::Staging);
+        let result = self.stage_volume(&req, &info, &client_pod).await;
+        op.finish(&result);
+        if let Err(e) = &result {
+            self.cluster
+                .warn(
+                    &client_pod.object_ref(&()),
+                    Phase::Staging,
+                    e.message(),
+                    None,
+                )
+                .await;
+        }
+        result
+    }
+}
+
+#[pav_sdk::async_trait]
+impl Unstage for PodNode {
+    async fn unstage(&self, req: UnstageRequest) -> Result<()> {
+        let key = crate::pods::label_value(&staging_key(
+            &req.handle,
+            &req.target_path.display().to_string(),
+        ));
+        let pods = self.staging_pods(&key).await?;
+        for pod in pods {
+            if let Err(e) = self.tear_down(&pod).await {
+                let client = pod.annotations().get(ANNOTATION_CLIENT).cloned();
+                if let Some((ns, name, uid)) = client.as_deref().and_then(state::parse_client) {
+                    let reference = k8s_openapi::api::core::v1::ObjectReference {
+                        api_version: Some("v1".into()),
+                        kind: Some("Pod".into()),
+                        namespace: Some(ns.into()),
+                        name: Some(name.into()),
+                        uid: Some(uid.into()),
+                        ..Default::default()
+                    };
+                    self.cluster
+                        .warn(
+                            &reference,
+                            Phase::Unstaging,
+                            e.message(),
+                            Some(pod_ref(&pod)),
+                        )
+                        .await;
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Copies `/pav/handle`, `/pav/capacity` and `/pav/error` of terminated
+/// validation, creation and deletion pods on this node into their
+/// annotations, marks them collected and removes their directories.
+pub async fn collect(cluster: Arc<Cluster>, node: String, pods_dir: PathBuf) {
+    let api: Api<Pod> = Api::all(cluster.client.clone());
+    let config = watcher::Config::default()
+        .labels(&format!(
+            "{}={}",
+            crate::pods::LABEL_PROVISIONER,
+            crate::pods::label_value(&cluster.provisioner)
+        ))
+        .fields(&format!("spec.nodeName={node}"));
+    let mut stream = std::pin::pin!(watcher(api, config));
+    while let Some(event) = stream.next().await {
+        let pod = match event {
+            Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => pod,
+            Ok(watcher::Event::Delete(pod)) => {
+                let phase = pod.labels().get(LABEL_PHASE).cloned().unwrap_or_default();
+                if matches!(phase.as_str(), "validation" | "creation" | "deletion") {
+                    let _ = remove_pod_dir(&pods_dir.join(pod.name_any()));
+                }
+                continue;
+            }
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "watching this node's PaV pods");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let phase = pod.labels().get(LABEL_PHASE).cloned().unwrap_or_default();
+        if !matches!(phase.as_str(), "validation" | "creation" | "deletion")
+            || !PodState::of(&pod).is_terminated()
+            || Collected::of(&pod).is_some()
+        {
+            continue;
+        }
+        let dir = pods_dir.join(pod.name_any());
+        let files = Collected {
+            handle: state::read_exported(&dir, "handle"),
+            capacity: state::read_exported(&dir, "capacity"),
+            error: state::read_exported(&dir, "error"),
+        };
+        let patch = serde_json::json!({"metadata": {"annotations": files.annotations()}});
+        let namespace = pod.namespace().unwrap_or_default();
+        match cluster
+            .pods(&namespace)
+            .patch(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(pod = %pod.name_any(), namespace, "collected /pav files");
+                if let Err(e) = remove_pod_dir(&dir) {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot remove pod directory");
+                }
+            }
+            Err(e) => tracing::warn!(pod = %pod.name_any(), error = %e, "cannot annotate pod"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staged_volume_kinds() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(check_volume(&dir.path().join("volume"), false).is_err());
+        std::fs::create_dir(dir.path().join("volume")).unwrap();
+        assert!(check_volume(&dir.path().join("volume"), false).is_ok());
+        assert!(
+            check_volume(&dir.path().join("volume"), true)
+                .unwrap_err()
+                .contains("block device")
+        );
+    }
+
+    #[test]
+    fn pod_dirs_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let pod = dir.path().join("pav-creation-1");
+        std::fs::create_dir_all(pod.join("volume")).unwrap();
+        std::fs::write(pod.join("handle"), "h").unwrap();
+        remove_pod_dir(&pod).unwrap();
+        assert!(!pod.exists());
+        remove_pod_dir(&pod).unwrap();
+    }
+}

@@ -1,0 +1,500 @@
+//! The pure parts: what a pod's status and annotations say, and the
+//! messages users see.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use pav_templates::Phase;
+use pav_templates::quantity::{Rounding, parse_bytes};
+
+use crate::pods::{ANNOTATION_CAPACITY, ANNOTATION_COLLECTED, ANNOTATION_ERROR, ANNOTATION_HANDLE};
+
+/// Where a PaV pod is in its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodState {
+    /// Not scheduled or not started yet; `reason` is the most telling
+    /// waiting reason of a container (`ErrImagePull`, ...), if any.
+    Pending {
+        /// Why a container is waiting.
+        reason: Option<String>,
+    },
+    /// Running (not terminated).
+    Running,
+    /// `status.phase: Succeeded`.
+    Succeeded,
+    /// `status.phase: Failed`; `message` is the termination message or reason.
+    Failed {
+        /// What the pod's status says about the failure.
+        message: String,
+    },
+}
+
+impl PodState {
+    /// Reads the state from a pod's status.
+    pub fn of(pod: &Pod) -> Self {
+        let status = pod.status.as_ref();
+        match status.and_then(|s| s.phase.as_deref()) {
+            Some("Succeeded") => PodState::Succeeded,
+            Some("Failed") => PodState::Failed {
+                message: termination_message(pod),
+            },
+            Some("Running") => PodState::Running,
+            _ => PodState::Pending {
+                reason: waiting_reason(pod),
+            },
+        }
+    }
+
+    /// True for `Succeeded` and `Failed`.
+    pub fn is_terminated(&self) -> bool {
+        matches!(self, PodState::Succeeded | PodState::Failed { .. })
+    }
+}
+
+/// The first waiting reason (with message) of any container, for messages
+/// about a pod that does not start.
+fn waiting_reason(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let statuses = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten());
+    for container in statuses {
+        if let Some(waiting) = container.state.as_ref().and_then(|s| s.waiting.as_ref())
+            && let Some(reason) = waiting.reason.as_deref()
+            && reason != "ContainerCreating"
+            && reason != "PodInitializing"
+        {
+            return Some(match waiting.message.as_deref() {
+                Some(message) if !message.is_empty() => format!("{reason}: {message}"),
+                _ => reason.to_owned(),
+            });
+        }
+    }
+    let condition = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+    Some(format!(
+        "{}: {}",
+        condition.reason.as_deref().unwrap_or("Unschedulable"),
+        condition.message.as_deref().unwrap_or("not scheduled")
+    ))
+}
+
+/// What the failed containers of a pod say: their termination messages,
+/// else their reasons and exit codes, else the pod's status message.
+pub fn termination_message(pod: &Pod) -> String {
+    let status = pod.status.as_ref();
+    let mut parts = Vec::new();
+    let statuses = status
+        .into_iter()
+        .flat_map(|s| {
+            s.init_container_statuses
+                .iter()
+                .flatten()
+                .chain(s.container_statuses.iter().flatten())
+        })
+        .collect::<Vec<_>>();
+    for container in statuses {
+        let Some(terminated) = container.state.as_ref().and_then(|s| s.terminated.as_ref()) else {
+            continue;
+        };
+        if terminated.exit_code == 0 {
+            continue;
+        }
+        let text = match terminated.message.as_deref().map(str::trim) {
+            Some(message) if !message.is_empty() => message.to_owned(),
+            _ => format!(
+                "{} (exit code {})",
+                terminated.reason.as_deref().unwrap_or("Error"),
+                terminated.exit_code
+            ),
+        };
+        parts.push(format!("container {}: {text}", container.name));
+    }
+    if parts.is_empty() {
+        let reason = status.and_then(|s| s.reason.as_deref());
+        let message = status.and_then(|s| s.message.as_deref());
+        return match (reason, message) {
+            (Some(r), Some(m)) => format!("{r}: {m}"),
+            (Some(x), None) | (None, Some(x)) => x.to_owned(),
+            (None, None) => "the pod failed".to_owned(),
+        };
+    }
+    parts.join("; ")
+}
+
+/// The files a terminated pod exported, as copied into its annotations by
+/// the node plugin on its node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Collected {
+    /// `/pav/handle`, trimmed.
+    pub handle: Option<String>,
+    /// `/pav/capacity`, trimmed.
+    pub capacity: Option<String>,
+    /// `/pav/error`, trimmed.
+    pub error: Option<String>,
+}
+
+impl Collected {
+    /// The collected files, once the node plugin marked the pod collected.
+    pub fn of(pod: &Pod) -> Option<Self> {
+        let annotations = pod.metadata.annotations.as_ref()?;
+        if annotations.get(ANNOTATION_COLLECTED).map(String::as_str) != Some("true") {
+            return None;
+        }
+        let get = |key: &str| {
+            annotations
+                .get(key)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        Some(Collected {
+            handle: get(ANNOTATION_HANDLE),
+            capacity: get(ANNOTATION_CAPACITY),
+            error: get(ANNOTATION_ERROR),
+        })
+    }
+
+    /// The annotations that record these files on the pod.
+    pub fn annotations(&self) -> serde_json::Value {
+        serde_json::json!({
+            ANNOTATION_HANDLE: self.handle,
+            ANNOTATION_CAPACITY: self.capacity,
+            ANNOTATION_ERROR: self.error,
+            ANNOTATION_COLLECTED: "true",
+        })
+    }
+}
+
+/// Largest file the node plugin copies into an annotation; longer ones are
+/// truncated (annotations share a 256 KiB budget).
+pub const MAX_FILE: usize = 16 * 1024;
+
+/// Reads one exported file from a pod's `/pav` directory on the node.
+pub fn read_exported(dir: &std::path::Path, file: &str) -> Option<String> {
+    let bytes = std::fs::read(dir.join(file)).ok()?;
+    let mut text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_FILE)]).into_owned();
+    text = text.trim().to_owned();
+    (!text.is_empty()).then_some(text)
+}
+
+/// The volume a creation exported, with the guide's precedence applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Created {
+    /// The volume handle.
+    pub handle: String,
+    /// The capacity in bytes.
+    pub capacity: u64,
+}
+
+/// Applies the guide's precedence: handle from the spec, else `/pav/handle`,
+/// else `default_handle`; capacity from the spec, else `/pav/capacity`
+/// (required then, as a quantity or a number of bytes).
+pub fn creation_result(
+    spec_handle: Option<&str>,
+    spec_capacity: Option<u64>,
+    collected: Option<&Collected>,
+    default_handle: &str,
+) -> Result<Created, String> {
+    let handle = spec_handle
+        .map(str::to_owned)
+        .or_else(|| collected.and_then(|c| c.handle.clone()))
+        .unwrap_or_else(|| default_handle.to_owned());
+    if handle.is_empty() || handle.len() > 128 || handle.contains(['\n', '\r']) {
+        return Err(format!(
+            "volume handle {handle:?} must be 1 to 128 bytes on one line"
+        ));
+    }
+    let capacity = match (spec_capacity, collected.and_then(|c| c.capacity.as_deref())) {
+        (Some(bytes), _) => bytes,
+        (None, Some(text)) => {
+            parse_bytes(text, Rounding::Down).map_err(|e| format!("/pav/capacity: {e}"))?
+        }
+        (None, None) => {
+            return Err(
+                "spec.volumeCreation.capacity is not set and the creation pod did not write /pav/capacity"
+                    .to_owned(),
+            );
+        }
+    };
+    Ok(Created { handle, capacity })
+}
+
+/// The message a user sees when a phase's pod fails: phase, pod, and what
+/// the pod said (`/pav/error` first, then the termination message).
+pub fn pod_failure(
+    phase: Phase,
+    namespace: &str,
+    name: &str,
+    exported_error: Option<&str>,
+    termination: &str,
+) -> String {
+    let why = match exported_error {
+        Some(error) => error.to_owned(),
+        None => termination.to_owned(),
+    };
+    truncate(format!("{phase} pod {namespace}/{name} failed: {why}"))
+}
+
+/// The message of a phase that did not finish in time.
+pub fn pod_timeout(
+    phase: Phase,
+    namespace: &str,
+    name: &str,
+    timeout: Duration,
+    last: Option<&PodState>,
+) -> String {
+    let state = match last {
+        None => "it does not exist".to_owned(),
+        Some(PodState::Pending {
+            reason: Some(reason),
+        }) => format!("it is pending ({reason})"),
+        Some(PodState::Pending { reason: None }) => "it is pending".to_owned(),
+        Some(PodState::Running) => "it is still running".to_owned(),
+        Some(PodState::Succeeded) | Some(PodState::Failed { .. }) => {
+            "it terminated but its /pav files were not collected (is the node plugin running on its node?)".to_owned()
+        }
+    };
+    truncate(format!(
+        "{phase} pod {namespace}/{name} did not finish within {}s: {state}",
+        timeout.as_secs()
+    ))
+}
+
+/// Keeps messages within what events and gRPC statuses show (1 KiB).
+pub fn truncate(mut message: String) -> String {
+    const MAX: usize = 1000;
+    if message.len() > MAX {
+        let mut end = MAX;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push('…');
+    }
+    message
+}
+
+/// Parses `300`, `300s`, `5m` or `1h` as a duration (for `--phase-timeout`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 300s, 5m or 1h"))?;
+    let seconds = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("{text:?}: unknown unit {unit:?} (use s, m or h)")),
+    };
+    if seconds == 0 {
+        return Err("the timeout must be positive".to_owned());
+    }
+    Ok(Duration::from_secs(seconds))
+}
+
+/// `namespace/name/uid` of a client pod, as stored in a staging pod's
+/// annotation.
+pub fn client_annotation(namespace: &str, name: &str, uid: &str) -> String {
+    format!("{namespace}/{name}/{uid}")
+}
+
+/// Reads a [`client_annotation`] back.
+pub fn parse_client(value: &str) -> Option<(&str, &str, &str)> {
+    let mut parts = value.splitn(3, '/');
+    Some((parts.next()?, parts.next()?, parts.next()?))
+}
+
+/// Reads a `namespace/name` claim annotation back.
+pub fn parse_claim(value: &str) -> Option<(&str, &str)> {
+    value.split_once('/')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, PodStatus,
+    };
+
+    fn pod(phase: &str, containers: Vec<ContainerStatus>) -> Pod {
+        Pod {
+            status: Some(PodStatus {
+                phase: Some(phase.to_owned()),
+                container_statuses: Some(containers),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        }
+    }
+
+    fn terminated(name: &str, code: i32, message: Option<&str>) -> ContainerStatus {
+        ContainerStatus {
+            name: name.to_owned(),
+            state: Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: code,
+                    message: message.map(str::to_owned),
+                    reason: Some("Error".to_owned()),
+                    ..ContainerStateTerminated::default()
+                }),
+                ..ContainerState::default()
+            }),
+            ..ContainerStatus::default()
+        }
+    }
+
+    #[test]
+    fn states_from_status() {
+        assert_eq!(PodState::of(&pod("Succeeded", vec![])), PodState::Succeeded);
+        assert_eq!(PodState::of(&pod("Running", vec![])), PodState::Running);
+        assert_eq!(
+            PodState::of(&pod(
+                "Failed",
+                vec![terminated("c", 3, Some("disk full\n"))]
+            )),
+            PodState::Failed {
+                message: "container c: disk full".to_owned()
+            }
+        );
+        assert_eq!(
+            termination_message(&pod("Failed", vec![terminated("c", 2, None)])),
+            "container c: Error (exit code 2)"
+        );
+        let waiting = ContainerStatus {
+            name: "c".to_owned(),
+            state: Some(ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some("ErrImagePull".to_owned()),
+                    message: Some("no such image".to_owned()),
+                }),
+                ..ContainerState::default()
+            }),
+            ..ContainerStatus::default()
+        };
+        assert_eq!(
+            PodState::of(&pod("Pending", vec![waiting])),
+            PodState::Pending {
+                reason: Some("ErrImagePull: no such image".to_owned())
+            }
+        );
+        assert!(PodState::Succeeded.is_terminated());
+        assert!(!PodState::Running.is_terminated());
+    }
+
+    #[test]
+    fn collected_only_when_marked() {
+        let mut p = Pod::default();
+        assert_eq!(Collected::of(&p), None);
+        let files = Collected {
+            handle: Some("vol-1".into()),
+            capacity: Some("1Gi".into()),
+            error: None,
+        };
+        assert_eq!(files.annotations()[ANNOTATION_COLLECTED], "true");
+        let mut annotations = std::collections::BTreeMap::new();
+        annotations.insert(ANNOTATION_HANDLE.to_owned(), " vol-1\n".to_owned());
+        annotations.insert(ANNOTATION_CAPACITY.to_owned(), "1Gi".to_owned());
+        annotations.insert(ANNOTATION_COLLECTED.to_owned(), "true".to_owned());
+        p.metadata.annotations = Some(annotations);
+        assert_eq!(Collected::of(&p), Some(files));
+    }
+
+    #[test]
+    fn creation_precedence() {
+        let files = Collected {
+            handle: Some("from-pod".into()),
+            capacity: Some("2Ki".into()),
+            error: None,
+        };
+        assert_eq!(
+            creation_result(Some("spec"), Some(5), Some(&files), "pvc-1"),
+            Ok(Created {
+                handle: "spec".into(),
+                capacity: 5
+            })
+        );
+        assert_eq!(
+            creation_result(None, None, Some(&files), "pvc-1"),
+            Ok(Created {
+                handle: "from-pod".into(),
+                capacity: 2048
+            })
+        );
+        assert_eq!(
+            creation_result(None, Some(7), None, "pvc-1")
+                .unwrap()
+                .handle,
+            "pvc-1"
+        );
+        assert!(
+            creation_result(None, None, None, "pvc-1")
+                .unwrap_err()
+                .contains("/pav/capacity")
+        );
+        let bad = Collected {
+            capacity: Some("lots".into()),
+            ..Collected::default()
+        };
+        assert!(creation_result(None, None, Some(&bad), "pvc-1").is_err());
+        assert!(creation_result(Some(&"x".repeat(129)), Some(1), None, "p").is_err());
+    }
+
+    #[test]
+    fn messages_name_phase_and_pod() {
+        assert_eq!(
+            pod_failure(
+                Phase::Creation,
+                "pav",
+                "pav-creation-1",
+                Some("quota"),
+                "exit 1"
+            ),
+            "creation pod pav/pav-creation-1 failed: quota"
+        );
+        assert_eq!(
+            pod_failure(
+                Phase::Staging,
+                "ns",
+                "p",
+                None,
+                "container c: Error (exit code 1)"
+            ),
+            "staging pod ns/p failed: container c: Error (exit code 1)"
+        );
+        let timeout = pod_timeout(
+            Phase::Deletion,
+            "pav",
+            "p",
+            Duration::from_secs(300),
+            Some(&PodState::Pending {
+                reason: Some("ImagePullBackOff".into()),
+            }),
+        );
+        assert_eq!(
+            timeout,
+            "deletion pod pav/p did not finish within 300s: it is pending (ImagePullBackOff)"
+        );
+        assert!(truncate("é".repeat(2000)).len() <= 1004);
+    }
+
+    #[test]
+    fn durations_and_annotations() {
+        assert_eq!(parse_duration("300"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("5d").is_err());
+        let client = client_annotation("apps", "web-0", "u-1");
+        assert_eq!(parse_client(&client), Some(("apps", "web-0", "u-1")));
+        assert_eq!(parse_claim("apps/data"), Some(("apps", "data")));
+    }
+}
