@@ -21,6 +21,7 @@
 //! PersistentVolumes (by `spec.csi.driver`) trigger reconciles of their
 //! provisioner, so status and volume counts follow them.
 
+pub mod leader;
 pub mod metrics;
 
 use std::collections::{BTreeSet, HashMap};
@@ -80,7 +81,14 @@ pub struct Args {
     /// tests and canaries; default: all).
     #[arg(long, env = "PAV_SELECTOR")]
     pub selector: Option<String>,
+    /// Reconcile only while holding the Lease `pav-controller` in the pav
+    /// namespace (so replicas and rolling updates never run two controllers).
+    #[arg(long, env = "PAV_LEADER_ELECTION")]
+    pub leader_election: bool,
 }
+
+/// Name of the controller's leader-election Lease.
+pub const LEASE: &str = "pav-controller";
 
 /// Why a reconcile failed.
 #[derive(Debug, thiserror::Error)]
@@ -159,6 +167,18 @@ pub async fn run_with(client: Client, args: Args) -> anyhow::Result<()> {
     tracing::info!(namespace = %args.settings.namespace, image = %args.settings.image, "pav controller started");
 
     let ns = args.settings.namespace.clone();
+    let leadership = if args.leader_election {
+        let identity = std::env::var("POD_NAME")
+            .or_else(|_| std::env::var("HOSTNAME"))
+            .unwrap_or_else(|_| format!("pav-controller-{}", std::process::id()));
+        let leadership =
+            Arc::new(leader::Leadership::acquire(client.clone(), &ns, LEASE, &identity).await);
+        let keeper = leadership.clone();
+        tokio::spawn(async move { keeper.keep().await });
+        Some(leadership)
+    } else {
+        None
+    };
     let ctx = Arc::new(Context::new(client.clone(), args.settings.clone(), metrics));
     let owned = watcher::Config::default().labels(LABEL_PROVISIONER);
     let mut selected = watcher::Config::default();
@@ -195,6 +215,9 @@ pub async fn run_with(client: Client, args: Args) -> anyhow::Result<()> {
             }
         })
         .await;
+    if let Some(leadership) = leadership {
+        leadership.release().await;
+    }
     server.abort();
     Ok(())
 }

@@ -172,6 +172,7 @@ async fn controller_deploys_and_removes_drivers() {
             },
             metrics_addr: "127.0.0.1:0".parse().unwrap(),
             selector: Some("pav-e2e=true".into()),
+            leader_election: false,
         };
         tokio::spawn(controller::run_with(client.clone(), args))
     });

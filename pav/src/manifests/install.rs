@@ -134,7 +134,8 @@ pub fn cluster_role_binding(settings: &Settings) -> ClusterRoleBinding {
 }
 
 /// What the controller may do in the pav namespace: the drivers'
-/// Deployments, DaemonSets, ServiceAccounts and Roles.
+/// Deployments, DaemonSets, ServiceAccounts and Roles, and its own
+/// leader-election Lease.
 pub fn role(settings: &Settings) -> Role {
     typed(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -155,6 +156,11 @@ pub fn role(settings: &Settings) -> Role {
                 "apiGroups": ["rbac.authorization.k8s.io"],
                 "resources": ["roles", "rolebindings"],
                 "verbs": ["get", "list", "watch", "create", "patch", "update", "delete", "bind", "escalate"],
+            },
+            {
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "verbs": ["get", "create", "update"],
             },
         ],
     }))
@@ -179,8 +185,8 @@ pub fn role_binding(settings: &Settings) -> RoleBinding {
     }))
 }
 
-/// The `pav controller` Deployment: one replica, replaced rather than
-/// rolled (`Recreate`) so two controllers never reconcile at once.
+/// The `pav controller` Deployment: one replica with leader election, so
+/// a rolling update never has two controllers reconciling at once.
 pub fn deployment(settings: &Settings) -> Deployment {
     let port = DEFAULT_METRICS_ADDR
         .rsplit(':')
@@ -194,7 +200,6 @@ pub fn deployment(settings: &Settings) -> Deployment {
         "metadata": meta(CONTROLLER, Some(&settings.namespace)),
         "spec": {
             "replicas": 1,
-            "strategy": { "type": "Recreate" },
             "selector": { "matchLabels": selector },
             "template": {
                 "metadata": { "labels": selector },
@@ -219,6 +224,7 @@ pub fn deployment(settings: &Settings) -> Deployment {
                             format!("--registrar-image={}", settings.registrar_image),
                             format!("--kubelet-dir={}", settings.kubelet_dir),
                             format!("--metrics-addr={DEFAULT_METRICS_ADDR}"),
+                            "--leader-election".to_owned(),
                         ],
                         "env": [
                             { "name": "RUST_LOG", "value": "info" },
@@ -271,6 +277,7 @@ mod tests {
         assert_eq!(args[0], "controller");
         assert!(args.contains(&"--namespace=storage".to_owned()));
         assert!(args.contains(&"--image=example/pav:1".to_owned()));
+        assert!(args.contains(&"--leader-election".to_owned()));
     }
 
     #[test]
