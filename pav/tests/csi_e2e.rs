@@ -1,0 +1,374 @@
+//! CreateVolume / DeleteVolume through a real tonic client against the
+//! `pav csi-controller` logic, talking to a real API server (and a kubelet
+//! that runs the pods). Uses `$KUBECONFIG`; without a reachable cluster it
+//! prints "SKIPPED: no cluster reachable" and passes.
+//!
+//! The node plugin's collector runs in this process, so the test must run
+//! on the cluster's (single) node, as root, like `scripts/cluster-up` sets up.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{
+    CSIPersistentVolumeSource, Namespace, Node, ObjectReference, PersistentVolume,
+    PersistentVolumeClaim, PersistentVolumeSpec, Pod,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client, CustomResourceExt, ResourceExt};
+use pav::csi::cluster::Cluster;
+use pav::csi::metrics::Metrics;
+use pav_csi::csi;
+use pav_templates::PavProvisioner;
+
+const NAME: &str = "pav-csi-e2e";
+
+async fn reachable() -> Option<Client> {
+    std::env::var_os("KUBECONFIG")?;
+    let client = Client::try_default().await.ok()?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    tokio::time::timeout(Duration::from_secs(10), nodes.list(&ListParams::default()))
+        .await
+        .ok()?
+        .ok()?;
+    Some(client)
+}
+
+async fn create<K>(api: &Api<K>, object: &K)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), object).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating {}: {e}", object.name_any()),
+    }
+}
+
+/// The CRD, without its CEL rules: the API server refuses rules on fields
+/// its structural schema does not declare (a pav-templates bug to fix there).
+fn crd() -> CustomResourceDefinition {
+    fn strip(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                map.remove("x-kubernetes-validations");
+                map.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut json = serde_json::to_value(PavProvisioner::crd()).unwrap();
+    strip(&mut json);
+    serde_json::from_value(json).unwrap()
+}
+
+fn provisioner() -> PavProvisioner {
+    serde_yaml::from_str(&format!(
+        r#"
+apiVersion: pav.albertofaria.github.io/v1alpha1
+kind: PavProvisioner
+metadata: {{ name: {NAME} }}
+spec:
+  provisioningModes: [Dynamic]
+  volumeCreation:
+    podTemplate:
+      spec:
+        containers:
+          - name: create
+            image: docker.io/library/busybox:stable
+            imagePullPolicy: IfNotPresent
+            command:
+              - sh
+              - -c
+              - |
+                {{% if params.fail | default('') %}}
+                echo 'backend said no' > /pav/error; exit 3
+                {{% endif %}}
+                echo vol-{{{{ pvc.metadata.name | tobash }}}} > /pav/handle
+                echo {{{{ requestedMinCapacity }}}} > /pav/capacity
+  volumeDeletion:
+    podTemplate:
+      spec:
+        containers:
+          - name: delete
+            image: docker.io/library/busybox:stable
+            imagePullPolicy: IfNotPresent
+            command: [sh, -c, "test {{{{ defaultHandle | tobash }}}} != ''"]
+  volumeStaging:
+    podTemplate:
+      spec:
+        containers:
+          - name: stage
+            image: docker.io/library/busybox:stable
+            command: [sh, -c, "mkdir -p /pav/volume"]
+"#
+    ))
+    .unwrap()
+}
+
+fn pvc(name: &str, sc: &str) -> PersistentVolumeClaim {
+    serde_yaml::from_str(&format!(
+        r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{ name: {name}, namespace: default }}
+spec:
+  storageClassName: {sc}
+  accessModes: [ReadWriteOnce]
+  resources: {{ requests: {{ storage: 1Mi }} }}
+"#
+    ))
+    .unwrap()
+}
+
+fn sc(name: &str, parameters: &[(&str, &str)]) -> StorageClass {
+    StorageClass {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        provisioner: NAME.into(),
+        parameters: Some(
+            parameters
+                .iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect(),
+        ),
+        volume_binding_mode: Some("Immediate".into()),
+        ..Default::default()
+    }
+}
+
+fn create_request(claim: &str, parameters: &[(&str, &str)]) -> csi::CreateVolumeRequest {
+    let mut params: HashMap<String, String> = parameters
+        .iter()
+        .map(|(k, v)| ((*k).into(), (*v).into()))
+        .collect();
+    params.insert("csi.storage.k8s.io/pvc/name".into(), claim.into());
+    params.insert("csi.storage.k8s.io/pvc/namespace".into(), "default".into());
+    csi::CreateVolumeRequest {
+        name: format!("pvc-{claim}"),
+        capacity_range: Some(csi::CapacityRange {
+            required_bytes: 1 << 20,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![csi::VolumeCapability {
+            access_type: Some(csi::volume_capability::AccessType::Mount(
+                csi::volume_capability::MountVolume::default(),
+            )),
+            access_mode: Some(csi::volume_capability::AccessMode {
+                mode: csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
+            }),
+        }],
+        parameters: params,
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn create_and_delete_through_pods() {
+    let Some(client) = reachable().await else {
+        println!("SKIPPED: no cluster reachable");
+        return;
+    };
+    // The CRD, the pav namespace, the provisioner, classes and claims.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    create(&crds, &crd()).await;
+    let established = kube::runtime::wait::await_condition(
+        crds,
+        "pavprovisioners.pav.albertofaria.github.io",
+        kube::runtime::wait::conditions::is_crd_established(),
+    );
+    tokio::time::timeout(Duration::from_secs(30), established)
+        .await
+        .unwrap()
+        .unwrap();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    create(
+        &namespaces,
+        &Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some("pav".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .await;
+    let provisioners: Api<PavProvisioner> = Api::all(client.clone());
+    let _ = provisioners.delete(NAME, &DeleteParams::default()).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    provisioners
+        .create(&PostParams::default(), &provisioner())
+        .await
+        .unwrap();
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    create(&classes, &sc(NAME, &[])).await;
+    create(&classes, &sc(&format!("{NAME}-fail"), &[("fail", "yes")])).await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    for (claim, class) in [
+        ("e2e-ok", NAME.to_owned()),
+        ("e2e-fail", format!("{NAME}-fail")),
+    ] {
+        let _ = claims.delete(claim, &DeleteParams::default()).await;
+        let _ = kube::runtime::wait::await_condition(
+            claims.clone(),
+            claim,
+            kube::runtime::wait::conditions::is_deleted(""),
+        )
+        .await;
+        claims
+            .create(&PostParams::default(), &pvc(claim, &class))
+            .await
+            .unwrap();
+    }
+    let ok_uid = claims.get("e2e-ok").await.unwrap().uid().unwrap();
+
+    // The node plugin's collector (this process runs on the node) and the
+    // controller served on a socket.
+    let node = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items[0]
+        .name_any();
+    let cluster = Arc::new(Cluster::new(
+        client.clone(),
+        NAME.into(),
+        "pav".into(),
+        Duration::from_secs(120),
+        Arc::new(Metrics::default()),
+        None,
+    ));
+    tokio::spawn(pav::csi::node::collect(
+        cluster.clone(),
+        node,
+        pav::pods::HOST_POD_DIR.into(),
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("csi.sock");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let driver = pav_csi::Driver::builder(NAME)
+        .provisioner(pav::csi::controller_provisioner(cluster.clone()))
+        .serve_controller(&socket)
+        .run_until(async {
+            let _ = stopped.await;
+        });
+    let server = tokio::spawn(driver);
+    for _ in 0..50 {
+        if socket.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let channel = pav_csi::client::connect(&socket).await.unwrap();
+    let mut controller = csi::controller_client::ControllerClient::new(channel);
+
+    // A creation pod that exports handle and capacity.
+    let volume = controller
+        .create_volume(create_request("e2e-ok", &[]))
+        .await
+        .expect("CreateVolume")
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(volume.volume_id, "vol-e2e-ok");
+    assert_eq!(volume.capacity_bytes, 1 << 20);
+    // A retry answers the same without a second creation pod run.
+    let again = controller
+        .create_volume(create_request("e2e-ok", &[]))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(again.volume_id, volume.volume_id);
+
+    // A creation pod that fails: its /pav/error reaches the caller, naming
+    // the phase and the pod; the deletion pod runs after it.
+    let failed = controller
+        .create_volume(create_request("e2e-fail", &[("fail", "yes")]))
+        .await
+        .expect_err("the creation pod fails");
+    println!("CreateVolume error: {}", failed.message());
+    assert!(
+        failed.message().contains("backend said no"),
+        "{}",
+        failed.message()
+    );
+    assert!(failed.message().contains("creation pod pav/pav-creation-"));
+
+    // DeleteVolume finds the PersistentVolume by handle and runs the deletion pod.
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let pv_name = format!("pvc-{ok_uid}");
+    let _ = pvs.delete(&pv_name, &DeleteParams::default()).await;
+    let pv = PersistentVolume {
+        metadata: kube::api::ObjectMeta {
+            name: Some(pv_name.clone()),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeSpec {
+            capacity: Some(BTreeMap::from([("storage".into(), Quantity("1Mi".into()))])),
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: Some(NAME.into()),
+            persistent_volume_reclaim_policy: Some("Delete".into()),
+            claim_ref: Some(ObjectReference {
+                name: Some("e2e-ok".into()),
+                namespace: Some("default".into()),
+                uid: Some(ok_uid.clone()),
+                ..Default::default()
+            }),
+            csi: Some(CSIPersistentVolumeSource {
+                driver: NAME.into(),
+                volume_handle: volume.volume_id.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    pvs.create(&PostParams::default(), &pv).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await; // the reflector sees it
+    controller
+        .delete_volume(csi::DeleteVolumeRequest {
+            volume_id: volume.volume_id.clone(),
+            secrets: HashMap::new(),
+        })
+        .await
+        .expect("DeleteVolume");
+    // Nothing of this claim is left behind.
+    let left: Vec<Pod> = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default().labels(&format!("pav.albertofaria.github.io/volume={ok_uid}")))
+        .await
+        .unwrap()
+        .items;
+    assert!(
+        left.is_empty(),
+        "left behind: {:?}",
+        left.iter().map(|p| p.name_any()).collect::<Vec<_>>()
+    );
+    // Deleting an unknown handle succeeds.
+    controller
+        .delete_volume(csi::DeleteVolumeRequest {
+            volume_id: "no-such-volume".into(),
+            secrets: HashMap::new(),
+        })
+        .await
+        .unwrap();
+
+    // Clean up.
+    let _ = stop.send(());
+    let _ = server.await;
+    let _ = pvs.delete(&pv_name, &DeleteParams::default()).await;
+    for claim in ["e2e-ok", "e2e-fail"] {
+        let _ = claims.delete(claim, &DeleteParams::default()).await;
+    }
+    for class in [NAME.to_owned(), format!("{NAME}-fail")] {
+        let _ = classes.delete(&class, &DeleteParams::default()).await;
+    }
+    let _ = provisioners.delete(NAME, &DeleteParams::default()).await;
+}
