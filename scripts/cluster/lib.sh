@@ -17,7 +17,7 @@ KUBECONFIG_PATH="$STATE/kubeconfig"
 K8S_BIN="$CACHE/bin/kubernetes-$KUBERNETES_VERSION"
 ETCD_BIN="$CACHE/bin/etcd-$ETCD_VERSION"
 CSI_PROVISIONER_BIN="$CACHE/bin/csi-provisioner-$CSI_PROVISIONER_VERSION"
-REGISTRAR_SRC_HASH="$(cat "$CLUSTER_DIR"/node-driver-registrar/{main.go,go.mod,go.sum} | sha256sum | cut -c1-12)"
+REGISTRAR_SRC_HASH="$(cat "$CLUSTER_DIR"/node-driver-registrar/{main.go,go.mod,go.sum,fakecsi/main.go} | sha256sum | cut -c1-12)"
 REGISTRAR_BIN="$CACHE/bin/csi-node-driver-registrar-$CSI_NODE_DRIVER_REGISTRAR_VERSION-$REGISTRAR_SRC_HASH"
 IMAGES_DIR="$CACHE/images"
 
@@ -35,6 +35,9 @@ busybox_image_tar() {
   echo "$IMAGES_DIR/busybox-$v-$(sha256sum "$CLUSTER_DIR/mkimage.py" "$CLUSTER_DIR/build-images" | sha256sum | cut -c1-8).tar"
 }
 provisioner_image_tar() { echo "$IMAGES_DIR/csi-provisioner-$CSI_PROVISIONER_VERSION.tar"; }
+fakecsi_image_tar() { echo "$IMAGES_DIR/fakecsi-$REGISTRAR_SRC_HASH.tar"; }
+# Test-only image: a do-nothing CSI node plugin for the smoke test.
+FAKECSI_IMAGE=pav.local/cluster-fake-csi:dev
 registrar_image_tar() { echo "$IMAGES_DIR/csi-node-driver-registrar-$CSI_NODE_DRIVER_REGISTRAR_VERSION-$REGISTRAR_SRC_HASH.tar"; }
 
 # Normalize an image reference the way kubelet/CRI does (busybox:stable ->
