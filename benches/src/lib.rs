@@ -420,3 +420,59 @@ pub fn json_object(fields: &[(&str, String)]) -> String {
         .collect();
     format!("{{{}}}", body.join(", "))
 }
+
+/// `benches/fixtures/semantics-probes.yaml`: single templates whose output
+/// pav-templates and Jinja2 must agree on, as (name, template) in file order.
+pub fn semantics_probes() -> Vec<(String, String)> {
+    let path = workspace_dir().join("benches/fixtures/semantics-probes.yaml");
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+    let value: serde_yaml::Value = parse_object(&text, "semantics-probes.yaml");
+    let serde_yaml::Value::Mapping(map) = value else {
+        panic!("semantics-probes.yaml must be a mapping of name to template");
+    };
+    map.into_iter()
+        .map(|(key, value)| match (key, value) {
+            (serde_yaml::Value::String(name), serde_yaml::Value::String(template)) => {
+                (name, template)
+            }
+            (key, _) => panic!("semantics probe {key:?}: name and template must be strings"),
+        })
+        .collect()
+}
+
+/// The context the semantics probes are evaluated with: the block-encryption
+/// example's staging context (its claim and volume, the sample node,
+/// `readOnly` false).
+pub fn probe_context_spec() -> ContextSpec {
+    ContextSpec::Staging {
+        pvc: Fixture::load(&example_file("block-encryption", "pvc.yaml")),
+        pv: Fixture::load(&example_file("block-encryption", "pv.yaml")),
+        node: Fixture::load(&sample_file("node.yaml")),
+        read_only: false,
+    }
+}
+
+/// Evaluates one template as the value of a pod annotation in a staging
+/// phase: `Ok(value)` (a string, or anything when the template sets
+/// `yaml`), or `Err(message)` from compilation or rendering.
+pub fn render_probe(
+    template: &str,
+    context: &StagingContext,
+) -> Result<k8s_openapi::serde_json::Value, String> {
+    use k8s_openapi::serde_json::json;
+    let object = json!({
+        "apiVersion": "pav.albertofaria.github.io/v1alpha1",
+        "kind": "PavProvisioner",
+        "metadata": {"name": "probe"},
+        "spec": {
+            "provisioningModes": ["Static"],
+            "volumeStaging": {"podTemplate": {"metadata": {"annotations": {"probe": template}}}},
+        },
+    });
+    let provisioner = CompiledProvisioner::from_json(object).map_err(|err| err.to_string())?;
+    let rendered = provisioner
+        .render_raw(Phase::Staging, context.value())
+        .map_err(|err| err.to_string())?;
+    Ok(rendered["podTemplate"]["metadata"]["annotations"]["probe"].clone())
+}

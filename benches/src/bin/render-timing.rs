@@ -4,9 +4,14 @@
 //!
 //! ```text
 //! render-timing [--sample-ms N] [--samples N] [--no-timing]
+//! render-timing --profile EXAMPLE/LABEL ITERATIONS [--raw]  # e.g. under callgrind
 //! ```
 //!
-//! Each measurement is the median of `--samples` batches (default 5) of
+//! `--profile` only renders that case (`render_*`, or `render_raw` with
+//! `--raw`; context pre-built) ITERATIONS times and prints nothing, for
+//! `valgrind --tool=callgrind`.
+//!
+//! Each measurement reports the median and the minimum of `--samples` batches (default 9) of
 //! about `--sample-ms` milliseconds each (default 40), single-threaded.
 
 use std::hint::black_box;
@@ -16,6 +21,8 @@ use pav_benches::{Example, json_object, json_string};
 use pav_templates::CompiledProvisioner;
 
 struct Options {
+    raw: bool,
+    profile: Option<(String, u64)>,
     sample: Duration,
     samples: usize,
     timing: bool,
@@ -23,24 +30,35 @@ struct Options {
 
 fn parse_args() -> Result<Options, String> {
     let mut options = Options {
+        raw: false,
+        profile: None,
         sample: Duration::from_millis(40),
-        samples: 5,
+        samples: 9,
         timing: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        let mut number = |name: &str| -> Result<u64, String> {
+        fn number(args: &mut impl Iterator<Item = String>, name: &str) -> Result<u64, String> {
             args.next()
                 .and_then(|v| v.parse().ok())
                 .ok_or_else(|| format!("{name} needs a positive integer"))
-        };
+        }
         match arg.as_str() {
-            "--sample-ms" => options.sample = Duration::from_millis(number("--sample-ms")?.max(1)),
-            "--samples" => options.samples = number("--samples")?.max(1) as usize,
+            "--sample-ms" => {
+                options.sample = Duration::from_millis(number(&mut args, "--sample-ms")?.max(1))
+            }
+            "--samples" => options.samples = number(&mut args, "--samples")?.max(1) as usize,
             "--no-timing" => options.timing = false,
+            "--raw" => options.raw = true,
+            "--profile" => {
+                let case = args.next().ok_or("--profile needs EXAMPLE/LABEL")?;
+                options.profile = Some((case, number(&mut args, "--profile")?));
+            }
             "-h" | "--help" => {
                 return Err(
-                    "usage: render-timing [--sample-ms N] [--samples N] [--no-timing]".into(),
+                    "usage: render-timing [--sample-ms N] [--samples N] [--no-timing] \
+                     | --profile EXAMPLE/LABEL ITERATIONS [--raw]"
+                        .into(),
                 );
             }
             other => return Err(format!("unknown argument {other:?}")),
@@ -95,6 +113,28 @@ fn main() {
         }
     };
     let examples = Example::all();
+    if let Some((name, iterations)) = &options.profile {
+        let (example, case) = examples
+            .iter()
+            .flat_map(|e| e.cases.iter().map(move |c| (e, c)))
+            .find(|(e, c)| format!("{}/{}", e.name, c.label) == *name)
+            .unwrap_or_else(|| panic!("no case {name}"));
+        let context = case.context.build().expect("context builds");
+        for _ in 0..*iterations {
+            if options.raw {
+                black_box(
+                    case.render_raw(&example.provisioner, black_box(&context))
+                        .expect("renders"),
+                );
+                continue;
+            }
+            black_box(
+                case.render(&example.provisioner, black_box(&context))
+                    .expect("renders"),
+            );
+        }
+        return;
+    }
     let mut cases = Vec::new();
     for example in &examples {
         let mut compile = String::from("null");
@@ -156,5 +196,28 @@ fn main() {
             ]));
         }
     }
-    println!("{{\"cases\": [\n{}\n]}}", cases.join(",\n"));
+    let context = match pav_benches::probe_context_spec().build() {
+        Ok(pav_benches::Context::Staging(context)) => context,
+        other => panic!("probe context: {other:?}"),
+    };
+    let probes: Vec<String> = pav_benches::semantics_probes()
+        .into_iter()
+        .map(|(name, template)| {
+            let result = match pav_benches::render_probe(&template, &context) {
+                Ok(value) => ("output", value.to_string()),
+                Err(message) => ("error", json_string(&message)),
+            };
+            json_object(&[
+                ("name", json_string(&name)),
+                ("template", json_string(&template)),
+                result,
+            ])
+        })
+        .collect();
+    println!(
+        "{{\"probe_context\": {},\n\"probes\": [\n{}\n],\n\"cases\": [\n{}\n]}}",
+        pav_benches::probe_context_spec().to_json(),
+        probes.join(",\n"),
+        cases.join(",\n")
+    );
 }
