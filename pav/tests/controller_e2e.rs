@@ -128,22 +128,7 @@ async fn controller_deploys_and_removes_drivers() {
 
     // CRD, established.
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let mut crd = PavProvisioner::definition();
-    if std::env::var_os("PAV_E2E_DROP_CEL").is_some() {
-        // Diagnostic knob: apply the CRD without the spec's CEL rules (for
-        // API servers that reject them), to test the controller alone.
-        for version in &mut crd.spec.versions {
-            if let Some(spec) = version
-                .schema
-                .as_mut()
-                .and_then(|s| s.open_api_v3_schema.as_mut())
-                .and_then(|s| s.properties.as_mut())
-                .and_then(|p| p.get_mut("spec"))
-            {
-                spec.x_kubernetes_validations = None;
-            }
-        }
-    }
+    let crd = PavProvisioner::definition();
     let crd_name = crd.metadata.name.clone().unwrap();
     crds.patch(
         &crd_name,

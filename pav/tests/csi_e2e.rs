@@ -18,7 +18,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{DeleteParams, ListParams, PostParams};
-use kube::{Api, Client, CustomResourceExt, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 use pav::csi::cluster::Cluster;
 use pav::csi::metrics::Metrics;
 use pav_csi::csi;
@@ -48,22 +48,9 @@ where
     }
 }
 
-/// The CRD, without its CEL rules: the API server refuses rules on fields
-/// its structural schema does not declare (a pav-templates bug to fix there).
+/// The CRD as `pav crd` prints it.
 fn crd() -> CustomResourceDefinition {
-    fn strip(value: &mut serde_json::Value) {
-        match value {
-            serde_json::Value::Object(map) => {
-                map.remove("x-kubernetes-validations");
-                map.values_mut().for_each(strip);
-            }
-            serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
-            _ => {}
-        }
-    }
-    let mut json = serde_json::to_value(PavProvisioner::crd()).unwrap();
-    strip(&mut json);
-    serde_json::from_value(json).unwrap()
+    PavProvisioner::definition()
 }
 
 fn provisioner() -> PavProvisioner {
