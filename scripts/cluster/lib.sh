@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034
 # Common settings for scripts/cluster-up, cluster-down and scripts/cluster/*.
 # Sourced, not run.
 
