@@ -349,10 +349,11 @@ def diff(path: str, a: object, b: object, out: list[str]) -> None:
         out.append(f"{path}:\n      pav:    {json.dumps(a)}\n      jinja2: {json.dumps(b)}")
 
 
-def check_probes(rust: dict) -> list[str]:
-    """Evaluates each semantics probe as PaV did; returns the differences."""
+def check_probes(rust: dict) -> tuple[list[str], list[str]]:
+    """Evaluates each semantics probe as PaV did; returns the unexpected
+    differences and the deliberate ones."""
     context = build_context(rust["probe_context"])
-    differences = []
+    differences, deliberate = [], []
     for probe in rust.get("probes", []):
         try:
             python = {"output": evaluate_as_pav(probe["template"], context)}
@@ -366,12 +367,16 @@ def check_probes(rust: dict) -> list[str]:
                 and type(pav["output"]) is type(python["output"]))
         )
         if not same:
-            differences.append(
+            text = (
                 f"probe {probe['name']}: {json.dumps(probe['template'])}\n"
                 f"      pav:    {json.dumps(pav, ensure_ascii=False)}\n"
                 f"      jinja2: {json.dumps(python, ensure_ascii=False)}"
             )
-    return differences
+            if probe.get("deliberate"):
+                deliberate.append(text + f"\n      deliberate: {probe['deliberate']}")
+            else:
+                differences.append(text)
+    return differences, deliberate
 
 
 def main() -> int:
@@ -467,9 +472,14 @@ def main() -> int:
         for example, pav_us, jinja_us in compile_rows:
             print(f"| {example} | {pav_us:.1f} | {jinja_us:.0f} | {jinja_us / pav_us:.0f}× |")
 
-    probe_differences = check_probes(rust)
-    print(f"\nSemantics probes: {len(rust.get('probes', [])) - len(probe_differences)} of "
-          f"{len(rust.get('probes', []))} agree (same output, or both fail).")
+    probe_differences, deliberate = check_probes(rust)
+    total = len(rust.get("probes", []))
+    print(f"\nSemantics probes: {total - len(probe_differences) - len(deliberate)} of {total} "
+          f"agree (same output, or both fail); {len(deliberate)} differ on purpose.")
+    if deliberate:
+        print("\nDeliberate differences (not failures):\n", file=sys.stderr)
+        for text in deliberate:
+            print("  " + text, file=sys.stderr)
     mismatches += probe_differences
     if mismatches:
         print("\nOUTPUTS DIFFER between pav-templates and Jinja2:\n", file=sys.stderr)

@@ -421,22 +421,46 @@ pub fn json_object(fields: &[(&str, String)]) -> String {
     format!("{{{}}}", body.join(", "))
 }
 
+/// One entry of `benches/fixtures/semantics-probes.yaml`.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    /// The entry's key.
+    pub name: String,
+    /// The template evaluated.
+    pub template: String,
+    /// Why pav differs from Jinja2 here on purpose, if it does.
+    pub deliberate: Option<String>,
+}
+
 /// `benches/fixtures/semantics-probes.yaml`: single templates whose output
-/// pav-templates and Jinja2 must agree on, as (name, template) in file order.
-pub fn semantics_probes() -> Vec<(String, String)> {
+/// pav-templates and Jinja2 must agree on, in file order. An entry is
+/// `name: template`, or `name: {template, deliberate: reason}`.
+pub fn semantics_probes() -> Vec<Probe> {
+    use serde_yaml::Value as Y;
     let path = workspace_dir().join("benches/fixtures/semantics-probes.yaml");
     let text =
         std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
-    let value: serde_yaml::Value = parse_object(&text, "semantics-probes.yaml");
-    let serde_yaml::Value::Mapping(map) = value else {
+    let Y::Mapping(map) = parse_object::<Y>(&text, "semantics-probes.yaml") else {
         panic!("semantics-probes.yaml must be a mapping of name to template");
     };
+    let text_of = |value: Option<&Y>| value.and_then(Y::as_str).map(str::to_owned);
     map.into_iter()
-        .map(|(key, value)| match (key, value) {
-            (serde_yaml::Value::String(name), serde_yaml::Value::String(template)) => {
-                (name, template)
+        .map(|(key, value)| {
+            let name = text_of(Some(&key)).unwrap_or_else(|| panic!("probe name {key:?}"));
+            let (template, deliberate) = match &value {
+                Y::String(template) => (Some(template.clone()), None),
+                Y::Mapping(entry) => (
+                    text_of(entry.get("template")),
+                    text_of(entry.get("deliberate")),
+                ),
+                _ => (None, None),
+            };
+            let template = template.unwrap_or_else(|| panic!("probe {name}: no template"));
+            Probe {
+                name,
+                template,
+                deliberate,
             }
-            (key, _) => panic!("semantics probe {key:?}: name and template must be strings"),
         })
         .collect()
 }

@@ -202,14 +202,21 @@ fn main() {
     };
     let probes: Vec<String> = pav_benches::semantics_probes()
         .into_iter()
-        .map(|(name, template)| {
-            let result = match pav_benches::render_probe(&template, &context) {
+        .map(|probe| {
+            let result = match pav_benches::render_probe(&probe.template, &context) {
                 Ok(value) => ("output", value.to_string()),
                 Err(message) => ("error", json_string(&message)),
             };
             json_object(&[
-                ("name", json_string(&name)),
-                ("template", json_string(&template)),
+                ("name", json_string(&probe.name)),
+                ("template", json_string(&probe.template)),
+                (
+                    "deliberate",
+                    probe
+                        .deliberate
+                        .as_deref()
+                        .map_or("null".into(), json_string),
+                ),
                 result,
             ])
         })
