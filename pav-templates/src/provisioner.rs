@@ -5,6 +5,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use minijinja::value::{Value, ValueKind};
 use minijinja::{Environment, ErrorKind};
+use serde::Deserialize as _;
 use serde_json::{Map, Value as Json};
 
 use crate::context::{CreationContext, StagingContext, ValidationContext};
@@ -22,7 +23,12 @@ enum Node {
     Constant(Json),
     /// A string field holding template syntax; the template's name in the
     /// environment is its field path.
-    Template(Arc<str>),
+    Template {
+        path: Arc<str>,
+        /// Whether the source mentions `yaml`: only then can it set the
+        /// variable, so only then is the evaluation state kept and read.
+        may_set_yaml: bool,
+    },
     List(Vec<Node>),
     Map(Vec<(String, Node)>),
 }
@@ -59,6 +65,10 @@ pub struct CompiledProvisioner {
     provisioning_modes: Vec<ProvisioningMode>,
     env: Environment<'static>,
     phases: [Option<Node>; 5],
+    /// Per phase: the pod template's fields were all checked at compile
+    /// time (no template in it can set `yaml`), so rendering needs only a
+    /// plain conversion.
+    pod_shape_checked: [bool; 5],
 }
 
 /// Problems found in one PavProvisioner, all of them, in field order.
@@ -111,6 +121,7 @@ impl CompiledProvisioner {
             }
         }
         let mut phases: [Option<Node>; 5] = Default::default();
+        let mut pod_shape_checked = [false; 5];
         for phase in Phase::ALL {
             let path = format!("spec.{}", phase.field());
             let value = spec_map.get(phase.field());
@@ -123,6 +134,10 @@ impl CompiledProvisioner {
                     &path,
                     "may only be specified if spec.provisioningModes contains Dynamic",
                 );
+            }
+            if let Some(pod_template) = value.and_then(|v| v.get("podTemplate")) {
+                pod_shape_checked[phase.index()] =
+                    checker.check_pod_shape(&format!("{path}.podTemplate"), pod_template);
             }
             phases[phase.index()] = match value {
                 Some(value) => Some(checker.check_phase(phase, &path, value)),
@@ -162,6 +177,7 @@ impl CompiledProvisioner {
             provisioning_modes: modes.unwrap_or_default(),
             env: checker.env,
             phases,
+            pod_shape_checked,
         })
     }
 
@@ -366,28 +382,29 @@ impl CompiledProvisioner {
                     .map(|(key, item)| Ok((key.clone(), self.render_node(item, context)?)))
                     .collect::<Result<_>>()?,
             ),
-            Node::Template(path) => self.render_template(path, context)?,
+            Node::Template { path, may_set_yaml } => {
+                self.render_template(path, *may_set_yaml, context)?
+            }
         })
     }
 
-    fn render_template(&self, path: &str, context: &Value) -> Result<Json> {
+    fn render_template(&self, path: &str, may_set_yaml: bool, context: &Value) -> Result<Json> {
         let template = self
             .env
             .get_template(path)
             .map_err(|err| self.render_error(path, &err))?;
+        if !may_set_yaml {
+            let output = template
+                .render(context)
+                .map_err(|err| self.render_error(path, &err))?;
+            self.check_output_size(path, &output)?;
+            return Ok(Json::String(output));
+        }
         let captured = template
             .render_captured(context)
             .map_err(|err| self.render_error(path, &err))?;
         let output = captured.output();
-        if output.len() > MAX_OUTPUT_BYTES {
-            return Err(Error::Render {
-                at: self.location(path, None),
-                message: format!(
-                    "output is {} bytes, more than the limit of {MAX_OUTPUT_BYTES}",
-                    output.len()
-                ),
-            });
-        }
+        self.check_output_size(path, output)?;
         let yaml = match captured.state().lookup("yaml") {
             None => false,
             Some(value) => match value.kind() {
@@ -408,6 +425,19 @@ impl CompiledProvisioner {
             at: self.location(path, None),
             message,
         })
+    }
+
+    fn check_output_size(&self, path: &str, output: &str) -> Result<()> {
+        if output.len() > MAX_OUTPUT_BYTES {
+            return Err(Error::Render {
+                at: self.location(path, None),
+                message: format!(
+                    "output is {} bytes, more than the limit of {MAX_OUTPUT_BYTES}",
+                    output.len()
+                ),
+            });
+        }
+        Ok(())
     }
 
     fn render_error(&self, path: &str, err: &minijinja::Error) -> Error {
@@ -506,7 +536,8 @@ impl Fields<'_> {
             return Ok(None);
         };
         let path = format!("{}.podTemplate", self.path);
-        pod_template_from_json(value)
+        let shape_checked = self.provisioner.pod_shape_checked[self.phase.index()];
+        pod_template_from_json(value, shape_checked)
             .map(Some)
             .map_err(|(sub, message)| Error::Evaluated {
                 at: self.provisioner.location(&format!("{path}{sub}"), None),
@@ -554,7 +585,14 @@ fn allowed_values(key: &str) -> &'static str {
 /// Converts an evaluated pod template, naming the first field Kubernetes
 /// would not accept: a wrong type, or a field PodTemplateSpec does not have
 /// (typos such as `comand` would otherwise vanish silently).
-fn pod_template_from_json(value: Json) -> std::result::Result<PodTemplateSpec, (String, String)> {
+fn pod_template_from_json(
+    value: Json,
+    shape_checked: bool,
+) -> std::result::Result<PodTemplateSpec, (String, String)> {
+    // The common case: a template whose keys were checked at compile time.
+    if shape_checked && let Ok(template) = PodTemplateSpec::deserialize(&value) {
+        return Ok(template);
+    }
     let template: PodTemplateSpec = serde_path_to_error::deserialize(&value).map_err(|err| {
         let path = err.path().to_string();
         let sub = if path == "." {
@@ -830,6 +868,31 @@ impl Checker {
         }
     }
 
+    /// Checks a pod template's fields before any volume exists. Possible
+    /// unless a template in it may set `yaml` (then its shape is known only
+    /// after evaluation): templates evaluate to strings, so the tree with
+    /// each template replaced by `""` has the evaluated shape. Returns
+    /// whether the shape was checked and found valid.
+    fn check_pod_shape(&mut self, path: &str, pod_template: &Json) -> bool {
+        if !pod_template.is_object() || may_become_yaml(pod_template) {
+            return false;
+        }
+        match pod_template_from_json(blank_templates(pod_template), false) {
+            Ok(_) => true,
+            Err((sub, message)) => {
+                let message = if message == "unknown field" {
+                    message
+                } else {
+                    format!(
+                        "{message} (a template here yields a string; add `{{% set yaml = true %}}` for other types)"
+                    )
+                };
+                self.problem_schema(&format!("{path}{sub}"), &message);
+                false
+            }
+        }
+    }
+
     fn compile(&mut self, path: &str, value: &Json) -> Node {
         match value {
             Json::String(source) => {
@@ -848,7 +911,10 @@ impl Checker {
                     };
                 }
                 match self.env.add_template_owned(path.to_owned(), source.clone()) {
-                    Ok(()) => Node::Template(Arc::from(path)),
+                    Ok(()) => Node::Template {
+                        path: Arc::from(path),
+                        may_set_yaml: source.contains("yaml"),
+                    },
                     Err(err) => {
                         self.problems.push(Error::Syntax {
                             at: self.at(path, err.line()),
@@ -906,6 +972,28 @@ fn collapse(children: Vec<(Option<String>, Node)>, is_map: bool) -> Node {
         )
     } else {
         Node::List(children.into_iter().map(|(_, n)| n).collect())
+    }
+}
+
+fn may_become_yaml(value: &Json) -> bool {
+    match value {
+        Json::String(s) => has_template_syntax(s) && s.contains("yaml"),
+        Json::Array(items) => items.iter().any(may_become_yaml),
+        Json::Object(map) => map.values().any(may_become_yaml),
+        _ => false,
+    }
+}
+
+fn blank_templates(value: &Json) -> Json {
+    match value {
+        Json::String(s) if has_template_syntax(s) => Json::String(String::new()),
+        Json::Array(items) => Json::Array(items.iter().map(blank_templates).collect()),
+        Json::Object(map) => Json::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), blank_templates(v)))
+                .collect(),
+        ),
+        other => other.clone(),
     }
 }
 

@@ -67,13 +67,19 @@ const STAGING_PREFIX: &str = "provisioningModes: [Static]\n";
 #[test]
 fn every_string_field_however_nested_is_a_template_and_other_scalars_stay() {
     let raw = raw_staging(&format!(
-        "{STAGING_PREFIX}volumeStaging:\n  podTemplate:\n    spec:\n      a: [[\"{{{{ handle }}}}\", 7], {{b: {{c: \"x{{{{ 1 + 1 }}}}\"}}}}]\n      n: 3\n      f: 1.5\n      t: true\n      z: null\n"
+        "{STAGING_PREFIX}volumeStaging:\n  podTemplate:\n    spec:\n      containers:\n        - name: \"{{{{ handle[:3] }}}}\"\n          args: [\"x{{{{ 1 + 1 }}}}\", plain]\n          env: [{{name: A, value: \"{{{{ capacity }}}}\"}}]\n          securityContext: {{runAsUser: 7, privileged: true}}\n      activeDeadlineSeconds: 5\n      nodeName: null\n"
     ));
     assert_eq!(
         raw,
         json!({"podTemplate": {"spec": {
-            "a": [["pvc-6c1b1c5e-6f0e-4b7a-9d2e-5a1f3c0d8e21", 7], {"b": {"c": "x2"}}],
-            "n": 3, "f": 1.5, "t": true, "z": null,
+            "containers": [{
+                "name": "pvc",
+                "args": ["x2", "plain"],
+                "env": [{"name": "A", "value": "1073741824"}],
+                "securityContext": {"runAsUser": 7, "privileged": true},
+            }],
+            "activeDeadlineSeconds": 5,
+            "nodeName": null,
         }}})
     );
 }
@@ -244,9 +250,12 @@ fn a_single_trailing_newline_is_dropped_including_in_plain_strings() {
     assert_eq!(handle("{{ 'a' }}\n"), "a");
     assert_eq!(handle("{{ 'a' }}\n\n"), "a\n");
     let raw = raw_staging(&format!(
-        "{STAGING_PREFIX}volumeStaging:\n  podTemplate:\n    x: |\n      plain text\n"
+        "{STAGING_PREFIX}volumeStaging:\n  podTemplate:\n    metadata:\n      annotations:\n        x: |\n          plain text\n"
     ));
-    assert_eq!(raw["podTemplate"]["x"], json!("plain text"));
+    assert_eq!(
+        raw["podTemplate"]["metadata"]["annotations"]["x"],
+        json!("plain text")
+    );
 }
 
 #[test]
@@ -605,9 +614,36 @@ fn syntax_errors_are_found_at_compile_time_with_line() {
 }
 
 #[test]
-fn evaluated_pod_templates_are_checked_field_by_field() {
-    let provisioner = compiled(
+fn pod_template_fields_are_checked_when_written() {
+    let problems = provisioner(
         "provisioningModes: [Static]\nvolumeStaging:\n  podTemplate:\n    spec:\n      containers:\n        - name: c\n          comand: [sh]\n",
+    )
+    .unwrap_err();
+    assert_eq!(
+        problems.to_string(),
+        "provisioner \"test-prov\", field spec.volumeStaging.podTemplate.spec.containers[0].comand: unknown field"
+    );
+    let problems = provisioner(
+        "provisioningModes: [Static]\nvolumeStaging:\n  podTemplate:\n    spec:\n      activeDeadlineSeconds: \"{{ 5 }}\"\n",
+    )
+    .unwrap_err();
+    let message = problems.to_string();
+    assert!(
+        message.starts_with("provisioner \"test-prov\", field spec.volumeStaging.podTemplate.spec.activeDeadlineSeconds: invalid type: string"),
+        "{message}"
+    );
+    assert!(
+        message.ends_with(
+            "(a template here yields a string; add `{% set yaml = true %}` for other types)"
+        ),
+        "{message}"
+    );
+}
+
+#[test]
+fn pod_templates_shaped_by_yaml_mode_are_checked_when_evaluated() {
+    let provisioner = compiled(
+        "provisioningModes: [Static]\nvolumeStaging:\n  podTemplate:\n    spec: \"{% set yaml = true %}containers: [{name: c, comand: [sh]}]\"\n",
     );
     let err = provisioner
         .render_staging(&samples::staging_context())
@@ -617,14 +653,24 @@ fn evaluated_pod_templates_are_checked_field_by_field() {
         "provisioner \"test-prov\", field spec.volumeStaging.podTemplate.spec.containers[0].comand: unknown field"
     );
     let provisioner = compiled(
-        "provisioningModes: [Static]\nvolumeStaging:\n  podTemplate:\n    spec:\n      containers: \"{{ 'not a list' }}\"\n",
+        "provisioningModes: [Static]\nvolumeStaging:\n  podTemplate:\n    spec:\n      activeDeadlineSeconds: \"{% set yaml = true %}{{ 'soon' }}\"\n",
     );
     let err = provisioner
         .render_staging(&samples::staging_context())
         .unwrap_err();
     assert!(
-        err.to_string().starts_with("provisioner \"test-prov\", field spec.volumeStaging.podTemplate.spec.containers: invalid type"),
+        err.to_string().starts_with("provisioner \"test-prov\", field spec.volumeStaging.podTemplate.spec.activeDeadlineSeconds: invalid type"),
         "{err}"
+    );
+    let provisioner = compiled(
+        "provisioningModes: [Static]\nvolumeStaging:\n  podTemplate:\n    spec:\n      activeDeadlineSeconds: \"{% set yaml = true %}{{ capacity // 1073741824 }}\"\n",
+    );
+    let staging = provisioner
+        .render_staging(&samples::staging_context())
+        .unwrap();
+    assert_eq!(
+        staging.pod_template.spec.unwrap().active_deadline_seconds,
+        Some(1)
     );
 }
 
