@@ -212,8 +212,23 @@ def parse_and_round_quantity(quantity: object) -> int:
     return int(parse_quantity(quantity).to_integral_value(rounding=ROUND_HALF_EVEN))
 
 
+STRING_MAPS = {"annotations", "labels", "parameters", "volumeAttributes", "nodeSelector"}
+
+
+def as_api_server_returns(o: object, key: str = "") -> object:
+    """The API server is written in Go, whose JSON encoder writes map keys in
+    sorted order: string maps (annotations, labels, parameters, ...) arrive
+    sorted, whatever order a YAML file had them in."""
+    if isinstance(o, dict):
+        items = sorted(o.items()) if key in STRING_MAPS else o.items()
+        return {k: as_api_server_returns(v, k) for k, v in items}
+    if isinstance(o, list):
+        return [as_api_server_returns(v) for v in o]
+    return o
+
+
 def load(relative: str) -> dict:
-    return yaml.safe_load((WORKSPACE / relative).read_text())
+    return as_api_server_returns(yaml.safe_load((WORKSPACE / relative).read_text()))
 
 
 def dynamic_context(pvc: dict, sc: dict) -> dict:

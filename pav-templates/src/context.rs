@@ -130,7 +130,7 @@ fn get_pvc(
         )
     })?;
     match lookup.get_pvc(name, namespace) {
-        Ok(Some(pvc)) => Ok(to_value(api_object(&pvc))),
+        Ok(Some(pvc)) => Ok(object_value(&pvc)),
         Ok(None) => Err(JinjaError::new(
             ErrorKind::InvalidOperation,
             format!("get_pvc(): PersistentVolumeClaim {namespace}/{name} does not exist"),
@@ -142,24 +142,16 @@ fn get_pvc(
     }
 }
 
-/// An object as the API server would return it: with `apiVersion` and `kind`.
-fn api_object<K: k8s_openapi::Resource + Serialize>(object: &K) -> serde_json::Value {
-    let mut value = serde_json::to_value(object).unwrap_or(serde_json::Value::Null);
-    if let Some(map) = value.as_object_mut() {
-        map.entry("apiVersion")
-            .or_insert_with(|| K::API_VERSION.into());
-        map.entry("kind").or_insert_with(|| K::KIND.into());
-    }
-    value
+/// An object as the API server returns it: k8s-openapi writes `apiVersion`
+/// and `kind` itself, and camelCase names, so serialising straight into a
+/// template value needs no intermediate JSON tree.
+fn object_value<K: k8s_openapi::Resource + Serialize>(object: &K) -> Value {
+    to_value(object)
 }
 
 /// Any serialisable value as a template value.
 pub(crate) fn to_value<T: Serialize>(value: T) -> Value {
     Value::from(minijinja::value::Serde(value))
-}
-
-fn object_value<K: k8s_openapi::Resource + Serialize>(object: &K) -> Value {
-    to_value(api_object(object))
 }
 
 fn describe<

@@ -41,6 +41,10 @@ pub(crate) fn environment() -> Environment<'static> {
     env.set_formatter(format_output);
     env.add_filter("tobash", tobash_filter);
     env.add_filter("tojson", tojson_filter);
+    env.add_filter("int", int_filter);
+    // Python methods on strings, lists and dicts (`s.split('-')`,
+    // `d.items()`), which PaV templates written for Jinja2 use.
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env
 }
 
@@ -205,6 +209,65 @@ pub fn tobash(text: &str) -> String {
         }
     }
     out
+}
+
+/// Jinja2's `int`: numbers are truncated, strings parsed in `base` (or as a
+/// float, then truncated), and anything that does not parse gives `default`
+/// (0) instead of an error, as existing templates expect.
+fn int_filter(
+    value: &Value,
+    default: Option<Value>,
+    base: Option<u32>,
+    kwargs: Kwargs,
+) -> Result<Value, JinjaError> {
+    let default = match default {
+        Some(default) => default,
+        None => kwargs
+            .get::<Option<Value>>("default")?
+            .unwrap_or(Value::from(0)),
+    };
+    let base: u32 = match base {
+        Some(base) => base,
+        None => kwargs.get::<Option<u32>>("base")?.unwrap_or(10),
+    };
+    kwargs.assert_all_used()?;
+    if !(2..=36).contains(&base) {
+        return Err(JinjaError::new(
+            ErrorKind::InvalidOperation,
+            "int(): base must be between 2 and 36",
+        ));
+    }
+    let parsed = match value.kind() {
+        ValueKind::Bool => Some(Value::from(i64::from(value.is_true()))),
+        ValueKind::Number => match serde_json::to_value(value) {
+            Ok(serde_json::Value::Number(n)) if n.is_f64() => {
+                n.as_f64().map(|f| Value::from(f.trunc() as i64))
+            }
+            _ => Some(value.clone()),
+        },
+        ValueKind::String => {
+            let text = value.as_str().unwrap_or_default().trim().replace('_', "");
+            let unprefixed = match base {
+                16 => text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")),
+                8 => text.strip_prefix("0o").or_else(|| text.strip_prefix("0O")),
+                2 => text.strip_prefix("0b").or_else(|| text.strip_prefix("0B")),
+                _ => None,
+            }
+            .unwrap_or(&text);
+            i64::from_str_radix(unprefixed, base)
+                .ok()
+                .map(Value::from)
+                .or_else(|| {
+                    (base == 10)
+                        .then(|| text.parse::<f64>().ok())
+                        .flatten()
+                        .filter(|f| f.is_finite())
+                        .map(|f| Value::from(f.trunc() as i64))
+                })
+        }
+        _ => None,
+    };
+    Ok(parsed.unwrap_or(default))
 }
 
 fn tojson_filter(
@@ -460,6 +523,26 @@ mod tests {
         for (float, text) in cases {
             assert_eq!(python_float(float), text, "{float}");
         }
+    }
+
+    #[test]
+    fn int_filter_falls_back_like_jinja2() {
+        let ctx = to_value(
+            serde_json::json!({"s": "42", "f": "3.7", "x": "x", "h": "ff", "n": 2.9, "b": true}),
+        );
+        assert_eq!(
+            render("{{ s | int + 1 }} {{ f | int }} {{ x | int }} {{ x | int(7) }} {{ h | int(base=16) }} {{ n | int }} {{ b | int }} {{ '0x1A' | int(0, 16) }}", ctx).unwrap(),
+            "43 3 0 7 255 2 1 26"
+        );
+    }
+
+    #[test]
+    fn python_methods_work_on_strings_and_dicts() {
+        let ctx = to_value(serde_json::json!({"h": "pvc-5d2c-8b1a", "m": {"a": "1", "b": "2"}}));
+        assert_eq!(
+            render("{{ h.split('-')[1] }} {{ 'y' if h.startswith('pvc-') else 'n' }} {% for k, v in m.items() %}{{ k }}={{ v }};{% endfor %} {{ h.upper() }}", ctx).unwrap(),
+            "5d2c y a=1;b=2; PVC-5D2C-8B1A"
+        );
     }
 
     #[test]
