@@ -6,8 +6,10 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = pav::cli::Cli::parse();
-    let stdout = std::io::stdout();
-    match pav::cli::run(cli, &mut stdout.lock()) {
+    // Not `stdout().lock()`: the long-running commands log to stdout from
+    // runtime worker threads, which would wait forever for a lock held by
+    // the main thread. `Stdout` locks per write.
+    match pav::cli::run(cli, &mut std::io::stdout()) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");
