@@ -144,6 +144,11 @@ pub async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         args.node_id.clone(),
         args.pods_dir.clone(),
     ));
+    tokio::spawn(node::sweep_dirs(
+        cluster.clone(),
+        args.node_id.clone(),
+        args.pods_dir.clone(),
+    ));
     let provisioner = pav_sdk::Provisioner::new(node::PodNode::new(
         cluster,
         args.node_id.clone(),

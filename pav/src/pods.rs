@@ -55,6 +55,11 @@ pub const ANNOTATION_CLIENT: &str = "pav.albertofaria.github.io/client-pod";
 pub const ANNOTATION_TARGET: &str = "pav.albertofaria.github.io/target-path";
 /// Annotation holding `"true"` when a staging pod stages read-only.
 pub const ANNOTATION_READ_ONLY: &str = "pav.albertofaria.github.io/read-only";
+/// Annotation on a staging pod holding its unstaging phase as rendered
+/// when staging (JSON of the evaluated `volumeUnstaging`): used when the
+/// claim or volume is gone by the time the client pod's volume is
+/// unpublished (claims of terminated pods may be deleted before that).
+pub const ANNOTATION_UNSTAGING: &str = "pav.albertofaria.github.io/unstaging";
 /// Finalizer on staging pods: the object (and the state in its annotations)
 /// stays until the volume is unstaged.
 pub const FINALIZER_UNSTAGE: &str = "pav.albertofaria.github.io/unstage";

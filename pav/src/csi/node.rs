@@ -16,7 +16,8 @@ use super::cluster::{Cluster, api_error, pod_ref};
 use super::state::{self, Collected, PodState};
 use crate::pods::{
     ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, ANNOTATION_TARGET,
-    FINALIZER_UNSTAGE, LABEL_NODE, LABEL_PHASE, LABEL_VOLUME, PodTarget, build_pod, staging_key,
+    ANNOTATION_UNSTAGING, FINALIZER_UNSTAGE, LABEL_NODE, LABEL_PHASE, LABEL_VOLUME, PodTarget,
+    build_pod, staging_key,
 };
 
 /// The pav-sdk Stage and Unstage of a PavProvisioner on one node.
@@ -118,7 +119,13 @@ impl PodNode {
         let context = StagingContext::new(&pvc, &pv, &node, req.read_only)
             .map_err(|e| Error::InvalidArgument(e.to_string()))?
             .with_pvc_lookup(self.cluster.lookup());
+        let (compiled_u, context_u) = (compiled.clone(), context.clone());
         let staging = Cluster::render(move || compiled.render_staging(&context)).await?;
+        // Kept on the staging pod for unstaging after the claim is gone.
+        let unstaging = Cluster::render(move || compiled_u.render_unstaging(&context_u))
+            .await
+            .ok()
+            .and_then(|u| serde_json::to_string(&u.pod_template).ok());
         let target_path = req.target_path.display().to_string();
         let key = staging_key(&req.handle, &target_path);
         let target = PodTarget {
@@ -152,6 +159,10 @@ impl PodNode {
                 (ANNOTATION_READ_ONLY, req.read_only.to_string()),
             ],
         );
+        if let Some(unstaging) = unstaging {
+            pod.annotations_mut()
+                .insert(ANNOTATION_UNSTAGING.to_owned(), unstaging);
+        }
         pod.metadata
             .finalizers
             .get_or_insert_with(Vec::new)
@@ -217,22 +228,26 @@ impl PodNode {
         let namespace = staging.namespace().unwrap_or_default();
         let name = staging.name_any();
 
-        // Render the unstaging phase while the objects are certainly there.
-        let (pvc_ns, pvc_name) = state::parse_claim(&claim).unwrap_or_default();
-        let pvc = Api::<PersistentVolumeClaim>::namespaced(self.cluster.client.clone(), pvc_ns)
-            .get(pvc_name)
-            .await
-            .map_err(|e| api_error(&format!("PersistentVolumeClaim {claim}"), e))?;
-        let pv = Api::<PersistentVolume>::all(self.cluster.client.clone())
-            .get(&pv_name)
-            .await
-            .map_err(|e| api_error(&format!("PersistentVolume {pv_name}"), e))?;
-        let node = self.node_object().await?;
+        // Render the unstaging phase while the objects are certainly there;
+        // when the claim or volume is gone already (a terminated client
+        // pod does not keep them), use what was rendered when staging.
         let (compiled, owner) = self.cluster.compiled().await?;
-        let context = StagingContext::new(&pvc, &pv, &node, read_only)
-            .map_err(|e| Error::InvalidArgument(e.to_string()))?
-            .with_pvc_lookup(self.cluster.lookup());
-        let unstaging = Cluster::render(move || compiled.render_unstaging(&context)).await?;
+        let unstaging = match self
+            .render_unstaging(&claim, &pv_name, read_only, compiled)
+            .await
+        {
+            Ok(template) => template,
+            Err(Error::NotFound(what)) => match annotations.get(ANNOTATION_UNSTAGING) {
+                Some(json) => serde_json::from_str(json).map_err(|e| {
+                    Error::Internal(format!("annotation {ANNOTATION_UNSTAGING}: {e}"))
+                })?,
+                None => {
+                    tracing::warn!(pod = %name, %what, "cannot render the unstaging phase: no unstaging pod");
+                    None
+                }
+            },
+            Err(e) => return Err(e),
+        };
 
         // 1. Stop the staging pod; its finalizer keeps the object (and this
         //    state) until unstaging is done.
@@ -274,7 +289,7 @@ impl PodNode {
             })?;
 
         // 2. The unstaging pod, on this node.
-        if let Some(template) = unstaging.pod_template {
+        if let Some(template) = unstaging {
             let target = PodTarget {
                 provisioner: &self.cluster.provisioner,
                 phase: Phase::Unstaging,
@@ -332,6 +347,33 @@ impl PodNode {
             .remove_finalizer(staging, FINALIZER_UNSTAGE)
             .await?;
         Ok(())
+    }
+
+    /// The unstaging pod template for the claim `namespace/name` and the
+    /// PersistentVolume `pv_name`, rendered now; `NotFound` when either is gone.
+    async fn render_unstaging(
+        &self,
+        claim: &str,
+        pv_name: &str,
+        read_only: bool,
+        compiled: Arc<pav_templates::CompiledProvisioner>,
+    ) -> Result<Option<k8s_openapi::api::core::v1::PodTemplateSpec>> {
+        let (pvc_ns, pvc_name) = state::parse_claim(claim).unwrap_or_default();
+        let pvc = Api::<PersistentVolumeClaim>::namespaced(self.cluster.client.clone(), pvc_ns)
+            .get(pvc_name)
+            .await
+            .map_err(|e| api_error(&format!("PersistentVolumeClaim {claim}"), e))?;
+        let pv = Api::<PersistentVolume>::all(self.cluster.client.clone())
+            .get(pv_name)
+            .await
+            .map_err(|e| api_error(&format!("PersistentVolume {pv_name}"), e))?;
+        let node = self.node_object().await?;
+        let context = StagingContext::new(&pvc, &pv, &node, read_only)
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?
+            .with_pvc_lookup(self.cluster.lookup());
+        Ok(Cluster::render(move || compiled.render_unstaging(&context))
+            .await?
+            .pod_template)
     }
 
     /// The staging pods of `key` on this node (normally one).
@@ -455,6 +497,63 @@ impl Unstage for PodNode {
             }
         }
         Ok(())
+    }
+}
+
+/// Every 30 s, removes the `/pav` directories of validation, creation and
+/// deletion pods (of any provisioner) that no longer exist on this node and
+/// are older than a minute: the collector removes them when it sees the
+/// pod terminate or go, but misses pods whose events fell into a watch
+/// gap or came while no node plugin ran.
+pub async fn sweep_dirs(cluster: Arc<Cluster>, node: String, pods_dir: PathBuf) {
+    let api: Api<Pod> = Api::all(cluster.client.clone());
+    let params = kube::api::ListParams::default()
+        .labels(LABEL_PHASE)
+        .fields(&format!("spec.nodeName={node}"));
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(30));
+    loop {
+        tick.tick().await;
+        let Ok(entries) = std::fs::read_dir(&pods_dir) else {
+            continue;
+        };
+        let candidates: Vec<(String, PathBuf)> = entries
+            .flatten()
+            .filter(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                ["pav-validation-", "pav-creation-", "pav-deletion-"]
+                    .iter()
+                    .any(|p| name.starts_with(p))
+                    && e.metadata()
+                        .and_then(|m| m.modified())
+                        .ok()
+                        .and_then(|t| t.elapsed().ok())
+                        .is_some_and(|age| age > std::time::Duration::from_secs(60))
+            })
+            .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+            .collect();
+        if candidates.is_empty() {
+            continue;
+        }
+        let pods = match api.list(&params).await {
+            Ok(list) => list.items,
+            Err(e) => {
+                tracing::warn!(error = %e, "sweeping pod directories: cannot list PaV pods");
+                continue;
+            }
+        };
+        for (name, dir) in candidates {
+            if pods.iter().any(|p| p.name_any() == name) {
+                continue;
+            }
+            match remove_pod_dir(&dir) {
+                Ok(()) => {
+                    tracing::info!(dir = %dir.display(), "removed the directory of a finished PaV pod")
+                }
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot remove pod directory")
+                }
+            }
+        }
     }
 }
 
