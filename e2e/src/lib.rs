@@ -1,10 +1,40 @@
 //! Shared helpers of the end-to-end suite: reaching the cluster, or
-//! skipping with a clear message when there is none.
+//! skipping with a clear message when there is none; applying YAML;
+//! waiting for conditions; reading events; and the leak check every
+//! scenario ends with.
 //!
 //! The suite runs against `$KUBECONFIG` (set by `scripts/cluster-up`) with
-//! pav installed from `pav manifests` and its image loaded into the node.
+//! pav installed from `pav manifests` and its image loaded into the node
+//! (`scripts/e2e` does both). The tests run on the cluster's only node, as
+//! root, so they can read `/proc/self/mountinfo` and `/var/lib/pav/pods`.
 
-use kube::Client;
+use std::fmt::Debug;
+use std::future::Future;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Event, Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, LogParams, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::{self, Scope};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+/// Label on every pod PaV creates, holding its phase.
+pub const LABEL_PHASE: &str = "pav.albertofaria.github.io/phase";
+/// Label on every pod and object PaV creates for a provisioner.
+pub const LABEL_PROVISIONER: &str = "pav.albertofaria.github.io/provisioner";
+/// Namespace of pav's own objects and of PaV pods by default.
+pub const PAV_NAMESPACE: &str = "pav";
+/// Where each PaV pod's `/pav` lives on the node.
+pub const PAV_PODS_DIR: &str = "/var/lib/pav/pods";
+/// Field manager of everything the suite applies.
+pub const FIELD_MANAGER: &str = "pav-e2e";
 
 /// A client for the cluster named by `$KUBECONFIG`, or `None` (after
 /// printing why) when no cluster is reachable, so tests skip instead of
@@ -27,5 +57,586 @@ pub async fn cluster() -> Option<Client> {
             eprintln!("SKIPPED: no cluster reachable: {err}");
             None
         }
+    }
+}
+
+/// Applies every document of a YAML stream (server-side apply, forced),
+/// in order. Namespaced objects without a namespace go to `default`.
+pub async fn apply(client: &Client, yaml: &str) -> anyhow::Result<Vec<DynamicObject>> {
+    let mut applied = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(yaml) {
+        let value = <serde_json::Value as serde::Deserialize>::deserialize(document)?;
+        if value.is_null() {
+            continue;
+        }
+        let object: DynamicObject = serde_json::from_value(value)?;
+        let (api, name) = dynamic_api(client, &object).await?;
+        let done = api
+            .patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&object),
+            )
+            .await
+            .with_context(|| format!("applying {name}"))?;
+        applied.push(done);
+    }
+    Ok(applied)
+}
+
+/// Deletes every object of a YAML stream (missing ones are fine), without
+/// waiting.
+pub async fn delete(client: &Client, yaml: &str) -> anyhow::Result<()> {
+    for document in serde_yaml::Deserializer::from_str(yaml) {
+        let value = <serde_json::Value as serde::Deserialize>::deserialize(document)?;
+        if value.is_null() {
+            continue;
+        }
+        let object: DynamicObject = serde_json::from_value(value)?;
+        let (api, name) = dynamic_api(client, &object).await?;
+        match api.delete(&name, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e).with_context(|| format!("deleting {name}")),
+        }
+    }
+    Ok(())
+}
+
+async fn dynamic_api(
+    client: &Client,
+    object: &DynamicObject,
+) -> anyhow::Result<(Api<DynamicObject>, String)> {
+    let types = object
+        .types
+        .as_ref()
+        .context("object without apiVersion/kind")?;
+    let gvk = GroupVersionKind::try_from(types)?;
+    let (resource, capabilities) = discovery::pinned_kind(client, &gvk)
+        .await
+        .with_context(|| format!("discovering {gvk:?}"))?;
+    let name = object.name_any();
+    let api = match capabilities.scope {
+        Scope::Cluster => Api::all_with(client.clone(), &resource),
+        Scope::Namespaced => Api::namespaced_with(
+            client.clone(),
+            object.namespace().as_deref().unwrap_or("default"),
+            &resource,
+        ),
+    };
+    Ok((api, name))
+}
+
+/// Polls `check` every 500 ms until it returns `Some`, or fails after
+/// `timeout` with `what` and the last answer's reason.
+pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Option<T>>>,
+{
+    let start = Instant::now();
+    let mut last_error = None;
+    loop {
+        match check().await {
+            Ok(Some(found)) => return Ok(found),
+            Ok(None) => {}
+            Err(e) => last_error = Some(e),
+        }
+        if start.elapsed() > timeout {
+            match last_error {
+                Some(e) => bail!("timed out after {timeout:?} waiting for {what}: {e:#}"),
+                None => bail!("timed out after {timeout:?} waiting for {what}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Waits until object `name` answers `ready`.
+pub async fn wait_for<K>(
+    api: &Api<K>,
+    name: &str,
+    timeout: Duration,
+    what: &str,
+    ready: impl Fn(&K) -> bool,
+) -> anyhow::Result<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    wait_until(&format!("{name}: {what}"), timeout, || async {
+        Ok(api.get_opt(name).await?.filter(|o| ready(o)))
+    })
+    .await
+}
+
+/// Waits until object `name` no longer exists.
+pub async fn wait_gone<K>(api: &Api<K>, name: &str, timeout: Duration) -> anyhow::Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    wait_until(&format!("{name} to be deleted"), timeout, || async {
+        Ok(api.get_opt(name).await?.is_none().then_some(()))
+    })
+    .await
+}
+
+/// Deletes an object (missing is fine) and waits until it is gone.
+pub async fn delete_and_wait<K>(api: &Api<K>, name: &str, timeout: Duration) -> anyhow::Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("deleting {name}")),
+    }
+    wait_gone(api, name, timeout).await
+}
+
+/// A pod's phase (`Pending`, `Running`, `Succeeded`, `Failed`).
+pub fn pod_phase(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+/// A claim's phase (`Pending`, `Bound`, `Lost`).
+pub fn claim_phase(pvc: &PersistentVolumeClaim) -> &str {
+    pvc.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+/// The name of the volume a claim is bound to.
+pub fn volume_name(pvc: &PersistentVolumeClaim) -> Option<String> {
+    pvc.spec.as_ref().and_then(|s| s.volume_name.clone())
+}
+
+/// The log of a pod's (first) container.
+pub async fn logs(client: &Client, namespace: &str, name: &str) -> anyhow::Result<String> {
+    Ok(Api::<Pod>::namespaced(client.clone(), namespace)
+        .logs(name, &LogParams::default())
+        .await?)
+}
+
+/// Events (core/v1 view, which includes events.k8s.io ones) about the
+/// object `name` in `namespace` (cluster-scoped objects: `default`).
+pub async fn events(client: &Client, namespace: &str, name: &str) -> anyhow::Result<Vec<Event>> {
+    let api: Api<Event> = Api::namespaced(client.clone(), namespace);
+    Ok(api
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await?
+        .items)
+}
+
+/// `reason: message` lines of the events about `name`, for asserts and
+/// failure messages.
+pub async fn event_lines(client: &Client, namespace: &str, name: &str) -> Vec<String> {
+    match events(client, namespace, name).await {
+        Ok(events) => events
+            .iter()
+            .map(|e| {
+                format!(
+                    "{}: {}",
+                    e.reason.as_deref().unwrap_or(""),
+                    e.message.as_deref().unwrap_or("")
+                )
+            })
+            .collect(),
+        Err(e) => vec![format!("(cannot read events: {e})")],
+    }
+}
+
+/// Waits for an event about `name` whose `reason: message` contains every
+/// one of `needles`; returns that line.
+pub async fn wait_event(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    needles: &[&str],
+    timeout: Duration,
+) -> anyhow::Result<String> {
+    let found = wait_until(
+        &format!("an event on {namespace}/{name} containing {needles:?}"),
+        timeout,
+        || async {
+            Ok(event_lines(client, namespace, name)
+                .await
+                .into_iter()
+                .find(|line| needles.iter().all(|n| line.contains(n))))
+        },
+    )
+    .await;
+    match found {
+        Ok(line) => Ok(line),
+        Err(e) => bail!(
+            "{e}; events seen: {:#?}",
+            event_lines(client, namespace, name).await
+        ),
+    }
+}
+
+/// PaV pods (those with a phase label) of `provisioner`, any namespace.
+pub async fn pav_pods(client: &Client, provisioner: &str) -> anyhow::Result<Vec<Pod>> {
+    let api: Api<Pod> = Api::all(client.clone());
+    Ok(api
+        .list(
+            &ListParams::default()
+                .labels(&format!("{LABEL_PROVISIONER}={provisioner},{LABEL_PHASE}")),
+        )
+        .await?
+        .items)
+}
+
+/// Waits until no PaV pod of `provisioner` exists: volumes are unstaged
+/// and cleaned up. Delete the provisioner only then: its node plugin is
+/// what unstages (the provisioner's finalizer waits for volumes and
+/// claims, not for staged volumes of terminated client pods).
+pub async fn wait_no_pav_pods(
+    client: &Client,
+    provisioner: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    wait_until(
+        &format!("no PaV pods of {provisioner}"),
+        timeout,
+        || async {
+            let pods = pav_pods(client, provisioner).await?;
+            if pods.is_empty() {
+                Ok(Some(()))
+            } else {
+                bail!(
+                    "left: {:?}",
+                    pods.iter().map(|p| p.name_any()).collect::<Vec<_>>()
+                )
+            }
+        },
+    )
+    .await
+}
+
+/// PersistentVolumes whose `spec.csi.driver` is `provisioner`.
+pub async fn volumes_of(client: &Client, provisioner: &str) -> anyhow::Result<Vec<String>> {
+    let api: Api<PersistentVolume> = Api::all(client.clone());
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|pv| {
+            pv.spec
+                .as_ref()
+                .and_then(|s| s.csi.as_ref())
+                .is_some_and(|c| c.driver == provisioner)
+        })
+        .map(|pv| pv.name_any())
+        .collect())
+}
+
+/// Mount points on this node that belong to CSI volumes of client pods
+/// (published, or block volumes' global map paths) or to PaV pods' `/pav`
+/// directories.
+pub fn pav_mounts() -> anyhow::Result<Vec<String>> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
+    Ok(table
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .filter(|p| {
+            (p.starts_with("/var/lib/kubelet/pods/")
+                && (p.contains("/volumes/kubernetes.io~csi/") || p.contains("/volumeDevices/")))
+                || p.starts_with("/var/lib/kubelet/plugins/kubernetes.io/csi/")
+                || p.starts_with(&format!("{PAV_PODS_DIR}/"))
+        })
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Directories left under `/var/lib/pav/pods`.
+pub fn pav_dirs() -> anyhow::Result<Vec<String>> {
+    let dir = Path::new(PAV_PODS_DIR);
+    if !dir.exists() {
+        return Ok(Vec::new());
+    }
+    Ok(std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_, _>>()?)
+}
+
+/// What a scenario may leave behind, found now.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Leaks {
+    /// PaV pods of the provisioner (`namespace/name phase`).
+    pub pods: Vec<String>,
+    /// PersistentVolumes of the provisioner.
+    pub volumes: Vec<String>,
+    /// Mounts of CSI volumes or under `/var/lib/pav/pods`.
+    pub mounts: Vec<String>,
+    /// Directories under `/var/lib/pav/pods`.
+    pub dirs: Vec<String>,
+}
+
+impl Leaks {
+    /// Everything the scenario of `provisioner` left behind.
+    pub async fn find(client: &Client, provisioner: &str) -> anyhow::Result<Leaks> {
+        let pods = pav_pods(client, provisioner)
+            .await?
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}/{} {} {}",
+                    p.namespace().unwrap_or_default(),
+                    p.name_any(),
+                    p.labels().get(LABEL_PHASE).cloned().unwrap_or_default(),
+                    pod_phase(p)
+                )
+            })
+            .collect();
+        Ok(Leaks {
+            pods,
+            volumes: volumes_of(client, provisioner).await?,
+            mounts: pav_mounts()?,
+            dirs: pav_dirs()?,
+        })
+    }
+
+    /// True when nothing is left.
+    pub fn is_empty(&self) -> bool {
+        *self == Leaks::default()
+    }
+}
+
+/// The leak check every scenario ends with: no PaV pods of `provisioner`,
+/// no PersistentVolumes of it, no mounts of CSI volumes or under
+/// `/var/lib/pav/pods`, no directories under `/var/lib/pav/pods`. Waits up
+/// to `timeout` for asynchronous cleanup to finish.
+pub async fn assert_no_leaks(client: &Client, provisioner: &str, timeout: Duration) {
+    let start = Instant::now();
+    loop {
+        let leaks = Leaks::find(client, provisioner)
+            .await
+            .expect("reading the cluster and node state");
+        if leaks.is_empty() {
+            eprintln!(
+                "leak check: nothing left of {provisioner} ({:.1}s)",
+                start.elapsed().as_secs_f64()
+            );
+            return;
+        }
+        if start.elapsed() > timeout {
+            panic!("leak check: {provisioner} left {leaks:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Creates namespace `name` (fine if it exists) for a scenario's claims
+/// and client pods.
+pub async fn namespace(client: &Client, name: &str) -> anyhow::Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    if let Some(ns) = api.get_opt(name).await?
+        && ns.metadata.deletion_timestamp.is_some()
+    {
+        wait_gone(&api, name, Duration::from_secs(120)).await?;
+    }
+    apply(
+        client,
+        &format!("apiVersion: v1\nkind: Namespace\nmetadata: {{ name: {name} }}\n"),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Removes what an earlier, failed run of a scenario left: client pods and
+/// claims in `namespace`, then the PavProvisioner `provisioner` and the
+/// StorageClasses naming it, waiting until they are gone.
+pub async fn reset(client: &Client, namespace: &str, provisioner: &str) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    for pod in pods.list(&ListParams::default()).await?.items {
+        delete_and_wait(&pods, &pod.name_any(), Duration::from_secs(180)).await?;
+    }
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    for claim in claims.list(&ListParams::default()).await?.items {
+        delete_and_wait(&claims, &claim.name_any(), Duration::from_secs(180)).await?;
+    }
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    for class in classes.list(&ListParams::default()).await?.items {
+        if class.provisioner == provisioner {
+            delete_and_wait(&classes, &class.name_any(), Duration::from_secs(30)).await?;
+        }
+    }
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    for pv in volumes_of(client, provisioner).await? {
+        delete_and_wait(&pvs, &pv, Duration::from_secs(180)).await?;
+    }
+    delete_provisioner(client, provisioner, Duration::from_secs(180)).await
+}
+
+/// The PavProvisioner API (dynamic: the suite does not depend on pav's crates).
+pub async fn provisioners(client: &Client) -> anyhow::Result<Api<DynamicObject>> {
+    let gvk = GroupVersionKind::gvk("pav.albertofaria.github.io", "v1alpha1", "PavProvisioner");
+    let (resource, _) = discovery::pinned_kind(client, &gvk).await?;
+    Ok(Api::all_with(client.clone(), &resource))
+}
+
+/// Deletes a PavProvisioner and waits until it is gone.
+pub async fn delete_provisioner(
+    client: &Client,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let api = provisioners(client).await?;
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    wait_until(
+        &format!("PavProvisioner {name} to be deleted"),
+        timeout,
+        || {
+            let api = api.clone();
+            async move { Ok(api.get_opt(name).await?.is_none().then_some(())) }
+        },
+    )
+    .await
+}
+
+/// Waits until PavProvisioner `name` reports `Ready=True` (driver deployed
+/// and available on every node) for its current generation, and the node
+/// plugin has registered with the kubelet (CSINode lists the driver).
+pub async fn wait_provisioner_ready(
+    client: &Client,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let api = provisioners(client).await?;
+    let start = Instant::now();
+    wait_until(&format!("PavProvisioner {name} Ready"), timeout, || {
+        let api = api.clone();
+        async move {
+            let Some(p) = api.get_opt(name).await? else {
+                return Ok(None);
+            };
+            let generation = p.metadata.generation;
+            let status = &p.data["status"];
+            let observed = status["observedGeneration"].as_i64();
+            let ready = status["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            if !ready || observed != generation {
+                bail!("status: {status}");
+            }
+            Ok(Some(()))
+        }
+    })
+    .await?;
+    let csinodes: Api<k8s_openapi::api::storage::v1::CSINode> = Api::all(client.clone());
+    wait_until(
+        &format!("CSI driver {name} registered on every node"),
+        timeout.saturating_sub(start.elapsed()),
+        || async {
+            let nodes = csinodes.list(&ListParams::default()).await?.items;
+            let registered = !nodes.is_empty()
+                && nodes
+                    .iter()
+                    .all(|n| n.spec.drivers.iter().any(|d| d.name == name));
+            Ok(registered.then_some(()))
+        },
+    )
+    .await
+}
+
+/// The usual timeout of one step (a pod run, a claim binding, ...).
+pub const STEP: Duration = Duration::from_secs(120);
+
+/// Every PaV pod of a provisioner seen since [`PodObserver::start`], with
+/// the phases (`Pending`, `Running`, `Succeeded`, ...) it went through.
+#[derive(Debug, Clone)]
+pub struct PodObserver {
+    seen: Arc<Mutex<Vec<SeenPod>>>,
+}
+
+/// One state of a PaV pod seen by a [`PodObserver`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenPod {
+    /// Pod name.
+    pub name: String,
+    /// PaV phase label (`creation`, `staging`, ...).
+    pub pav_phase: String,
+    /// Pod phase.
+    pub pod_phase: String,
+}
+
+impl PodObserver {
+    /// Starts watching the PaV pods of `provisioner`.
+    pub fn start(client: &Client, provisioner: &str) -> PodObserver {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let api: Api<Pod> = Api::all(client.clone());
+        let config = watcher::Config::default()
+            .labels(&format!("{LABEL_PROVISIONER}={provisioner},{LABEL_PHASE}"));
+        let record = seen.clone();
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(watcher(api, config));
+            while let Some(event) = stream.next().await {
+                if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event {
+                    let entry = SeenPod {
+                        name: pod.name_any(),
+                        pav_phase: pod.labels().get(LABEL_PHASE).cloned().unwrap_or_default(),
+                        pod_phase: pod_phase(&pod).to_owned(),
+                    };
+                    let mut seen = record.lock().expect("not poisoned");
+                    if !seen.contains(&entry) {
+                        seen.push(entry);
+                    }
+                }
+            }
+        });
+        PodObserver { seen }
+    }
+
+    /// Everything seen so far.
+    pub fn seen(&self) -> Vec<SeenPod> {
+        self.seen.lock().expect("not poisoned").clone()
+    }
+
+    /// Names of the pods of `pav_phase` seen in pod phase `pod_phase`.
+    pub fn pods(&self, pav_phase: &str, pod_phase: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .seen()
+            .into_iter()
+            .filter(|s| s.pav_phase == pav_phase && s.pod_phase == pod_phase)
+            .map(|s| s.name)
+            .collect();
+        names.dedup();
+        names
+    }
+
+    /// Panics unless a pod of `pav_phase` was seen succeeding.
+    pub fn assert_succeeded(&self, pav_phase: &str) {
+        assert!(
+            !self.pods(pav_phase, "Succeeded").is_empty(),
+            "no {pav_phase} pod succeeded; seen: {:#?}",
+            self.seen()
+        );
+    }
+
+    /// Waits until a pod of `pav_phase` was seen in `pod_phase`.
+    pub async fn wait(
+        &self,
+        pav_phase: &str,
+        pod_phase: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
+        let found = wait_until(
+            &format!("a {pav_phase} pod {pod_phase}"),
+            timeout,
+            || async { Ok((!self.pods(pav_phase, pod_phase).is_empty()).then_some(())) },
+        )
+        .await;
+        found.with_context(|| format!("seen: {:#?}", self.seen()))
     }
 }

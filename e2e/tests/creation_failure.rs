@@ -1,0 +1,120 @@
+//! Scenario 3: a creation pod that fails. The claim stays Pending with an
+//! event carrying the pod's error text, the deletion pod runs, and once the
+//! template is fixed the claim binds.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::Api;
+use pav_e2e::*;
+
+const NAME: &str = "e2e-create-fail";
+const NS: &str = "e2e-create-fail";
+
+fn provisioner(creation: &str) -> String {
+    format!(
+        r#"
+apiVersion: pav.albertofaria.github.io/v1alpha1
+kind: PavProvisioner
+metadata:
+  name: e2e-create-fail
+spec:
+  provisioningModes: [Dynamic]
+  volumeCreation:
+    podTemplate:
+      spec:
+        containers:
+          - name: create
+            image: busybox:stable
+            imagePullPolicy: IfNotPresent
+            command: [sh, -c, {creation:?}]
+  volumeDeletion:
+    podTemplate:
+      spec:
+        containers:
+          - name: delete
+            image: busybox:stable
+            imagePullPolicy: IfNotPresent
+            command: [sh, -c, "echo undoing"]
+  volumeStaging:
+    podTemplate:
+      spec:
+        containers:
+          - name: stage
+            image: busybox:stable
+            imagePullPolicy: IfNotPresent
+            command: [sh, -c, "mkdir -p /pav/volume"]
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: e2e-create-fail
+provisioner: e2e-create-fail
+"#
+    )
+}
+
+const CLAIM: &str = r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: doomed
+  namespace: e2e-create-fail
+spec:
+  storageClassName: e2e-create-fail
+  accessModes: [ReadWriteOnce]
+  resources: { requests: { storage: 1Mi } }
+"#;
+
+#[tokio::test]
+async fn failed_creation_reports_and_recovers() {
+    let Some(client) = cluster().await else {
+        return;
+    };
+    let started = Instant::now();
+    reset(&client, NS, NAME).await.unwrap();
+    namespace(&client, NS).await.unwrap();
+    let observer = PodObserver::start(&client, NAME);
+
+    let failing =
+        provisioner("echo \"quota exceeded for {{ pvc.metadata.name }}\" > /pav/error; exit 1");
+    apply(&client, &failing).await.unwrap();
+    wait_provisioner_ready(&client, NAME, STEP).await.unwrap();
+    apply(&client, CLAIM).await.unwrap();
+
+    let line = wait_event(&client, NS, "doomed", &["quota exceeded for doomed"], STEP)
+        .await
+        .unwrap();
+    eprintln!("claim event: {line}");
+    observer.wait("deletion", "Succeeded", STEP).await.unwrap();
+    observer.assert_succeeded("deletion");
+    assert!(!observer.pods("creation", "Failed").is_empty());
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    let claim = claims.get("doomed").await.unwrap();
+    assert_eq!(claim_phase(&claim), "Pending");
+
+    // Fix the template: the next retry of external-provisioner binds.
+    let fixed = provisioner("echo 3Mi > /pav/capacity");
+    apply(&client, &fixed).await.unwrap();
+    let claim = wait_for(&claims, "doomed", Duration::from_secs(300), "Bound", |c| {
+        claim_phase(c) == "Bound"
+    })
+    .await
+    .unwrap();
+    let volume = volume_name(&claim).unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let pv = pvs.get(&volume).await.unwrap();
+    let capacity = pv.spec.unwrap().capacity.unwrap()["storage"].0.clone();
+    assert_eq!(capacity, "3Mi");
+
+    delete_and_wait(&claims, "doomed", STEP).await.unwrap();
+    wait_gone(&pvs, &volume, STEP).await.unwrap();
+    delete(&client, &fixed).await.unwrap();
+    wait_no_pav_pods(&client, NAME, STEP).await.unwrap();
+    delete_provisioner(&client, NAME, STEP).await.unwrap();
+    assert_no_leaks(&client, NAME, Duration::from_secs(120)).await;
+    eprintln!(
+        "failed_creation_reports_and_recovers: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
