@@ -450,7 +450,8 @@ pub async fn namespace(client: &Client, name: &str) -> anyhow::Result<()> {
 
 /// Removes what an earlier, failed run of a scenario left: client pods and
 /// claims in `namespace`, then the PavProvisioner `provisioner` and the
-/// StorageClasses naming it, waiting until they are gone.
+/// StorageClasses naming it, waiting until they are gone; and the events of
+/// `namespace` and of the provisioner.
 pub async fn reset(client: &Client, namespace: &str, provisioner: &str) -> anyhow::Result<()> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     for pod in pods.list(&ListParams::default()).await?.items {
@@ -470,7 +471,20 @@ pub async fn reset(client: &Client, namespace: &str, provisioner: &str) -> anyho
     for pv in volumes_of(client, provisioner).await? {
         delete_and_wait(&pvs, &pv, Duration::from_secs(180)).await?;
     }
-    delete_provisioner(client, provisioner, Duration::from_secs(180)).await
+    delete_provisioner(client, provisioner, Duration::from_secs(180)).await?;
+    // Old events would satisfy the next run's waits for events.
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    events
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await?;
+    let cluster_events: Api<Event> = Api::namespaced(client.clone(), "default");
+    cluster_events
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().fields(&format!("involvedObject.name={provisioner}")),
+        )
+        .await?;
+    Ok(())
 }
 
 /// The PavProvisioner API (dynamic: the suite does not depend on pav's crates).

@@ -109,8 +109,9 @@ async fn failed_creation_reports_and_recovers() {
 
     delete_and_wait(&claims, "doomed", STEP).await.unwrap();
     wait_gone(&pvs, &volume, STEP).await.unwrap();
-    delete(&client, &fixed).await.unwrap();
+    // The node plugin unstages: only then may the provisioner go.
     wait_no_pav_pods(&client, NAME, STEP).await.unwrap();
+    delete(&client, &fixed).await.unwrap();
     delete_provisioner(&client, NAME, STEP).await.unwrap();
     assert_no_leaks(&client, NAME, Duration::from_secs(120)).await;
     eprintln!(

@@ -97,10 +97,11 @@ async fn hello_world_example() {
     wait_provisioner_ready(&client, name, STEP).await.unwrap();
     run_client(&client, ns, "hello-world", "Hello world!").await;
 
+    // The node plugin unstages: only then may the provisioner go.
+    wait_no_pav_pods(&client, name, STEP).await.unwrap();
     delete(&client, &example("storageclass.yaml"))
         .await
         .unwrap();
-    wait_no_pav_pods(&client, name, STEP).await.unwrap();
     delete_provisioner(&client, name, STEP).await.unwrap();
     assert_no_leaks(&client, name, Duration::from_secs(120)).await;
     eprintln!(
@@ -167,8 +168,9 @@ async fn hello_world_deletion_pod_runs() {
     seen.assert_succeeded("deletion");
     seen.assert_succeeded("staging");
 
-    delete(&client, WITH_DELETION).await.unwrap();
+    // The node plugin unstages: only then may the provisioner go.
     wait_no_pav_pods(&client, name, STEP).await.unwrap();
+    delete(&client, WITH_DELETION).await.unwrap();
     delete_provisioner(&client, name, STEP).await.unwrap();
     assert_no_leaks(&client, name, Duration::from_secs(120)).await;
     eprintln!(
