@@ -54,7 +54,7 @@ spec:
               - sh
               - -c
               - |
-                for dev in $(losetup -a | grep '/pav/{{ handle }}.img' | cut -d: -f1); do
+                for dev in $(losetup -a | grep '{{ handle }}.img' | cut -d: -f1); do
                   echo "detaching $dev"
                   losetup -d "$dev"
                 done
@@ -96,7 +96,8 @@ spec:
       persistentVolumeClaim: { claimName: disk }
 "#;
 
-/// Loop devices backed by a file of `handle`.
+/// Loop devices backed by the staging pod's file of `handle` (not kubelet's
+/// own loop device that pins the published device while a pod maps it).
 fn loops_of(handle: &str) -> Vec<String> {
     let out = std::process::Command::new("losetup")
         .arg("-a")
@@ -104,7 +105,7 @@ fn loops_of(handle: &str) -> Vec<String> {
         .expect("losetup");
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter(|l| l.contains(handle))
+        .filter(|l| l.contains(&format!("{handle}.img")))
         .map(str::to_owned)
         .collect()
 }
