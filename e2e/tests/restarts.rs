@@ -1,0 +1,188 @@
+//! Scenario 7: pav's components restart mid-phase. The CSI controller pod
+//! is killed while a slow creation pod runs, the node plugin while a slow
+//! staging pod runs; after they come back everything completes (the
+//! restarted component finds its pod by its deterministic name) and
+//! nothing leaks.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{DeleteParams, ListParams};
+use kube::{Api, Client, ResourceExt};
+use pav_e2e::*;
+
+const NAME: &str = "e2e-restart";
+const NS: &str = "e2e-restart";
+
+const OBJECTS: &str = r#"
+apiVersion: pav.albertofaria.github.io/v1alpha1
+kind: PavProvisioner
+metadata:
+  name: e2e-restart
+spec:
+  provisioningModes: [Dynamic]
+  volumeCreation:
+    podTemplate:
+      spec:
+        containers:
+          - name: slow-create
+            image: busybox:stable
+            imagePullPolicy: IfNotPresent
+            command: [sh, -c, "sleep 15; echo 1Mi > /pav/capacity"]
+  volumeStaging:
+    podTemplate:
+      spec:
+        containers:
+          - name: slow-stage
+            image: busybox:stable
+            imagePullPolicy: IfNotPresent
+            command: [sh, -c, "sleep 15; mkdir -p /pav/volume; echo survived > /pav/volume/file"]
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: e2e-restart
+provisioner: e2e-restart
+"#;
+
+const CLAIM: &str = r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: data
+  namespace: e2e-restart
+spec:
+  storageClassName: e2e-restart
+  accessModes: [ReadWriteOnce]
+  resources: { requests: { storage: 1Mi } }
+"#;
+
+const CLIENT: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: client
+  namespace: e2e-restart
+spec:
+  restartPolicy: Never
+  containers:
+    - name: client
+      image: busybox:stable
+      imagePullPolicy: IfNotPresent
+      command: [cat, /volume/file]
+      volumeMounts: [{ name: data, mountPath: /volume }]
+  volumes:
+    - name: data
+      persistentVolumeClaim: { claimName: data }
+"#;
+
+/// Deletes the running pod of pav's `component` (csi-controller or
+/// csi-node) of the provisioner and waits until a new one is ready.
+async fn kill(client: &Client, component: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), PAV_NAMESPACE);
+    let selector = ListParams::default().labels(&format!(
+        "{LABEL_PROVISIONER}={NAME},app.kubernetes.io/component={component}"
+    ));
+    let old: Vec<String> = pods
+        .list(&selector)
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(old.len(), 1, "{component} pods: {old:?}");
+    pods.delete(&old[0], &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    eprintln!("killed {component} pod {}", old[0]);
+    wait_until(&format!("a new {component} pod ready"), STEP, || async {
+        let ready = pods.list(&selector).await?.items.into_iter().any(|p| {
+            !old.contains(&p.name_any())
+                && p.status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .is_some_and(|c| c.iter().all(|c| c.ready))
+        });
+        Ok(ready.then_some(()))
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn components_restart_mid_phase() {
+    let Some(client) = cluster().await else {
+        return;
+    };
+    let started = Instant::now();
+    reset(&client, NS, NAME).await.unwrap();
+    namespace(&client, NS).await.unwrap();
+    let observer = PodObserver::start(&client, NAME);
+
+    apply(&client, OBJECTS).await.unwrap();
+    wait_provisioner_ready(&client, NAME, STEP).await.unwrap();
+
+    // The CSI controller dies while the creation pod runs.
+    apply(&client, CLAIM).await.unwrap();
+    observer.wait("creation", "Running", STEP).await.unwrap();
+    kill(&client, "csi-controller").await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    let claim = match wait_for(&claims, "data", Duration::from_secs(300), "Bound", |c| {
+        claim_phase(c) == "Bound"
+    })
+    .await
+    {
+        Ok(claim) => claim,
+        Err(e) => panic!("{e}; events: {:#?}", event_lines(&client, NS, "data").await),
+    };
+    let volume = volume_name(&claim).unwrap();
+    assert_eq!(
+        observer.pods("creation", "Succeeded").len(),
+        1,
+        "one creation pod, picked up after the restart: {:#?}",
+        observer.seen()
+    );
+
+    // The node plugin dies while the staging pod runs.
+    apply(&client, CLIENT).await.unwrap();
+    observer.wait("staging", "Running", STEP).await.unwrap();
+    kill(&client, "csi-node").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let pod = match wait_for(&pods, "client", Duration::from_secs(300), "finished", |p| {
+        matches!(pod_phase(p), "Succeeded" | "Failed")
+    })
+    .await
+    {
+        Ok(pod) => pod,
+        Err(e) => panic!(
+            "{e}; events: {:#?}",
+            event_lines(&client, NS, "client").await
+        ),
+    };
+    assert_eq!(pod_phase(&pod), "Succeeded");
+    assert_eq!(
+        logs(&client, NS, "client").await.unwrap().trim(),
+        "survived"
+    );
+    assert_eq!(
+        observer.pods("staging", "Succeeded").len(),
+        1,
+        "{:#?}",
+        observer.seen()
+    );
+
+    delete_and_wait(&pods, "client", STEP).await.unwrap();
+    delete_and_wait(&claims, "data", STEP).await.unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    wait_gone(&pvs, &volume, STEP).await.unwrap();
+    // The node plugin unstages: only then may the provisioner go.
+    wait_no_pav_pods(&client, NAME, STEP).await.unwrap();
+    delete(&client, OBJECTS).await.unwrap();
+    delete_provisioner(&client, NAME, STEP).await.unwrap();
+    assert_no_leaks(&client, NAME, Duration::from_secs(120)).await;
+    eprintln!(
+        "components_restart_mid_phase: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
