@@ -322,7 +322,8 @@ async fn cleanup(p: &PavProvisioner, ctx: &Context) -> Result<(Action, Outcome),
     let name = p.name_any();
     let volumes = volumes_of(&ctx.client, &name).await?;
     let claims = claims_of(&ctx.client, &name).await?;
-    if let Some(message) = in_use_message(&name, volumes.len(), claims.len()) {
+    let staged = staging_pods_of(&ctx.client, &name).await?;
+    if let Some(message) = in_use_message(&name, volumes.len(), claims.len(), staged) {
         let condition = condition(false, reason::DELETION_BLOCKED, &message);
         // Always tell, not only on change: the user is waiting for deletion.
         publish(
@@ -342,17 +343,42 @@ async fn cleanup(p: &PavProvisioner, ctx: &Context) -> Result<(Action, Outcome),
     Ok((Action::await_change(), Outcome::Cleaned))
 }
 
-/// The message refusing deletion, if anything still uses the provisioner.
-pub fn in_use_message(name: &str, volumes: usize, claims: usize) -> Option<String> {
-    if volumes == 0 && claims == 0 {
-        return None;
-    }
+/// The message refusing deletion, if anything still uses the provisioner:
+/// volumes, claims, or volumes still staged for a client pod (a claim may be
+/// deleted before kubelet unpublishes it, and unstaging needs the node plugin).
+pub fn in_use_message(name: &str, volumes: usize, claims: usize, staged: usize) -> Option<String> {
     let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    let uses: Vec<String> = [
+        (volumes, "PersistentVolume"),
+        (claims, "PersistentVolumeClaim"),
+        (staged, "staged volume"),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| plural(n, what))
+    .collect();
+    let listed = match uses.as_slice() {
+        [] => return None,
+        [only] => only.clone(),
+        [first @ .., last] => format!("{} and {last}", first.join(", ")),
+    };
     Some(format!(
-        "PavProvisioner {name} is still used by {} and {}; delete them before the PavProvisioner can be deleted",
-        plural(volumes, "PersistentVolume"),
-        plural(claims, "PersistentVolumeClaim"),
+        "PavProvisioner {name} is still used by {listed}; delete them before the PavProvisioner can be deleted"
     ))
+}
+
+/// How many staging pods of provisioner `name` exist: volumes staged (or
+/// being unstaged) for client pods.
+async fn staging_pods_of(client: &Client, name: &str) -> Result<usize, Error> {
+    let selector = format!(
+        "{}={name},{}=staging",
+        crate::pods::LABEL_PROVISIONER,
+        crate::pods::LABEL_PHASE
+    );
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::all(client.clone())
+        .list_metadata(&ListParams::default().labels(&selector))
+        .await?;
+    Ok(pods.items.len())
 }
 
 /// Names of the PersistentVolumes whose CSI driver is `name`.
@@ -660,10 +686,20 @@ mod tests {
 
     #[test]
     fn in_use_message_counts() {
-        assert_eq!(in_use_message("p", 0, 0), None);
+        assert_eq!(in_use_message("p", 0, 0, 0), None);
         assert_eq!(
-            in_use_message("p", 1, 2).unwrap(),
+            in_use_message("p", 1, 2, 0).unwrap(),
             "PavProvisioner p is still used by 1 PersistentVolume and 2 PersistentVolumeClaims; \
+             delete them before the PavProvisioner can be deleted"
+        );
+        assert_eq!(
+            in_use_message("p", 0, 0, 1).unwrap(),
+            "PavProvisioner p is still used by 1 staged volume; \
+             delete them before the PavProvisioner can be deleted"
+        );
+        assert_eq!(
+            in_use_message("p", 1, 1, 3).unwrap(),
+            "PavProvisioner p is still used by 1 PersistentVolume, 1 PersistentVolumeClaim and 3 staged volumes; \
              delete them before the PavProvisioner can be deleted"
         );
     }

@@ -101,6 +101,13 @@ pub fn cluster_role() -> ClusterRole {
                 "verbs": ["get", "list", "watch"],
             },
             {
+                // Staging pods still running keep a provisioner from being
+                // deleted: its node plugin must live to unstage them.
+                "apiGroups": [""],
+                "resources": ["pods"],
+                "verbs": ["list"],
+            },
+            {
                 "apiGroups": ["storage.k8s.io"],
                 "resources": ["storageclasses"],
                 "verbs": ["get", "list", "watch"],
