@@ -36,6 +36,44 @@ pub const LABEL_VOLUME: &str = "pav.albertofaria.github.io/volume";
 /// Label holding the node a staging or unstaging pod runs on.
 pub const LABEL_NODE: &str = "pav.albertofaria.github.io/node";
 
+/// Annotation: seconds the pod's phase may take (see [`set_timeout`]).
+pub const ANNOTATION_TIMEOUT: &str = "pav.albertofaria.github.io/timeout-seconds";
+
+/// Records on `pod` how long its phase may take (the phase's `timeout`
+/// field), so whoever waits for it, before or after a restart, applies the
+/// same deadline; without one the runner's `--phase-timeout` applies.
+///
+/// ```
+/// use k8s_openapi::api::core::v1::Pod;
+/// use std::time::Duration;
+/// let mut pod = Pod::default();
+/// assert_eq!(pav::pods::timeout_of(&pod), None);
+/// pav::pods::set_timeout(&mut pod, Some(Duration::from_secs(90)));
+/// assert_eq!(pav::pods::timeout_of(&pod), Some(Duration::from_secs(90)));
+/// ```
+pub fn set_timeout(pod: &mut Pod, timeout: Option<std::time::Duration>) {
+    if let Some(timeout) = timeout {
+        pod.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(
+                ANNOTATION_TIMEOUT.to_owned(),
+                timeout.as_secs().max(1).to_string(),
+            );
+    }
+}
+
+/// The timeout recorded on `pod` by [`set_timeout`].
+pub fn timeout_of(pod: &Pod) -> Option<std::time::Duration> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(ANNOTATION_TIMEOUT)?
+        .parse()
+        .ok()
+        .map(std::time::Duration::from_secs)
+}
+
 /// Annotation with the volume handle a pod exported in `/pav/handle`.
 pub const ANNOTATION_HANDLE: &str = "pav.albertofaria.github.io/handle";
 /// Annotation with the capacity a pod exported in `/pav/capacity`.

@@ -236,7 +236,9 @@ impl Cluster {
         name: &str,
         mut check: impl FnMut(&Pod) -> Option<T>,
     ) -> pav_sdk::Result<T> {
-        let deadline = tokio::time::Instant::now() + self.timeout;
+        let started = tokio::time::Instant::now();
+        let mut timeout = self.timeout;
+        let mut deadline = started + timeout;
         let mut stream = pin!(watch_object(self.pods(namespace), name));
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut last: Option<Pod> = None;
@@ -246,11 +248,19 @@ impl Cluster {
                 _ = tokio::time::sleep_until(deadline) => {
                     let state = last.as_ref().map(PodState::of);
                     return Err(pav_sdk::Error::Unavailable(state::pod_timeout(
-                        phase, namespace, name, self.timeout, state.as_ref(),
+                        phase, namespace, name, timeout, state.as_ref(),
                     )));
                 }
                 item = stream.next() => match item {
-                    Some(Ok(pod)) => { last = pod; seen = true; }
+                    Some(Ok(pod)) => {
+                        // The phase's own `timeout`, recorded on the pod.
+                        if let Some(own) = pod.as_ref().and_then(crate::pods::timeout_of) {
+                            timeout = own;
+                            deadline = started + own;
+                        }
+                        last = pod;
+                        seen = true;
+                    }
                     Some(Err(e)) => {
                         tracing::warn!(pod = name, namespace, error = %e, "watching pod");
                         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -45,6 +45,7 @@ impl PodController {
         &self,
         template: &PodTemplateSpec,
         phase: Phase,
+        timeout: Option<std::time::Duration>,
         claim: &Claim,
         owner: Option<&OwnerReference>,
     ) -> Pod {
@@ -55,6 +56,7 @@ impl PodController {
             node: None,
         };
         let mut pod = build_pod(template, &target);
+        crate::pods::set_timeout(&mut pod, timeout);
         let has_namespace = template
             .metadata
             .as_ref()
@@ -193,7 +195,7 @@ impl PodController {
         let creation_pod = creation
             .pod_template
             .as_ref()
-            .map(|t| self.pod(t, Phase::Creation, claim, owner.as_ref()));
+            .map(|t| self.pod(t, Phase::Creation, creation.timeout, claim, owner.as_ref()));
 
         // The validation pod runs unless a creation pod exists already
         // (validation passed before a restart).
@@ -208,7 +210,13 @@ impl PodController {
             None => false,
         };
         if let (Some(template), false) = (&rules.pod_template, creation_started) {
-            let pod = self.pod(template, Phase::Validation, claim, owner.as_ref());
+            let pod = self.pod(
+                template,
+                Phase::Validation,
+                rules.timeout,
+                claim,
+                owner.as_ref(),
+            );
             let op = self.cluster.metrics.start(Phase::Validation);
             let result = self.run(&pod, Phase::Validation).await.and_then(|(f, c)| {
                 match Self::failure(&f, c.as_ref(), Phase::Validation) {
@@ -291,7 +299,7 @@ impl PodController {
         let Some(template) = deletion.pod_template else {
             return Ok(());
         };
-        let pod = self.pod(&template, Phase::Deletion, claim, owner);
+        let pod = self.pod(&template, Phase::Deletion, deletion.timeout, claim, owner);
         let op = self.cluster.metrics.start(Phase::Deletion);
         let result = self.run(&pod, Phase::Deletion).await.and_then(|(f, c)| {
             match Self::failure(&f, c.as_ref(), Phase::Deletion) {
@@ -570,7 +578,13 @@ impl Delete for PodController {
             Ok(deletion) => match deletion.pod_template {
                 None => Ok(()),
                 Some(template) => {
-                    let pod = self.pod(&template, Phase::Deletion, &claim, owner.as_ref());
+                    let pod = self.pod(
+                        &template,
+                        Phase::Deletion,
+                        deletion.timeout,
+                        &claim,
+                        owner.as_ref(),
+                    );
                     let op = self.cluster.metrics.start(Phase::Deletion);
                     let result =
                         self.run(&pod, Phase::Deletion).await.and_then(

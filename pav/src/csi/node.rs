@@ -135,6 +135,7 @@ impl PodNode {
             node: Some(&self.node),
         };
         let mut pod = build_pod(&staging.pod_template, &target);
+        crate::pods::set_timeout(&mut pod, staging.timeout);
         let has_namespace = staging
             .pod_template
             .metadata
