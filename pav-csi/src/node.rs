@@ -42,6 +42,27 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| internal("mount task", e))?
 }
 
+/// Bind-mounts `source` on `target` unless `target` is already a mount
+/// point (a repeated call is answered from the mount table), creating the
+/// target as a directory or an empty file first.
+fn bind_once(
+    source: &Path,
+    target: &Path,
+    mode: VolumeMode,
+    read_only: bool,
+) -> Result<(), Status> {
+    if mount::is_mount_point(target).map_err(|e| internal("reading mounts", e))? {
+        return Ok(());
+    }
+    prepare_target(target, mode == VolumeMode::Filesystem)?;
+    mount::bind(source, target, read_only).map_err(|e| {
+        internal(
+            &format!("bind-mounting {} on {}", source.display(), target.display()),
+            e,
+        )
+    })
+}
+
 /// Makes `target` exist as what a bind of `source` needs: a directory for a
 /// directory, an empty file for a device or file.
 fn prepare_target(target: &Path, directory: bool) -> Result<(), Status> {
@@ -132,23 +153,7 @@ impl NodeService {
             status(e)
         })?;
         let mode = capability.mode;
-        blocking(move || {
-            if mount::is_mount_point(&target).map_err(|e| internal("reading mounts", e))? {
-                return Ok(());
-            }
-            prepare_target(&target, mode == VolumeMode::Filesystem)?;
-            mount::bind(&staged.path, &target, read_only).map_err(|e| {
-                internal(
-                    &format!(
-                        "bind-mounting {} on {}",
-                        staged.path.display(),
-                        target.display()
-                    ),
-                    e,
-                )
-            })
-        })
-        .await?;
+        blocking(move || bind_once(&staged.path, &target, mode, read_only)).await?;
         Ok(Response::new(csi::NodePublishVolumeResponse {}))
     }
 }
@@ -215,16 +220,7 @@ impl csi::node_server::Node for NodeService {
                 VolumeMode::Filesystem => (staged.path, staging),
                 VolumeMode::Block => (staged.path, staging.join(STAGED_DEVICE)),
             };
-            if mount::is_mount_point(&target).map_err(|e| internal("reading mounts", e))? {
-                return Ok(());
-            }
-            prepare_target(&target, mode == VolumeMode::Filesystem)?;
-            mount::bind(&source, &target, read_only).map_err(|e| {
-                internal(
-                    &format!("bind-mounting {} on {}", source.display(), target.display()),
-                    e,
-                )
-            })
+            bind_once(&source, &target, mode, read_only)
         })
         .await?;
         Ok(Response::new(csi::NodeStageVolumeResponse {}))
@@ -298,16 +294,7 @@ impl csi::node_server::Node for NodeService {
                     source.display()
                 )));
             }
-            if mount::is_mount_point(&target).map_err(|e| internal("reading mounts", e))? {
-                return Ok(());
-            }
-            prepare_target(&target, mode == VolumeMode::Filesystem)?;
-            mount::bind(&source, &target, read_only).map_err(|e| {
-                internal(
-                    &format!("bind-mounting {} on {}", source.display(), target.display()),
-                    e,
-                )
-            })
+            bind_once(&source, &target, mode, read_only)
         })
         .await?;
         Ok(Response::new(csi::NodePublishVolumeResponse {}))
