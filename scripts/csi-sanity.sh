@@ -59,8 +59,12 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
+# csi-sanity's staging and mount directories stand in for kubelet's: the
+# driver stages and publishes only inside its --kubelet-dir.
+kubelet="$work/kubelet"
+mkdir -p "$kubelet"
 RUST_LOG="${RUST_LOG:-warn}" "$driver" --endpoint "$socket" --dir "$work/volumes" \
-    --node-id "$(hostname)" >"$work/driver.log" 2>&1 &
+    --kubelet-dir "$kubelet" --node-id "$(hostname)" >"$work/driver.log" 2>&1 &
 driver_pid=$!
 for _ in $(seq 100); do
     [[ -S $socket ]] && break
@@ -76,8 +80,8 @@ for access_type in mount block; do
     # shellcheck disable=SC2086 # CSI_SANITY_ARGS is a list of arguments
     csi-sanity \
         --csi.endpoint "$socket" \
-        --csi.stagingdir "$work/staging-$access_type" \
-        --csi.mountdir "$work/mount-$access_type" \
+        --csi.stagingdir "$kubelet/staging-$access_type" \
+        --csi.mountdir "$kubelet/mount-$access_type" \
         --csi.testvolumesize 67108864 \
         --csi.testvolumeaccesstype "$access_type" \
         -ginkgo.no-color \

@@ -73,19 +73,39 @@ impl csi::controller_server::Controller for ControllerService {
         &self,
         request: Request<csi::CreateVolumeRequest>,
     ) -> Result<Response<csi::CreateVolumeResponse>, Status> {
+        let Some(creator) = self.shared.provisioner.create() else {
+            return Err(Status::unimplemented(
+                "this provisioner does not create volumes",
+            ));
+        };
         let req = request.into_inner();
-        let name = limits::required("name", &req.name)?;
+        let name = limits::name("name", &req.name)?;
         limits::map("parameters", &req.parameters)?;
         limits::map("secrets", &req.secrets)?;
         limits::map("mutable_parameters", &req.mutable_parameters)?;
         let (volume_mode, access_modes, mut mount) =
             convert::capabilities("volume_capabilities", &req.volume_capabilities)?;
         let capacity = capacity_range(req.capacity_range.as_ref())?;
-        let Some(creator) = self.shared.provisioner.create() else {
-            return Err(Status::unimplemented(
-                "this provisioner does not create volumes",
-            ));
-        };
+        if let Some(requirement) = &req.accessibility_requirements {
+            if !self.shared.topology_aware {
+                return Err(Status::invalid_argument(
+                    "accessibility_requirements: this driver does not advertise \
+                     VOLUME_ACCESSIBILITY_CONSTRAINTS",
+                ));
+            }
+            let kinds = [
+                ("requisite", &requirement.requisite),
+                ("preferred", &requirement.preferred),
+            ];
+            for (kind, list) in kinds {
+                for (i, t) in list.iter().enumerate() {
+                    limits::topology(
+                        &format!("accessibility_requirements.{kind}[{i}]"),
+                        &t.segments,
+                    )?;
+                }
+            }
+        }
         if req.volume_content_source.is_some() {
             return Err(Status::invalid_argument(
                 "volume_content_source: cloning and snapshots are not supported",
@@ -184,6 +204,11 @@ impl csi::controller_server::Controller for ControllerService {
         &self,
         request: Request<csi::DeleteVolumeRequest>,
     ) -> Result<Response<csi::DeleteVolumeResponse>, Status> {
+        if self.shared.provisioner.create().is_none() {
+            return Err(Status::unimplemented(
+                "this provisioner does not create volumes (CREATE_DELETE_VOLUME is not advertised)",
+            ));
+        }
         let req = request.into_inner();
         let volume_id = limits::required("volume_id", &req.volume_id)?;
         limits::map("secrets", &req.secrets)?;
@@ -218,14 +243,21 @@ impl csi::controller_server::Controller for ControllerService {
         limits::map("parameters", &req.parameters)?;
         limits::map("mutable_parameters", &req.mutable_parameters)?;
         limits::map("secrets", &req.secrets)?;
-        let (volume_mode, access_modes, mount) =
-            convert::capabilities("volume_capabilities", &req.volume_capabilities)?;
+        let capabilities =
+            convert::capability_list("volume_capabilities", &req.volume_capabilities)?;
         let unconfirmed = |message: String| {
             Response::new(csi::ValidateVolumeCapabilitiesResponse {
                 confirmed: None,
                 message,
             })
         };
+        // A volume is either a filesystem or a block device: asking for both
+        // is a valid question whose answer is "not confirmed".
+        let (volume_mode, access_modes, mount) =
+            match convert::one_mode("volume_capabilities", &capabilities) {
+                Ok(one) => one,
+                Err(message) => return Ok(unconfirmed(message)),
+            };
         let mut validate = pav_sdk::build::validate_existing(volume_id, volume_mode);
         validate.access_modes = access_modes;
         // For a static volume the PV attributes play the StorageClass parameters' role.
@@ -236,6 +268,9 @@ impl csi::controller_server::Controller for ControllerService {
         validate.mount = mount;
         validate.secrets = convert::secrets(&req.secrets);
 
+        if let Err(message) = check_modes(&self.shared, volume_mode, &validate.access_modes) {
+            return Ok(unconfirmed(message));
+        }
         let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
         if let Some(validator) = self.shared.provisioner.validate() {
             match validator.validate(validate.clone()).await {
@@ -245,9 +280,6 @@ impl csi::controller_server::Controller for ControllerService {
                 ) => return Ok(unconfirmed(message)),
                 Err(e) => return Err(status(e)),
             }
-        }
-        if let Err(message) = check_modes(&self.shared, volume_mode, &validate.access_modes) {
-            return Ok(unconfirmed(message));
         }
         Ok(Response::new(csi::ValidateVolumeCapabilitiesResponse {
             confirmed: Some(csi::validate_volume_capabilities_response::Confirmed {

@@ -10,6 +10,7 @@ use tonic::Status;
 use crate::csi;
 use crate::csi::volume_capability::AccessType;
 use crate::csi::volume_capability::access_mode::Mode;
+use crate::limits;
 
 /// Parameter keys the external-provisioner adds with `--extra-create-metadata`.
 pub(crate) const PVC_NAME: &str = "csi.storage.k8s.io/pvc/name";
@@ -32,13 +33,23 @@ pub(crate) struct Capability {
 pub(crate) fn capability(field: &str, cap: &csi::VolumeCapability) -> Result<Capability, Status> {
     let (mode, mount) = match &cap.access_type {
         Some(AccessType::Block(_)) => (VolumeMode::Block, MountOptions::default()),
-        Some(AccessType::Mount(m)) => (
-            VolumeMode::Filesystem,
-            MountOptions {
-                fs_type: Some(m.fs_type.clone()).filter(|t| !t.is_empty()),
-                mount_flags: m.mount_flags.clone(),
-            },
-        ),
+        Some(AccessType::Mount(m)) => {
+            limits::limited(&format!("{field}.mount.fs_type"), &m.fs_type)?;
+            for (i, flag) in m.mount_flags.iter().enumerate() {
+                limits::limited(&format!("{field}.mount.mount_flags[{i}]"), flag)?;
+            }
+            limits::limited(
+                &format!("{field}.mount.volume_mount_group"),
+                &m.volume_mount_group,
+            )?;
+            (
+                VolumeMode::Filesystem,
+                MountOptions {
+                    fs_type: Some(m.fs_type.clone()).filter(|t| !t.is_empty()),
+                    mount_flags: m.mount_flags.clone(),
+                },
+            )
+        }
         None => {
             return Err(Status::invalid_argument(format!(
                 "{field}.access_type is required (block or mount)"
@@ -66,29 +77,49 @@ pub(crate) fn capability(field: &str, cap: &csi::VolumeCapability) -> Result<Cap
     })
 }
 
-/// Converts a non-empty capability list that uses one volume mode.
-pub(crate) fn capabilities(
+/// Converts and checks a non-empty capability list.
+pub(crate) fn capability_list(
     field: &str,
     caps: &[csi::VolumeCapability],
-) -> Result<(VolumeMode, Vec<AccessMode>, MountOptions), Status> {
-    let first = caps
-        .first()
-        .ok_or_else(|| Status::invalid_argument(format!("{field} is required")))?;
-    let first = capability(&format!("{field}[0]"), first)?;
-    let mut access_modes = vec![first.access_mode];
-    for (i, cap) in caps.iter().enumerate().skip(1) {
-        let cap = capability(&format!("{field}[{i}]"), cap)?;
+) -> Result<Vec<Capability>, Status> {
+    if caps.is_empty() {
+        return Err(Status::invalid_argument(format!("{field} is required")));
+    }
+    caps.iter()
+        .enumerate()
+        .map(|(i, cap)| capability(&format!("{field}[{i}]"), cap))
+        .collect()
+}
+
+/// The one volume mode of a non-empty list of converted capabilities, its
+/// distinct access modes and the first one's mount options; a message when
+/// the list mixes volume modes.
+pub(crate) fn one_mode(
+    field: &str,
+    caps: &[Capability],
+) -> Result<(VolumeMode, Vec<AccessMode>, MountOptions), String> {
+    let first = &caps[0];
+    let mut access_modes = Vec::new();
+    for cap in caps {
         if cap.mode != first.mode {
-            return Err(Status::invalid_argument(format!(
+            return Err(format!(
                 "{field} mixes {} and {} volume modes",
                 first.mode, cap.mode
-            )));
+            ));
         }
         if !access_modes.contains(&cap.access_mode) {
             access_modes.push(cap.access_mode);
         }
     }
-    Ok((first.mode, access_modes, first.mount))
+    Ok((first.mode, access_modes, first.mount.clone()))
+}
+
+/// Converts a non-empty capability list that uses one volume mode.
+pub(crate) fn capabilities(
+    field: &str,
+    caps: &[csi::VolumeCapability],
+) -> Result<(VolumeMode, Vec<AccessMode>, MountOptions), Status> {
+    one_mode(field, &capability_list(field, caps)?).map_err(Status::invalid_argument)
 }
 
 /// Sorted copy of a proto map.

@@ -19,6 +19,8 @@ use crate::csi::node_server::NodeServer;
 use crate::guard::InFlight;
 use crate::identity::IdentityService;
 use crate::node::{NodeConfig, NodeService};
+use crate::paths::Confinement;
+use crate::staged::Records;
 
 /// State shared by all services of one driver.
 #[derive(Debug)]
@@ -49,6 +51,8 @@ impl Driver {
             node_topology: Topology::new(),
             topology_aware: false,
             max_volumes_per_node: 0,
+            kubelet_dir: PathBuf::from(crate::DEFAULT_KUBELET_DIR),
+            state_dir: None,
         }
     }
 }
@@ -76,6 +80,8 @@ pub struct DriverBuilder {
     node_topology: Topology,
     topology_aware: bool,
     max_volumes_per_node: i64,
+    kubelet_dir: PathBuf,
+    state_dir: Option<PathBuf>,
 }
 
 impl DriverBuilder {
@@ -125,6 +131,26 @@ impl DriverBuilder {
         self
     }
 
+    /// Kubelet's root directory on this node (its `--root-dir`; default
+    /// [`DEFAULT_KUBELET_DIR`](crate::DEFAULT_KUBELET_DIR), `/var/lib/kubelet`).
+    /// The node service stages and publishes only at paths inside it:
+    /// a `staging_target_path` or `target_path` that is relative, contains
+    /// `..`, or resolves (following symlinks) outside it is `INVALID_ARGUMENT`.
+    pub fn kubelet_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.kubelet_dir = dir.into();
+        self
+    }
+
+    /// Where the node service keeps which volume it staged where (one small
+    /// file per staged volume in `staged/`), so that publishing binds only
+    /// what it staged itself, also after a restart. Default:
+    /// `<kubelet dir>/plugins/<driver name>`, kubelet's conventional
+    /// per-driver directory. No staging or target path may lie in it.
+    pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state_dir = Some(dir.into());
+        self
+    }
+
     /// Serves until SIGTERM or SIGINT, then removes the sockets.
     pub async fn run(self) -> Result<(), Error> {
         self.run_until(shutdown_signal()).await
@@ -153,6 +179,23 @@ impl DriverBuilder {
                 "node id {node_id:?} must be 1 to 128 bytes"
             )));
         }
+        if !self.kubelet_dir.is_absolute() {
+            return Err(Error::Config(format!(
+                "kubelet directory {} must be an absolute path",
+                self.kubelet_dir.display()
+            )));
+        }
+        let state_dir = self.state_dir.unwrap_or_else(|| {
+            self.kubelet_dir
+                .join("plugins")
+                .join(self.name.replace('/', "_"))
+        });
+        if !state_dir.is_absolute() {
+            return Err(Error::Config(format!(
+                "state directory {} must be an absolute path",
+                state_dir.display()
+            )));
+        }
         let shared = Arc::new(Shared {
             name: self.name,
             version: self.version,
@@ -172,6 +215,11 @@ impl DriverBuilder {
                 node_id,
                 topology: self.node_topology,
                 max_volumes: self.max_volumes_per_node,
+                staged: Records::new(&state_dir),
+                paths: Confinement {
+                    kubelet_dir: self.kubelet_dir,
+                    state_dir,
+                },
             });
         }
         if sockets.is_empty() {

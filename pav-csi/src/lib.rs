@@ -18,6 +18,7 @@
 //! | Identity | `GetPluginInfo`, `GetPluginCapabilities`, `Probe` | name and version from the builder; `CONTROLLER_SERVICE` on controller sockets; `VOLUME_ACCESSIBILITY_CONSTRAINTS` when topology is configured |
 //! | Capabilities | `ControllerGetCapabilities`, `NodeGetCapabilities` | derived from the touch points in the [`pav_sdk::Provisioner`] |
 //! | Required fields, size limits | every RPC | `INVALID_ARGUMENT` naming the field; strings ≤ 128 bytes, maps ≤ 4 KiB, paths ≤ 4096 bytes |
+//! | Paths | node RPCs | staging and target paths must resolve inside the kubelet directory ([`DriverBuilder::kubelet_dir`]); publishing binds only a staging path recorded at stage time for the same volume ([`DriverBuilder::state_dir`]) |
 //! | One operation per volume | every mutating RPC | a concurrent call for the same volume (or name) is `ABORTED` |
 //! | Idempotency | `CreateVolume` | recent answers cached by name; an incompatible repeat is `ALREADY_EXISTS` |
 //! | Idempotency | `DeleteVolume`, `NodeUnstageVolume`, `NodeUnpublishVolume` | what is gone is success; checked against `/proc/self/mountinfo` |
@@ -37,6 +38,8 @@ mod identity;
 mod limits;
 mod mount;
 mod node;
+mod paths;
+mod staged;
 
 /// Generated CSI v1.12.0 messages, clients and servers (package `csi.v1`).
 #[allow(missing_docs, clippy::all)]
@@ -46,3 +49,4 @@ pub mod csi {
 
 pub use driver::{Driver, DriverBuilder};
 pub use error::Error;
+pub use paths::DEFAULT_KUBELET_DIR;

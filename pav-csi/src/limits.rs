@@ -35,9 +35,29 @@ pub(crate) fn required_path<'a>(field: &str, value: &'a str) -> Result<&'a str, 
     if value.is_empty() {
         return Err(Status::invalid_argument(format!("{field} is required")));
     }
+    path(field, value)
+}
+
+/// An optional path field: at most [`MAX_PATH`] bytes.
+pub(crate) fn path<'a>(field: &str, value: &'a str) -> Result<&'a str, Status> {
     if value.len() > MAX_PATH {
         return Err(Status::invalid_argument(format!(
             "{field} is longer than {MAX_PATH} bytes"
+        )));
+    }
+    Ok(value)
+}
+
+/// `CreateVolumeRequest.name`: required, within the string limit, and free
+/// of the control characters the spec bans (U+0000-U+0008, U+000B, U+000C,
+/// U+000E-U+001F, U+007F-U+009F).
+pub(crate) fn name<'a>(field: &str, value: &'a str) -> Result<&'a str, Status> {
+    let value = required(field, value)?;
+    let banned = |c: char| matches!(c, '\u{0}'..='\u{8}' | '\u{b}' | '\u{c}' | '\u{e}'..='\u{1f}' | '\u{7f}'..='\u{9f}');
+    if let Some(c) = value.chars().find(|c| banned(*c)) {
+        return Err(Status::invalid_argument(format!(
+            "{field} contains the control character U+{:04X}, which CSI bans",
+            u32::from(c)
         )));
     }
     Ok(value)
@@ -54,6 +74,30 @@ pub(crate) fn map(field: &str, value: &HashMap<String, String>) -> Result<(), St
     Ok(())
 }
 
+/// Topology segments: a string map whose keys are `[prefix/]name` with
+/// each part at most 63 characters (name required), and whose values are 1
+/// to 63 characters, as the spec's `Topology` message requires.
+pub(crate) fn topology(field: &str, segments: &HashMap<String, String>) -> Result<(), Status> {
+    map(field, segments)?;
+    let part = |s: &str, required: bool| {
+        s.chars().count() <= 63 && !s.contains('/') && (!required || !s.is_empty())
+    };
+    for (key, value) in segments {
+        let (prefix, name) = key.split_once('/').unwrap_or(("", key));
+        if !part(prefix, false) || !part(name, true) {
+            return Err(Status::invalid_argument(format!(
+                "{field}: key {key:?} must be [prefix/]name with each part at most 63 characters"
+            )));
+        }
+        if !part(value, true) {
+            return Err(Status::invalid_argument(format!(
+                "{field}: the value of {key:?} must be 1 to 63 characters without '/'"
+            )));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,6 +107,10 @@ mod tests {
         assert!(required("name", "").unwrap_err().message().contains("name"));
         assert!(required("volume_id", &"x".repeat(129)).is_err());
         assert!(required("volume_id", &"x".repeat(128)).is_ok());
+        assert!(name("name", "pvc-1\tx").is_ok(), "tab is allowed");
+        assert!(name("name", "pvc-1\u{85}").is_err());
+        assert!(name("name", "pvc\u{1b}[0m").is_err());
+        assert!(path("staging_target_path", &"/".repeat(4097)).is_err());
         let big = HashMap::from([("k".to_owned(), "v".repeat(4096))]);
         assert!(
             map("parameters", &big)

@@ -5,13 +5,18 @@ use std::path::{Path, PathBuf};
 
 use rustix::mount::{MountFlags, UnmountFlags};
 
-/// Mount points listed in `/proc/self/mountinfo`, unescaped.
-fn mount_points() -> io::Result<Vec<PathBuf>> {
+/// Mount points listed in `/proc/self/mountinfo`, unescaped, in mount
+/// order, each with whether it is mounted read-only.
+fn mounts() -> io::Result<Vec<(PathBuf, bool)>> {
     let table = std::fs::read_to_string("/proc/self/mountinfo")?;
     Ok(table
         .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(|field| PathBuf::from(unescape(field)))
+        .filter_map(|line| {
+            let mut fields = line.split(' ').skip(4);
+            let point = fields.next()?;
+            let read_only = fields.next()?.split(',').any(|o| o == "ro");
+            Some((PathBuf::from(unescape(point)), read_only))
+        })
         .collect())
 }
 
@@ -40,10 +45,20 @@ fn unescape(field: &str) -> String {
 
 /// True when something is mounted on `path` (false when it does not exist).
 pub(crate) fn is_mount_point(path: &Path) -> io::Result<bool> {
+    Ok(read_only(path)?.is_some())
+}
+
+/// Whether the topmost mount on `path` is read-only; `None` when nothing
+/// is mounted there (or it does not exist).
+pub(crate) fn read_only(path: &Path) -> io::Result<Option<bool>> {
     let Ok(path) = path.canonicalize() else {
-        return Ok(false);
+        return Ok(None);
     };
-    Ok(mount_points()?.iter().any(|p| p == &path))
+    Ok(mounts()?
+        .into_iter()
+        .rev()
+        .find(|(p, _)| p == &path)
+        .map(|(_, read_only)| read_only))
 }
 
 /// Bind-mounts `source` on `target`, read-only when asked.

@@ -13,17 +13,23 @@ use crate::driver::Shared;
 use crate::error::{internal, status};
 use crate::limits;
 use crate::mount;
+use crate::paths::Confinement;
+use crate::staged::{Record, Records};
 
 /// Where a staged block device is bind-mounted inside the staging directory,
 /// so that NodePublishVolume finds it again after a driver restart.
 const STAGED_DEVICE: &str = "device";
 
-/// What this node reports about itself.
+/// What this node reports about itself, and where it may mount.
 #[derive(Debug, Clone)]
 pub(crate) struct NodeConfig {
     pub(crate) node_id: String,
     pub(crate) topology: Topology,
     pub(crate) max_volumes: i64,
+    /// Staging and target paths must lie in the kubelet directory.
+    pub(crate) paths: Confinement,
+    /// Which volume is staged where.
+    pub(crate) staged: Records,
 }
 
 /// Node service.
@@ -83,6 +89,104 @@ fn prepare_target(target: &Path, directory: bool) -> Result<(), Status> {
     }
 }
 
+/// Whether a volume is published at `target` already, compatibly with a
+/// publish of `mode`, read-only when `read_only`: `Ok(true)` when it is
+/// (the repeated call succeeds), `Ok(false)` when nothing is mounted there,
+/// `ALREADY_EXISTS` when the mount there is incompatible (spec:
+/// "Volume published but is incompatible"). `source_read_only` is whether
+/// the source is read-only itself (a bind of it is then read-only too).
+fn published(
+    target: &Path,
+    mode: VolumeMode,
+    read_only: bool,
+    source_read_only: bool,
+) -> Result<bool, Status> {
+    let Some(mounted_read_only) =
+        mount::read_only(target).map_err(|e| internal("reading mounts", e))?
+    else {
+        return Ok(false);
+    };
+    let is_dir = std::fs::metadata(target).is_ok_and(|m| m.is_dir());
+    let incompatible = |what: &str| {
+        Err(Status::already_exists(format!(
+            "target_path {} is already published {what}",
+            target.display()
+        )))
+    };
+    match mode {
+        VolumeMode::Filesystem if !is_dir => return incompatible("as a Block volume"),
+        VolumeMode::Block if is_dir => return incompatible("as a Filesystem volume"),
+        _ => {}
+    }
+    if read_only && !mounted_read_only {
+        return incompatible("read-write, not read-only");
+    }
+    if !read_only && mounted_read_only && !source_read_only {
+        return incompatible("read-only, not read-write");
+    }
+    Ok(true)
+}
+
+/// Checks that the volume's record allows staging it at `wanted.staging`
+/// with `wanted.capability`, and records it before anything is mounted.
+fn record_stage(records: &Records, wanted: &Record) -> Result<(), Status> {
+    let io = |e| internal("reading staging records", e);
+    let id = &wanted.volume_id;
+    let staging = &wanted.staging;
+    if let Some(record) = records.get(id).map_err(io)? {
+        if record.staging != *staging {
+            return Err(Status::failed_precondition(format!(
+                "volume {id} is staged at {}, not at {}: unstage it there first",
+                record.staging.display(),
+                staging.display()
+            )));
+        }
+        if record.capability != wanted.capability {
+            return Err(Status::already_exists(format!(
+                "volume {id} is staged at {} as {}, incompatible with {}",
+                staging.display(),
+                describe(&record.capability),
+                describe(&wanted.capability)
+            )));
+        }
+        return Ok(());
+    }
+    if let Some(other) = records.at(staging).map_err(io)? {
+        return Err(Status::failed_precondition(format!(
+            "staging_target_path {} holds volume {}",
+            staging.display(),
+            other.volume_id
+        )));
+    }
+    for path in [staging.clone(), staging.join(STAGED_DEVICE)] {
+        if mount::is_mount_point(&path).map_err(|e| internal("reading mounts", e))? {
+            return Err(Status::failed_precondition(format!(
+                "{} is a mount point this driver did not stage",
+                path.display()
+            )));
+        }
+    }
+    records
+        .put(wanted)
+        .map_err(|e| internal("writing the staging record", e))
+}
+
+/// A capability in words, for messages.
+fn describe(c: &convert::Capability) -> String {
+    let mut text = format!(
+        "{} {}",
+        c.mode,
+        crate::staged::access_mode_name(c.access_mode)
+    );
+    if let Some(fs_type) = &c.mount.fs_type {
+        text.push_str(&format!(" {fs_type}"));
+    }
+    if !c.mount.mount_flags.is_empty() {
+        text.push_str(&format!(" ({})", c.mount.mount_flags.join(",")));
+    }
+    text
+}
+
 /// Unmounts `path` and removes it; a missing path is fine.
 fn unmount_and_remove(path: &Path) -> Result<(), Status> {
     mount::unmount_all(path).map_err(|e| internal("unmounting", e))?;
@@ -98,6 +202,39 @@ fn unmount_and_remove(path: &Path) -> Result<(), Status> {
 }
 
 impl NodeService {
+    /// Refuses a capability the provisioner does not serve: a volume mode or
+    /// access mode it never declared is unsupported by the plugin, not by
+    /// one volume (`INVALID_ARGUMENT`, not "Exceeds capabilities").
+    fn check_capability(&self, capability: &convert::Capability) -> Result<(), Status> {
+        let provisioner = &self.shared.provisioner;
+        if !provisioner.supports_volume_mode(capability.mode) {
+            return Err(Status::invalid_argument(format!(
+                "volume_capability: volume mode {} is not supported",
+                capability.mode
+            )));
+        }
+        if !provisioner.supports_access_mode(capability.access_mode) {
+            return Err(Status::invalid_argument(format!(
+                "volume_capability: access mode {} is not supported",
+                crate::staged::access_mode_name(capability.access_mode)
+            )));
+        }
+        Ok(())
+    }
+
+    /// `UNIMPLEMENTED` unless the node service stages per node.
+    fn stages_per_node(&self) -> Result<&dyn pav_sdk::Stage, Status> {
+        match self.shared.provisioner.stage() {
+            Some(_) if self.shared.provisioner.stages_on_publish() => Err(Status::unimplemented(
+                "this driver stages on publish: STAGE_UNSTAGE_VOLUME is not advertised",
+            )),
+            Some(stager) => Ok(stager),
+            None => Err(Status::unimplemented(
+                "this provisioner does not stage volumes",
+            )),
+        }
+    }
+
     /// `NodePublishVolume` of a provisioner that stages per client pod:
     /// Stage with the publish target path and the client pod, then
     /// bind-mount what it returns onto the target path.
@@ -108,32 +245,19 @@ impl NodeService {
         target: PathBuf,
         capability: convert::Capability,
     ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
-        limits::map("publish_context", &req.publish_context)?;
-        limits::map("volume_context", &req.volume_context)?;
-        limits::map("secrets", &req.secrets)?;
         let Some(stager) = self.shared.provisioner.stage() else {
             return Err(Status::unimplemented(
                 "this provisioner does not stage volumes",
             ));
         };
-        if !self
-            .shared
-            .provisioner
-            .supports_volume_mode(capability.mode)
-        {
-            return Err(Status::invalid_argument(format!(
-                "volume mode {} is not supported",
-                capability.mode
-            )));
-        }
         let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
-        let path = target.clone();
-        if blocking(move || mount::is_mount_point(&path).map_err(|e| internal("reading mounts", e)))
-            .await?
-        {
+        let read_only = req.readonly || capability.access_mode.is_read_only();
+        let (path, mode) = (target.clone(), capability.mode);
+        // What the provisioner stages is unknown until it runs: a read-only
+        // mount there may be the provisioner's own choice.
+        if blocking(move || published(&path, mode, read_only, true)).await? {
             return Ok(Response::new(csi::NodePublishVolumeResponse {}));
         }
-        let read_only = req.readonly || capability.access_mode.is_read_only();
         tracing::info!(volume_id, target = %target.display(), read_only, mode = %capability.mode, "NodePublishVolume: staging");
         let (context, pod) = convert::split_pod_info(&req.volume_context);
         let mut stage = pav_sdk::build::stage(
@@ -164,12 +288,13 @@ impl csi::node_server::Node for NodeService {
         &self,
         request: Request<csi::NodeStageVolumeRequest>,
     ) -> Result<Response<csi::NodeStageVolumeResponse>, Status> {
+        let stager = self.stages_per_node()?;
         let req = request.into_inner();
         let volume_id = limits::required("volume_id", &req.volume_id)?;
-        let staging = PathBuf::from(limits::required_path(
-            "staging_target_path",
-            &req.staging_target_path,
-        )?);
+        let staging = self
+            .node
+            .paths
+            .path("staging_target_path", &req.staging_target_path)?;
         let capability = req
             .volume_capability
             .as_ref()
@@ -178,23 +303,19 @@ impl csi::node_server::Node for NodeService {
         limits::map("publish_context", &req.publish_context)?;
         limits::map("volume_context", &req.volume_context)?;
         limits::map("secrets", &req.secrets)?;
-        let Some(stager) = self.shared.provisioner.stage() else {
-            return Err(Status::unimplemented(
-                "this provisioner does not stage volumes",
-            ));
-        };
-        if !self
-            .shared
-            .provisioner
-            .supports_volume_mode(capability.mode)
-        {
-            return Err(Status::invalid_argument(format!(
-                "volume mode {} is not supported",
-                capability.mode
-            )));
-        }
+        self.check_capability(&capability)?;
 
         let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        // Two volumes staged at one path at once must not both find it free.
+        let _path_guard =
+            (self.shared.in_flight).claim(format!("staging path {}", staging.display()))?;
+        let record = Record {
+            volume_id: volume_id.to_owned(),
+            staging: staging.clone(),
+            capability: capability.clone(),
+        };
+        let records = self.node.staged.clone();
+        blocking(move || record_stage(&records, &record)).await?;
         tracing::info!(volume_id, staging = %staging.display(), mode = %capability.mode, "NodeStageVolume");
         let mut stage = pav_sdk::build::stage(
             volume_id,
@@ -230,13 +351,31 @@ impl csi::node_server::Node for NodeService {
         &self,
         request: Request<csi::NodeUnstageVolumeRequest>,
     ) -> Result<Response<csi::NodeUnstageVolumeResponse>, Status> {
+        self.stages_per_node()?;
         let req = request.into_inner();
         let volume_id = limits::required("volume_id", &req.volume_id)?;
-        let staging = PathBuf::from(limits::required_path(
-            "staging_target_path",
-            &req.staging_target_path,
-        )?);
+        let staging = self
+            .node
+            .paths
+            .path("staging_target_path", &req.staging_target_path)?;
         let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        let records = self.node.staged.clone();
+        let id = volume_id.to_owned();
+        let record = blocking(move || {
+            records
+                .get(&id)
+                .map_err(|e| internal("reading staging records", e))
+        })
+        .await?;
+        // Not staged here (never, or unstaged already): nothing to undo,
+        // and nothing at this path is ours to unmount.
+        match record {
+            Some(record) if record.staging == staging => {}
+            _ => {
+                tracing::info!(volume_id, staging = %staging.display(), "NodeUnstageVolume: not staged there");
+                return Ok(Response::new(csi::NodeUnstageVolumeResponse {}));
+            }
+        }
         tracing::info!(volume_id, staging = %staging.display(), "NodeUnstageVolume");
         let path = staging.clone();
         blocking(move || {
@@ -251,6 +390,14 @@ impl csi::node_server::Node for NodeService {
                 status(e)
             })?;
         }
+        let records = self.node.staged.clone();
+        let id = volume_id.to_owned();
+        blocking(move || {
+            records
+                .remove(&id)
+                .map_err(|e| internal("removing the staging record", e))
+        })
+        .await?;
         Ok(Response::new(csi::NodeUnstageVolumeResponse {}))
     }
 
@@ -260,39 +407,83 @@ impl csi::node_server::Node for NodeService {
     ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
         let req = request.into_inner();
         let volume_id = limits::required("volume_id", &req.volume_id)?;
-        let target = PathBuf::from(limits::required_path("target_path", &req.target_path)?);
+        let target = self.node.paths.path("target_path", &req.target_path)?;
         let capability = req
             .volume_capability
             .as_ref()
             .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
         let capability = convert::capability("volume_capability", capability)?;
+        limits::map("publish_context", &req.publish_context)?;
+        limits::map("volume_context", &req.volume_context)?;
+        limits::map("secrets", &req.secrets)?;
+        self.check_capability(&capability)?;
         if self.shared.provisioner.stages_on_publish() {
+            // staging_target_path is not ours to use: STAGE_UNSTAGE_VOLUME
+            // is not advertised, so the CO leaves it unset.
             return self
                 .stage_and_publish(&req, volume_id, target, capability)
                 .await;
         }
-        let staging = PathBuf::from(limits::required_path(
-            "staging_target_path",
-            &req.staging_target_path,
-        )?);
-        limits::map("publish_context", &req.publish_context)?;
-        limits::map("volume_context", &req.volume_context)?;
-        limits::map("secrets", &req.secrets)?;
+        self.stages_per_node()?;
+        if req.staging_target_path.is_empty() {
+            return Err(Status::failed_precondition(
+                "staging_target_path is required: this driver advertises STAGE_UNSTAGE_VOLUME",
+            ));
+        }
+        let staging = self
+            .node
+            .paths
+            .path("staging_target_path", &req.staging_target_path)?;
+        if target.starts_with(&staging) || staging.starts_with(&target) {
+            return Err(Status::invalid_argument(format!(
+                "target_path {} and staging_target_path {} overlap",
+                target.display(),
+                staging.display()
+            )));
+        }
 
         let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
         let read_only = req.readonly || capability.access_mode.is_read_only();
         tracing::info!(volume_id, target = %target.display(), read_only, "NodePublishVolume");
         let mode = capability.mode;
+        let records = self.node.staged.clone();
+        let id = volume_id.to_owned();
         blocking(move || {
-            let source = match mode {
-                VolumeMode::Filesystem => staging,
-                VolumeMode::Block => staging.join(STAGED_DEVICE),
-            };
-            if !mount::is_mount_point(&source).map_err(|e| internal("reading mounts", e))? {
+            // The source is the staging path recorded when this volume was
+            // staged, never a path the request alone names.
+            let record = records
+                .get(&id)
+                .map_err(|e| internal("reading staging records", e))?
+                .ok_or_else(|| {
+                    Status::failed_precondition(format!("volume {id} is not staged on this node"))
+                })?;
+            if record.staging != staging {
                 return Err(Status::failed_precondition(format!(
-                    "volume is not staged at {}",
-                    source.display()
+                    "volume {id} is staged at {}, not at {}",
+                    record.staging.display(),
+                    staging.display()
                 )));
+            }
+            if record.capability.mode != mode {
+                return Err(Status::failed_precondition(format!(
+                    "volume {id} is staged as {}; it cannot be published as {mode}",
+                    record.capability.mode
+                )));
+            }
+            let source = match mode {
+                VolumeMode::Filesystem => record.staging,
+                VolumeMode::Block => record.staging.join(STAGED_DEVICE),
+            };
+            let source_read_only = mount::read_only(&source)
+                .map_err(|e| internal("reading mounts", e))?
+                .ok_or_else(|| {
+                    Status::failed_precondition(format!(
+                        "volume {id} is not staged at {}",
+                        source.display()
+                    ))
+                })?;
+            if published(&target, mode, read_only, source_read_only)? {
+                return Ok(());
             }
             bind_once(&source, &target, mode, read_only)
         })
@@ -306,7 +497,7 @@ impl csi::node_server::Node for NodeService {
     ) -> Result<Response<csi::NodeUnpublishVolumeResponse>, Status> {
         let req = request.into_inner();
         let volume_id = limits::required("volume_id", &req.volume_id)?;
-        let target = PathBuf::from(limits::required_path("target_path", &req.target_path)?);
+        let target = self.node.paths.path("target_path", &req.target_path)?;
         let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
         tracing::info!(volume_id, target = %target.display(), "NodeUnpublishVolume");
         let path = target.clone();
@@ -329,10 +520,14 @@ impl csi::node_server::Node for NodeService {
     ) -> Result<Response<csi::NodeGetVolumeStatsResponse>, Status> {
         let req = request.into_inner();
         limits::required("volume_id", &req.volume_id)?;
-        let path = PathBuf::from(limits::required_path("volume_path", &req.volume_path)?);
+        let volume_path = limits::required_path("volume_path", &req.volume_path)?;
+        limits::path("staging_target_path", &req.staging_target_path)?;
+        let message = format!("no volume is published at {volume_path}");
+        // Nothing of this driver's is mounted outside the kubelet directory.
+        let path = (self.node.paths.lookup(volume_path))
+            .ok_or_else(|| Status::not_found(message.clone()))?;
         let usage = blocking(move || {
-            let not_found =
-                || Status::not_found(format!("no volume is published at {}", path.display()));
+            let not_found = || Status::not_found(message.clone());
             if !mount::is_mount_point(&path).map_err(|e| internal("reading mounts", e))? {
                 return Err(not_found());
             }

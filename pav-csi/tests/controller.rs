@@ -49,13 +49,8 @@ async fn socket_is_private_and_a_stale_one_is_replaced() {
     let socket = dir.path().join("csi.sock");
     drop(std::os::unix::net::UnixListener::bind(&socket).unwrap()); // stale leftover
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let provisioner = pav_sdk::Provisioner::new(common::Memory {
-        root: dir.path().into(),
-        volumes: Default::default(),
-        creates: Default::default(),
-        unstages: Default::default(),
-    })
-    .with_create();
+    let provisioner =
+        pav_sdk::Provisioner::new(common::Memory::new(dir.path().into())).with_create();
     let server = tokio::spawn(
         pav_csi::Driver::builder("test.pav.example.com")
             .provisioner(provisioner)
@@ -85,13 +80,8 @@ async fn socket_is_private_and_a_stale_one_is_replaced() {
 #[tokio::test]
 async fn builder_refuses_node_service_without_stage() {
     let dir = tempfile::tempdir().unwrap();
-    let provisioner = pav_sdk::Provisioner::new(common::Memory {
-        root: dir.path().into(),
-        volumes: Default::default(),
-        creates: Default::default(),
-        unstages: Default::default(),
-    })
-    .with_create();
+    let provisioner =
+        pav_sdk::Provisioner::new(common::Memory::new(dir.path().into())).with_create();
     let err = pav_csi::Driver::builder("test.pav.example.com")
         .provisioner(provisioner)
         .serve_node(dir.path().join("csi.sock"), "node-a")

@@ -356,7 +356,9 @@ async fn filesystem_lifecycle_is_idempotent() {
         h.node.node_unstage_volume(unstage.clone()).await.unwrap();
     }
     assert!(!is_mounted(&staging));
-    assert_eq!(h.provisioner.unstages.load(Ordering::SeqCst), 2);
+    // The repeat finds no staging record: nothing is staged there any more,
+    // so it succeeds without calling the provisioner again.
+    assert_eq!(h.provisioner.unstages.load(Ordering::SeqCst), 1);
     h.stop().await;
 }
 

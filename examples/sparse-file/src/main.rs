@@ -37,6 +37,10 @@ struct Cli {
     /// CSI driver name (StorageClass `provisioner`).
     #[arg(long, default_value = "sparse-file.pav.example.com")]
     driver_name: String,
+    /// Kubelet's root directory: the node service stages and publishes only
+    /// at paths inside it.
+    #[arg(long, default_value = pav_csi::DEFAULT_KUBELET_DIR)]
+    kubelet_dir: PathBuf,
 }
 
 #[tokio::main]
@@ -62,7 +66,9 @@ async fn main() -> anyhow::Result<()> {
         .provisioner(provisioner)
         .serve_controller(&socket);
     if let Some(node_id) = cli.node_id.filter(|_| !cli.controller_only) {
-        driver = driver.serve_node(&socket, node_id);
+        driver = driver
+            .serve_node(&socket, node_id)
+            .kubelet_dir(cli.kubelet_dir);
     }
     driver.run().await?;
     Ok(())

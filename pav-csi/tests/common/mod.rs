@@ -10,18 +10,43 @@ use std::time::Duration;
 
 use pav_csi::csi;
 use pav_sdk::{
-    Create, CreateRequest, Delete, DeleteRequest, Error, Provisioner, Result, Stage, StageRequest,
-    Staged, Unstage, UnstageRequest, Validate, ValidateRequest, Volume, VolumeMode, async_trait,
+    AccessMode, Create, CreateRequest, Delete, DeleteRequest, Error, Provisioner, Result, Stage,
+    StageRequest, Staged, Unstage, UnstageRequest, Validate, ValidateRequest, Volume, VolumeMode,
+    async_trait,
 };
 use tonic::transport::Channel;
 
-/// Volumes kept in memory; staging hands out directories and files under `root`.
+/// Volumes kept in memory; staging hands out directories and files under
+/// `root`. Every call of a trait method is recorded in `calls`.
 #[derive(Debug)]
 pub struct Memory {
     pub root: PathBuf,
     pub volumes: Mutex<HashMap<String, Volume>>,
     pub creates: AtomicUsize,
     pub unstages: AtomicUsize,
+    pub calls: Mutex<Vec<&'static str>>,
+}
+
+impl Memory {
+    /// An empty store staging under `root`.
+    pub fn new(root: PathBuf) -> Self {
+        Memory {
+            root,
+            volumes: Mutex::default(),
+            creates: AtomicUsize::new(0),
+            unstages: AtomicUsize::new(0),
+            calls: Mutex::default(),
+        }
+    }
+
+    fn record(&self, method: &'static str) {
+        self.calls.lock().unwrap().push(method);
+    }
+
+    /// The trait methods called so far, in order.
+    pub fn calls(&self) -> Vec<&'static str> {
+        self.calls.lock().unwrap().clone()
+    }
 }
 
 /// Maps the `error` parameter to the error a test wants back.
@@ -43,6 +68,7 @@ fn requested_error(parameters: &pav_sdk::Parameters) -> Option<Error> {
 #[async_trait]
 impl Validate for Memory {
     async fn validate(&self, req: ValidateRequest) -> Result<()> {
+        self.record("validate");
         if let Some(handle) = &req.handle
             && !self
                 .volumes
@@ -63,6 +89,7 @@ impl Validate for Memory {
 #[async_trait]
 impl Create for Memory {
     async fn create(&self, req: CreateRequest) -> Result<Volume> {
+        self.record("create");
         if let Some(err) = requested_error(&req.parameters) {
             return Err(err);
         }
@@ -84,6 +111,7 @@ impl Create for Memory {
 #[async_trait]
 impl Delete for Memory {
     async fn delete(&self, req: DeleteRequest) -> Result<()> {
+        self.record("delete");
         self.volumes
             .lock()
             .unwrap()
@@ -95,6 +123,7 @@ impl Delete for Memory {
 #[async_trait]
 impl Stage for Memory {
     async fn stage(&self, req: StageRequest) -> Result<Staged> {
+        self.record("stage");
         if req.handle == "slow" {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
@@ -117,6 +146,7 @@ impl Stage for Memory {
 #[async_trait]
 impl Unstage for Memory {
     async fn unstage(&self, _req: UnstageRequest) -> Result<()> {
+        self.record("unstage");
         self.unstages.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
@@ -134,37 +164,73 @@ pub struct Harness {
     server: Option<tokio::task::JoinHandle<std::result::Result<(), pav_csi::Error>>>,
 }
 
+/// How a [`Harness`] driver is configured.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Validate, Create and Delete (else Stage and Unstage only).
+    pub controller_ops: bool,
+    /// Stage per client pod in NodePublishVolume.
+    pub stage_on_publish: bool,
+    /// Report node topology (and so advertise accessibility constraints).
+    pub topology: bool,
+    /// Serve Block volumes as well as Filesystem ones.
+    pub block: bool,
+    /// The access modes served (default: all).
+    pub access_modes: Option<Vec<AccessMode>>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            controller_ops: true,
+            stage_on_publish: false,
+            topology: true,
+            block: true,
+            access_modes: None,
+        }
+    }
+}
+
 impl Harness {
-    /// Serves controller and node on one socket.
+    /// Serves controller and node on one socket, with every touch point,
+    /// both volume modes and node topology; the kubelet directory is the
+    /// harness's temporary directory.
     pub async fn start() -> Self {
+        Self::start_with(Options::default()).await
+    }
+
+    /// Serves controller and node on one socket as `options` say.
+    pub async fn start_with(options: Options) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("csi.sock");
-        let memory = Memory {
-            root: dir.path().to_owned(),
-            volumes: Mutex::default(),
-            creates: AtomicUsize::new(0),
-            unstages: AtomicUsize::new(0),
-        };
-        let provisioner = Provisioner::new(memory)
-            .with_validate()
-            .with_create()
-            .with_delete()
-            .with_stage()
-            .with_unstage()
-            .volume_modes([VolumeMode::Filesystem, VolumeMode::Block]);
+        let mut provisioner = Provisioner::new(Memory::new(dir.path().to_owned()));
+        if options.controller_ops {
+            provisioner = provisioner.with_validate().with_create().with_delete();
+        }
+        provisioner = provisioner.with_stage().with_unstage();
+        if options.stage_on_publish {
+            provisioner = provisioner.stage_on_publish();
+        }
+        if options.block {
+            provisioner = provisioner.volume_modes([VolumeMode::Filesystem, VolumeMode::Block]);
+        }
+        if let Some(modes) = options.access_modes {
+            provisioner = provisioner.access_modes(modes);
+        }
         let inner = provisioner.inner().clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(
-            pav_csi::Driver::builder("test.pav.example.com")
-                .version("9.9.9")
-                .provisioner(provisioner)
-                .serve_controller(&socket)
-                .serve_node(&socket, "node-a")
-                .node_topology([("zone".to_owned(), "a".to_owned())].into())
-                .run_until(async {
-                    let _ = stopped.await;
-                }),
-        );
+        let mut driver = pav_csi::Driver::builder("test.pav.example.com")
+            .version("9.9.9")
+            .provisioner(provisioner)
+            .serve_controller(&socket)
+            .serve_node(&socket, "node-a")
+            .kubelet_dir(dir.path());
+        if options.topology {
+            driver = driver.node_topology([("zone".to_owned(), "a".to_owned())].into());
+        }
+        let server = tokio::spawn(driver.run_until(async {
+            let _ = stopped.await;
+        }));
         wait_for(&socket).await;
         let channel = pav_csi::client::connect(&socket).await.unwrap();
         Harness {
@@ -189,6 +255,40 @@ impl Harness {
     /// A path under the test directory.
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
+    }
+}
+
+impl Drop for Harness {
+    /// Detaches whatever is still mounted in the temporary directory before
+    /// it is removed (also when a test panics): removing it would otherwise
+    /// recurse into a bind mount, and a regression that bound a host
+    /// directory there must not cost that directory.
+    fn drop(&mut self) {
+        unmount_below(self.dir.path());
+    }
+}
+
+/// Lazily unmounts every mount point at or below `dir`, deepest first.
+pub fn unmount_below(dir: &Path) {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
+    for _ in 0..16 {
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mut points: Vec<PathBuf> = table
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .map(|p| PathBuf::from(p.replace("\\040", " ")))
+            .filter(|p| p.starts_with(&dir))
+            .collect();
+        if points.is_empty() {
+            return;
+        }
+        points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+        for point in points {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&point)
+                .status();
+        }
     }
 }
 

@@ -1,0 +1,157 @@
+//! Where the node service may mount: inside kubelet's directory only.
+//!
+//! Every `staging_target_path` and `target_path` is resolved as the kernel
+//! would resolve it when pav-csi uses it (symlinks in its existing part
+//! followed) and must then lie strictly inside the kubelet directory and
+//! outside pav-csi's own state directory. The resolved path is what pav-csi
+//! mounts on, so a symlink swapped in later is not followed a second time.
+
+use std::path::{Component, Path, PathBuf};
+
+use tonic::Status;
+
+use crate::limits;
+
+/// Kubelet's root directory (`--root-dir`) when the builder names none.
+pub const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet";
+
+/// The directories a node service may and may not touch.
+#[derive(Debug, Clone)]
+pub(crate) struct Confinement {
+    /// Kubelet's root directory: every staging and target path lies in it.
+    pub(crate) kubelet_dir: PathBuf,
+    /// pav-csi's state directory: no staging or target path lies in it.
+    pub(crate) state_dir: PathBuf,
+}
+
+impl Confinement {
+    /// A required path field, resolved, or `INVALID_ARGUMENT` naming the
+    /// field when it is missing, relative, contains `..` or a NUL byte, does
+    /// not resolve, or resolves outside the kubelet directory.
+    pub(crate) fn path(&self, field: &str, value: &str) -> Result<PathBuf, Status> {
+        let value = limits::required_path(field, value)?;
+        let invalid = |why: String| Status::invalid_argument(format!("{field} {value:?} {why}"));
+        let resolved = resolve(value).map_err(invalid)?;
+        let root = canonical(&self.kubelet_dir);
+        if resolved == root || !resolved.starts_with(&root) {
+            return Err(invalid(format!(
+                "resolves to {}, outside the kubelet directory {}",
+                resolved.display(),
+                root.display()
+            )));
+        }
+        let state = canonical(&self.state_dir);
+        if resolved.starts_with(&state) || state.starts_with(&resolved) {
+            return Err(invalid(format!(
+                "overlaps the driver's state directory {}",
+                state.display()
+            )));
+        }
+        Ok(resolved)
+    }
+
+    /// `value` resolved when it lies inside the kubelet directory, else
+    /// `None` (where this driver never mounts anything).
+    pub(crate) fn lookup(&self, value: &str) -> Option<PathBuf> {
+        let resolved = resolve(value).ok()?;
+        let root = canonical(&self.kubelet_dir);
+        (resolved != root && resolved.starts_with(&root)).then_some(resolved)
+    }
+}
+
+/// `path` with symlinks resolved, or itself when it does not exist (yet).
+fn canonical(path: &Path) -> PathBuf {
+    path.canonicalize().unwrap_or_else(|_| path.to_owned())
+}
+
+/// Resolves an absolute path without `..`: its longest existing prefix is
+/// canonicalized (following symlinks, so a link pointing elsewhere resolves
+/// to where it points) and the components that do not exist yet are
+/// appended. A dangling symlink does not resolve: creating through it would
+/// create its target.
+fn resolve(value: &str) -> Result<PathBuf, String> {
+    if value.contains('\0') {
+        return Err("contains a NUL byte".into());
+    }
+    let path = Path::new(value);
+    if !path.is_absolute() {
+        return Err("is not an absolute path".into());
+    }
+    if path.components().any(|c| c == Component::ParentDir) {
+        return Err("contains `..`".into());
+    }
+    // Without `.`, repeated and trailing slashes.
+    let path: PathBuf = path.components().collect();
+    let mut existing = path.as_path();
+    let mut missing = Vec::new();
+    while std::fs::symlink_metadata(existing).is_err() {
+        let (Some(name), Some(parent)) = (existing.file_name(), existing.parent()) else {
+            return Err("does not resolve".into());
+        };
+        missing.push(name);
+        existing = parent;
+    }
+    let mut resolved = existing
+        .canonicalize()
+        .map_err(|e| format!("does not resolve ({} : {e})", existing.display()))?;
+    resolved.extend(missing.iter().rev());
+    Ok(resolved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn confinement(root: &Path) -> Confinement {
+        Confinement {
+            kubelet_dir: root.join("kubelet"),
+            state_dir: root.join("kubelet/plugins/driver"),
+        }
+    }
+
+    #[test]
+    fn paths_must_resolve_inside_the_kubelet_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let c = confinement(&root);
+        std::fs::create_dir_all(root.join("kubelet/pods/a")).unwrap();
+        std::fs::create_dir_all(root.join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink(root.join("elsewhere"), root.join("kubelet/pods/out")).unwrap();
+        std::os::unix::fs::symlink(root.join("kubelet/pods/a"), root.join("kubelet/pods/in"))
+            .unwrap();
+        std::os::unix::fs::symlink(root.join("gone"), root.join("kubelet/pods/dangling")).unwrap();
+        let ok = |p: &str| c.path("target_path", &format!("{}/{p}", root.display()));
+
+        assert_eq!(
+            ok("kubelet/pods/a/new/target").unwrap(),
+            root.join("kubelet/pods/a/new/target")
+        );
+        assert_eq!(
+            ok("kubelet/./pods//in/t/").unwrap(),
+            root.join("kubelet/pods/a/t")
+        );
+        for bad in [
+            "kubelet/pods/../../elsewhere/t",
+            "kubelet/pods/out/t",
+            "kubelet/pods/dangling",
+            "kubelet/pods/dangling/t",
+            "kubelet",
+            "elsewhere/t",
+            "kubelet/plugins/driver/staged/x",
+            "kubelet/plugins",
+        ] {
+            let err = ok(bad).unwrap_err();
+            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{bad}: {err:?}");
+            assert!(err.message().starts_with("target_path"), "{err:?}");
+        }
+        for bad in ["relative/t", "/etc", "", "/a\0b"] {
+            assert!(c.path("target_path", bad).is_err(), "{bad:?}");
+        }
+        assert!(c.lookup("some/path").is_none());
+        assert!(c.lookup("/etc").is_none());
+        assert!(
+            c.lookup(&format!("{}/kubelet/pods/a", root.display()))
+                .is_some()
+        );
+    }
+}
