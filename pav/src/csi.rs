@@ -69,6 +69,10 @@ pub struct NodeArgs {
     /// bidirectional propagation).
     #[arg(long, env = "PAV_PODS_DIR", default_value = crate::pods::HOST_POD_DIR)]
     pub pods_dir: PathBuf,
+    /// Kubelet's root directory (mounted at the same path): target paths
+    /// outside it are refused.
+    #[arg(long, env = "PAV_KUBELET_DIR", default_value = pav_csi::DEFAULT_KUBELET_DIR)]
+    pub kubelet_dir: PathBuf,
 }
 
 fn init_tracing() {
@@ -162,6 +166,7 @@ pub async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         .version(env!("CARGO_PKG_VERSION"))
         .provisioner(provisioner)
         .serve_node(&args.common.endpoint, args.node_id)
+        .kubelet_dir(args.kubelet_dir)
         .run()
         .await?;
     Ok(())

@@ -389,11 +389,17 @@ impl PodNode {
     }
 }
 
-/// Checks what a staging pod put at `/pav/volume`.
+/// Checks what a staging pod put at `/pav/volume`. A symlink is refused:
+/// it would be followed in the node plugin's mount namespace, so a pod could
+/// point it at any host path (`/etc`, another pod's volume) and have that
+/// bind-mounted into its client.
 fn check_volume(path: &Path, block: bool) -> std::result::Result<(), String> {
     use std::os::unix::fs::FileTypeExt;
-    let meta = std::fs::metadata(path)
+    let meta = std::fs::symlink_metadata(path)
         .map_err(|_| "the staging pod did not create /pav/volume".to_owned())?;
+    if meta.file_type().is_symlink() {
+        return Err("/pav/volume is a symlink: create the directory or device node itself".into());
+    }
     match (block, meta.is_dir(), meta.file_type().is_block_device()) {
         (false, true, _) | (true, _, true) => Ok(()),
         (false, false, _) => Err("/pav/volume is not a directory (volumeMode Filesystem)".into()),
@@ -637,6 +643,25 @@ mod tests {
             check_volume(&dir.path().join("volume"), true)
                 .unwrap_err()
                 .contains("block device")
+        );
+    }
+
+    #[test]
+    fn staged_volume_symlinks_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let volume = dir.path().join("volume");
+        std::os::unix::fs::symlink("/etc", &volume).unwrap();
+        assert!(
+            check_volume(&volume, false)
+                .unwrap_err()
+                .contains("symlink")
+        );
+        std::fs::remove_file(&volume).unwrap();
+        std::fs::create_dir(dir.path().join("real")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("real"), &volume).unwrap();
+        assert!(
+            check_volume(&volume, false).is_err(),
+            "even inside the pod dir"
         );
     }
 

@@ -351,6 +351,8 @@ impl<'a> Builder<'a> {
                                 "args": [
                                     "csi-node", "--provisioner", self.name,
                                     "--endpoint", CSI_SOCKET, "--node-id", "$(NODE_NAME)",
+                                    // Publishing only inside it.
+                                    "--kubelet-dir", kubelet,
                                 ],
                                 "env": self.pav_env(),
                                 // Bind mounts into kubelet's directories and
@@ -534,7 +536,9 @@ mod tests {
                 "--endpoint",
                 "/csi/csi.sock",
                 "--node-id",
-                "$(NODE_NAME)"
+                "$(NODE_NAME)",
+                "--kubelet-dir",
+                "/var/lib/k0s/kubelet"
             ]
         );
         let node_env = pav
