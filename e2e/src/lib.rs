@@ -548,16 +548,26 @@ pub async fn wait_provisioner_ready(
         }
     })
     .await?;
+    wait_driver_registered(client, name, timeout.saturating_sub(start.elapsed())).await
+}
+
+/// Waits until every node's kubelet lists CSI driver `driver` in its
+/// CSINode (its node-driver-registrar has registered the node plugin).
+pub async fn wait_driver_registered(
+    client: &Client,
+    driver: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let csinodes: Api<k8s_openapi::api::storage::v1::CSINode> = Api::all(client.clone());
     wait_until(
-        &format!("CSI driver {name} registered on every node"),
-        timeout.saturating_sub(start.elapsed()),
+        &format!("CSI driver {driver} registered on every node"),
+        timeout,
         || async {
             let nodes = csinodes.list(&ListParams::default()).await?.items;
             let registered = !nodes.is_empty()
                 && nodes
                     .iter()
-                    .all(|n| n.spec.drivers.iter().any(|d| d.name == name));
+                    .all(|n| n.spec.drivers.iter().any(|d| d.name == driver));
             Ok(registered.then_some(()))
         },
     )

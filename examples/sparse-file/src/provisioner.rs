@@ -87,14 +87,50 @@ async fn loop_devices(image: &Path) -> Result<Vec<String>> {
         .collect())
 }
 
-/// True when something is mounted on `path`.
-async fn is_mounted(path: &Path) -> bool {
-    Command::new("mountpoint")
+/// Whether something is mounted on `path`. A `mountpoint` that cannot run
+/// is an error, never "not mounted", which would stack a second mount.
+async fn is_mounted(path: &Path) -> Result<bool> {
+    if !path.exists() {
+        return Ok(false);
+    }
+    let status = Command::new("mountpoint")
         .arg("-q")
         .arg(path)
         .status()
         .await
-        .is_ok_and(|s| s.success())
+        .map_err(|e| Error::Internal(format!("running mountpoint: {e}")))?;
+    match status.code() {
+        Some(0) => Ok(true),
+        Some(32) => Ok(false), // util-linux: "not a mountpoint"
+        _ => Err(Error::Internal(format!(
+            "mountpoint -q {}: {status}",
+            path.display()
+        ))),
+    }
+}
+
+/// The filesystem on `device`, `None` when it holds none. A `blkid` that
+/// cannot run or fails otherwise is an error, never "no filesystem", which
+/// would reformat the volume and lose its data.
+async fn filesystem_on(device: &str) -> Result<Option<String>> {
+    let args = ["-p", "-o", "value", "-s", "TYPE", device];
+    let output = Command::new("blkid")
+        .args(args)
+        .output()
+        .await
+        .map_err(|e| Error::Internal(format!("running blkid: {e}")))?;
+    match output.status.code() {
+        Some(0) => Ok(Some(
+            String::from_utf8_lossy(&output.stdout).trim().to_owned(),
+        )),
+        Some(2) => Ok(None), // blkid -p: nothing recognised
+        _ => Err(Error::Internal(format!(
+            "blkid {}: {}: {}",
+            args.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))),
+    }
 }
 
 /// Checks a filesystem type and returns the one to use.
@@ -178,15 +214,11 @@ impl Stage for SparseFiles {
         if req.volume_mode == VolumeMode::Block {
             return Ok(Staged::at(device));
         }
-        if is_mounted(&req.target_path).await {
+        if is_mounted(&req.target_path).await? {
             return Ok(Staged::at(req.target_path));
         }
         let fs = fs_type(req.mount.fs_type.as_deref())?;
-        // blkid exits 2 when the device holds no recognisable filesystem.
-        let existing = run("blkid", &["-p", "-o", "value", "-s", "TYPE", &device])
-            .await
-            .unwrap_or_default();
-        if existing.is_empty() {
+        if filesystem_on(&device).await?.is_none() {
             run(&format!("mkfs.{fs}"), &["-q", "-F", &device]).await?;
         }
         std::fs::create_dir_all(&req.target_path)?;
@@ -208,7 +240,7 @@ impl Stage for SparseFiles {
 #[async_trait]
 impl Unstage for SparseFiles {
     async fn unstage(&self, req: UnstageRequest) -> Result<()> {
-        if is_mounted(&req.target_path).await {
+        if is_mounted(&req.target_path).await? {
             run("umount", &[&req.target_path.to_string_lossy()]).await?;
         }
         let Ok(image) = self.existing_image(&req.handle) else {
