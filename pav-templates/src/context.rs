@@ -13,6 +13,10 @@
 //!
 //! Every context also has the function `get_pvc(name, namespace)`, answered
 //! by the [`PvcLookup`] given with [`with_pvc_lookup`](CreationContext::with_pvc_lookup).
+//! It reads only claims in the namespace of the context's own claim (`pvc`)
+//! and in the namespaces the provisioner lists in `spec.getPvcNamespaces`
+//! (`"*"`: any); the static validation context has no claim, so there only
+//! listed namespaces may be read. A refused read never reaches the lookup.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,7 +24,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use minijinja::value::Value;
-use minijinja::{Error as JinjaError, ErrorKind};
+use minijinja::{Error as JinjaError, ErrorKind, State};
 use serde::Serialize;
 
 use crate::error::{Error, Location, Result};
@@ -85,18 +89,27 @@ impl PvcLookup for PvcMap {
     }
 }
 
+/// Name of the environment global holding `spec.getPvcNamespaces` (a list
+/// of strings). Not an identifier, so no template can assign or shadow it;
+/// [`crate::CompiledProvisioner`] sets it, and without it `get_pvc` reads
+/// only the claim's own namespace.
+pub(crate) const GET_PVC_NAMESPACES_GLOBAL: &str = "pav:getPvcNamespaces";
+
 /// Variables shared by every context type.
 #[derive(Clone)]
 struct Vars {
     entries: Vec<(&'static str, Value)>,
     lookup: Option<Arc<dyn PvcLookup>>,
+    /// Namespace of the claim the context is built from (`pvc`), if any.
+    claim_namespace: Option<Arc<str>>,
 }
 
 impl Vars {
-    fn new() -> Self {
+    fn new(claim: Option<&PersistentVolumeClaim>) -> Self {
         Vars {
             entries: Vec::with_capacity(10),
             lookup: None,
+            claim_namespace: claim.and_then(|pvc| pvc.metadata.namespace.as_deref().map(Arc::from)),
         }
     }
 
@@ -106,9 +119,15 @@ impl Vars {
 
     fn to_value(&self) -> Value {
         let lookup = self.lookup.clone();
-        let get_pvc = Value::from_function(move |name: &str, namespace: &str| {
-            get_pvc(lookup.as_deref(), name, namespace)
-        });
+        let claim_namespace = self.claim_namespace.clone();
+        let get_pvc = Value::from_function(
+            move |state: &State<'_, '_>, name: Value, namespace: Value| {
+                let name = string_argument("name", &name)?;
+                let namespace = string_argument("namespace", &namespace)?;
+                check_namespace(state, claim_namespace.as_deref(), name, namespace)?;
+                get_pvc(lookup.as_deref(), name, namespace)
+            },
+        );
         Value::from_pairs(
             self.entries
                 .iter()
@@ -116,6 +135,52 @@ impl Vars {
                 .chain(std::iter::once(("get_pvc", get_pvc))),
         )
     }
+}
+
+fn string_argument<'v>(what: &str, value: &'v Value) -> std::result::Result<&'v str, JinjaError> {
+    value.as_str().ok_or_else(|| {
+        JinjaError::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "get_pvc(name, namespace): {what} must be a string, not {}",
+                crate::engine::kind_name(value.kind())
+            ),
+        )
+    })
+}
+
+/// Refuses a `get_pvc` read outside the claim's namespace unless
+/// `spec.getPvcNamespaces` lists the namespace (or `"*"`).
+fn check_namespace(
+    state: &State<'_, '_>,
+    claim_namespace: Option<&str>,
+    name: &str,
+    namespace: &str,
+) -> std::result::Result<(), JinjaError> {
+    if claim_namespace == Some(namespace) {
+        return Ok(());
+    }
+    let listed = state
+        .lookup(GET_PVC_NAMESPACES_GLOBAL)
+        .and_then(|list| list.try_iter().ok())
+        .into_iter()
+        .flatten()
+        .any(|item| matches!(item.as_str(), Some(listed) if listed == "*" || listed == namespace));
+    if listed {
+        return Ok(());
+    }
+    let why = match claim_namespace {
+        Some(own) => format!(
+            "namespace {namespace:?} is not the claim's namespace {own:?} and is not listed in spec.getPvcNamespaces"
+        ),
+        None => format!(
+            "this phase has no claim, and namespace {namespace:?} is not listed in spec.getPvcNamespaces"
+        ),
+    };
+    Err(JinjaError::new(
+        ErrorKind::InvalidOperation,
+        format!("get_pvc(): may not read PersistentVolumeClaim {namespace}/{name}: {why}"),
+    ))
 }
 
 fn get_pvc(
@@ -323,7 +388,7 @@ impl ValidationContext {
     /// quantity that is not one.
     pub fn dynamic(pvc: &PersistentVolumeClaim, sc: &StorageClass) -> Result<Self> {
         let requested = Requested::from_pvc(pvc)?;
-        let mut vars = Vars::new();
+        let mut vars = Vars::new(Some(pvc));
         requested.set_into(&mut vars);
         vars.set("params", string_map(sc.parameters.as_ref()));
         vars.set("sc", object_value(sc));
@@ -336,7 +401,7 @@ impl ValidationContext {
         let capacity = pv_capacity(pv)?;
         let csi = pv_csi(pv)?;
         let spec = pv.spec.as_ref();
-        let mut vars = Vars::new();
+        let mut vars = Vars::new(None);
         Requested {
             volume_mode: spec
                 .and_then(|s| s.volume_mode.clone())
@@ -421,7 +486,7 @@ impl StagingContext {
     ) -> Result<Self> {
         let capacity = pv_capacity(pv)?;
         let csi = pv_csi(pv)?;
-        let mut vars = Vars::new();
+        let mut vars = Vars::new(Some(pvc));
         let volume_mode = pv
             .spec
             .as_ref()

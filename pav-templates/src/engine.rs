@@ -132,7 +132,8 @@ fn python_float(float: f64) -> String {
     }
 }
 
-fn kind_name(kind: ValueKind) -> &'static str {
+/// How a kind of value is named in messages ("a list", "none").
+pub(crate) fn kind_name(kind: ValueKind) -> &'static str {
     match kind {
         ValueKind::Undefined => "undefined",
         ValueKind::None => "none",

@@ -57,6 +57,7 @@ pub mod phase;
 mod provisioner;
 pub mod quantity;
 pub mod samples;
+pub mod yaml;
 
 pub use context::{CreationContext, PvcLookup, PvcMap, StagingContext, ValidationContext};
 pub use error::{Error, Location, Result};

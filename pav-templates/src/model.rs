@@ -54,6 +54,16 @@ pub struct PavProvisionerSpec {
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub provisioning_modes: Vec<ProvisioningMode>,
 
+    /// Namespaces, besides that of the claim the templates are evaluated
+    /// for, in which `get_pvc(name, namespace)` may read claims; `"*"`
+    /// allows every namespace. Not a template. Without it, templates may
+    /// read only claims in the namespace of the claim being provisioned (and
+    /// none in a phase that has no claim: static validation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    #[schemars(inner(pattern(r"^(\*|[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$")))]
+    pub get_pvc_namespaces: Option<Vec<String>>,
+
     /// What volumes may be requested: `volumeModes`, `accessModes`,
     /// `minCapacity`, `maxCapacity` and an optional validation `podTemplate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -8,13 +8,16 @@ use minijinja::{Environment, ErrorKind};
 use serde::Deserialize as _;
 use serde_json::{Map, Value as Json};
 
-use crate::context::{CreationContext, StagingContext, ValidationContext};
+use crate::context::{
+    CreationContext, GET_PVC_NAMESPACES_GLOBAL, StagingContext, ValidationContext,
+};
 use crate::duration::parse_timeout;
 use crate::engine::{self, MAX_OUTPUT_BYTES};
 use crate::error::{Error, Location, Result};
 use crate::model::{AccessMode, PavProvisioner, ProvisioningMode, VolumeMode};
 use crate::phase::{CreationPhase, OptionalPodPhase, Phase, StagingPhase, ValidationPhase};
 use crate::quantity::{Rounding, parse_bytes};
+use crate::yaml::yaml_to_json;
 
 /// A spec subtree with its templates compiled.
 #[derive(Debug)]
@@ -63,6 +66,7 @@ enum Node {
 pub struct CompiledProvisioner {
     name: String,
     provisioning_modes: Vec<ProvisioningMode>,
+    get_pvc_namespaces: Vec<String>,
     env: Environment<'static>,
     phases: [Option<Node>; 5],
     /// Per phase: the pod template's fields were all checked at compile
@@ -115,8 +119,11 @@ impl CompiledProvisioner {
             return Err(Problems(checker.problems));
         };
         let modes = checker.check_modes(spec_map.get("provisioningModes"));
+        let get_pvc_namespaces = checker.check_get_pvc_namespaces(spec_map.get("getPvcNamespaces"));
         for key in spec_map.keys() {
-            if key != "provisioningModes" && !Phase::ALL.iter().any(|p| p.field() == key) {
+            if !["provisioningModes", "getPvcNamespaces"].contains(&key.as_str())
+                && !Phase::ALL.iter().any(|p| p.field() == key)
+            {
                 checker.problem_schema(&format!("spec.{key}"), "unknown field");
             }
         }
@@ -172,10 +179,21 @@ impl CompiledProvisioner {
         if !checker.problems.is_empty() {
             return Err(Problems(checker.problems));
         }
+        let mut env = checker.env;
+        env.add_global(
+            GET_PVC_NAMESPACES_GLOBAL,
+            Value::from(
+                get_pvc_namespaces
+                    .iter()
+                    .map(|ns| Value::from(ns.as_str()))
+                    .collect::<Vec<_>>(),
+            ),
+        );
         Ok(CompiledProvisioner {
             name,
             provisioning_modes: modes.unwrap_or_default(),
-            env: checker.env,
+            get_pvc_namespaces,
+            env,
             phases,
             pod_shape_checked,
         })
@@ -204,6 +222,12 @@ impl CompiledProvisioner {
     /// `spec.provisioningModes`.
     pub fn provisioning_modes(&self) -> &[ProvisioningMode] {
         &self.provisioning_modes
+    }
+
+    /// `spec.getPvcNamespaces`: namespaces besides the claim's own in which
+    /// `get_pvc` may read claims (`"*"`: any); empty when not given.
+    pub fn get_pvc_namespaces(&self) -> &[String] {
+        &self.get_pvc_namespaces
     }
 
     /// Whether the spec has the given phase at all.
@@ -393,18 +417,31 @@ impl CompiledProvisioner {
             .env
             .get_template(path)
             .map_err(|err| self.render_error(path, &err))?;
+        // Output goes to a buffer that refuses to grow past the limit, so a
+        // runaway loop stops at 1 MiB instead of when memory runs out.
+        let mut output = BoundedOutput::default();
+        let captured = template
+            .render_captured_to(context, &mut output)
+            .map_err(|err| {
+                if output.overflowed {
+                    Error::Render {
+                        at: self.location(path, err.line()),
+                        message: format!(
+                            "output is more than the limit of {MAX_OUTPUT_BYTES} bytes"
+                        ),
+                    }
+                } else {
+                    self.render_error(path, &err)
+                }
+            })?;
+        // Written from `&str` pieces only, so always UTF-8.
+        let output = String::from_utf8(output.bytes).map_err(|err| Error::Render {
+            at: self.location(path, None),
+            message: format!("output is not UTF-8: {err}"),
+        })?;
         if !may_set_yaml {
-            let output = template
-                .render(context)
-                .map_err(|err| self.render_error(path, &err))?;
-            self.check_output_size(path, &output)?;
             return Ok(Json::String(output));
         }
-        let captured = template
-            .render_captured(context)
-            .map_err(|err| self.render_error(path, &err))?;
-        let output = captured.output();
-        self.check_output_size(path, output)?;
         let yaml = match captured.state().lookup("yaml") {
             None => false,
             Some(value) => match value.kind() {
@@ -419,25 +456,12 @@ impl CompiledProvisioner {
             },
         };
         if !yaml {
-            return Ok(Json::String(output.to_owned()));
+            return Ok(Json::String(output));
         }
-        yaml_to_json(output).map_err(|message| Error::Yaml {
+        yaml_to_json(&output).map_err(|message| Error::Yaml {
             at: self.location(path, None),
             message,
         })
-    }
-
-    fn check_output_size(&self, path: &str, output: &str) -> Result<()> {
-        if output.len() > MAX_OUTPUT_BYTES {
-            return Err(Error::Render {
-                at: self.location(path, None),
-                message: format!(
-                    "output is {} bytes, more than the limit of {MAX_OUTPUT_BYTES}",
-                    output.len()
-                ),
-            });
-        }
-        Ok(())
     }
 
     fn render_error(&self, path: &str, err: &minijinja::Error) -> Error {
@@ -445,6 +469,28 @@ impl CompiledProvisioner {
             at: self.location(path, err.line()),
             message: jinja_message(err),
         }
+    }
+}
+
+/// A template's output, refused past [`MAX_OUTPUT_BYTES`].
+#[derive(Default)]
+struct BoundedOutput {
+    bytes: Vec<u8>,
+    overflowed: bool,
+}
+
+impl std::io::Write for BoundedOutput {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + data.len() > MAX_OUTPUT_BYTES {
+            self.overflowed = true;
+            return Err(std::io::Error::other("output limit reached"));
+        }
+        self.bytes.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -732,6 +778,45 @@ impl Checker {
             }
         }
         Some(modes)
+    }
+
+    /// `spec.getPvcNamespaces`: absent, or a list of distinct namespace
+    /// names (DNS labels) and `"*"`. Not a template: it bounds what
+    /// templates may read.
+    fn check_get_pvc_namespaces(&mut self, value: Option<&Json>) -> Vec<String> {
+        const PATH: &str = "spec.getPvcNamespaces";
+        let items = match value {
+            None | Some(Json::Null) => return Vec::new(),
+            Some(Json::Array(items)) => items,
+            Some(other) => {
+                self.problem_schema(
+                    PATH,
+                    &format!(
+                        "must be a list of namespace names or \"*\" (it is not a template), not {}",
+                        describe_json(other)
+                    ),
+                );
+                return Vec::new();
+            }
+        };
+        let mut namespaces: Vec<String> = Vec::new();
+        for (index, item) in items.iter().enumerate() {
+            let item_path = format!("{PATH}[{index}]");
+            match item.as_str() {
+                Some(ns) if namespaces.iter().any(|seen| seen == ns) => {
+                    self.problem_schema(&item_path, "is listed twice");
+                }
+                Some(ns) if ns == "*" || is_dns_label(ns) => namespaces.push(ns.to_owned()),
+                _ => self.problem_schema(
+                    &item_path,
+                    &format!(
+                        "{} is not a namespace name (a DNS label) or \"*\"",
+                        describe_json(item)
+                    ),
+                ),
+            }
+        }
+        namespaces
     }
 
     fn check_phase(&mut self, phase: Phase, path: &str, value: &Json) -> Node {
@@ -1062,13 +1147,6 @@ fn jinja_message(err: &minijinja::Error) -> String {
         source = inner.source();
     }
     message
-}
-
-/// Parses YAML (1.2, with anchors and `<<` merges) into JSON values.
-pub(crate) fn yaml_to_json(text: &str) -> std::result::Result<Json, String> {
-    let mut value: serde_yaml::Value = serde_yaml::from_str(text).map_err(|err| err.to_string())?;
-    value.apply_merge().map_err(|err| err.to_string())?;
-    serde_json::to_value(&value).map_err(|err| err.to_string())
 }
 
 #[cfg(test)]

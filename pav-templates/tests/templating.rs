@@ -337,36 +337,155 @@ fn tojson_output_has_no_newlines_and_mixes_with_yaml() {
     assert!(!out.contains('\n'));
 }
 
+/// A Dynamic provisioner whose `volumeCreation.handle` is `template` and
+/// whose `spec.getPvcNamespaces` is `namespaces`.
+fn with_handle_reading(template: &str, namespaces: Json) -> CompiledProvisioner {
+    from_spec(json!({
+        "provisioningModes": ["Dynamic"],
+        "getPvcNamespaces": namespaces,
+        "volumeCreation": {"handle": template, "capacity": "1Gi"},
+        "volumeStaging": {"podTemplate": {}},
+    }))
+}
+
+fn claim(namespace: &str, name: &str) -> PersistentVolumeClaim {
+    let mut pvc = PersistentVolumeClaim::default();
+    pvc.metadata.name = Some(name.into());
+    pvc.metadata.namespace = Some(namespace.into());
+    pvc.metadata.annotations = Some([("size".to_owned(), format!("{namespace}-size"))].into());
+    pvc
+}
+
 #[test]
 fn get_pvc_reads_through_the_lookup() {
-    let mut other = PersistentVolumeClaim::default();
-    other.metadata.name = Some("data".into());
-    other.metadata.namespace = Some("team".into());
-    other.metadata.annotations = Some([("size".to_owned(), "5Gi".to_owned())].into());
-    let provisioner = with_handle(
+    let provisioner = with_handle_reading(
         "{{ get_pvc('data', 'team').metadata.annotations.size }}-{{ get_pvc('data', 'team').kind }}",
+        json!(["team"]),
     );
-    let context = samples::creation_context().with_pvc_lookup(Arc::new(PvcMap::from_iter([other])));
+    let context = samples::creation_context()
+        .with_pvc_lookup(Arc::new(PvcMap::from_iter([claim("team", "data")])));
     let creation = provisioner.render_creation(&context).unwrap();
     assert_eq!(
         creation.handle.as_deref(),
-        Some("5Gi-PersistentVolumeClaim")
+        Some("team-size-PersistentVolumeClaim")
     );
 
-    let missing = with_handle("{{ get_pvc('nope', 'team').kind }}")
+    let missing = with_handle_reading("{{ get_pvc('nope', 'team').kind }}", json!(["team"]))
         .render_creation(&context)
         .unwrap_err();
     assert_eq!(
         missing.to_string(),
         "provisioner \"test-prov\", field spec.volumeCreation.handle, line 1: get_pvc(): PersistentVolumeClaim team/nope does not exist"
     );
-    let no_lookup = render_handle("{{ get_pvc('data', 'team').kind }}").unwrap_err();
-    assert!(
-        no_lookup
-            .to_string()
-            .ends_with("get_pvc() has no claim lookup in this evaluation"),
-        "{no_lookup}"
+    let no_lookup = render_handle("{{ get_pvc('data', 'default').kind }}").unwrap_err();
+    assert_eq!(
+        no_lookup.to_string(),
+        "provisioner \"test-prov\", field spec.volumeCreation.handle, line 1: get_pvc() has no claim lookup in this evaluation"
     );
+}
+
+/// Without `spec.getPvcNamespaces` only the claim's own namespace may be
+/// read; listed namespaces and `"*"` widen that, in every phase.
+#[test]
+fn get_pvc_reads_the_claims_namespace_and_listed_ones() {
+    let lookup = Arc::new(PvcMap::from_iter([
+        claim("default", "data"),
+        claim("team", "data"),
+        claim("other", "data"),
+    ]));
+    let read = |namespaces: Json, namespace: &str| {
+        let template =
+            format!("{{{{ get_pvc('data', '{namespace}').metadata.annotations.size }}}}");
+        with_handle_reading(&template, namespaces)
+            .render_creation(&samples::creation_context().with_pvc_lookup(lookup.clone()))
+            .map(|c| c.handle.unwrap())
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(read(Json::Null, "default").unwrap(), "default-size");
+    assert_eq!(read(json!([]), "default").unwrap(), "default-size");
+    assert_eq!(read(json!(["team"]), "team").unwrap(), "team-size");
+    assert_eq!(read(json!(["team", "*"]), "other").unwrap(), "other-size");
+    for (namespaces, namespace) in [
+        (Json::Null, "team"),
+        (json!([]), "team"),
+        (json!(["team"]), "other"),
+    ] {
+        assert_eq!(
+            read(namespaces.clone(), namespace).unwrap_err(),
+            format!(
+                "provisioner \"test-prov\", field spec.volumeCreation.handle, line 1: get_pvc(): may not read PersistentVolumeClaim {namespace}/data: namespace \"{namespace}\" is not the claim's namespace \"default\" and is not listed in spec.getPvcNamespaces"
+            ),
+            "{namespaces} {namespace}"
+        );
+    }
+
+    // Staging reads relative to the claim through which the volume is used.
+    let staging = |namespaces: Json| {
+        from_spec(json!({
+            "provisioningModes": ["Static"],
+            "getPvcNamespaces": namespaces,
+            "volumeStaging": {"podTemplate": {"metadata": {"annotations": {
+                "own": "{{ get_pvc('data', pvc.metadata.namespace).metadata.annotations.size }}",
+                "team": "{{ get_pvc('data', 'team').metadata.annotations.size }}",
+            }}}},
+        }))
+        .render_staging(&samples::staging_context().with_pvc_lookup(lookup.clone()))
+        .map(|s| s.pod_template.metadata.unwrap().annotations.unwrap())
+        .map_err(|e| e.to_string())
+    };
+    let annotations = staging(json!(["team"])).unwrap();
+    assert_eq!(annotations["own"], "default-size");
+    assert_eq!(annotations["team"], "team-size");
+    assert_eq!(
+        staging(Json::Null).unwrap_err(),
+        "provisioner \"test-prov\", field spec.volumeStaging.podTemplate.metadata.annotations.team, line 1: get_pvc(): may not read PersistentVolumeClaim team/data: namespace \"team\" is not the claim's namespace \"default\" and is not listed in spec.getPvcNamespaces"
+    );
+
+    // Static validation has no claim: only listed namespaces.
+    let static_validation = |namespaces: Json| {
+        from_spec(json!({
+            "provisioningModes": ["Static"],
+            "getPvcNamespaces": namespaces,
+            "volumeValidation": {"minCapacity": "{{ get_pvc('data', 'default').metadata.annotations.size | length }}"},
+            "volumeStaging": {"podTemplate": {}},
+        }))
+        .render_validation(
+            &ValidationContext::static_pv(&samples::pv())
+                .unwrap()
+                .with_pvc_lookup(lookup.clone()),
+        )
+        .map(|v| v.min_capacity)
+        .map_err(|e| e.to_string())
+    };
+    assert_eq!(static_validation(json!(["default"])).unwrap(), 12);
+    assert_eq!(static_validation(json!(["*"])).unwrap(), 12);
+    assert_eq!(
+        static_validation(Json::Null).unwrap_err(),
+        "provisioner \"test-prov\", field spec.volumeValidation.minCapacity, line 1: get_pvc(): may not read PersistentVolumeClaim default/data: this phase has no claim, and namespace \"default\" is not listed in spec.getPvcNamespaces"
+    );
+}
+
+/// A template cannot widen what `get_pvc` may read: the policy lives in a
+/// global whose name is not an identifier, and the claim's namespace is
+/// fixed when the context is built, not read from `pvc` at call time.
+#[test]
+fn templates_cannot_widen_get_pvc() {
+    let lookup = Arc::new(PvcMap::from_iter([claim("team", "data")]));
+    for template in [
+        "{% set getPvcNamespaces = ['*'] %}{{ get_pvc('data', 'team').kind }}",
+        "{% set pvc = {'metadata': {'namespace': 'team'}} %}{{ get_pvc('data', 'team').kind }}",
+        "{% with pvc = {'metadata': {'namespace': 'team'}} %}{{ get_pvc('data', 'team').kind }}{% endwith %}",
+    ] {
+        let err = with_handle_reading(template, Json::Null)
+            .render_creation(&samples::creation_context().with_pvc_lookup(lookup.clone()))
+            .unwrap_err();
+        assert!(
+            err.to_string().ends_with(
+                "get_pvc(): may not read PersistentVolumeClaim team/data: namespace \"team\" is not the claim's namespace \"default\" and is not listed in spec.getPvcNamespaces"
+            ),
+            "{template}: {err}"
+        );
+    }
 }
 
 #[test]
