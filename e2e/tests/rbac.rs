@@ -1,0 +1,430 @@
+//! Issue 7: what pav's service accounts may do, as the API server itself
+//! answers it, compared with the checked-in `e2e/expected/rbac.txt`.
+//!
+//! For pav's controller and for the CSI controller and node plugin of a
+//! PavProvisioner (their service accounts found from the Deployments and
+//! the DaemonSet), the test impersonates the account and asks for a
+//! SelfSubjectRulesReview in the pav namespace and in `default`. What an
+//! unprivileged service account of the pav namespace gets (discovery,
+//! self reviews, ...) is computed the same way and subtracted, so the list
+//! is exactly what pav's roles grant. A rule seen in both namespaces is
+//! cluster-wide (`*`), one seen only in `pav` comes from a Role there.
+//!
+//! `PAV_UPDATE_RBAC=1` rewrites the expectation, keeping the comment above
+//! each line. Independently of the file, no account may read Secrets
+//! (SelfSubjectAccessReview, so every authorizer is asked) and no rule may
+//! use a wildcard.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    SelfSubjectRulesReview, SelfSubjectRulesReviewSpec,
+};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use pav_e2e::*;
+
+const NAME: &str = "e2e-rbac";
+/// The namespace next to pav's own that is reviewed: rules granted there
+/// and in `pav` are cluster-wide.
+const OTHER_NAMESPACE: &str = "default";
+/// A service account name no binding mentions: what it may do, every
+/// service account of the pav namespace may do.
+const BASELINE_ACCOUNT: &str = "e2e-rbac-unprivileged";
+const EXPECTED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/expected/rbac.txt");
+
+fn provisioner() -> String {
+    let path = format!(
+        "{}/../examples/hello-world/provisioner.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .replace("name: hello-world", &format!("name: {NAME}"))
+}
+
+/// A client acting as service account `namespace/name`, with the groups
+/// the API server gives every service account token.
+async fn impersonating(namespace: &str, name: &str) -> Client {
+    let mut config = kube::Config::infer().await.expect("kubeconfig");
+    config.auth_info.impersonate = Some(format!("system:serviceaccount:{namespace}:{name}"));
+    config.auth_info.impersonate_groups = Some(vec![
+        "system:serviceaccounts".to_owned(),
+        format!("system:serviceaccounts:{namespace}"),
+        "system:authenticated".to_owned(),
+    ]);
+    Client::try_from(config).expect("impersonating client")
+}
+
+/// One permission: API group (`core` for the core group, `nonResourceURL`
+/// for URLs), resource (with `/subresource`, or the URL), resource names
+/// (`[a,b]`, empty for all) and one verb.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Grant {
+    group: String,
+    resource: String,
+    names: String,
+    verb: String,
+}
+
+/// Everything the impersonated account may do in `namespace`, one verb at a
+/// time, and whether the API server said the list is incomplete.
+async fn rules(client: &Client, namespace: &str) -> (BTreeSet<Grant>, bool) {
+    let api: Api<SelfSubjectRulesReview> = Api::all(client.clone());
+    let review = SelfSubjectRulesReview {
+        spec: SelfSubjectRulesReviewSpec {
+            namespace: Some(namespace.to_owned()),
+        },
+        ..Default::default()
+    };
+    let status = api
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("SelfSubjectRulesReview")
+        .status
+        .expect("a review has a status");
+    if let Some(error) = &status.evaluation_error {
+        eprintln!("rules review in {namespace}: evaluation error: {error}");
+    }
+    let mut grants = BTreeSet::new();
+    for rule in &status.resource_rules {
+        let mut names = rule.resource_names.clone().unwrap_or_default();
+        names.sort();
+        let names = if names.is_empty() {
+            String::new()
+        } else {
+            format!("[{}]", names.join(","))
+        };
+        for group in rule.api_groups.iter().flatten() {
+            for resource in rule.resources.iter().flatten() {
+                for verb in &rule.verbs {
+                    grants.insert(Grant {
+                        group: if group.is_empty() {
+                            "core".to_owned()
+                        } else {
+                            group.clone()
+                        },
+                        resource: resource.clone(),
+                        names: names.clone(),
+                        verb: verb.clone(),
+                    });
+                }
+            }
+        }
+    }
+    for rule in &status.non_resource_rules {
+        for url in rule.non_resource_urls.iter().flatten() {
+            for verb in &rule.verbs {
+                grants.insert(Grant {
+                    group: "nonResourceURL".to_owned(),
+                    resource: url.clone(),
+                    names: String::new(),
+                    verb: verb.clone(),
+                });
+            }
+        }
+    }
+    (grants, status.incomplete)
+}
+
+/// The expectation lines of one account: `<account> <scope> <group>
+/// <resource>[names] <verbs>`, scope `*` for cluster-wide, sorted.
+fn lines(
+    account: &str,
+    pav: &BTreeSet<Grant>,
+    other: &BTreeSet<Grant>,
+) -> (Vec<String>, BTreeSet<Grant>) {
+    let mut grouped: BTreeMap<(String, String, String, String), BTreeSet<String>> = BTreeMap::new();
+    for grant in pav.union(other) {
+        let scope = match (pav.contains(grant), other.contains(grant)) {
+            (true, true) => "*".to_owned(),
+            (true, false) => PAV_NAMESPACE.to_owned(),
+            _ => OTHER_NAMESPACE.to_owned(),
+        };
+        grouped
+            .entry((
+                scope,
+                grant.group.clone(),
+                grant.resource.clone(),
+                grant.names.clone(),
+            ))
+            .or_default()
+            .insert(grant.verb.clone());
+    }
+    let lines = grouped
+        .into_iter()
+        .map(|((scope, group, resource, names), verbs)| {
+            let verbs: Vec<String> = verbs.into_iter().collect();
+            format!(
+                "{account} {scope} {group} {resource}{names} {}",
+                verbs.join(",")
+            )
+        })
+        .collect();
+    (lines, pav.union(other).cloned().collect())
+}
+
+/// The expectation file: rule lines, and the comment block above each (the
+/// key is the line without its verbs, so a comment survives a verb change).
+struct Expectation {
+    header: String,
+    rules: Vec<String>,
+    comments: BTreeMap<String, String>,
+}
+
+fn key(line: &str) -> String {
+    line.rsplit_once(' ').map_or(line, |(k, _)| k).to_owned()
+}
+
+impl Expectation {
+    fn parse(text: &str) -> Expectation {
+        let mut header = String::new();
+        let mut body = text;
+        if let Some(end) = text.find("\n\n") {
+            header = text[..end + 1].to_owned();
+            body = &text[end + 2..];
+        }
+        let mut rules = Vec::new();
+        let mut comments = BTreeMap::new();
+        let mut block = String::new();
+        for line in body.lines() {
+            if line.starts_with('#') {
+                block.push_str(line);
+                block.push('\n');
+            } else if !line.trim().is_empty() {
+                if !block.is_empty() {
+                    comments.insert(key(line), std::mem::take(&mut block));
+                }
+                rules.push(line.trim().to_owned());
+            }
+        }
+        Expectation {
+            header,
+            rules,
+            comments,
+        }
+    }
+
+    /// The file for `rules`, with the comments of lines that stay.
+    fn render(&self, rules: &[String]) -> String {
+        let mut out = format!("{}\n", self.header.trim_end());
+        for (i, line) in rules.iter().enumerate() {
+            let comment = self.comments.get(&key(line));
+            // A blank line after the header and before each comment block.
+            if i == 0 || comment.is_some() {
+                out.push('\n');
+            }
+            if let Some(comment) = comment {
+                out.push_str(comment);
+            }
+            out.push_str(line);
+            out.push('\n');
+        }
+        out
+    }
+}
+
+const HEADER: &str = "\
+# What pav's service accounts may do, as the API server reports it
+# (SelfSubjectRulesReview while impersonating each account, in namespaces
+# `pav` and `default`), minus what any service account of namespace `pav`
+# may do anyway. Checked by e2e/tests/rbac.rs; after a deliberate change run
+#   PAV_UPDATE_RBAC=1 cargo test -p pav-e2e --test rbac
+# and explain each new line in a comment above it (comments are kept).
+#
+# <account> <namespace, * = cluster-wide> <API group, core = \"\"> <resource> <verbs>
+";
+
+/// Service account of the one object of `api` matching `selector`.
+async fn account_of<K>(
+    api: &Api<K>,
+    selector: &str,
+    account: impl Fn(&K) -> Option<String>,
+) -> String
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let items = api
+        .list(&ListParams::default().labels(selector))
+        .await
+        .expect("listing pav's workloads")
+        .items;
+    assert_eq!(
+        items.len(),
+        1,
+        "expected one object labelled {selector}, found {:?}",
+        items.iter().map(|o| o.name_any()).collect::<Vec<_>>()
+    );
+    account(&items[0]).unwrap_or_else(|| "default".to_owned())
+}
+
+/// Whether the impersonated account may `verb` Secrets in `namespace`
+/// (`None`: in every namespace at once), asking every authorizer.
+async fn may_read_secrets(client: &Client, namespace: Option<&str>, verb: &str) -> bool {
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                namespace: namespace.map(str::to_owned),
+                verb: Some(verb.to_owned()),
+                resource: Some("secrets".to_owned()),
+                group: Some(String::new()),
+                version: Some("v1".to_owned()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &review)
+        .await
+        .expect("SelfSubjectAccessReview")
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
+#[tokio::test]
+async fn service_accounts_have_exactly_the_expected_permissions() {
+    let Some(client) = cluster().await else {
+        return;
+    };
+    let started = Instant::now();
+    delete_provisioner(&client, NAME, STEP).await.unwrap();
+    apply(&client, &provisioner()).await.unwrap();
+    wait_provisioner_ready(&client, NAME, STEP).await.unwrap();
+
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), PAV_NAMESPACE);
+    let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), PAV_NAMESPACE);
+    let deployment_account = |d: &Deployment| {
+        d.spec
+            .template
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone())
+    };
+    let controller = account_of(
+        &deployments,
+        "app.kubernetes.io/name=pav,app.kubernetes.io/component=controller",
+        deployment_account,
+    )
+    .await;
+    let csi_controller = account_of(
+        &deployments,
+        &format!("{LABEL_PROVISIONER}={NAME},app.kubernetes.io/component=csi-controller"),
+        deployment_account,
+    )
+    .await;
+    let csi_node = account_of(
+        &daemon_sets,
+        &format!("{LABEL_PROVISIONER}={NAME},app.kubernetes.io/component=csi-node"),
+        |d: &DaemonSet| {
+            d.spec
+                .template
+                .spec
+                .as_ref()
+                .and_then(|s| s.service_account_name.clone())
+        },
+    )
+    .await;
+    let placeholder = |account: &str| account.replace(&format!("-{NAME}-"), "-<provisioner>-");
+
+    let baseline = impersonating(PAV_NAMESPACE, BASELINE_ACCOUNT).await;
+    let (base_pav, _) = rules(&baseline, PAV_NAMESPACE).await;
+    let (base_other, _) = rules(&baseline, OTHER_NAMESPACE).await;
+    eprintln!(
+        "baseline (any service account of {PAV_NAMESPACE}): {} permissions in {PAV_NAMESPACE}, {} in {OTHER_NAMESPACE}",
+        base_pav.len(),
+        base_other.len()
+    );
+
+    let mut actual = Vec::new();
+    let mut problems = Vec::new();
+    let mut permissions = 0;
+    for account in [&controller, &csi_controller, &csi_node] {
+        let client = impersonating(PAV_NAMESPACE, account).await;
+        let (pav, incomplete_pav) = rules(&client, PAV_NAMESPACE).await;
+        let (other, incomplete_other) = rules(&client, OTHER_NAMESPACE).await;
+        // An authorizer that cannot list rules (a webhook) would make the
+        // list a lower bound; the access reviews below still ask it.
+        if incomplete_pav || incomplete_other {
+            eprintln!("{account}: the API server marks its rule list incomplete");
+        }
+        let pav: BTreeSet<Grant> = pav.difference(&base_pav).cloned().collect();
+        let other: BTreeSet<Grant> = other.difference(&base_other).cloned().collect();
+        let (account_lines, grants) = lines(&placeholder(account), &pav, &other);
+        permissions += grants.len();
+        eprintln!(
+            "{account}: {} permissions (verb x resource) in {} lines",
+            grants.len(),
+            account_lines.len()
+        );
+        for grant in &grants {
+            if grant.resource == "secrets" {
+                problems.push(format!("{account} has {} on secrets", grant.verb));
+            }
+            if grant.group == "*" || grant.resource.contains('*') || grant.verb == "*" {
+                problems.push(format!("{account} has a wildcard rule: {grant:?}"));
+            }
+        }
+        for namespace in [Some(PAV_NAMESPACE), Some(OTHER_NAMESPACE), None] {
+            for verb in ["get", "list", "watch"] {
+                if may_read_secrets(&client, namespace, verb).await {
+                    problems.push(format!(
+                        "{account} may {verb} secrets in {}",
+                        namespace.unwrap_or("every namespace")
+                    ));
+                }
+            }
+        }
+        actual.extend(account_lines);
+    }
+    actual.sort();
+    if problems.is_empty() {
+        eprintln!(
+            "no account may get, list or watch secrets (9 access reviews each), no wildcards; \
+             {permissions} permissions in {} lines",
+            actual.len()
+        );
+    }
+
+    let text = std::fs::read_to_string(EXPECTED).unwrap_or_default();
+    let mut expected = Expectation::parse(&text);
+    if expected.header.is_empty() {
+        expected.header = HEADER.to_owned();
+    }
+    if std::env::var_os("PAV_UPDATE_RBAC").is_some_and(|v| v == "1") {
+        std::fs::write(EXPECTED, expected.render(&actual)).unwrap();
+        eprintln!("rewrote {EXPECTED}");
+    } else {
+        let want: BTreeSet<&String> = expected.rules.iter().collect();
+        let have: BTreeSet<&String> = actual.iter().collect();
+        if want == have {
+            eprintln!("{} lines match {EXPECTED}", actual.len());
+        } else {
+            let mut diff = String::new();
+            for line in want.difference(&have) {
+                diff.push_str(&format!("- {line}\n"));
+            }
+            for line in have.difference(&want) {
+                diff.push_str(&format!("+ {line}\n"));
+            }
+            problems.push(format!(
+                "the service accounts' permissions differ from {EXPECTED} \
+                 (- expected only, + granted only):\n{diff}\
+                 If the change is intended: PAV_UPDATE_RBAC=1 cargo test -p pav-e2e --test rbac, \
+                 then explain the new lines in the file"
+            ));
+        }
+    }
+
+    delete_provisioner(&client, NAME, STEP).await.unwrap();
+    assert_no_leaks(&client, NAME, Duration::from_secs(120)).await;
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    eprintln!(
+        "service_accounts_have_exactly_the_expected_permissions: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
