@@ -24,6 +24,11 @@ pub const RECURSION_LIMIT: usize = 64;
 /// Largest output one field's template may produce, in bytes.
 pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
 
+/// Largest output all the templates of one phase may produce together, in
+/// bytes: without it, a few kilobytes of fields each printing 1 MiB add up
+/// to gigabytes. An object the API server stores is at most 1.5 MiB.
+pub const MAX_PHASE_OUTPUT_BYTES: usize = 4 << 20;
+
 /// Builds an environment with PaV's syntax, filters, formatter and limits.
 pub(crate) fn environment() -> Environment<'static> {
     let mut env = Environment::new();
@@ -44,8 +49,128 @@ pub(crate) fn environment() -> Environment<'static> {
     env.add_filter("int", int_filter);
     // Python methods on strings, lists and dicts (`s.split('-')`,
     // `d.items()`), which PaV templates written for Jinja2 use.
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.set_unknown_method_callback(python_method);
     env
+}
+
+/// Bytes one unit of fuel pays for (minijinja's `UNITS_PER_FUEL`: fuel is
+/// also charged for the data a template makes, a unit per byte).
+const BYTES_PER_FUEL: u64 = 64;
+
+/// Python methods (minijinja-contrib's pycompat), with what `str.join`,
+/// `str.replace` and `str.format` would build checked against the remaining
+/// fuel first. minijinja checks its own operators and filters before they
+/// allocate, but charges a method only for the value it returned, so
+/// `b.join([b] * 1000)` with a 2 MB `b` allocated 4 GB, and
+/// `'{:>999999999}'.format(x)` 2 GB, before fuel stopped them.
+fn python_method(
+    state: &mut State<'_, '_>,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> Result<Value, JinjaError> {
+    if let (Some(text), Some((_, remaining))) = (value.as_str(), state.fuel_levels()) {
+        let affordable = remaining.saturating_mul(BYTES_PER_FUEL);
+        let size = match method {
+            "join" => args.first().map(|items| join_size(text, items, affordable)),
+            "replace" => replace_size(text, args),
+            "format" => Some(format_size(text, args)),
+            _ => None,
+        };
+        if size.is_some_and(|size| size > affordable) {
+            // Exhausts the fuel: the same error as any other overspending.
+            state.consume_fuel(remaining.saturating_add(1))?;
+        }
+    }
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+}
+
+/// Length of a value as `{}` prints it.
+fn display_len(value: &Value) -> u64 {
+    match value.as_str() {
+        Some(text) => text.len() as u64,
+        None => value.to_string().len() as u64,
+    }
+}
+
+/// Size of `separator.join(items)`, counted until it passes `limit`.
+fn join_size(separator: &str, items: &Value, limit: u64) -> u64 {
+    let Ok(iter) = items.try_iter() else {
+        return 0;
+    };
+    let mut size = 0u64;
+    for (index, item) in iter.enumerate() {
+        if index > 0 {
+            size = size.saturating_add(separator.len() as u64);
+        }
+        size = size.saturating_add(display_len(&item));
+        if size > limit {
+            break;
+        }
+    }
+    size
+}
+
+/// Size of `text.replace(old, new[, count])`, or `None` when the arguments
+/// are not those (pycompat then reports them).
+fn replace_size(text: &str, args: &[Value]) -> Option<u64> {
+    let old = args.first()?.as_str()?;
+    let new = args.get(1)?.as_str()?;
+    let count = match args.get(2) {
+        Some(count) => i64::try_from(count.clone()).ok()?,
+        None => -1,
+    };
+    // An empty `old` matches before every character and at the end.
+    let matches = if old.is_empty() {
+        text.chars().count() as u64 + 1
+    } else {
+        text.matches(old).count() as u64
+    };
+    let replaced = match u64::try_from(count) {
+        Ok(count) => matches.min(count),
+        Err(_) => matches,
+    };
+    Some(
+        (text.len() as u64)
+            .saturating_sub(replaced.saturating_mul(old.len() as u64))
+            .saturating_add(replaced.saturating_mul(new.len() as u64)),
+    )
+}
+
+/// An upper bound of the size of `text.format(*args, **kwargs)`: every
+/// `{` may be a field printing the longest argument padded to every number
+/// written inside its braces (width, precision).
+fn format_size(text: &str, args: &[Value]) -> u64 {
+    let longest = args
+        .iter()
+        .flat_map(|arg| match arg.kind() {
+            // Keyword arguments arrive as one map.
+            ValueKind::Map => arg
+                .try_iter()
+                .into_iter()
+                .flatten()
+                .filter_map(|key| arg.get_item(&key).ok())
+                .map(|value| display_len(&value))
+                .collect::<Vec<_>>(),
+            _ => vec![display_len(arg)],
+        })
+        .max()
+        .unwrap_or(0);
+    let mut size = text.len() as u64;
+    for field in text.split('{').skip(1) {
+        let spec = field.split('}').next().unwrap_or_default();
+        let numbers = spec
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|digits| {
+                digits
+                    .parse::<u64>()
+                    .ok()
+                    .or((!digits.is_empty()).then_some(u64::MAX))
+            })
+            .fold(0u64, u64::saturating_add);
+        size = size.saturating_add(longest).saturating_add(numbers);
+    }
+    size
 }
 
 fn format_output(
@@ -272,6 +397,7 @@ fn int_filter(
 }
 
 fn tojson_filter(
+    state: &State<'_, '_>,
     value: &Value,
     indent: Option<Value>,
     kwargs: Kwargs,
@@ -289,9 +415,35 @@ fn tojson_filter(
     let json = serde_json::to_value(value).map_err(|err| {
         JinjaError::new(ErrorKind::InvalidOperation, "cannot serialize to JSON").with_source(err)
     })?;
+    // Indentation is repeated on every line, so `indent=1000000000` would
+    // allocate gigabytes before fuel is charged for the result: check first.
+    if let (Some(width), Some((_, remaining))) = (indent, state.fuel_levels()) {
+        let affordable = remaining.saturating_mul(BYTES_PER_FUEL);
+        if indentation_bytes(&json, width as u64, 0) > affordable {
+            state.consume_fuel(remaining.saturating_add(1))?;
+        }
+    }
     let mut out = String::new();
     write_python_json(&mut out, &json, indent, 0);
     Ok(Value::from(out))
+}
+
+/// Spaces `write_python_json` writes for indentation at `depth`.
+fn indentation_bytes(value: &serde_json::Value, width: u64, depth: u64) -> u64 {
+    let children: Box<dyn Iterator<Item = &serde_json::Value>> = match value {
+        serde_json::Value::Array(items) if !items.is_empty() => Box::new(items.iter()),
+        serde_json::Value::Object(map) if !map.is_empty() => Box::new(map.values()),
+        _ => return 0,
+    };
+    // Each child on its own line one level deeper; the closing bracket at
+    // this level.
+    children
+        .map(|child| {
+            width
+                .saturating_mul(depth + 1)
+                .saturating_add(indentation_bytes(child, width, depth + 1))
+        })
+        .fold(width.saturating_mul(depth), u64::saturating_add)
 }
 
 /// Writes JSON as Jinja2's `tojson` does: `json.dumps(sort_keys=True)` with

@@ -1,5 +1,6 @@
 //! Compile a PavProvisioner once; render its phases for every volume.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
@@ -12,12 +13,12 @@ use crate::context::{
     CreationContext, GET_PVC_NAMESPACES_GLOBAL, StagingContext, ValidationContext,
 };
 use crate::duration::parse_timeout;
-use crate::engine::{self, MAX_OUTPUT_BYTES};
+use crate::engine::{self, MAX_OUTPUT_BYTES, MAX_PHASE_OUTPUT_BYTES};
 use crate::error::{Error, Location, Result};
 use crate::model::{AccessMode, PavProvisioner, ProvisioningMode, VolumeMode};
 use crate::phase::{CreationPhase, OptionalPodPhase, Phase, StagingPhase, ValidationPhase};
 use crate::quantity::{Rounding, parse_bytes};
-use crate::yaml::yaml_to_json;
+use crate::yaml::{MAX_YAML_ALIAS_EXPANSION_BYTES, yaml_to_json, yaml_to_json_within};
 
 /// A spec subtree with its templates compiled.
 #[derive(Debug)]
@@ -240,7 +241,7 @@ impl CompiledProvisioner {
     pub fn render_raw(&self, phase: Phase, context: &Value) -> Result<Json> {
         match &self.phases[phase.index()] {
             None => Ok(Json::Object(Map::new())),
-            Some(node) => self.render_node(node, context),
+            Some(node) => self.render_node(node, context, &Cell::new(MAX_PHASE_OUTPUT_BYTES)),
         }
     }
 
@@ -391,49 +392,72 @@ impl CompiledProvisioner {
         }
     }
 
-    fn render_node(&self, node: &Node, context: &Value) -> Result<Json> {
+    /// `left`: what the phase's templates may still output, all together.
+    fn render_node(&self, node: &Node, context: &Value, left: &Cell<usize>) -> Result<Json> {
         Ok(match node {
             Node::Constant(value) => value.clone(),
             Node::List(items) => Json::Array(
                 items
                     .iter()
-                    .map(|item| self.render_node(item, context))
+                    .map(|item| self.render_node(item, context, left))
                     .collect::<Result<_>>()?,
             ),
             Node::Map(entries) => Json::Object(
                 entries
                     .iter()
-                    .map(|(key, item)| Ok((key.clone(), self.render_node(item, context)?)))
+                    .map(|(key, item)| Ok((key.clone(), self.render_node(item, context, left)?)))
                     .collect::<Result<_>>()?,
             ),
             Node::Template { path, may_set_yaml } => {
-                self.render_template(path, *may_set_yaml, context)?
+                self.render_template(path, *may_set_yaml, context, left)?
             }
         })
     }
 
-    fn render_template(&self, path: &str, may_set_yaml: bool, context: &Value) -> Result<Json> {
+    fn render_template(
+        &self,
+        path: &str,
+        may_set_yaml: bool,
+        context: &Value,
+        left: &Cell<usize>,
+    ) -> Result<Json> {
         let template = self
             .env
             .get_template(path)
             .map_err(|err| self.render_error(path, &err))?;
         // Output goes to a buffer that refuses to grow past the limit, so a
-        // runaway loop stops at 1 MiB instead of when memory runs out.
-        let mut output = BoundedOutput::default();
+        // runaway loop stops at 1 MiB instead of when memory runs out; and
+        // past what the phase's other templates left, so many fields cannot
+        // add up to gigabytes either.
+        let phase_left = left.get();
+        let mut output = BoundedOutput {
+            bytes: Vec::new(),
+            limit: MAX_OUTPUT_BYTES.min(phase_left),
+            overflowed: false,
+        };
         let captured = template
             .render_captured_to(context, &mut output)
             .map_err(|err| {
-                if output.overflowed {
+                if !output.overflowed {
+                    self.render_error(path, &err)
+                } else if phase_left < MAX_OUTPUT_BYTES {
+                    Error::Render {
+                        at: self.location(path, err.line()),
+                        message: format!(
+                            "the templates of spec.{} output more than {MAX_PHASE_OUTPUT_BYTES} bytes in all",
+                            path.split('.').nth(1).unwrap_or_default()
+                        ),
+                    }
+                } else {
                     Error::Render {
                         at: self.location(path, err.line()),
                         message: format!(
                             "output is more than the limit of {MAX_OUTPUT_BYTES} bytes"
                         ),
                     }
-                } else {
-                    self.render_error(path, &err)
                 }
             })?;
+        left.set(phase_left - output.bytes.len());
         // Written from `&str` pieces only, so always UTF-8.
         let output = String::from_utf8(output.bytes).map_err(|err| Error::Render {
             at: self.location(path, None),
@@ -458,10 +482,18 @@ impl CompiledProvisioner {
         if !yaml {
             return Ok(Json::String(output));
         }
-        yaml_to_json(&output).map_err(|message| Error::Yaml {
-            at: self.location(path, None),
-            message,
-        })
+        // Aliases share the phase's budget too, so many small `yaml = true`
+        // fields cannot each expand by the whole allowance.
+        let left_now = left.get();
+        let (json, expanded) =
+            yaml_to_json_within(&output, MAX_YAML_ALIAS_EXPANSION_BYTES.min(left_now)).map_err(
+                |message| Error::Yaml {
+                    at: self.location(path, None),
+                    message,
+                },
+            )?;
+        left.set(left_now - expanded);
+        Ok(json)
     }
 
     fn render_error(&self, path: &str, err: &minijinja::Error) -> Error {
@@ -472,16 +504,16 @@ impl CompiledProvisioner {
     }
 }
 
-/// A template's output, refused past [`MAX_OUTPUT_BYTES`].
-#[derive(Default)]
+/// A template's output, refused past `limit` bytes.
 struct BoundedOutput {
     bytes: Vec<u8>,
+    limit: usize,
     overflowed: bool,
 }
 
 impl std::io::Write for BoundedOutput {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        if self.bytes.len() + data.len() > MAX_OUTPUT_BYTES {
+        if self.bytes.len() + data.len() > self.limit {
             self.overflowed = true;
             return Err(std::io::Error::other("output limit reached"));
         }

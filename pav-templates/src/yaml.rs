@@ -32,11 +32,19 @@ pub(crate) fn yaml_to_json(text: &str) -> Result<Json, String> {
 }
 
 fn yaml_to_json_with_allowance(text: &str, allowance: usize) -> Result<Json, String> {
+    yaml_to_json_within(text, allowance).map(|(json, _)| json)
+}
+
+/// Parses `text`, letting aliases add at most `allowance`; returns the
+/// value and how much of the allowance it used (0 without aliases), so a
+/// caller can share one allowance among several documents.
+pub(crate) fn yaml_to_json_within(text: &str, allowance: usize) -> Result<(Json, usize), String> {
     // Every node but an empty document's takes at least one byte of text,
     // so an alias-free document never costs more than this.
     let own = (NODE_COST + 1).saturating_mul(text.len() + 1);
+    let total = own.saturating_add(allowance);
     let budget = Budget {
-        left: Cell::new(own.saturating_add(allowance)),
+        left: Cell::new(total),
         allowance,
     };
     let deserializer = serde_yaml::Deserializer::from_str(text);
@@ -44,7 +52,9 @@ fn yaml_to_json_with_allowance(text: &str, allowance: usize) -> Result<Json, Str
         .deserialize(deserializer)
         .map_err(|err| err.to_string())?;
     value.apply_merge().map_err(|err| err.to_string())?;
-    serde_json::to_value(&value).map_err(|err| err.to_string())
+    let json = serde_json::to_value(&value).map_err(|err| err.to_string())?;
+    let used = total - budget.left.get();
+    Ok((json, used.saturating_sub(own)))
 }
 
 struct Budget {

@@ -294,6 +294,12 @@ const RENDER_ROWS: &[(&str, &str, Eval, &str)] = &[
         "provisioner \"bad\", field spec.volumeStaging.podTemplate.metadata.name: output is more than the limit of 1048576 bytes",
     ),
     (
+        "many fields adding up past the phase's output limit",
+        "provisioningModes: [Static]\nvolumeStaging:\n  podTemplate:\n    metadata:\n      annotations: {a: \"{{ 'x' * 1000000 }}\", b: \"{{ 'x' * 1000000 }}\", c: \"{{ 'x' * 1000000 }}\", d: \"{{ 'x' * 1000000 }}\", e: \"{{ 'x' * 1000000 }}\"}\n",
+        Eval::Staging,
+        "provisioner \"bad\", field spec.volumeStaging.podTemplate.metadata.annotations.e: the templates of spec.volumeStaging output more than 4194304 bytes in all",
+    ),
+    (
         "undefined variable printed",
         "@STAGING@{{ nosuchvariable }}",
         Eval::Staging,
@@ -357,7 +363,7 @@ const RENDER_ROWS: &[(&str, &str, Eval, &str)] = &[
         "yaml = true with an alias bomb",
         "@STAGING@{% set yaml = true %}a: &a [{{ 'x,' * 2000 }}x]\nb: [{{ '*a,' * 2000 }}*a]",
         Eval::Staging,
-        "provisioner \"bad\", field spec.volumeStaging.podTemplate.metadata.name: output of template with `yaml = true` is not valid YAML: b[130][1955]: aliases expand the document by more than 8388608 bytes (are they repeated too often?) at line 1 column 3918",
+        "provisioner \"bad\", field spec.volumeStaging.podTemplate.metadata.name: output of template with `yaml = true` is not valid YAML: b[67][675]: aliases expand the document by more than 4184287 bytes (are they repeated too often?) at line 1 column 1358",
     ),
     (
         "yaml set to a string",
