@@ -1,0 +1,81 @@
+//! What both targets share: fixed contexts, and the checks every rendering
+//! must pass.
+
+use std::sync::{Arc, OnceLock};
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use pav_templates::engine::MAX_OUTPUT_BYTES;
+use pav_templates::{
+    CompiledProvisioner, CreationContext, Phase, PvcMap, StagingContext, ValidationContext, samples,
+};
+
+/// The sample contexts, with a `get_pvc` lookup that knows the sample
+/// claim and one claim in another namespace (`team/data`).
+pub struct Contexts {
+    pub validation: ValidationContext,
+    pub static_validation: ValidationContext,
+    pub creation: CreationContext,
+    pub staging: StagingContext,
+}
+
+pub fn contexts() -> &'static Contexts {
+    static CONTEXTS: OnceLock<Contexts> = OnceLock::new();
+    CONTEXTS.get_or_init(|| {
+        let mut other = PersistentVolumeClaim::default();
+        other.metadata.name = Some("data".into());
+        other.metadata.namespace = Some("team".into());
+        let lookup = Arc::new(PvcMap::from_iter([samples::pvc(), other]));
+        Contexts {
+            validation: samples::validation_context().with_pvc_lookup(lookup.clone()),
+            static_validation: ValidationContext::static_pv(&samples::pv())
+                .expect("sample PV")
+                .with_pvc_lookup(lookup.clone()),
+            creation: samples::creation_context().with_pvc_lookup(lookup.clone()),
+            staging: samples::staging_context().with_pvc_lookup(lookup),
+        }
+    })
+}
+
+/// Every string in a rendered tree is at most one template's output, so
+/// none may exceed the output limit.
+pub fn assert_within_limits(value: &serde_json::Value) {
+    match value {
+        serde_json::Value::String(s) => assert!(
+            s.len() <= MAX_OUTPUT_BYTES,
+            "a rendered string of {} bytes passed the {MAX_OUTPUT_BYTES}-byte limit",
+            s.len()
+        ),
+        serde_json::Value::Array(items) => items.iter().for_each(assert_within_limits),
+        serde_json::Value::Object(map) => map.values().for_each(assert_within_limits),
+        _ => {}
+    }
+}
+
+/// Renders every phase the provisioner has with the sample contexts, raw
+/// and typed. Errors are fine; panics, hangs and oversized output are not.
+pub fn render_every_phase(provisioner: &CompiledProvisioner) {
+    let contexts = contexts();
+    for phase in Phase::ALL {
+        if !provisioner.has_phase(phase) {
+            continue;
+        }
+        let value = match phase {
+            Phase::Validation => contexts.validation.value(),
+            Phase::Creation | Phase::Deletion => contexts.creation.value(),
+            Phase::Staging | Phase::Unstaging => contexts.staging.value(),
+        };
+        if let Ok(raw) = provisioner.render_raw(phase, value) {
+            assert_within_limits(&raw);
+        }
+    }
+    let _ = provisioner.render_validation(&contexts.validation);
+    let _ = provisioner.render_validation(&contexts.static_validation);
+    if let Ok(creation) = provisioner.render_creation(&contexts.creation) {
+        if let Some(handle) = &creation.handle {
+            assert!(!handle.is_empty() && handle.len() <= MAX_OUTPUT_BYTES);
+        }
+    }
+    let _ = provisioner.render_deletion(&contexts.creation);
+    let _ = provisioner.render_staging(&contexts.staging);
+    let _ = provisioner.render_unstaging(&contexts.staging);
+}
