@@ -25,6 +25,8 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+pub mod faults;
+
 /// Label on every pod PaV creates, holding its phase.
 pub const LABEL_PHASE: &str = "pav.albertofaria.github.io/phase";
 /// Label on every pod and object PaV creates for a provisioner.

@@ -1,0 +1,123 @@
+//! Fault injection into the local test cluster's own processes (those
+//! `scripts/cluster-up` started; their pids are in `<state>/pids/*.pid`,
+//! their output in `<state>/logs/*.log`).
+
+use std::fs::OpenOptions;
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+
+/// State directory of `scripts/cluster-up` (`$PAV_CLUSTER_STATE` or its default).
+fn state_dir() -> PathBuf {
+    std::env::var_os("PAV_CLUSTER_STATE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/run/pav-cluster"))
+}
+
+fn pid_file(component: &str) -> PathBuf {
+    state_dir().join("pids").join(format!("{component}.pid"))
+}
+
+/// Process id of a cluster component (`etcd`, `kube-apiserver`, ...).
+pub fn pid_of(component: &str) -> anyhow::Result<u32> {
+    let file = pid_file(component);
+    let pid = std::fs::read_to_string(&file).with_context(|| format!("{}", file.display()))?;
+    let pid: u32 = pid
+        .trim()
+        .parse()
+        .with_context(|| format!("{}", file.display()))?;
+    if !running(pid) {
+        bail!("{component} (pid {pid}) is not running");
+    }
+    Ok(pid)
+}
+
+/// Whether process `pid` still runs. A process this test restarted earlier
+/// is the test's child and stays a zombie (state `Z`) once it exits, as
+/// nothing waits for it: that counts as gone.
+fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
+}
+
+fn signal(pid: u32, signal: &str) -> anyhow::Result<()> {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()?;
+    if !status.success() {
+        bail!("kill -{signal} {pid}: {status}");
+    }
+    Ok(())
+}
+
+/// Stops `component` with SIGTERM (SIGKILL after 20 s) and starts it again
+/// with the same command line, environment and working directory, its
+/// output appended to its log and its new pid recorded, so
+/// `scripts/cluster-down` still finds it. Returns once the new process runs;
+/// readiness is the caller's to wait for.
+pub fn restart(component: &str) -> anyhow::Result<u32> {
+    let pid = pid_of(component)?;
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    let split = |bytes: Vec<u8>| -> Vec<String> {
+        bytes
+            .split(|b| *b == 0)
+            .filter(|part| !part.is_empty())
+            .map(|part| String::from_utf8_lossy(part).into_owned())
+            .collect()
+    };
+    let argv = split(std::fs::read(proc_dir.join("cmdline"))?);
+    let environment = split(std::fs::read(proc_dir.join("environ"))?);
+    let cwd = std::fs::read_link(proc_dir.join("cwd"))?;
+    let Some((program, args)) = argv.split_first() else {
+        bail!("{component} (pid {pid}) has an empty command line");
+    };
+
+    signal(pid, "TERM")?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut killed = false;
+    while running(pid) {
+        if Instant::now() > deadline && !killed {
+            signal(pid, "KILL")?;
+            killed = true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(state_dir().join("logs").join(format!("{component}.log")))?;
+    let child = Command::new(program)
+        .args(args)
+        .env_clear()
+        .envs(environment.iter().filter_map(|kv| kv.split_once('=')))
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        // Its own process group, like cluster-up's setsid: the test
+        // harness's signals must not reach it.
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("starting {program}"))?;
+    std::fs::write(pid_file(component), format!("{}\n", child.id()))?;
+    Ok(child.id())
+}
+
+/// Freezes `component` (SIGSTOP) for `duration`, then lets it go on
+/// (SIGCONT): every request it gets meanwhile waits, as with a very slow
+/// disk under etcd.
+pub async fn freeze(component: &str, duration: Duration) -> anyhow::Result<()> {
+    let pid = pid_of(component)?;
+    signal(pid, "STOP")?;
+    tokio::time::sleep(duration).await;
+    signal(pid, "CONT")
+}

@@ -1,0 +1,347 @@
+//! Faults injected on the real cluster while pav works: the API server
+//! restarted and etcd frozen in the middle of creation and staging, a
+//! creation pod evicted, a staging pod that never becomes ready. Each
+//! operation either completes or fails with an event, and nothing leaks.
+//! (The CSI controller and node plugin killed mid-phase are in
+//! `restarts.rs`.)
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::EvictParams;
+use kube::{Api, Client};
+use pav_e2e::faults;
+use pav_e2e::*;
+
+/// A provisioner whose creation pod runs `creation` and whose staging pod
+/// runs `staging`, with staging timing out after `staging_timeout`; its
+/// StorageClass has the same name.
+fn objects(name: &str, creation: &str, staging: &str, staging_timeout: &str) -> String {
+    format!(
+        r#"
+apiVersion: pav.albertofaria.github.io/v1alpha1
+kind: PavProvisioner
+metadata:
+  name: {name}
+spec:
+  provisioningModes: [Dynamic]
+  volumeCreation:
+    capacity: "{{{{ requestedMinCapacity }}}}"
+    podTemplate:
+      spec:
+        # An evicted pod is killed at once instead of finishing its work
+        # within the grace period (sh as PID 1 ignores SIGTERM).
+        terminationGracePeriodSeconds: 1
+        containers:
+          - name: create
+            image: busybox:stable
+            imagePullPolicy: IfNotPresent
+            command: [sh, -c, {creation:?}]
+  volumeStaging:
+    timeout: {staging_timeout}
+    podTemplate:
+      spec:
+        terminationGracePeriodSeconds: 1
+        containers:
+          - name: stage
+            image: busybox:stable
+            imagePullPolicy: IfNotPresent
+            command: [sh, -c, {staging:?}]
+  volumeUnstaging:
+    podTemplate:
+      spec:
+        containers:
+          - name: unstage
+            image: busybox:stable
+            imagePullPolicy: IfNotPresent
+            command: [sh, -c, "echo unstaged"]
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: {name}
+provisioner: {name}
+"#
+    )
+}
+
+fn claim(ns: &str, class: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: data
+  namespace: {ns}
+spec:
+  storageClassName: {class}
+  accessModes: [ReadWriteOnce]
+  resources: {{ requests: {{ storage: 1Mi }} }}
+"#
+    )
+}
+
+fn client_pod(ns: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: client
+  namespace: {ns}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: client
+      image: busybox:stable
+      imagePullPolicy: IfNotPresent
+      command: [cat, /volume/greeting]
+      volumeMounts: [{{ name: data, mountPath: /volume }}]
+  volumes:
+    - name: data
+      persistentVolumeClaim: {{ claimName: data }}
+"#
+    )
+}
+
+/// Creation and staging that take `seconds` each, then succeed; staging
+/// writes a greeting the client prints.
+fn slow_objects(name: &str, seconds: u32) -> String {
+    objects(
+        name,
+        &format!("sleep {seconds}"),
+        &format!("sleep {seconds}; mkdir -p /pav/volume; echo hello > /pav/volume/greeting"),
+        "120s",
+    )
+}
+
+/// Waits until the API server answers again (after a restart or while etcd
+/// is frozen).
+async fn wait_api(client: &Client) {
+    wait_until("the API server to answer", STEP, || async {
+        Ok(client.apiserver_version().await.ok().map(|_| ()))
+    })
+    .await
+    .unwrap();
+}
+
+/// Sets up namespace and provisioner `name`, returns an observer of its pods.
+async fn set_up(client: &Client, name: &str, objects: &str) -> PodObserver {
+    reset(client, name, name).await.unwrap();
+    namespace(client, name).await.unwrap();
+    let observer = PodObserver::start(client, name);
+    apply(client, objects).await.unwrap();
+    wait_provisioner_ready(client, name, STEP).await.unwrap();
+    observer
+}
+
+/// The client pod prints the greeting; then pod, claim, volume, PaV pods
+/// and provisioner are removed and the leak check runs.
+async fn read_and_tear_down(client: &Client, name: &str, objects: &str) {
+    let ns = name;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let done = wait_for(&pods, "client", STEP, "Succeeded", |p| {
+        pod_phase(p) == "Succeeded"
+    })
+    .await;
+    if let Err(e) = done {
+        panic!(
+            "{e}; events: {:#?}",
+            event_lines(client, ns, "client").await
+        );
+    }
+    assert_eq!(
+        logs(client, ns, "client").await.unwrap().trim_end(),
+        "hello"
+    );
+    tear_down(client, name, objects).await;
+}
+
+async fn tear_down(client: &Client, name: &str, objects: &str) {
+    let ns = name;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    delete_and_wait(&pods, "client", STEP).await.unwrap();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let volume = claims.get("data").await.ok().and_then(|c| volume_name(&c));
+    delete_and_wait(&claims, "data", STEP).await.unwrap();
+    if let Some(volume) = volume {
+        let pvs: Api<PersistentVolume> = Api::all(client.clone());
+        wait_gone(&pvs, &volume, STEP).await.unwrap();
+    }
+    wait_no_pav_pods(client, name, STEP).await.unwrap();
+    delete(client, objects).await.unwrap();
+    delete_provisioner(client, name, STEP).await.unwrap();
+    assert_no_leaks(client, name, Duration::from_secs(120)).await;
+}
+
+#[tokio::test]
+async fn api_server_restarts_mid_creation_and_mid_staging() {
+    let Some(client) = cluster().await else {
+        return;
+    };
+    let started = Instant::now();
+    let name = "e2e-fault-apiserver";
+    let objects = slow_objects(name, 8);
+    let observer = set_up(&client, name, &objects).await;
+
+    apply(&client, &claim(name, name)).await.unwrap();
+    observer.wait("creation", "Running", STEP).await.unwrap();
+    faults::restart("kube-apiserver").unwrap();
+    wait_api(&client).await;
+
+    apply(&client, &client_pod(name)).await.unwrap();
+    observer.wait("staging", "Running", STEP).await.unwrap();
+    faults::restart("kube-apiserver").unwrap();
+    wait_api(&client).await;
+
+    read_and_tear_down(&client, name, &objects).await;
+    assert_eq!(
+        observer.pods("creation", "Succeeded").len(),
+        1,
+        "{:#?}",
+        observer.seen()
+    );
+    assert_eq!(
+        observer.pods("staging", "Running").len(),
+        1,
+        "{:#?}",
+        observer.seen()
+    );
+    eprintln!(
+        "api_server_restarts_mid_creation_and_mid_staging: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[tokio::test]
+async fn etcd_frozen_mid_creation_and_mid_staging() {
+    let Some(client) = cluster().await else {
+        return;
+    };
+    let started = Instant::now();
+    let name = "e2e-fault-etcd";
+    let objects = slow_objects(name, 5);
+    let observer = set_up(&client, name, &objects).await;
+
+    apply(&client, &claim(name, name)).await.unwrap();
+    observer.wait("creation", "Running", STEP).await.unwrap();
+    faults::freeze("etcd", Duration::from_secs(15))
+        .await
+        .unwrap();
+    wait_api(&client).await;
+
+    apply(&client, &client_pod(name)).await.unwrap();
+    observer.wait("staging", "Running", STEP).await.unwrap();
+    faults::freeze("etcd", Duration::from_secs(15))
+        .await
+        .unwrap();
+    wait_api(&client).await;
+
+    read_and_tear_down(&client, name, &objects).await;
+    assert_eq!(
+        observer.pods("creation", "Succeeded").len(),
+        1,
+        "{:#?}",
+        observer.seen()
+    );
+    eprintln!(
+        "etcd_frozen_mid_creation_and_mid_staging: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[tokio::test]
+async fn evicted_creation_pod_is_retried() {
+    let Some(client) = cluster().await else {
+        return;
+    };
+    let started = Instant::now();
+    let name = "e2e-fault-evict";
+    let objects = slow_objects(name, 10);
+    let observer = set_up(&client, name, &objects).await;
+
+    apply(&client, &claim(name, name)).await.unwrap();
+    observer.wait("creation", "Running", STEP).await.unwrap();
+    let evicted = observer.pods("creation", "Running").remove(0);
+    let pav_pods: Api<Pod> = Api::namespaced(client.clone(), PAV_NAMESPACE);
+    pav_pods
+        .evict(&evicted, &EvictParams::default())
+        .await
+        .unwrap();
+
+    let line = wait_event(
+        &client,
+        name,
+        "data",
+        &["ProvisioningFailed", &evicted],
+        STEP,
+    )
+    .await
+    .unwrap();
+    eprintln!("claim event: {line}");
+    apply(&client, &client_pod(name)).await.unwrap();
+    read_and_tear_down(&client, name, &objects).await;
+    // Pod names are derived from the volume, so the retry's pod has the
+    // evicted one's name: seen Failed (killed), then Succeeded (the retry).
+    assert_eq!(
+        observer.pods("creation", "Failed"),
+        [evicted.clone()],
+        "{:#?}",
+        observer.seen()
+    );
+    assert_eq!(
+        observer.pods("creation", "Succeeded"),
+        [evicted],
+        "{:#?}",
+        observer.seen()
+    );
+    eprintln!(
+        "evicted_creation_pod_is_retried: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[tokio::test]
+async fn staging_pod_never_ready_times_out_and_unstages() {
+    let Some(client) = cluster().await else {
+        return;
+    };
+    let started = Instant::now();
+    let name = "e2e-fault-timeout";
+    // Never writes /pav/ready, never exits.
+    let objects = objects(name, "true", "sleep 3600", "10s");
+    let observer = set_up(&client, name, &objects).await;
+
+    apply(&client, &claim(name, name)).await.unwrap();
+    apply(&client, &client_pod(name)).await.unwrap();
+    let line = wait_event(
+        &client,
+        name,
+        "client",
+        &["FailedMount", "staging pod", "did not finish within 10s"],
+        STEP,
+    )
+    .await
+    .unwrap();
+    eprintln!("client event: {line}");
+    // Kubernetes retries NodePublishVolume; each retry waits for the same
+    // staging pod rather than starting another.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let staging: Vec<String> = observer
+        .seen()
+        .into_iter()
+        .filter(|s| s.pav_phase == "staging")
+        .map(|s| s.name)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(staging.len(), 1, "one staging pod: {:#?}", observer.seen());
+
+    tear_down(&client, name, &objects).await;
+    observer.wait("unstaging", "Succeeded", STEP).await.unwrap();
+    eprintln!(
+        "staging_pod_never_ready_times_out_and_unstages: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
