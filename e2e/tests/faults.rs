@@ -286,7 +286,7 @@ async fn evicted_creation_pod_is_retried() {
     // evicted one's name: seen Failed (killed), then Succeeded (the retry).
     assert_eq!(
         observer.pods("creation", "Failed"),
-        [evicted.clone()],
+        std::slice::from_ref(&evicted),
         "{:#?}",
         observer.seen()
     );
