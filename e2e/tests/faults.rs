@@ -5,6 +5,7 @@
 //! (The CSI controller and node plugin killed mid-phase are in
 //! `restarts.rs`.)
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
@@ -175,33 +176,55 @@ async fn tear_down(client: &Client, name: &str, objects: &str) {
     assert_no_leaks(client, name, Duration::from_secs(120)).await;
 }
 
-#[tokio::test]
-async fn api_server_restarts_mid_creation_and_mid_staging() {
-    let Some(client) = cluster().await else {
-        return;
-    };
-    let started = Instant::now();
-    let name = "e2e-fault-apiserver";
-    let objects = slow_objects(name, 8);
-    let observer = set_up(&client, name, &objects).await;
+/// Provisions and stages a volume through provisioner `name`, whose
+/// creation and staging pods each take `seconds`, injecting `fault` once
+/// while the creation pod runs and once while the staging pod runs; then
+/// the client must read the volume and nothing may leak. Returns what was
+/// seen of the provisioner's pods.
+async fn survives_fault_mid_creation_and_mid_staging<F, Fut>(
+    client: &Client,
+    name: &str,
+    seconds: u32,
+    fault: F,
+) -> PodObserver
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let objects = slow_objects(name, seconds);
+    let observer = set_up(client, name, &objects).await;
 
-    apply(&client, &claim(name, name)).await.unwrap();
+    apply(client, &claim(name, name)).await.unwrap();
     observer.wait("creation", "Running", STEP).await.unwrap();
-    faults::restart("kube-apiserver").unwrap();
-    wait_api(&client).await;
+    fault().await;
+    wait_api(client).await;
 
-    apply(&client, &client_pod(name)).await.unwrap();
+    apply(client, &client_pod(name)).await.unwrap();
     observer.wait("staging", "Running", STEP).await.unwrap();
-    faults::restart("kube-apiserver").unwrap();
-    wait_api(&client).await;
+    fault().await;
+    wait_api(client).await;
 
-    read_and_tear_down(&client, name, &objects).await;
+    read_and_tear_down(client, name, &objects).await;
     assert_eq!(
         observer.pods("creation", "Succeeded").len(),
         1,
         "{:#?}",
         observer.seen()
     );
+    observer
+}
+
+#[tokio::test]
+async fn api_server_restarts_mid_creation_and_mid_staging() {
+    let Some(client) = cluster().await else {
+        return;
+    };
+    let started = Instant::now();
+    let observer =
+        survives_fault_mid_creation_and_mid_staging(&client, "e2e-fault-apiserver", 8, || async {
+            faults::restart("kube-apiserver").unwrap();
+        })
+        .await;
     assert_eq!(
         observer.pods("staging", "Running").len(),
         1,
@@ -220,31 +243,12 @@ async fn etcd_frozen_mid_creation_and_mid_staging() {
         return;
     };
     let started = Instant::now();
-    let name = "e2e-fault-etcd";
-    let objects = slow_objects(name, 5);
-    let observer = set_up(&client, name, &objects).await;
-
-    apply(&client, &claim(name, name)).await.unwrap();
-    observer.wait("creation", "Running", STEP).await.unwrap();
-    faults::freeze("etcd", Duration::from_secs(15))
-        .await
-        .unwrap();
-    wait_api(&client).await;
-
-    apply(&client, &client_pod(name)).await.unwrap();
-    observer.wait("staging", "Running", STEP).await.unwrap();
-    faults::freeze("etcd", Duration::from_secs(15))
-        .await
-        .unwrap();
-    wait_api(&client).await;
-
-    read_and_tear_down(&client, name, &objects).await;
-    assert_eq!(
-        observer.pods("creation", "Succeeded").len(),
-        1,
-        "{:#?}",
-        observer.seen()
-    );
+    survives_fault_mid_creation_and_mid_staging(&client, "e2e-fault-etcd", 5, || async {
+        faults::freeze("etcd", Duration::from_secs(15))
+            .await
+            .unwrap();
+    })
+    .await;
     eprintln!(
         "etcd_frozen_mid_creation_and_mid_staging: {:.1}s",
         started.elapsed().as_secs_f64()
