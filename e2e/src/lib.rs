@@ -489,6 +489,26 @@ pub async fn reset(client: &Client, namespace: &str, provisioner: &str) -> anyho
     Ok(())
 }
 
+/// The usual start of a scenario: removes what an earlier run left
+/// ([`reset`]), creates `namespace`, starts observing the PaV pods of
+/// `provisioner`, applies `objects` (the PavProvisioner and whatever goes
+/// with it) and waits until the provisioner is ready.
+pub async fn start_scenario(
+    client: &Client,
+    namespace_name: &str,
+    provisioner: &str,
+    objects: &str,
+) -> PodObserver {
+    reset(client, namespace_name, provisioner).await.unwrap();
+    namespace(client, namespace_name).await.unwrap();
+    let observer = PodObserver::start(client, provisioner);
+    apply(client, objects).await.unwrap();
+    wait_provisioner_ready(client, provisioner, STEP)
+        .await
+        .unwrap();
+    observer
+}
+
 /// The PavProvisioner API (dynamic: the suite does not depend on pav's crates).
 pub async fn provisioners(client: &Client) -> anyhow::Result<Api<DynamicObject>> {
     let gvk = GroupVersionKind::gvk("pav.albertofaria.github.io", "v1alpha1", "PavProvisioner");

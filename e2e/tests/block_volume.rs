@@ -116,12 +116,7 @@ async fn block_volume_is_a_loop_device() {
         return;
     };
     let started = Instant::now();
-    reset(&client, NS, NAME).await.unwrap();
-    namespace(&client, NS).await.unwrap();
-    let observer = PodObserver::start(&client, NAME);
-
-    apply(&client, OBJECTS).await.unwrap();
-    wait_provisioner_ready(&client, NAME, STEP).await.unwrap();
+    let observer = start_scenario(&client, NS, NAME, OBJECTS).await;
     apply(&client, CLAIM_AND_CLIENT).await.unwrap();
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);

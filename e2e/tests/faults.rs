@@ -127,16 +127,6 @@ async fn wait_api(client: &Client) {
     .unwrap();
 }
 
-/// Sets up namespace and provisioner `name`, returns an observer of its pods.
-async fn set_up(client: &Client, name: &str, objects: &str) -> PodObserver {
-    reset(client, name, name).await.unwrap();
-    namespace(client, name).await.unwrap();
-    let observer = PodObserver::start(client, name);
-    apply(client, objects).await.unwrap();
-    wait_provisioner_ready(client, name, STEP).await.unwrap();
-    observer
-}
-
 /// The client pod prints the greeting; then pod, claim, volume, PaV pods
 /// and provisioner are removed and the leak check runs.
 async fn read_and_tear_down(client: &Client, name: &str, objects: &str) {
@@ -192,7 +182,7 @@ where
     Fut: Future<Output = ()>,
 {
     let objects = slow_objects(name, seconds);
-    let observer = set_up(client, name, &objects).await;
+    let observer = start_scenario(client, name, name, &objects).await;
 
     apply(client, &claim(name, name)).await.unwrap();
     observer.wait("creation", "Running", STEP).await.unwrap();
@@ -263,7 +253,7 @@ async fn evicted_creation_pod_is_retried() {
     let started = Instant::now();
     let name = "e2e-fault-evict";
     let objects = slow_objects(name, 10);
-    let observer = set_up(&client, name, &objects).await;
+    let observer = start_scenario(&client, name, name, &objects).await;
 
     apply(&client, &claim(name, name)).await.unwrap();
     observer.wait("creation", "Running", STEP).await.unwrap();
@@ -315,7 +305,7 @@ async fn staging_pod_never_ready_times_out_and_unstages() {
     let name = "e2e-fault-timeout";
     // Never writes /pav/ready, never exits.
     let objects = objects(name, "true", "sleep 3600", "10s");
-    let observer = set_up(&client, name, &objects).await;
+    let observer = start_scenario(&client, name, name, &objects).await;
 
     apply(&client, &claim(name, name)).await.unwrap();
     apply(&client, &client_pod(name)).await.unwrap();

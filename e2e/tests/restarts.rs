@@ -116,12 +116,7 @@ async fn components_restart_mid_phase() {
         return;
     };
     let started = Instant::now();
-    reset(&client, NS, NAME).await.unwrap();
-    namespace(&client, NS).await.unwrap();
-    let observer = PodObserver::start(&client, NAME);
-
-    apply(&client, OBJECTS).await.unwrap();
-    wait_provisioner_ready(&client, NAME, STEP).await.unwrap();
+    let observer = start_scenario(&client, NS, NAME, OBJECTS).await;
 
     // The CSI controller dies while the creation pod runs.
     apply(&client, CLAIM).await.unwrap();

@@ -80,12 +80,7 @@ async fn failed_staging_blocks_the_client_and_unstages() {
         return;
     };
     let started = Instant::now();
-    reset(&client, NS, NAME).await.unwrap();
-    namespace(&client, NS).await.unwrap();
-    let observer = PodObserver::start(&client, NAME);
-
-    apply(&client, OBJECTS).await.unwrap();
-    wait_provisioner_ready(&client, NAME, STEP).await.unwrap();
+    let observer = start_scenario(&client, NS, NAME, OBJECTS).await;
     apply(&client, CLAIM_AND_CLIENT).await.unwrap();
 
     let line = wait_event(

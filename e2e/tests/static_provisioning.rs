@@ -86,12 +86,7 @@ async fn static_volume_is_staged() {
         return;
     };
     let started = Instant::now();
-    reset(&client, NS, NAME).await.unwrap();
-    namespace(&client, NS).await.unwrap();
-    let observer = PodObserver::start(&client, NAME);
-
-    apply(&client, PROVISIONER).await.unwrap();
-    wait_provisioner_ready(&client, NAME, STEP).await.unwrap();
+    let observer = start_scenario(&client, NS, NAME, PROVISIONER).await;
     apply(&client, VOLUME).await.unwrap();
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
     wait_for(&claims, "static-claim", STEP, "Bound", |c| {
