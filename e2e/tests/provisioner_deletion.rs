@@ -99,14 +99,22 @@ async fn provisioner_in_use_is_kept_until_its_volumes_are_gone() {
         "CSIDriver",
         "Deployment",
         "DaemonSet",
-        "ClusterRole ",
         "ClusterRoleBinding",
+        "RoleBinding",
+        "ServiceAccount",
     ] {
         assert!(
             objects.iter().any(|o| o.starts_with(kind)),
             "no {kind} deployed: {objects:#?}"
         );
     }
+    // Drivers bind the roles `pav manifests` installed; they own none.
+    assert!(
+        !objects
+            .iter()
+            .any(|o| o.starts_with("ClusterRole ") || o.starts_with("Role ")),
+        "a driver has roles of its own: {objects:#?}"
+    );
     apply(&client, CLAIM).await.unwrap();
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
     let claim = wait_for(&claims, "kept", STEP, "Bound", |c| {

@@ -18,28 +18,36 @@
 //! are deleted and the finalizer released.
 //!
 //! Deployments, DaemonSets, CSIDrivers (by the provisioner label) and
-//! PersistentVolumes (by `spec.csi.driver`) trigger reconciles of their
-//! provisioner, so status and volume counts follow them.
+//! PersistentVolumes (by `spec.csi.driver`, when one appears or goes) trigger
+//! reconciles of their provisioner, so status and volume counts follow them.
+//! Their watches fill the controller's [`Stores`], which answer reconciles
+//! without further requests: a driver whose objects have not changed is
+//! re-applied only every [`REAPPLY_AFTER`] (so a deleted ServiceAccount or
+//! binding comes back), not on each of its volumes' events.
 
 pub mod leader;
 pub mod metrics;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::{Hash as _, Hasher as _};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::api::core::v1::{
+    CSIPersistentVolumeSource, PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec,
+    ServiceAccount,
+};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{self, finalizer};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt as _, controller, watcher};
 use kube::{Api, Client, Resource, ResourceExt as _};
 use pav_templates::model::Condition;
 use pav_templates::{CompiledProvisioner, PavProvisioner, PavProvisionerStatus};
@@ -85,7 +93,13 @@ pub struct Args {
     /// namespace (so replicas and rolling updates never run two controllers).
     #[arg(long, env = "PAV_LEADER_ELECTION")]
     pub leader_election: bool,
+    /// Client-side API rate limit.
+    #[command(flatten)]
+    pub api: crate::client::ApiLimits,
 }
+
+/// How long an unchanged driver goes without being applied again.
+pub const REAPPLY_AFTER: Duration = Duration::from_secs(240);
 
 /// Name of the controller's leader-election Lease.
 pub const LEASE: &str = "pav-controller";
@@ -111,13 +125,91 @@ pub struct Context {
     pub recorder: Recorder,
     /// Metrics and readiness.
     pub metrics: Arc<Metrics>,
+    /// What the controller's watches have seen.
+    pub stores: Stores,
     /// Consecutive failures per provisioner, for the backoff.
     failures: Mutex<HashMap<String, u32>>,
+    /// The driver objects last applied per provisioner, and when.
+    applied: Mutex<HashMap<String, (u64, Instant)>>,
+}
+
+/// The objects the controller watches, as last seen.
+#[derive(Clone)]
+pub struct Stores {
+    /// The drivers' CSI controller Deployments.
+    pub deployments: Store<Deployment>,
+    /// The drivers' node DaemonSets.
+    pub daemon_sets: Store<DaemonSet>,
+    /// The drivers' CSIDrivers.
+    pub csi_drivers: Store<CSIDriver>,
+    /// Every PersistentVolume, cut down to its name and CSI driver.
+    pub volumes: Store<PersistentVolume>,
+}
+
+impl Stores {
+    /// The driver of provisioner `name` as the watches see it: its
+    /// Deployment and DaemonSet, if its CSIDriver exists too.
+    fn driver(&self, ns: &str, name: &str) -> Option<(Deployment, DaemonSet)> {
+        self.csi_drivers.get(&ObjectRef::new(name))?;
+        let deployment = self
+            .deployments
+            .get(&ObjectRef::new(&driver::controller_name(name)).within(ns))?;
+        let daemon_set = self
+            .daemon_sets
+            .get(&ObjectRef::new(&driver::node_name(name)).within(ns))?;
+        Some((deployment.as_ref().clone(), daemon_set.as_ref().clone()))
+    }
+
+    /// How many PersistentVolumes provisioner `name`'s driver serves.
+    async fn volume_count(&self, name: &str) -> usize {
+        // Only before the first list; the watch then keeps it current.
+        let _ = self.volumes.wait_until_ready().await;
+        volumes_in(&self.volumes.state(), name).len()
+    }
+}
+
+/// A PersistentVolume reduced to what the controller reads (name and CSI
+/// driver), so a cluster with many volumes costs little memory.
+pub fn slim_volume(pv: &mut PersistentVolume) {
+    let driver = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.csi.as_ref())
+        .map(|c| c.driver.clone());
+    pv.metadata = kube::api::ObjectMeta {
+        name: pv.metadata.name.take(),
+        uid: pv.metadata.uid.take(),
+        ..Default::default()
+    };
+    pv.status = None;
+    pv.spec = driver.map(|driver| PersistentVolumeSpec {
+        csi: Some(CSIPersistentVolumeSource {
+            driver,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+}
+
+/// A hash of everything a driver is made of: equal hashes, nothing to apply.
+fn fingerprint(objects: &DriverObjects) -> u64 {
+    let json = serde_json::to_string(&(
+        &objects.csi_driver,
+        &objects.service_accounts,
+        &objects.cluster_role_bindings,
+        &objects.role_bindings,
+        &objects.deployment,
+        &objects.daemon_set,
+    ))
+    .unwrap_or_default();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    json.hash(&mut hasher);
+    hasher.finish()
 }
 
 impl Context {
     /// A context for `client`.
-    pub fn new(client: Client, settings: Settings, metrics: Arc<Metrics>) -> Self {
+    pub fn new(client: Client, settings: Settings, metrics: Arc<Metrics>, stores: Stores) -> Self {
         let reporter = Reporter {
             controller: FIELD_MANAGER.into(),
             instance: std::env::var("POD_NAME").ok(),
@@ -127,8 +219,16 @@ impl Context {
             client,
             settings,
             metrics,
+            stores,
             failures: Mutex::default(),
+            applied: Mutex::default(),
         }
+    }
+
+    fn applied(&self) -> std::sync::MutexGuard<'_, HashMap<String, (u64, Instant)>> {
+        self.applied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
@@ -147,7 +247,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         )
         .try_init()
         .ok();
-    let client = Client::try_default().await?;
+    let client = crate::client::client(args.api, "controller").await?;
     run_with(client, args).await
 }
 
@@ -179,33 +279,80 @@ pub async fn run_with(client: Client, args: Args) -> anyhow::Result<()> {
     } else {
         None
     };
-    let ctx = Arc::new(Context::new(client.clone(), args.settings.clone(), metrics));
     let owned = watcher::Config::default().labels(LABEL_PROVISIONER);
+    let (deployments, writer) = reflector::store();
+    let deployment_events = watcher(
+        Api::<Deployment>::namespaced(client.clone(), &ns),
+        owned.clone(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .touched_objects();
+    let (daemon_sets, writer) = reflector::store();
+    let daemon_set_events = watcher(
+        Api::<DaemonSet>::namespaced(client.clone(), &ns),
+        owned.clone(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .touched_objects();
+    let (csi_drivers, writer) = reflector::store();
+    let csi_driver_events = watcher(Api::<CSIDriver>::all(client.clone()), owned)
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    let (volumes, writer) = reflector::store();
+    // A volume's status changes do not change its provisioner's count:
+    // only a volume appearing or going triggers a reconcile.
+    let mut known = HashSet::new();
+    let volume_events = watcher(
+        Api::<PersistentVolume>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+    )
+    .default_backoff()
+    .modify(slim_volume)
+    .reflect(writer)
+    .filter_map(move |event| {
+        let trigger = match event {
+            Ok(watcher::Event::Apply(pv) | watcher::Event::InitApply(pv)) => {
+                known.insert(pv.name_any()).then_some(Ok(pv))
+            }
+            Ok(watcher::Event::Delete(pv)) => {
+                known.remove(&pv.name_any());
+                Some(Ok(pv))
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+            Err(e) => Some(Err(e)),
+        };
+        std::future::ready(trigger)
+    });
+    let stores = Stores {
+        deployments,
+        daemon_sets,
+        csi_drivers,
+        volumes,
+    };
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        args.settings.clone(),
+        metrics,
+        stores,
+    ));
     let mut selected = watcher::Config::default();
     if let Some(selector) = &args.selector {
         selected = selected.labels(selector);
     }
     Controller::new(provisioners, selected)
-        .watches(
-            Api::<Deployment>::namespaced(client.clone(), &ns),
-            owned.clone(),
-            by_label,
-        )
-        .watches(
-            Api::<DaemonSet>::namespaced(client.clone(), &ns),
-            owned.clone(),
-            by_label,
-        )
-        .watches(Api::<CSIDriver>::all(client.clone()), owned, by_label)
-        .watches(
-            Api::<PersistentVolume>::all(client.clone()),
-            watcher::Config::default(),
-            |pv: PersistentVolume| {
-                pv.spec
-                    .and_then(|s| s.csi)
-                    .map(|csi| ObjectRef::new(&csi.driver))
-            },
-        )
+        // Bursts of volume events become one reconcile.
+        .with_config(controller::Config::default().debounce(Duration::from_secs(1)))
+        .watches_stream(deployment_events, by_label)
+        .watches_stream(daemon_set_events, by_label)
+        .watches_stream(csi_driver_events, by_label)
+        .watches_stream(volume_events, |pv: PersistentVolume| {
+            pv.spec
+                .and_then(|s| s.csi)
+                .map(|csi| ObjectRef::new(&csi.driver))
+        })
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -291,19 +438,18 @@ pub fn backoff(failures: u32) -> Duration {
 
 async fn apply(p: &PavProvisioner, ctx: &Context) -> Result<(Action, Outcome), Error> {
     let name = p.name_any();
-    let volumes = volumes_of(&ctx.client, &name).await?;
-    ctx.metrics.set_volumes(&name, Some(volumes.len() as i64));
+    let volumes = ctx.stores.volume_count(&name).await;
+    ctx.metrics.set_volumes(&name, Some(volumes as i64));
     if let Err(problems) = CompiledProvisioner::new(p) {
         let message = problems.to_string();
         tracing::info!(provisioner = %name, "invalid spec:\n{message}");
         let condition = condition(false, reason::INVALID_SPEC, &message);
-        update_status(p, ctx, condition, volumes.len(), EventType::Warning).await?;
+        update_status(p, ctx, condition, volumes, EventType::Warning).await?;
         return Ok((Action::requeue(Duration::from_secs(600)), Outcome::Invalid));
     }
 
-    let objects = driver::objects(p, &ctx.settings);
     let (deployment, daemon_set) =
-        apply_driver(&ctx.client, &ctx.settings.namespace, &objects).await?;
+        apply_if_changed(ctx, &name, &driver::objects(p, &ctx.settings)).await?;
     let (ready, message) = readiness(&name, &deployment, &daemon_set);
     let condition = condition(
         ready,
@@ -314,12 +460,36 @@ async fn apply(p: &PavProvisioner, ctx: &Context) -> Result<(Action, Outcome), E
         },
         &message,
     );
-    update_status(p, ctx, condition, volumes.len(), EventType::Normal).await?;
+    update_status(p, ctx, condition, volumes, EventType::Normal).await?;
     Ok((Action::requeue(Duration::from_secs(300)), Outcome::Applied))
+}
+
+/// Applies a driver unless the same objects were applied less than
+/// [`REAPPLY_AFTER`] ago and the watches still see them; returns its
+/// Deployment and DaemonSet.
+async fn apply_if_changed(
+    ctx: &Context,
+    name: &str,
+    objects: &DriverObjects,
+) -> Result<(Deployment, DaemonSet), Error> {
+    let ns = &ctx.settings.namespace;
+    let fingerprint = fingerprint(objects);
+    let recent = ctx
+        .applied()
+        .get(name)
+        .is_some_and(|(last, at)| *last == fingerprint && at.elapsed() < REAPPLY_AFTER);
+    if recent && let Some(driver) = ctx.stores.driver(ns, name) {
+        return Ok(driver);
+    }
+    let applied = apply_driver(&ctx.client, ns, objects).await?;
+    ctx.applied()
+        .insert(name.to_owned(), (fingerprint, Instant::now()));
+    Ok(applied)
 }
 
 async fn cleanup(p: &PavProvisioner, ctx: &Context) -> Result<(Action, Outcome), Error> {
     let name = p.name_any();
+    ctx.applied().remove(&name);
     let volumes = volumes_of(&ctx.client, &name).await?;
     let claims = claims_of(&ctx.client, &name).await?;
     let staged = staging_pods_of(&ctx.client, &name).await?;
@@ -390,9 +560,10 @@ async fn volumes_of(client: &Client, name: &str) -> Result<Vec<String>, Error> {
 }
 
 /// Names of the PersistentVolumes in `pvs` whose CSI driver is `name`.
-pub fn volumes_in(pvs: &[PersistentVolume], name: &str) -> Vec<String> {
+pub fn volumes_in<P: std::borrow::Borrow<PersistentVolume>>(pvs: &[P], name: &str) -> Vec<String> {
     pvs.iter()
-        .filter(|pv| {
+        .map(std::borrow::Borrow::borrow)
+        .filter(|pv: &&PersistentVolume| {
             pv.spec
                 .as_ref()
                 .and_then(|s| s.csi.as_ref())
@@ -603,17 +774,9 @@ async fn apply_driver(
     for account in &objects.service_accounts {
         apply_one(&accounts, account).await?;
     }
-    let cluster_roles = Api::<ClusterRole>::all(client.clone());
-    for role in &objects.cluster_roles {
-        apply_one(&cluster_roles, role).await?;
-    }
     let cluster_bindings = Api::<ClusterRoleBinding>::all(client.clone());
     for binding in &objects.cluster_role_bindings {
         apply_one(&cluster_bindings, binding).await?;
-    }
-    let roles = Api::<Role>::namespaced(client.clone(), ns);
-    for role in &objects.roles {
-        apply_one(&roles, role).await?;
     }
     let bindings = Api::<RoleBinding>::namespaced(client.clone(), ns);
     for binding in &objects.role_bindings {
@@ -659,7 +822,6 @@ async fn delete_driver(client: &Client, ns: &str, name: &str) -> Result<(), Erro
         &controller,
     )
     .await?;
-    delete_named(&Api::<Role>::namespaced(client.clone(), ns), &controller).await?;
     for account in [&controller, &node] {
         delete_named(
             &Api::<ServiceAccount>::namespaced(client.clone(), ns),
@@ -667,7 +829,6 @@ async fn delete_driver(client: &Client, ns: &str, name: &str) -> Result<(), Erro
         )
         .await?;
         delete_named(&Api::<ClusterRoleBinding>::all(client.clone()), account).await?;
-        delete_named(&Api::<ClusterRole>::all(client.clone()), account).await?;
     }
     delete_named(&Api::<CSIDriver>::all(client.clone()), name).await?;
     Ok(())
@@ -725,6 +886,29 @@ mod tests {
         )
         .unwrap();
         assert_eq!(claims_in(&pvcs, &classes, "hello"), ["ns/one", "ns/three"]);
+    }
+
+    #[test]
+    fn slim_volumes_keep_name_and_driver_only() {
+        let mut pvs: Vec<PersistentVolume> = serde_yaml::from_str(
+            "- metadata: { name: a, uid: u1, annotations: { x: y }, labels: { l: v } }\n  \
+               spec: { csi: { driver: hello, volumeHandle: h1, volumeAttributes: { k: v } }, capacity: { storage: 1Gi } }\n  \
+               status: { phase: Bound }\n\
+             - metadata: { name: c }\n  spec: { hostPath: { path: /x } }\n",
+        )
+        .unwrap();
+        pvs.iter_mut().for_each(slim_volume);
+        assert_eq!(volumes_in(&pvs, "hello"), ["a"]);
+        let json = serde_json::to_value(&pvs).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!([
+                { "apiVersion": "v1", "kind": "PersistentVolume",
+                  "metadata": { "name": "a", "uid": "u1" },
+                  "spec": { "csi": { "driver": "hello", "volumeHandle": "" } } },
+                { "apiVersion": "v1", "kind": "PersistentVolume", "metadata": { "name": "c" } },
+            ])
+        );
     }
 
     #[test]

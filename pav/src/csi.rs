@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::PersistentVolume;
+use kube::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
-use kube::{Api, Client};
 
 use self::cluster::Cluster;
 use self::metrics::Metrics;
@@ -46,6 +46,9 @@ pub struct CommonArgs {
     /// Address of the HTTP server with /metrics and /healthz.
     #[arg(long, env = "PAV_METRICS_ADDR", default_value = "0.0.0.0:9808")]
     pub metrics_addr: SocketAddr,
+    /// Client-side API rate limit.
+    #[command(flatten)]
+    pub api: crate::client::ApiLimits,
 }
 
 /// Flags of `pav csi-controller`.
@@ -81,8 +84,8 @@ fn init_tracing() {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
 }
 
-async fn cluster(common: &CommonArgs) -> anyhow::Result<Arc<Cluster>> {
-    let client = Client::try_default().await?;
+async fn cluster(common: &CommonArgs, component: &str) -> anyhow::Result<Arc<Cluster>> {
+    let client = crate::client::client(common.api, component).await?;
     let metrics = Arc::new(Metrics::default());
     let addr = common.metrics_addr;
     let served = metrics.clone();
@@ -127,7 +130,7 @@ pub fn controller_provisioner(
 /// Serves the CSI controller service until SIGTERM.
 pub async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
     init_tracing();
-    let cluster = cluster(&args.common).await?;
+    let cluster = cluster(&args.common, "csi-controller").await?;
     tokio::spawn(controller::sweep(cluster.clone()));
     let provisioner = controller_provisioner(cluster);
     pav_csi::Driver::builder(args.common.provisioner.clone())
@@ -142,7 +145,7 @@ pub async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
 /// Serves the CSI node service until SIGTERM.
 pub async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     init_tracing();
-    let cluster = cluster(&args.common).await?;
+    let cluster = cluster(&args.common, "csi-node").await?;
     tokio::spawn(node::collect(
         cluster.clone(),
         args.node_id.clone(),

@@ -4,12 +4,14 @@
 //! | module | role |
 //! |---|---|
 //! | [`cli`] | the `pav` command line |
+//! | [`client`] | the API client of every component, with a client-side rate limit |
 //! | [`controller`] | `pav controller`: PavProvisioner objects become CSI drivers |
 //! | [`csi`] | `pav csi-controller` / `pav csi-node`: pav-sdk touch points carried out by pods |
 //! | [`manifests`] | `pav manifests`: the deployment, generated from Rust types |
 //! | [`pods`] | evaluated pod templates become the pods PaV creates |
 
 pub mod cli;
+pub mod client;
 pub mod controller;
 pub mod csi;
 pub mod manifests;

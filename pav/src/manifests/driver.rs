@@ -3,18 +3,24 @@
 //! | object | name | scope |
 //! |---|---|---|
 //! | CSIDriver | `<name>` | cluster |
-//! | ServiceAccount, Role, RoleBinding, Deployment | `pav-<name>-controller` | pav namespace |
-//! | ClusterRole, ClusterRoleBinding | `pav-<name>-controller` | cluster |
+//! | ServiceAccount, RoleBinding, Deployment | `pav-<name>-controller` | pav namespace |
+//! | ClusterRoleBinding | `pav-<name>-controller` | cluster |
 //! | ServiceAccount, DaemonSet | `pav-<name>-node` | pav namespace |
-//! | ClusterRole, ClusterRoleBinding | `pav-<name>-node` | cluster |
+//! | ClusterRoleBinding | `pav-<name>-node` | cluster |
 //!
 //! All carry the label `pav.albertofaria.github.io/provisioner: <name>`;
 //! namespaced ones are owned by the PavProvisioner (garbage collected with
 //! it), cluster-scoped ones are deleted by the controller's finalizer.
+//!
+//! The bindings name three ClusterRoles every driver shares
+//! ([`csi_controller_role`], [`csi_node_role`], [`csi_leader_election_role`]).
+//! They are installed once by `pav manifests`, so `pav controller` never
+//! writes a role: it only binds these three, which needs `bind` on them by
+//! name and not `escalate` (with which it could grant itself anything).
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
 use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::Resource as _;
 use pav_templates::PavProvisioner;
@@ -43,6 +49,14 @@ pub fn node_name(provisioner: &str) -> String {
     format!("pav-{provisioner}-node")
 }
 
+/// The ClusterRole of every driver's CSI controller.
+pub const CSI_CONTROLLER_ROLE: &str = "pav-csi-controller";
+/// The ClusterRole of every driver's node plugin.
+pub const CSI_NODE_ROLE: &str = "pav-csi-node";
+/// The ClusterRole external-provisioner's leader election needs, bound in
+/// the pav namespace only.
+pub const CSI_LEADER_ELECTION_ROLE: &str = "pav-csi-leader-election";
+
 /// Label selector matching every object pav deployed for a provisioner.
 pub fn selector(provisioner: &str) -> String {
     format!("{LABEL_PROVISIONER}={provisioner}")
@@ -55,13 +69,11 @@ pub struct DriverObjects {
     pub csi_driver: CSIDriver,
     /// Service accounts of the CSI controller and the node plugin.
     pub service_accounts: Vec<ServiceAccount>,
-    /// Cluster roles of the CSI controller and the node plugin.
-    pub cluster_roles: Vec<ClusterRole>,
-    /// Their bindings.
+    /// Bindings of the CSI controller and the node plugin to
+    /// [`CSI_CONTROLLER_ROLE`] and [`CSI_NODE_ROLE`].
     pub cluster_role_bindings: Vec<ClusterRoleBinding>,
-    /// The CSI controller's leader-election Role in the pav namespace.
-    pub roles: Vec<Role>,
-    /// Its binding.
+    /// The CSI controller's binding to [`CSI_LEADER_ELECTION_ROLE`] in the
+    /// pav namespace.
     pub role_bindings: Vec<RoleBinding>,
     /// The CSI controller with the external-provisioner sidecar.
     pub deployment: Deployment,
@@ -78,12 +90,10 @@ pub fn objects(provisioner: &PavProvisioner, settings: &Settings) -> DriverObjec
             b.service_account(&b.controller, "csi-controller"),
             b.service_account(&b.node, "csi-node"),
         ],
-        cluster_roles: vec![b.controller_cluster_role(), b.node_cluster_role()],
         cluster_role_bindings: vec![
-            b.cluster_role_binding(&b.controller, "csi-controller"),
-            b.cluster_role_binding(&b.node, "csi-node"),
+            b.cluster_role_binding(&b.controller, CSI_CONTROLLER_ROLE, "csi-controller"),
+            b.cluster_role_binding(&b.node, CSI_NODE_ROLE, "csi-node"),
         ],
-        roles: vec![b.controller_role()],
         role_bindings: vec![b.controller_role_binding()],
         deployment: b.deployment(),
         daemon_set: b.daemon_set(),
@@ -182,67 +192,13 @@ impl<'a> Builder<'a> {
         }))
     }
 
-    /// external-provisioner's documented cluster RBAC (no snapshots, no
-    /// capacity tracking) plus what `pav csi-controller` needs: the pods it
-    /// starts (in any namespace, as templates may name one), its
-    /// PavProvisioner and claims for `get_pvc()`.
-    fn controller_cluster_role(&self) -> ClusterRole {
-        typed(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": self.cluster(&self.controller, "csi-controller"),
-            "rules": [
-                rule(&[""], &["persistentvolumes"], &["get", "list", "watch", "create", "patch", "delete"]),
-                rule(&[""], &["persistentvolumeclaims"], &["get", "list", "watch", "update"]),
-                rule(&["storage.k8s.io"], &["storageclasses"], &["get", "list", "watch"]),
-                rule(&[""], &["events"], &["get", "list", "watch", "create", "update", "patch"]),
-                rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
-                rule(&["storage.k8s.io"], &["csinodes"], &["get", "list", "watch"]),
-                rule(&[""], &["nodes"], &["get", "list", "watch"]),
-                rule(&["storage.k8s.io"], &["volumeattachments"], &["get", "list", "watch"]),
-                rule(&["storage.k8s.io"], &["volumeattributesclasses"], &["get"]),
-                rule(&[""], &["pods"], &["get", "list", "watch", "create", "delete"]),
-                rule(&[pav_templates::model::GROUP], &["pavprovisioners"], &["get", "list", "watch"]),
-            ],
-        }))
-    }
-
-    /// `pav csi-node`: its staging and unstaging pods (created, watched,
-    /// annotated when collected, deleted), the objects of the staging
-    /// context, its PavProvisioner, events.
-    fn node_cluster_role(&self) -> ClusterRole {
-        typed(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": self.cluster(&self.node, "csi-node"),
-            "rules": [
-                rule(&[""], &["pods"], &["get", "list", "watch", "create", "delete", "patch"]),
-                rule(&[""], &["persistentvolumes", "persistentvolumeclaims", "nodes"], &["get"]),
-                rule(&["", "events.k8s.io"], &["events"], &["create", "patch"]),
-                rule(&[pav_templates::model::GROUP], &["pavprovisioners"], &["get", "list", "watch"]),
-            ],
-        }))
-    }
-
-    fn cluster_role_binding(&self, name: &str, component: &str) -> ClusterRoleBinding {
+    fn cluster_role_binding(&self, name: &str, role: &str, component: &str) -> ClusterRoleBinding {
         typed(json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
             "metadata": self.cluster(name, component),
-            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role },
             "subjects": [{ "kind": "ServiceAccount", "name": name, "namespace": self.settings.namespace }],
-        }))
-    }
-
-    /// external-provisioner's leader election lease, in the pav namespace.
-    fn controller_role(&self) -> Role {
-        typed(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": self.namespaced(&self.controller, "csi-controller"),
-            "rules": [
-                rule(&["coordination.k8s.io"], &["leases"], &["get", "list", "watch", "create", "update", "patch", "delete"]),
-            ],
         }))
     }
 
@@ -251,7 +207,11 @@ impl<'a> Builder<'a> {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
             "metadata": self.namespaced(&self.controller, "csi-controller"),
-            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": self.controller },
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": CSI_LEADER_ELECTION_ROLE,
+            },
             "subjects": [{ "kind": "ServiceAccount", "name": self.controller, "namespace": self.settings.namespace }],
         }))
     }
@@ -394,6 +354,78 @@ impl<'a> Builder<'a> {
             },
         }))
     }
+}
+
+/// Metadata of a role shared by every driver.
+fn shared_role_meta(name: &str, component: &str) -> Value {
+    json!({
+        "name": name,
+        "labels": labels(&[(LABEL_NAME, "pav"), (LABEL_COMPONENT, component)]),
+    })
+}
+
+/// What every CSI controller may do cluster-wide: exactly the calls
+/// external-provisioner v5 makes for a driver without topology, snapshots,
+/// capacity tracking or ControllerPublish, plus those of `pav csi-controller`
+/// (its pods, in whatever namespace a template names; claims and classes
+/// for the creation context; its PavProvisioner).
+///
+/// ```
+/// use pav::manifests::driver::csi_controller_role;
+/// let rules = csi_controller_role().rules.unwrap();
+/// assert!(!rules.iter().any(|r| r.resources.as_ref().unwrap().contains(&"secrets".to_owned())));
+/// ```
+pub fn csi_controller_role() -> ClusterRole {
+    typed(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": shared_role_meta(CSI_CONTROLLER_ROLE, "csi-controller"),
+        "rules": [
+            rule(&[""], &["persistentvolumes"], &["get", "list", "watch", "create", "patch", "delete"]),
+            rule(&[""], &["persistentvolumeclaims"], &["get", "list", "watch", "update"]),
+            rule(&["storage.k8s.io"], &["storageclasses"], &["get", "list", "watch"]),
+            // client-go's event recorder in external-provisioner.
+            rule(&[""], &["events"], &["create", "update", "patch"]),
+            // kube's recorder in pav csi-controller.
+            rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
+            // The selected node of a WaitForFirstConsumer claim.
+            rule(&[""], &["nodes"], &["get"]),
+            rule(&["storage.k8s.io"], &["volumeattributesclasses"], &["get"]),
+            rule(&[""], &["pods"], &["get", "list", "watch", "create", "delete"]),
+            rule(&[pav_templates::model::GROUP], &["pavprovisioners"], &["get"]),
+        ],
+    }))
+}
+
+/// What every node plugin may do cluster-wide: its staging and unstaging
+/// pods (created, watched, annotated when collected, deleted), the objects
+/// of the staging context, its PavProvisioner, events.
+/// node-driver-registrar needs nothing.
+pub fn csi_node_role() -> ClusterRole {
+    typed(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": shared_role_meta(CSI_NODE_ROLE, "csi-node"),
+        "rules": [
+            rule(&[""], &["pods"], &["get", "list", "watch", "create", "delete", "patch"]),
+            rule(&[""], &["persistentvolumes", "persistentvolumeclaims", "nodes"], &["get"]),
+            rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
+            rule(&[pav_templates::model::GROUP], &["pavprovisioners"], &["get"]),
+        ],
+    }))
+}
+
+/// external-provisioner's leader election (client-go's LeaseLock: get,
+/// create, update), bound in the pav namespace only.
+pub fn csi_leader_election_role() -> ClusterRole {
+    typed(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": shared_role_meta(CSI_LEADER_ELECTION_ROLE, "csi-controller"),
+        "rules": [
+            rule(&["coordination.k8s.io"], &["leases"], &["get", "create", "update"]),
+        ],
+    }))
 }
 
 #[cfg(test)]
@@ -629,13 +661,39 @@ mod tests {
             .map(|s| s.metadata.name.clone().unwrap())
             .collect();
         assert_eq!(names, ["pav-hello-controller", "pav-hello-node"]);
-        let controller = o.cluster_roles[0].rules.clone().unwrap();
+        let roles: Vec<_> = o
+            .cluster_role_bindings
+            .iter()
+            .map(|b| (b.metadata.name.clone().unwrap(), b.role_ref.name.clone()))
+            .collect();
+        assert_eq!(
+            roles,
+            [
+                (
+                    "pav-hello-controller".to_owned(),
+                    CSI_CONTROLLER_ROLE.to_owned()
+                ),
+                ("pav-hello-node".to_owned(), CSI_NODE_ROLE.to_owned())
+            ]
+        );
+        for binding in &o.cluster_role_bindings {
+            let subject = &binding.subjects.as_ref().unwrap()[0];
+            assert_eq!(Some(&subject.name), binding.metadata.name.as_ref());
+            assert_eq!(subject.namespace.as_deref(), Some("pav"));
+        }
+        let leases = &o.role_bindings[0];
+        assert_eq!(leases.metadata.namespace.as_deref(), Some("pav"));
+        assert_eq!(
+            (leases.role_ref.kind.as_str(), leases.role_ref.name.as_str()),
+            ("ClusterRole", CSI_LEADER_ELECTION_ROLE)
+        );
+
+        let controller = csi_controller_role().rules.unwrap();
         for (group, resource, verb) in [
             ("", "persistentvolumes", "create"),
             ("", "persistentvolumes", "delete"),
             ("", "persistentvolumeclaims", "update"),
             ("storage.k8s.io", "storageclasses", "watch"),
-            ("storage.k8s.io", "csinodes", "list"),
             ("", "nodes", "get"),
             ("", "events", "create"),
             ("", "pods", "create"),
@@ -647,18 +705,28 @@ mod tests {
                 "controller lacks {verb} {group}/{resource}"
             );
         }
-        assert!(!allows(&controller, "", "secrets", "get"));
-        let leases = o.roles[0].rules.clone().unwrap();
-        assert!(allows(&leases, "coordination.k8s.io", "leases", "update"));
-        assert_eq!(o.roles[0].metadata.namespace.as_deref(), Some("pav"));
-        let node = o.cluster_roles[1].rules.clone().unwrap();
+        for (group, resource, verb) in [
+            ("", "secrets", "get"),
+            ("storage.k8s.io", "csinodes", "list"),
+            ("storage.k8s.io", "volumeattachments", "watch"),
+            ("", "nodes", "list"),
+        ] {
+            assert!(
+                !allows(&controller, group, resource, verb),
+                "controller may {verb} {group}/{resource}"
+            );
+        }
+        let leader = csi_leader_election_role().rules.unwrap();
+        assert!(allows(&leader, "coordination.k8s.io", "leases", "update"));
+        assert!(!allows(&leader, "coordination.k8s.io", "leases", "delete"));
+        let node = csi_node_role().rules.unwrap();
         for (group, resource, verb) in [
             ("", "pods", "create"),
             ("", "pods", "patch"),
             ("", "persistentvolumes", "get"),
             ("", "persistentvolumeclaims", "get"),
             ("", "nodes", "get"),
-            ("", "events", "create"),
+            ("events.k8s.io", "events", "create"),
             ("pav.albertofaria.github.io", "pavprovisioners", "get"),
         ] {
             assert!(
@@ -667,10 +735,6 @@ mod tests {
             );
         }
         assert!(!allows(&node, "", "persistentvolumes", "create"));
-        for binding in &o.cluster_role_bindings {
-            let subject = &binding.subjects.as_ref().unwrap()[0];
-            assert_eq!(subject.name, binding.role_ref.name);
-            assert_eq!(subject.namespace.as_deref(), Some("pav"));
-        }
+        assert!(!allows(&node, "", "events", "create"));
     }
 }

@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use serde_json::{Value, json};
 
+use super::driver::{self, CSI_CONTROLLER_ROLE, CSI_LEADER_ELECTION_ROLE, CSI_NODE_ROLE};
 use super::{
     DEFAULT_METRICS_ADDR, LABEL_COMPONENT, LABEL_NAME, PAV_BINARY, Settings, json as to_json,
     labels, typed,
@@ -30,6 +31,9 @@ pub fn objects(settings: &Settings) -> Vec<Value> {
     vec![
         to_json(&namespace(settings)),
         to_json(&pav_templates::PavProvisioner::definition()),
+        to_json(&driver::csi_controller_role()),
+        to_json(&driver::csi_node_role()),
+        to_json(&driver::csi_leader_election_role()),
         to_json(&service_account(settings)),
         to_json(&cluster_role()),
         to_json(&cluster_role_binding(settings)),
@@ -60,10 +64,12 @@ pub fn service_account(settings: &Settings) -> ServiceAccount {
     }))
 }
 
-/// What the controller may do cluster-wide: manage PavProvisioners and
-/// their status and finalizers, CSIDrivers and the drivers' cluster RBAC
-/// (`escalate`/`bind` so it can grant drivers what it does not hold
-/// itself), count volumes and claims, and record events.
+/// What the controller may do cluster-wide, each verb one it calls:
+/// watch PavProvisioners and patch their finalizer and status, apply and
+/// delete CSIDrivers and the drivers' ClusterRoleBindings, bind the three
+/// shared driver roles (by name: no `escalate`, no other role), count
+/// volumes, claims and staging pods of a provisioner being deleted, and
+/// record events.
 pub fn cluster_role() -> ClusterRole {
     typed(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -73,32 +79,40 @@ pub fn cluster_role() -> ClusterRole {
             {
                 "apiGroups": [pav_templates::model::GROUP],
                 "resources": ["pavprovisioners"],
-                "verbs": ["get", "list", "watch", "patch", "update"],
+                "verbs": ["list", "watch", "patch"],
             },
             {
                 "apiGroups": [pav_templates::model::GROUP],
                 "resources": ["pavprovisioners/status"],
-                "verbs": ["get", "patch", "update"],
+                "verbs": ["patch"],
             },
             {
-                "apiGroups": [pav_templates::model::GROUP],
-                "resources": ["pavprovisioners/finalizers"],
-                "verbs": ["update"],
-            },
-            {
+                // Server-side apply creates through patch, hence create.
                 "apiGroups": ["storage.k8s.io"],
                 "resources": ["csidrivers"],
-                "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
+                "verbs": ["list", "watch", "create", "patch", "delete"],
             },
             {
                 "apiGroups": ["rbac.authorization.k8s.io"],
-                "resources": ["clusterroles", "clusterrolebindings"],
-                "verbs": ["get", "list", "watch", "create", "patch", "update", "delete", "bind", "escalate"],
+                "resources": ["clusterrolebindings"],
+                "verbs": ["create", "patch", "delete"],
+            },
+            {
+                "apiGroups": ["rbac.authorization.k8s.io"],
+                "resources": ["clusterroles"],
+                "resourceNames": [CSI_CONTROLLER_ROLE, CSI_NODE_ROLE, CSI_LEADER_ELECTION_ROLE],
+                "verbs": ["bind"],
+            },
+            {
+                // PVs requeue their provisioner; the count goes in status.
+                "apiGroups": [""],
+                "resources": ["persistentvolumes"],
+                "verbs": ["list", "watch"],
             },
             {
                 "apiGroups": [""],
-                "resources": ["persistentvolumes", "persistentvolumeclaims"],
-                "verbs": ["get", "list", "watch"],
+                "resources": ["persistentvolumeclaims"],
+                "verbs": ["list"],
             },
             {
                 // Staging pods still running keep a provisioner from being
@@ -110,12 +124,12 @@ pub fn cluster_role() -> ClusterRole {
             {
                 "apiGroups": ["storage.k8s.io"],
                 "resources": ["storageclasses"],
-                "verbs": ["get", "list", "watch"],
+                "verbs": ["list"],
             },
             {
-                "apiGroups": ["", "events.k8s.io"],
+                "apiGroups": ["events.k8s.io"],
                 "resources": ["events"],
-                "verbs": ["create", "patch", "update"],
+                "verbs": ["create", "patch"],
             },
         ],
     }))
@@ -140,8 +154,9 @@ pub fn cluster_role_binding(settings: &Settings) -> ClusterRoleBinding {
     }))
 }
 
-/// What the controller may do in the pav namespace: the drivers'
-/// Deployments, DaemonSets, ServiceAccounts and Roles, and its own
+/// What the controller may do in the pav namespace: apply, watch and
+/// delete the drivers' Deployments and DaemonSets, apply and delete their
+/// ServiceAccounts and leader-election RoleBindings, and hold its own
 /// leader-election Lease.
 pub fn role(settings: &Settings) -> Role {
     typed(json!({
@@ -152,17 +167,17 @@ pub fn role(settings: &Settings) -> Role {
             {
                 "apiGroups": ["apps"],
                 "resources": ["deployments", "daemonsets"],
-                "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
+                "verbs": ["list", "watch", "create", "patch", "delete"],
             },
             {
                 "apiGroups": [""],
                 "resources": ["serviceaccounts"],
-                "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
+                "verbs": ["create", "patch", "delete"],
             },
             {
                 "apiGroups": ["rbac.authorization.k8s.io"],
-                "resources": ["roles", "rolebindings"],
-                "verbs": ["get", "list", "watch", "create", "patch", "update", "delete", "bind", "escalate"],
+                "resources": ["rolebindings"],
+                "verbs": ["create", "patch", "delete"],
             },
             {
                 "apiGroups": ["coordination.k8s.io"],
@@ -288,21 +303,40 @@ mod tests {
     }
 
     #[test]
-    fn controller_may_grant_driver_rbac() {
-        let role = cluster_role();
-        let rbac = role
-            .rules
-            .unwrap()
-            .into_iter()
-            .find(|r| {
+    fn controller_binds_only_the_driver_roles() {
+        let rules = cluster_role().rules.unwrap();
+        let on_roles: Vec<_> = rules
+            .iter()
+            .filter(|r| {
                 r.resources
                     .as_deref()
                     .unwrap_or_default()
-                    .contains(&"clusterroles".to_owned())
+                    .iter()
+                    .any(|x| x == "clusterroles" || x == "roles")
             })
-            .unwrap();
-        assert!(rbac.verbs.contains(&"escalate".to_owned()));
-        assert!(rbac.verbs.contains(&"bind".to_owned()));
+            .collect();
+        assert_eq!(on_roles.len(), 1, "{on_roles:?}");
+        assert_eq!(on_roles[0].verbs, ["bind"]);
+        assert_eq!(
+            on_roles[0].resource_names.as_deref().unwrap(),
+            [CSI_CONTROLLER_ROLE, CSI_NODE_ROLE, CSI_LEADER_ELECTION_ROLE]
+        );
+        let namespaced = role(&Settings::default()).rules.unwrap();
+        for rule in rules.iter().chain(&namespaced) {
+            assert!(
+                !rule.verbs.iter().any(|v| v == "escalate" || v == "*"),
+                "{rule:?}"
+            );
+        }
+        // Every role the controller binds is installed next to it.
+        let installed: Vec<String> = objects(&Settings::default())
+            .iter()
+            .filter(|o| o["kind"] == "ClusterRole")
+            .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect();
+        for name in on_roles[0].resource_names.as_deref().unwrap() {
+            assert!(installed.contains(name), "{name} is not in pav manifests");
+        }
     }
 
     #[test]
@@ -316,6 +350,9 @@ mod tests {
             [
                 "Namespace",
                 "CustomResourceDefinition",
+                "ClusterRole",
+                "ClusterRole",
+                "ClusterRole",
                 "ServiceAccount",
                 "ClusterRole",
                 "ClusterRoleBinding",
