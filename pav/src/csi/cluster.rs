@@ -1,8 +1,12 @@
 //! Talking to the API server: the PavProvisioner, `get_pvc`, running PaV
-//! pods to completion by watch, deleting them, and events.
+//! pods to completion, deleting them, and events.
+//!
+//! Every wait for a pod reads one process-wide cache of this provisioner's
+//! pods (a reflector store kept by a single watch, see
+//! [`Cluster::start_pod_cache`]), so waiting costs no request of its own.
 
 use std::pin::pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -10,9 +14,11 @@ use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::watcher::watch_object;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use pav_templates::{CompiledProvisioner, PavProvisioner, Phase, PvcLookup};
+use tokio::sync::watch;
 
 use super::metrics::Metrics;
 use super::state::{self, PodState};
@@ -21,6 +27,10 @@ use crate::pods::{LABEL_PROVISIONER, label_value};
 /// How long a terminated pod may stay uncollected before its status alone
 /// is used.
 const COLLECT_GRACE: Duration = Duration::from_secs(30);
+
+/// Longest wait for the pod cache's first list before an operation gives
+/// up with `Unavailable` (the CO retries).
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The API client and what every operation of one provisioner shares.
 pub struct Cluster {
@@ -35,6 +45,9 @@ pub struct Cluster {
     /// Prometheus metrics.
     pub metrics: Arc<Metrics>,
     recorder: Recorder,
+    /// This provisioner's pods, started on first use or by
+    /// [`Cluster::start_pod_cache`].
+    pod_cache: OnceLock<PodCache>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -115,7 +128,37 @@ impl Cluster {
             timeout,
             metrics,
             recorder,
+            pod_cache: OnceLock::new(),
         }
+    }
+
+    /// Starts the process-wide cache of this provisioner's pods (one watch)
+    /// unless it runs already; every pod wait reads it. With `node`, only
+    /// pods with `spec.nodeName` = `node` are cached: right for the node
+    /// plugin, which waits only for the staging and unstaging pods that
+    /// [`build_pod`](crate::pods::build_pod) pins to its node. Without a
+    /// call, the first wait starts it for every node's pods. Needs a tokio
+    /// runtime.
+    pub fn start_pod_cache(&self, node: Option<&str>) {
+        self.pod_cache
+            .get_or_init(|| PodCache::start(self.client.clone(), &self.provisioner, node));
+    }
+
+    /// The pod cache, started if need be, once it has listed the pods.
+    async fn pod_cache(&self) -> pav_sdk::Result<&PodCache> {
+        self.start_pod_cache(None);
+        let cache = self.pod_cache.get().expect("started above");
+        cache.ready(READY_TIMEOUT.min(self.timeout)).await?;
+        Ok(cache)
+    }
+
+    /// Pod `namespace/name` as the pod cache last saw it (no request).
+    pub async fn cached_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> pav_sdk::Result<Option<Arc<Pod>>> {
+        Ok(self.pod_cache().await?.get(namespace, name))
     }
 
     /// The PavProvisioner, compiled, and an owner reference to it for the
@@ -187,7 +230,7 @@ impl Cluster {
 
     /// Pods of this provisioner (any namespace) matching extra `labels`.
     pub async fn list_pods(&self, labels: &[(&str, &str)]) -> pav_sdk::Result<Vec<Pod>> {
-        let mut selector = format!("{LABEL_PROVISIONER}={}", label_value(&self.provisioner));
+        let mut selector = provisioner_selector(&self.provisioner);
         for (key, value) in labels {
             selector.push_str(&format!(",{key}={}", label_value(value)));
         }
@@ -206,11 +249,9 @@ impl Cluster {
         let namespace = pod.namespace().unwrap_or_default();
         let name = pod.name_any();
         let api = self.pods(&namespace);
-        let existing = api
-            .get_opt(&name)
-            .await
-            .map_err(|e| api_error(&format!("pod {namespace}/{name}"), e))?;
-        if let Some(existing) = existing {
+        // From the cache: a pod missing from it only because it is very new
+        // makes the creation below answer 409, which means the same.
+        if let Some(existing) = self.cached_pod(&namespace, &name).await? {
             if existing.metadata.deletion_timestamp.is_none() {
                 return Ok(false);
             }
@@ -226,65 +267,45 @@ impl Cluster {
         }
     }
 
-    /// Watches pod `namespace/name` until `check` answers, the pod
-    /// disappears, or the phase timeout passes. `check` is also asked once a
-    /// second, for conditions that involve files.
+    /// Waits until `check` answers for pod `namespace/name`, the pod
+    /// disappears, or the phase timeout passes (the pod's own, see
+    /// [`timeout_of`](crate::pods::timeout_of), else `--phase-timeout`).
+    /// `check` is asked on every change of the pod and once a second, for
+    /// conditions that involve files. Reads the pod cache: no request,
+    /// except one read every 10 s while the pod is not in the cache (it may
+    /// be gone already).
     pub async fn wait_pod<T>(
         &self,
         phase: Phase,
         namespace: &str,
         name: &str,
-        mut check: impl FnMut(&Pod) -> Option<T>,
+        check: impl FnMut(&Pod) -> Option<T>,
     ) -> pav_sdk::Result<T> {
-        let started = tokio::time::Instant::now();
-        let mut timeout = self.timeout;
-        let mut deadline = started + timeout;
-        let mut stream = pin!(watch_object(self.pods(namespace), name));
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        let mut last: Option<Pod> = None;
-        let mut seen = false;
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep_until(deadline) => {
-                    let state = last.as_ref().map(PodState::of);
-                    return Err(pav_sdk::Error::Unavailable(state::pod_timeout(
-                        phase, namespace, name, timeout, state.as_ref(),
-                    )));
+        let api = self.pods(namespace);
+        let absent = || {
+            let (api, what) = (api.clone(), format!("pod {namespace}/{name}"));
+            let name = name.to_owned();
+            async move {
+                match api.get_opt(&name).await {
+                    Ok(pod) => Ok(pod.is_none()),
+                    Err(e) => Err(api_error(&what, e)),
                 }
-                item = stream.next() => match item {
-                    Some(Ok(pod)) => {
-                        // The phase's own `timeout`, recorded on the pod.
-                        if let Some(own) = pod.as_ref().and_then(crate::pods::timeout_of) {
-                            timeout = own;
-                            deadline = started + own;
-                        }
-                        last = pod;
-                        seen = true;
-                    }
-                    Some(Err(e)) => {
-                        tracing::warn!(pod = name, namespace, error = %e, "watching pod");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                    None => return Err(pav_sdk::Error::Unavailable("pod watch ended".into())),
+            }
+        };
+        self.pod_cache()
+            .await?
+            .wait_pod(
+                PodWait {
+                    phase,
+                    namespace,
+                    name,
+                    timeout: self.timeout,
+                    timing: Timing::DEFAULT,
                 },
-                _ = tick.tick() => {}
-            }
-            if !seen {
-                continue;
-            }
-            match &last {
-                None => {
-                    return Err(pav_sdk::Error::Aborted(format!(
-                        "{phase} pod {namespace}/{name} was deleted before it finished"
-                    )));
-                }
-                Some(pod) => {
-                    if let Some(result) = check(pod) {
-                        return Ok(result);
-                    }
-                }
-            }
-        }
+                check,
+                absent,
+            )
+            .await
     }
 
     /// Waits until a pod has terminated and (if `collected`) the node
@@ -329,23 +350,13 @@ impl Cluster {
         self.wait_gone(namespace, name).await
     }
 
-    /// Waits until pod `namespace/name` no longer exists.
+    /// Waits until pod `namespace/name` no longer exists (in the pod
+    /// cache: a pod it does not hold counts as gone).
     pub async fn wait_gone(&self, namespace: &str, name: &str) -> pav_sdk::Result<()> {
-        let gone = kube::runtime::wait::await_condition(
-            self.pods(namespace),
-            name,
-            kube::runtime::wait::conditions::is_deleted(""),
-        );
-        match tokio::time::timeout(self.timeout, gone).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(pav_sdk::Error::Unavailable(format!(
-                "waiting for pod {namespace}/{name} to be deleted: {e}"
-            ))),
-            Err(_) => Err(pav_sdk::Error::Unavailable(format!(
-                "pod {namespace}/{name} was not deleted within {}s",
-                self.timeout.as_secs()
-            ))),
-        }
+        self.pod_cache()
+            .await?
+            .wait_gone(namespace, name, self.timeout)
+            .await
     }
 
     /// Removes `finalizer` from a pod, if it is there.
@@ -413,4 +424,501 @@ impl Cluster {
 /// An object reference to a pod, for the `related` field of events.
 pub fn pod_ref(pod: &Pod) -> ObjectReference {
     pod.object_ref(&())
+}
+
+/// The label selector of every pod of `provisioner` (see
+/// [`PodTarget::labels`](crate::pods::PodTarget::labels)).
+fn provisioner_selector(provisioner: &str) -> String {
+    format!("{LABEL_PROVISIONER}={}", label_value(provisioner))
+}
+
+/// The pods of one provisioner as one watch sees them: a reflector store,
+/// and a channel bumped after every change to it, so waiters wake up.
+struct PodCache {
+    store: Store<Pod>,
+    changed: watch::Receiver<()>,
+}
+
+/// What [`PodCache::wait_pod`] waits for.
+struct PodWait<'a> {
+    phase: Phase,
+    namespace: &'a str,
+    name: &'a str,
+    /// Used unless the pod records its own.
+    timeout: Duration,
+    timing: Timing,
+}
+
+/// The periods of [`PodCache::wait_pod`].
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    /// How often `check` is asked without a change of the pod.
+    tick: Duration,
+    /// How long a pod may be missing from the cache before the API server
+    /// is asked whether it exists at all.
+    unseen_grace: Duration,
+}
+
+impl Timing {
+    const DEFAULT: Timing = Timing {
+        tick: Duration::from_secs(1),
+        unseen_grace: Duration::from_secs(10),
+    };
+}
+
+impl PodCache {
+    /// Watches the pods of `provisioner` (on `node` only, if given) in a
+    /// task of its own that retries with backoff for the process' life.
+    fn start(client: Client, provisioner: &str, node: Option<&str>) -> PodCache {
+        let mut config = watcher::Config::default()
+            .labels(&provisioner_selector(provisioner))
+            .any_semantic();
+        if let Some(node) = node {
+            config = config.fields(&format!("spec.nodeName={node}"));
+        }
+        let (store, writer) = reflector::store();
+        let (bump, changed) = watch::channel(());
+        let stream = reflector(writer, watcher(Api::<Pod>::all(client), config)).default_backoff();
+        tokio::spawn(async move {
+            let mut stream = pin!(stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    // The reflector has applied the event to the store.
+                    Ok(_) => {
+                        bump.send_replace(());
+                    }
+                    Err(e) => tracing::warn!(error = %e, "watching PaV pods"),
+                }
+            }
+        });
+        PodCache { store, changed }
+    }
+
+    /// Waits for the first complete list, at most `within`.
+    async fn ready(&self, within: Duration) -> pav_sdk::Result<()> {
+        match tokio::time::timeout(within, self.store.wait_until_ready()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(pav_sdk::Error::Unavailable(
+                "the watch of PaV pods stopped".into(),
+            )),
+            Err(_) => Err(pav_sdk::Error::Unavailable(format!(
+                "no list of PaV pods from the API server within {}s",
+                within.as_secs()
+            ))),
+        }
+    }
+
+    fn get(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        self.store.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// [`Cluster::wait_pod`] on this cache. A pod not (yet) in the cache is
+    /// not taken as deleted: a pod created just now shows up a moment
+    /// later. Only a pod once seen and then gone was deleted, or one still
+    /// not seen after `unseen_grace` that `absent` (asking the API server)
+    /// confirms does not exist; an error of `absent` is logged and the wait
+    /// goes on.
+    async fn wait_pod<T, F>(
+        &self,
+        wait: PodWait<'_>,
+        mut check: impl FnMut(&Pod) -> Option<T>,
+        mut absent: impl FnMut() -> F,
+    ) -> pav_sdk::Result<T>
+    where
+        F: std::future::Future<Output = pav_sdk::Result<bool>>,
+    {
+        let PodWait {
+            phase,
+            namespace,
+            name,
+            mut timeout,
+            timing,
+        } = wait;
+        let started = tokio::time::Instant::now();
+        let mut deadline = started + timeout;
+        let mut changed = self.changed.clone();
+        let mut tick = tokio::time::interval(timing.tick);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last: Option<Arc<Pod>> = None;
+        let mut unseen_since = started;
+        let deleted = || {
+            pav_sdk::Error::Aborted(format!(
+                "{phase} pod {namespace}/{name} was deleted before it finished"
+            ))
+        };
+        loop {
+            // Marked before reading, so a change after this read wakes us.
+            changed.borrow_and_update();
+            match self.get(namespace, name) {
+                Some(pod) => {
+                    // The phase's own `timeout`, recorded on the pod.
+                    if let Some(own) = crate::pods::timeout_of(&pod) {
+                        timeout = own;
+                        deadline = started + own;
+                    }
+                    if let Some(result) = check(&pod) {
+                        return Ok(result);
+                    }
+                    last = Some(pod);
+                }
+                None if last.is_some() => return Err(deleted()),
+                None => {
+                    let now = tokio::time::Instant::now();
+                    if now - unseen_since >= timing.unseen_grace {
+                        match absent().await {
+                            Ok(true) => return Err(deleted()),
+                            Ok(false) => {}
+                            Err(e) => tracing::warn!(
+                                pod = name, namespace, error = %e,
+                                "the pod is not in the pod cache, nor can the API server say whether it exists"
+                            ),
+                        }
+                        unseen_since = tokio::time::Instant::now();
+                    }
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => {
+                    let state = last.as_deref().map(PodState::of);
+                    return Err(pav_sdk::Error::Unavailable(state::pod_timeout(
+                        phase, namespace, name, timeout, state.as_ref(),
+                    )));
+                }
+                result = changed.changed() => if result.is_err() {
+                    return Err(pav_sdk::Error::Unavailable("pod watch ended".into()));
+                },
+                _ = tick.tick() => {}
+            }
+        }
+    }
+
+    /// [`Cluster::wait_gone`] on this cache.
+    async fn wait_gone(
+        &self,
+        namespace: &str,
+        name: &str,
+        timeout: Duration,
+    ) -> pav_sdk::Result<()> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut changed = self.changed.clone();
+        loop {
+            changed.borrow_and_update();
+            if self.get(namespace, name).is_none() {
+                return Ok(());
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => {
+                    return Err(pav_sdk::Error::Unavailable(format!(
+                        "pod {namespace}/{name} was not deleted within {}s",
+                        timeout.as_secs()
+                    )));
+                }
+                result = changed.changed() => if result.is_err() {
+                    return Err(pav_sdk::Error::Unavailable(format!(
+                        "waiting for pod {namespace}/{name} to be deleted: the pod watch ended"
+                    )));
+                },
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodStatus;
+    use kube::runtime::reflector::store::Writer;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A cache fed by hand, as the watch would feed it, and what feeds it.
+    struct Fed {
+        writer: Writer<Pod>,
+        bump: watch::Sender<()>,
+    }
+
+    impl Fed {
+        fn event(&mut self, event: watcher::Event<Pod>) {
+            self.writer.apply_watcher_event(&event);
+            self.bump.send_replace(());
+        }
+    }
+
+    fn fed_cache() -> (PodCache, Fed) {
+        let (store, mut writer) = reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let (bump, changed) = watch::channel(());
+        (PodCache { store, changed }, Fed { writer, bump })
+    }
+
+    fn pod(phase: &str) -> Pod {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("p".into());
+        pod.metadata.namespace = Some("ns".into());
+        pod.status = Some(PodStatus {
+            phase: Some(phase.into()),
+            ..PodStatus::default()
+        });
+        pod
+    }
+
+    /// Ticks that never come, so only the cache's notification wakes a wait.
+    const NO_TICK: Timing = Timing {
+        tick: Duration::from_secs(3600),
+        unseen_grace: Duration::from_secs(3600),
+    };
+
+    fn wait(timeout: Duration, timing: Timing) -> PodWait<'static> {
+        PodWait {
+            phase: Phase::Creation,
+            namespace: "ns",
+            name: "p",
+            timeout,
+            timing,
+        }
+    }
+
+    fn succeeded(pod: &Pod) -> Option<&'static str> {
+        PodState::of(pod).is_terminated().then_some("done")
+    }
+
+    async fn exists() -> pav_sdk::Result<bool> {
+        Ok(false)
+    }
+
+    #[tokio::test]
+    async fn a_pod_not_yet_in_the_cache_is_waited_for_and_changes_wake_the_wait() {
+        let (cache, mut fed) = fed_cache();
+        let feeder = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            fed.event(watcher::Event::Apply(pod("Pending")));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            fed.event(watcher::Event::Apply(pod("Succeeded")));
+            fed
+        });
+        let started = Instant::now();
+        let result = cache
+            .wait_pod(
+                wait(Duration::from_secs(30), NO_TICK),
+                succeeded,
+                || async { panic!("the pod was not missing for long") },
+            )
+            .await;
+        assert_eq!(result.unwrap(), "done");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let _fed = feeder.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_pod_seen_and_then_gone_was_deleted() {
+        let (cache, mut fed) = fed_cache();
+        fed.event(watcher::Event::Apply(pod("Running")));
+        let feeder = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            fed.event(watcher::Event::Delete(pod("Running")));
+            fed
+        });
+        let err = cache
+            .wait_pod(wait(Duration::from_secs(30), NO_TICK), succeeded, exists)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, pav_sdk::Error::Aborted(_)), "{err:?}");
+        assert_eq!(
+            err.message(),
+            "creation pod ns/p was deleted before it finished"
+        );
+        let _fed = feeder.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_pod_never_seen_is_taken_as_deleted_only_when_the_api_server_says_so() {
+        let (cache, _fed) = fed_cache();
+        let timing = Timing {
+            tick: Duration::from_millis(20),
+            unseen_grace: Duration::from_millis(100),
+        };
+        let asked = AtomicUsize::new(0);
+        let started = Instant::now();
+        let err = cache
+            .wait_pod(wait(Duration::from_secs(30), timing), succeeded, || {
+                let n = asked.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    match n {
+                        0 => Ok(false),
+                        1 => Err(pav_sdk::Error::Unavailable("API server down".into())),
+                        _ => Ok(true),
+                    }
+                }
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(err, pav_sdk::Error::Aborted(_)), "{err:?}");
+        assert_eq!(
+            err.message(),
+            "creation pod ns/p was deleted before it finished"
+        );
+        // Asked a grace apart: told it exists, then an error (the wait goes
+        // on), then that it does not.
+        assert_eq!(asked.load(Ordering::SeqCst), 3);
+        assert!(started.elapsed() >= Duration::from_millis(300));
+    }
+
+    #[tokio::test]
+    async fn a_pod_that_does_not_finish_times_out_with_its_last_state() {
+        let (cache, mut fed) = fed_cache();
+        fed.event(watcher::Event::Apply(pod("Running")));
+        let err = cache
+            .wait_pod(wait(Duration::from_millis(200), NO_TICK), succeeded, exists)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, pav_sdk::Error::Unavailable(_)), "{err:?}");
+        assert_eq!(
+            err.message(),
+            state::pod_timeout(
+                Phase::Creation,
+                "ns",
+                "p",
+                Duration::from_millis(200),
+                Some(&PodState::Running)
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn the_timeout_recorded_on_the_pod_overrides_the_default() {
+        // Longer: the pod finishes after the default timeout but within its own.
+        let (cache, mut fed) = fed_cache();
+        let mut running = pod("Running");
+        crate::pods::set_timeout(&mut running, Some(Duration::from_secs(5)));
+        fed.event(watcher::Event::Apply(running.clone()));
+        let feeder = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let mut done = running;
+            done.status.as_mut().unwrap().phase = Some("Succeeded".into());
+            fed.event(watcher::Event::Apply(done));
+            fed
+        });
+        let result = cache
+            .wait_pod(wait(Duration::from_millis(100), NO_TICK), succeeded, exists)
+            .await;
+        assert_eq!(result.unwrap(), "done");
+        let _fed = feeder.await.unwrap();
+
+        // Shorter: the pod's 1 s applies, not the default 60 s.
+        let (cache, mut fed) = fed_cache();
+        let mut running = pod("Running");
+        crate::pods::set_timeout(&mut running, Some(Duration::from_secs(1)));
+        fed.event(watcher::Event::Apply(running));
+        let started = Instant::now();
+        let err = cache
+            .wait_pod(wait(Duration::from_secs(60), NO_TICK), succeeded, exists)
+            .await
+            .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert!(
+            err.message()
+                .contains("did not finish within 1s: it is still running"),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn check_is_asked_again_on_each_tick_without_a_change() {
+        let (cache, mut fed) = fed_cache();
+        fed.event(watcher::Event::Apply(pod("Running")));
+        let timing = Timing {
+            tick: Duration::from_millis(20),
+            unseen_grace: Duration::from_secs(3600),
+        };
+        let mut asked = 0;
+        let result = cache
+            .wait_pod(
+                wait(Duration::from_secs(30), timing),
+                |_| {
+                    asked += 1;
+                    (asked == 5).then_some(asked)
+                },
+                exists,
+            )
+            .await;
+        assert_eq!(result.unwrap(), 5);
+    }
+
+    #[tokio::test]
+    async fn wait_gone_returns_at_once_for_a_pod_not_in_the_cache() {
+        let (cache, _fed) = fed_cache();
+        let started = Instant::now();
+        cache
+            .wait_gone("ns", "p", Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    #[tokio::test]
+    async fn wait_gone_waits_for_the_deletion() {
+        let (cache, mut fed) = fed_cache();
+        let mut deleting = pod("Running");
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        fed.event(watcher::Event::Apply(deleting.clone()));
+        let feeder = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            fed.event(watcher::Event::Delete(deleting));
+            fed
+        });
+        let started = Instant::now();
+        cache
+            .wait_gone("ns", "p", Duration::from_secs(30))
+            .await
+            .unwrap();
+        let elapsed = started.elapsed();
+        assert!(elapsed >= Duration::from_millis(100), "{elapsed:?}");
+        assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+        let _fed = feeder.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn wait_gone_times_out() {
+        let (cache, mut fed) = fed_cache();
+        fed.event(watcher::Event::Apply(pod("Running")));
+        let err = cache
+            .wait_gone("ns", "p", Duration::from_millis(100))
+            .await
+            .unwrap_err();
+        assert_eq!(err.message(), "pod ns/p was not deleted within 0s");
+    }
+
+    #[tokio::test]
+    async fn a_stopped_watch_ends_the_waits() {
+        let (cache, mut fed) = fed_cache();
+        fed.event(watcher::Event::Apply(pod("Running")));
+        drop(fed);
+        let err = cache
+            .wait_pod(wait(Duration::from_secs(30), NO_TICK), succeeded, exists)
+            .await
+            .unwrap_err();
+        assert_eq!(err.message(), "pod watch ended");
+        let err = cache
+            .wait_gone("ns", "p", Duration::from_secs(30))
+            .await
+            .unwrap_err();
+        assert!(err.message().contains("the pod watch ended"), "{err:?}");
+    }
+
+    #[test]
+    fn the_cache_selects_the_label_pods_are_built_with() {
+        let target = crate::pods::PodTarget {
+            provisioner: "a/b",
+            phase: Phase::Staging,
+            volume: "v",
+            node: Some("n"),
+        };
+        let labels = target.labels();
+        let selector = provisioner_selector("a/b");
+        let (key, value) = selector.split_once('=').unwrap();
+        assert_eq!(labels.get(key).map(String::as_str), Some(value));
+    }
 }
