@@ -121,3 +121,27 @@ pub async fn freeze(component: &str, duration: Duration) -> anyhow::Result<()> {
     tokio::time::sleep(duration).await;
     signal(pid, "CONT")
 }
+
+/// Makes `component` slow for `duration` rather than stopped: in every
+/// `period` it is frozen (SIGSTOP) for `stopped`, so each request it
+/// serves meanwhile waits up to `stopped` and its throughput drops to
+/// `1 - stopped / period`, as with a disk that answers late under etcd.
+pub async fn slow(
+    component: &str,
+    stopped: Duration,
+    period: Duration,
+    duration: Duration,
+) -> anyhow::Result<()> {
+    let pid = pid_of(component)?;
+    let until = tokio::time::Instant::now() + duration;
+    let mut result = Ok(());
+    while result.is_ok() && tokio::time::Instant::now() < until {
+        result = signal(pid, "STOP");
+        tokio::time::sleep(stopped).await;
+        // Always let it go on, whatever happened to the STOP.
+        let resumed = signal(pid, "CONT");
+        result = result.and(resumed);
+        tokio::time::sleep(period.saturating_sub(stopped)).await;
+    }
+    result
+}

@@ -1,5 +1,5 @@
 //! Faults injected on the real cluster while pav works: the API server
-//! restarted and etcd frozen in the middle of creation and staging, a
+//! restarted, etcd frozen and etcd slow in the middle of creation and staging, a
 //! creation pod evicted, a staging pod that never becomes ready. Each
 //! operation either completes or fails with an event, and nothing leaks.
 //! (The CSI controller and node plugin killed mid-phase are in
@@ -241,6 +241,32 @@ async fn etcd_frozen_mid_creation_and_mid_staging() {
     .await;
     eprintln!(
         "etcd_frozen_mid_creation_and_mid_staging: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[tokio::test]
+async fn etcd_slow_mid_creation_and_mid_staging() {
+    let Some(client) = cluster().await else {
+        return;
+    };
+    let started = Instant::now();
+    // Each fault outlasts the phase it hits: the pod's whole run, its
+    // watches and pav's writes happen against an etcd that is stopped
+    // for 250 ms of every 500 ms.
+    survives_fault_mid_creation_and_mid_staging(&client, "e2e-fault-etcd-slow", 5, || async {
+        faults::slow(
+            "etcd",
+            Duration::from_millis(250),
+            Duration::from_millis(500),
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap();
+    })
+    .await;
+    eprintln!(
+        "etcd_slow_mid_creation_and_mid_staging: {:.1}s",
         started.elapsed().as_secs_f64()
     );
 }

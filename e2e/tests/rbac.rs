@@ -11,7 +11,9 @@
 //! cluster-wide (`*`), one seen only in `pav` comes from a Role there.
 //!
 //! `PAV_UPDATE_RBAC=1` rewrites the expectation, keeping the comment above
-//! each line. Independently of the file, no account may read Secrets
+//! each line. Every line's comment names the code that calls its verbs;
+//! a comment marking a verb `unused:` fails the test, so the roles stay
+//! minimal. Independently of the file, no account may read Secrets
 //! (SelfSubjectAccessReview, so every authorizer is asked) and no rule may
 //! use a wildcard.
 
@@ -399,6 +401,18 @@ async fn service_accounts_have_exactly_the_expected_permissions() {
         std::fs::write(EXPECTED, expected.render(&actual)).unwrap();
         eprintln!("rewrote {EXPECTED}");
     } else {
+        for (line, comment) in &expected.comments {
+            if comment.contains("unused:") {
+                problems.push(format!(
+                    "{EXPECTED} marks verbs of `{line}` unused: take them out of the roles"
+                ));
+            }
+        }
+        for line in &expected.rules {
+            if !expected.comments.contains_key(&key(line)) {
+                problems.push(format!("{EXPECTED}: `{line}` has no comment saying who uses it"));
+            }
+        }
         let want: BTreeSet<&String> = expected.rules.iter().collect();
         let have: BTreeSet<&String> = actual.iter().collect();
         if want == have {

@@ -131,6 +131,8 @@ pub fn controller_provisioner(
 pub async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
     init_tracing();
     let cluster = cluster(&args.common, "csi-controller").await?;
+    // Listed at startup, so the first CreateVolume does not wait for it.
+    cluster.start_pod_cache(None);
     tokio::spawn(controller::sweep(cluster.clone()));
     let provisioner = controller_provisioner(cluster);
     pav_csi::Driver::builder(args.common.provisioner.clone())
@@ -146,6 +148,8 @@ pub async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
 pub async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     init_tracing();
     let cluster = cluster(&args.common, "csi-node").await?;
+    // Only this node's staging and unstaging pods.
+    cluster.start_pod_cache(Some(&args.node_id));
     tokio::spawn(node::collect(
         cluster.clone(),
         args.node_id.clone(),
