@@ -331,7 +331,7 @@ async fn controller_deploys_and_removes_drivers() {
     })
     .await;
     assert!(
-        blocked.message.contains("1 PersistentVolume "),
+        blocked.message.contains("used by 1 PersistentVolume;"),
         "{blocked:?}"
     );
     assert!(

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, Namespace, Node, ObjectReference, PersistentVolume,
     PersistentVolumeClaim, PersistentVolumeSpec, Pod,
@@ -17,7 +18,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, ResourceExt};
 use pav::csi::cluster::Cluster;
 use pav::csi::metrics::Metrics;
@@ -187,7 +189,16 @@ async fn create_and_delete_through_pods() {
     )
     .await;
     let provisioners: Api<PavProvisioner> = Api::all(client.clone());
+    // A leftover of an interrupted run may still carry the controller's
+    // finalizer, and no controller runs here to release it.
     let _ = provisioners.delete(NAME, &DeleteParams::default()).await;
+    let _ = provisioners
+        .patch(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "metadata": { "finalizers": null } })),
+        )
+        .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     provisioners
         .create(&PostParams::default(), &provisioner())
@@ -338,6 +349,41 @@ async fn create_and_delete_through_pods() {
         "left behind: {:?}",
         left.iter().map(|p| p.name_any()).collect::<Vec<_>>()
     );
+    // external-provisioner repeats DeleteVolume now and then: the repeat
+    // succeeds without a second deletion pod.
+    let pods_of_claim = watcher(
+        Api::<Pod>::all(client.clone()),
+        watcher::Config::default().labels(&format!("pav.albertofaria.github.io/volume={ok_uid}")),
+    );
+    let created = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = created.clone();
+    let watching = tokio::spawn(async move {
+        pods_of_claim
+            .applied_objects()
+            .for_each(|pod| {
+                if let Ok(pod) = pod {
+                    seen.lock().unwrap().push(pod.name_any());
+                }
+                async {}
+            })
+            .await;
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    controller
+        .delete_volume(csi::DeleteVolumeRequest {
+            volume_id: volume.volume_id.clone(),
+            secrets: HashMap::new(),
+        })
+        .await
+        .expect("repeated DeleteVolume");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    watching.abort();
+    let created = created.lock().unwrap().clone();
+    assert!(
+        created.is_empty(),
+        "a repeated DeleteVolume started pods: {created:?}"
+    );
+
     // Deleting an unknown handle succeeds.
     controller
         .delete_volume(csi::DeleteVolumeRequest {
