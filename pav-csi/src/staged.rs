@@ -2,7 +2,13 @@
 //! volume under `<state dir>/staged/` so that it survives restarts.
 //!
 //! A record is written before the provisioner's Stage runs (so everything a
-//! stage mounts has one) and removed after Unstage succeeded. Publishing
+//! stage mounts has one) and removed after Unstage succeeded. It is written
+//! to a temporary file and renamed over the old one, which a crash of the
+//! driver cannot tear; it is not `fsync`ed, since what would need that (a
+//! crash of the whole node) also takes every mount it describes away. A
+//! record the node's crash left torn or empty is therefore stale: it is
+//! renamed to `<name>.unreadable` with a warning and counts as no record,
+//! rather than failing every stage on the node. Publishing
 //! bind-mounts only a staging path recorded for the same volume and the same
 //! volume mode, and unstaging touches only the recorded path: a request can
 //! never make the node service bind or unmount a path of its choosing.
@@ -17,7 +23,11 @@ use pav_sdk::{AccessMode, VolumeMode};
 use crate::convert::Capability;
 
 /// First line of every record; another one is not ours to read.
-const HEADER: &str = "pav-csi staged volume v1";
+const HEADER: &str = "pav-csi staged volume v2";
+/// Last line of a v2 record: a record torn by a node crash lacks it.
+const END: &str = "end";
+/// First line of records written (and fsynced) before v2, still read.
+const HEADER_V1: &str = "pav-csi staged volume v1";
 
 /// One staged volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,7 +101,7 @@ impl Records {
         let partial = file.with_extension("partial");
         let mut out = std::fs::File::create(&partial)?;
         out.write_all(encode(record).as_bytes())?;
-        out.sync_all()?;
+        drop(out);
         std::fs::rename(&partial, &file)
     }
 
@@ -155,6 +165,8 @@ fn encode(record: &Record) -> String {
     for flag in &c.mount.mount_flags {
         text.push_str(&format!("mount_flag {}\n", escape(flag.as_bytes())));
     }
+    text.push_str(END);
+    text.push('\n');
     text
 }
 
@@ -165,19 +177,29 @@ fn read(file: &Path) -> io::Result<Option<Record>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    decode(&text).map(Some).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{} is not a pav-csi staging record", file.display()),
-        )
-    })
+    if let Some(record) = decode(&text) {
+        return Ok(Some(record));
+    }
+    let aside = file.with_extension("unreadable");
+    tracing::warn!(
+        record = %file.display(),
+        moved_to = %aside.display(),
+        "unreadable staging record (left by a crash of the node, whose mounts are gone with it); treated as none"
+    );
+    match std::fs::rename(file, &aside) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(None),
+    }
 }
 
 fn decode(text: &str) -> Option<Record> {
     let mut lines = text.lines();
-    if lines.next()? != HEADER {
-        return None;
-    }
+    let needs_end = match lines.next()? {
+        HEADER if text.ends_with('\n') => true,
+        HEADER_V1 => false,
+        _ => return None,
+    };
+    let mut ended = false;
     let mut record = Record {
         volume_id: String::new(),
         staging: PathBuf::new(),
@@ -189,6 +211,13 @@ fn decode(text: &str) -> Option<Record> {
     };
     let (mut id, mut staging, mut mode, mut access) = (false, false, false, false);
     for line in lines {
+        if ended {
+            return None;
+        }
+        if needs_end && line == END {
+            ended = true;
+            continue;
+        }
         let (key, value) = line.split_once(' ').unwrap_or((line, ""));
         let bytes = unescape(value)?;
         match key {
@@ -220,7 +249,7 @@ fn decode(text: &str) -> Option<Record> {
             _ => return None,
         }
     }
-    (id && staging && mode && access).then_some(record)
+    (id && staging && mode && access && ended == needs_end).then_some(record)
 }
 
 /// The CSI name of an access mode: stable across pav-csi versions.
@@ -277,13 +306,46 @@ mod tests {
     }
 
     #[test]
-    fn foreign_files_are_errors_not_records() {
+    fn torn_records_are_set_aside_not_read() {
         let dir = tempfile::tempdir().unwrap();
         let records = Records::new(dir.path());
-        std::fs::create_dir_all(dir.path().join("staged")).unwrap();
-        std::fs::write(records.file("v"), "something else").unwrap();
-        assert!(records.get("v").is_err());
+        records.put(&record("w", "/kubelet/w")).unwrap();
+        let full = encode(&record("v", "/kubelet/v"));
+        // What a node crash can leave: nothing, or a prefix of the record.
+        // Every proper prefix, so a cut inside the last mount flag too.
+        let torn: Vec<&str> = (0..full.len())
+            .filter(|&i| full.is_char_boundary(i))
+            .map(|i| &full[..i])
+            .collect();
+        for torn in torn {
+            std::fs::write(records.file("v"), torn).unwrap();
+            assert_eq!(records.get("v").unwrap(), None, "{torn:?}");
+            assert!(!records.file("v").exists());
+            assert!(records.file("v").with_extension("unreadable").exists());
+            std::fs::write(records.file("v"), torn).unwrap();
+            // Nor does it keep other volumes from being found or staged.
+            assert_eq!(records.at(Path::new("/kubelet/v")).unwrap(), None);
+            assert!(records.at(Path::new("/kubelet/w")).unwrap().is_some());
+            records.put(&record("v", "/kubelet/v")).unwrap();
+            assert!(records.get("v").unwrap().is_some());
+            records.remove("v").unwrap();
+        }
         assert_eq!(decode(&format!("{HEADER}\nvolume_id v\n")), None);
+    }
+
+    #[test]
+    fn v1_records_are_still_read() {
+        let v2 = encode(&record("v", "/kubelet/v"));
+        let v1 = v2
+            .replace(HEADER, HEADER_V1)
+            .strip_suffix(&format!("{END}\n"))
+            .unwrap()
+            .to_owned();
+        assert_eq!(decode(&v1), Some(record("v", "/kubelet/v")));
+        assert_eq!(decode(&v2), Some(record("v", "/kubelet/v")));
+        // An end line where it does not belong is not a record.
+        assert_eq!(decode(&format!("{v2}mode Block\n")), None);
+        assert_eq!(decode(&format!("{v1}{END}\n")), None);
     }
 
     #[test]
