@@ -280,27 +280,15 @@ pub async fn run_with(client: Client, args: Args) -> anyhow::Result<()> {
         None
     };
     let owned = watcher::Config::default().labels(LABEL_PROVISIONER);
-    let (deployments, writer) = reflector::store();
-    let deployment_events = watcher(
+    let (deployments, deployment_events) = reflected(
         Api::<Deployment>::namespaced(client.clone(), &ns),
         owned.clone(),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .touched_objects();
-    let (daemon_sets, writer) = reflector::store();
-    let daemon_set_events = watcher(
+    );
+    let (daemon_sets, daemon_set_events) = reflected(
         Api::<DaemonSet>::namespaced(client.clone(), &ns),
         owned.clone(),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .touched_objects();
-    let (csi_drivers, writer) = reflector::store();
-    let csi_driver_events = watcher(Api::<CSIDriver>::all(client.clone()), owned)
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
+    );
+    let (csi_drivers, csi_driver_events) = reflected(Api::<CSIDriver>::all(client.clone()), owned);
     let (volumes, writer) = reflector::store();
     // A volume's status changes do not change its provisioner's count:
     // only a volume appearing or going triggers a reconcile.
@@ -367,6 +355,32 @@ pub async fn run_with(client: Client, args: Args) -> anyhow::Result<()> {
     }
     server.abort();
     Ok(())
+}
+
+/// A store of the objects of `api` matching `config`, and the stream of
+/// their changes (deletions included) that keeps it current, to be polled.
+fn reflected<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> (
+    Store<K>,
+    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let events = watcher(api, config)
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    (store, events)
 }
 
 /// The provisioner an object pav deployed belongs to.
