@@ -10,7 +10,20 @@
 //!   (untimed) and deletes after it;
 //! * `all`: CreateVolume, the four node calls, DeleteVolume;
 //! * `probe`: one Identity Probe (no storage work on either side: the gRPC
-//!   round trip and the server framework alone).
+//!   round trip and the server framework alone);
+//! * `floor`: no driver and no socket: the mount system calls a pav-csi node
+//!   cycle makes, made here directly and each timed alone, the kernel's part
+//!   of the four node RPCs: `mount(bind) stage` (the staged directory,
+//!   `--source`, on the staging path; NodeStageVolume), `mount(bind)
+//!   publish` (the staging path on the target; NodePublishVolume),
+//!   `umount publish` (the target; NodeUnpublishVolume) and `umount stage`
+//!   (the staging path; NodeUnstageVolume). The calls are pav-csi's own
+//!   (`rustix::mount::mount_bind`: `mount(src, dst, NULL, MS_BIND, NULL)`;
+//!   `rustix::mount::unmount(dst, 0)`: `umount2`), without the rest of its
+//!   work (mount-point checks, staging record, mkdir/rmdir of the target).
+//!   Each caller is an OS thread of its own, as pav-csi's mounts run on
+//!   blocking threads, so concurrent callers contend in the kernel as the
+//!   driver's would. Needs the privilege to mount (root).
 //!
 //! Each caller works on its own volumes and paths (under a directory this
 //! program makes and removes), as kubelet would: the staging directory and the
@@ -25,6 +38,7 @@
 //!
 //! ```text
 //! csi-load --endpoint /tmp/noop.sock --concurrency 16 --cycles 2000 --mix node
+//! csi-load --mix floor --dir /var/lib/kubelet/pods/floor --source /tmp/noop-data
 //! ```
 
 use std::collections::BTreeMap;
@@ -46,9 +60,10 @@ use tonic::transport::Channel;
 #[derive(Debug, Parser)]
 #[command(about)]
 struct Cli {
-    /// The driver's Unix socket (`unix://` prefix accepted).
+    /// The driver's Unix socket (`unix://` prefix accepted); not used by
+    /// `--mix floor`.
     #[arg(long)]
-    endpoint: String,
+    endpoint: Option<String>,
     /// Concurrent callers.
     #[arg(long, default_value_t = 1)]
     concurrency: usize,
@@ -76,9 +91,14 @@ struct Cli {
     #[arg(long, default_value = "")]
     label: String,
     /// Tokio worker threads of this generator (it shares the machine with
-    /// the driver under test).
+    /// the driver under test); `--mix floor` runs a thread per caller instead.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// `--mix floor`: the directory bound on each caller's staging path (as
+    /// the provisioner's staged directory is by NodeStageVolume); default: a
+    /// directory of each caller's own under `--dir`.
+    #[arg(long)]
+    source: Option<PathBuf>,
 }
 
 /// RPCs per cycle.
@@ -92,6 +112,8 @@ enum Mix {
     All,
     /// Identity Probe.
     Probe,
+    /// No driver: bind stage, bind publish, umount publish, umount stage.
+    Floor,
 }
 
 impl Mix {
@@ -101,11 +123,12 @@ impl Mix {
             Mix::Node => "node",
             Mix::All => "all",
             Mix::Probe => "probe",
+            Mix::Floor => "floor",
         }
     }
 }
 
-const RPCS: [&str; 7] = [
+const RPCS: [&str; 11] = [
     "CreateVolume",
     "NodeStageVolume",
     "NodePublishVolume",
@@ -113,7 +136,18 @@ const RPCS: [&str; 7] = [
     "NodeUnstageVolume",
     "DeleteVolume",
     "Probe",
+    // `Mix::Floor`: system calls, not RPCs.
+    "mount(bind) stage",
+    "mount(bind) publish",
+    "umount publish",
+    "umount stage",
 ];
+
+/// Indices in [`RPCS`] of the floor's system calls.
+const BIND_STAGE: usize = 7;
+const BIND_PUBLISH: usize = 8;
+const UMOUNT_PUBLISH: usize = 9;
+const UMOUNT_STAGE: usize = 10;
 
 /// Latency histograms (nanoseconds) and failure counts per RPC.
 struct Recorder {
@@ -148,6 +182,28 @@ impl Recorder {
         let start = Instant::now();
         let result = call.await;
         let elapsed = start.elapsed();
+        let result = result.map_err(|status| format!("{:?}: {}", status.code(), status.message()));
+        self.record(rpc, elapsed, result)
+    }
+
+    /// Times the system call `call` as number `rpc`, like [`Recorder::time`].
+    fn time_syscall(
+        &mut self,
+        rpc: usize,
+        call: impl FnOnce() -> rustix::io::Result<()>,
+    ) -> anyhow::Result<()> {
+        let start = Instant::now();
+        let result = call();
+        let elapsed = start.elapsed();
+        self.record(rpc, elapsed, result.map_err(|errno| errno.to_string()))
+    }
+
+    fn record<T>(
+        &mut self,
+        rpc: usize,
+        elapsed: Duration,
+        result: Result<T, String>,
+    ) -> anyhow::Result<T> {
         self.issued += 1;
         match result {
             Ok(value) => {
@@ -157,9 +213,9 @@ impl Recorder {
                 }
                 Ok(value)
             }
-            Err(status) => {
+            Err(error) => {
                 self.errors[rpc] += 1;
-                let message = format!("{}: {:?}: {}", RPCS[rpc], status.code(), status.message());
+                let message = format!("{}: {error}", RPCS[rpc]);
                 self.first_error.get_or_insert_with(|| message.clone());
                 bail!(message)
             }
@@ -302,6 +358,7 @@ impl Caller {
                     .await?;
                 Ok(())
             }
+            Mix::Floor => bail!("the floor mix makes no RPCs"),
         }
     }
 
@@ -397,6 +454,9 @@ fn main() -> anyhow::Result<()> {
     if cli.concurrency == 0 || cli.connections == 0 || cli.threads == 0 {
         bail!("--concurrency, --connections and --threads must be at least 1");
     }
+    if cli.endpoint.is_none() && cli.mix != Mix::Floor {
+        bail!("--endpoint is needed (all mixes but floor talk to a driver)");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cli.threads)
         .enable_all()
@@ -409,7 +469,11 @@ fn main() -> anyhow::Result<()> {
         ),
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let result = runtime.block_on(run(&cli, &dir));
+    let result = if cli.mix == Mix::Floor {
+        run_floor(&cli, &dir)
+    } else {
+        runtime.block_on(run(&cli, &dir))
+    };
     if owned {
         remove_tree(&dir);
     }
@@ -437,7 +501,8 @@ fn remove_tree(dir: &Path) {
 }
 
 async fn run(cli: &Cli, dir: &Path) -> anyhow::Result<()> {
-    let socket = PathBuf::from(cli.endpoint.trim_start_matches("unix://"));
+    let endpoint = cli.endpoint.as_deref().context("--endpoint is needed")?;
+    let socket = PathBuf::from(endpoint.trim_start_matches("unix://"));
     let mut channels = Vec::new();
     for _ in 0..cli.connections {
         channels.push(
@@ -521,7 +586,12 @@ async fn run(cli: &Cli, dir: &Path) -> anyhow::Result<()> {
     // The measured phase ends when the last caller's last measured cycle
     // does (deleting the node-cycle volumes afterwards is outside it).
     let seconds = ended.duration_since(began).as_secs_f64();
-    report(cli, &total, seconds, failed);
+    finish(cli, &total, seconds, failed)
+}
+
+/// Reports, and fails when any call did.
+fn finish(cli: &Cli, total: &Recorder, seconds: f64, failed: bool) -> anyhow::Result<()> {
+    report(cli, total, seconds, failed);
     if failed {
         bail!(
             "some RPCs failed; first: {}",
@@ -529,6 +599,127 @@ async fn run(cli: &Cli, dir: &Path) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// One floor caller's paths: what it binds on its staging path, the
+/// staging path, the target.
+struct FloorPaths {
+    source: PathBuf,
+    staging: PathBuf,
+    target: PathBuf,
+}
+
+impl FloorPaths {
+    /// The mount system calls of one pav-csi node cycle, each timed alone.
+    fn cycle(&self, rec: &mut Recorder) -> anyhow::Result<()> {
+        rec.time_syscall(BIND_STAGE, || {
+            rustix::mount::mount_bind(&self.source, &self.staging)
+        })?;
+        rec.time_syscall(BIND_PUBLISH, || {
+            rustix::mount::mount_bind(&self.staging, &self.target)
+        })?;
+        rec.time_syscall(UMOUNT_PUBLISH, || {
+            rustix::mount::unmount(&self.target, rustix::mount::UnmountFlags::empty())
+        })?;
+        rec.time_syscall(UMOUNT_STAGE, || {
+            rustix::mount::unmount(&self.staging, rustix::mount::UnmountFlags::empty())
+        })
+    }
+
+    /// Best effort after a failure: unmounts what a cycle may have left.
+    fn clean_up(&self) {
+        for path in [&self.target, &self.staging] {
+            while rustix::mount::unmount(path, rustix::mount::UnmountFlags::empty()).is_ok() {}
+        }
+    }
+}
+
+/// `--mix floor`: a thread per caller, on its own directories under `dir`.
+fn run_floor(cli: &Cli, dir: &Path) -> anyhow::Result<()> {
+    let mut callers = Vec::new();
+    for id in 0..cli.concurrency {
+        let own = dir.join(format!("caller-{id}"));
+        let paths = FloorPaths {
+            source: cli.source.clone().unwrap_or_else(|| own.join("staged")),
+            staging: own.join("staging"),
+            target: own.join("pod").join("mount"),
+        };
+        for path in [&paths.source, &paths.staging, &paths.target] {
+            std::fs::create_dir_all(path)
+                .with_context(|| format!("creating {}", path.display()))?;
+        }
+        callers.push(paths);
+    }
+    let next = AtomicU64::new(0);
+    let start = std::sync::Barrier::new(cli.concurrency + 1);
+    let deadline = std::sync::OnceLock::new();
+    let (outcomes, began) = std::thread::scope(|scope| {
+        let threads: Vec<_> = callers
+            .iter()
+            .map(|paths| {
+                let (next, start, deadline) = (&next, &start, &deadline);
+                scope.spawn(move || {
+                    let mut rec = Recorder::new();
+                    let mut failed = false;
+                    for _ in 0..cli.warmup {
+                        if failed {
+                            break;
+                        }
+                        failed = paths.cycle(&mut rec).is_err();
+                    }
+                    rec.errors.iter_mut().for_each(|e| *e = 0);
+                    // Everyone waits here, failed or not, so the barrier releases.
+                    start.wait();
+                    rec.enabled = true;
+                    let deadline: Option<Instant> = deadline.get().copied().flatten();
+                    while !failed {
+                        if deadline.is_some_and(|d| Instant::now() >= d) {
+                            break;
+                        }
+                        if next.fetch_add(1, Ordering::Relaxed) >= cli.cycles {
+                            break;
+                        }
+                        failed = paths.cycle(&mut rec).is_err();
+                    }
+                    rec.enabled = false;
+                    let ended = Instant::now();
+                    if failed {
+                        paths.clean_up();
+                    }
+                    Outcome {
+                        recorder: rec,
+                        failed,
+                        ended,
+                    }
+                })
+            })
+            .collect();
+        let _ = deadline.set(
+            cli.duration
+                .map(|s| Instant::now() + Duration::from_secs_f64(s)),
+        );
+        start.wait();
+        let began = Instant::now();
+        let outcomes: Vec<_> = threads
+            .into_iter()
+            .map(|t| t.join().expect("a floor caller panicked"))
+            .collect();
+        (outcomes, began)
+    });
+    let mut total = Recorder::new();
+    let mut failed = false;
+    let mut ended = began;
+    for outcome in &outcomes {
+        failed |= outcome.failed;
+        ended = ended.max(outcome.ended);
+        total.merge(&outcome.recorder);
+    }
+    finish(
+        cli,
+        &total,
+        ended.duration_since(began).as_secs_f64(),
+        failed,
+    )
 }
 
 fn report(cli: &Cli, rec: &Recorder, seconds: f64, failed: bool) {
