@@ -410,7 +410,9 @@ async fn service_accounts_have_exactly_the_expected_permissions() {
         }
         for line in &expected.rules {
             if !expected.comments.contains_key(&key(line)) {
-                problems.push(format!("{EXPECTED}: `{line}` has no comment saying who uses it"));
+                problems.push(format!(
+                    "{EXPECTED}: `{line}` has no comment saying who uses it"
+                ));
             }
         }
         let want: BTreeSet<&String> = expected.rules.iter().collect();
