@@ -309,7 +309,13 @@ pub async fn run_with(client: Client, args: Args) -> anyhow::Result<()> {
                 known.remove(&pv.name_any());
                 Some(Ok(pv))
             }
-            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+            // A relist (after a watch error) may have missed deletions:
+            // let every listed volume trigger once more.
+            Ok(watcher::Event::Init) => {
+                known.clear();
+                None
+            }
+            Ok(watcher::Event::InitDone) => None,
             Err(e) => Some(Err(e)),
         };
         std::future::ready(trigger)
