@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::api::storage::v1::CSIDriver;
@@ -170,6 +171,13 @@ async fn provisioner_in_use_is_kept_until_its_volumes_are_gone() {
     })
     .await
     .unwrap();
+    // Nor does external-provisioner's Lease stay, which would hold up a
+    // provisioner re-created under the same name.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), PAV_NAMESPACE);
+    assert!(
+        leases.get_opt(NAME).await.unwrap().is_none(),
+        "the driver's Lease {PAV_NAMESPACE}/{NAME} outlived it"
+    );
     assert_no_leaks(&client, NAME, Duration::from_secs(120)).await;
     eprintln!(
         "provisioner_in_use_is_kept_until_its_volumes_are_gone: {:.1}s",

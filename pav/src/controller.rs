@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec,
     ServiceAccount,
@@ -113,6 +114,9 @@ pub enum Error {
     /// Deletion refused: the provisioner still has volumes or claims.
     #[error("{0}")]
     InUse(String),
+    /// Deletion goes on once the driver's pods have stopped.
+    #[error("{0}")]
+    Stopping(String),
 }
 
 /// What every reconcile shares.
@@ -438,7 +442,7 @@ pub fn error_policy(
     };
     let delay = backoff(failures);
     match err {
-        finalizer::Error::CleanupFailed(Error::InUse(message)) => {
+        finalizer::Error::CleanupFailed(Error::InUse(message) | Error::Stopping(message)) => {
             ctx.metrics.reconciled(Outcome::Blocked, Duration::ZERO);
             tracing::info!(provisioner = %name, retry_in = ?delay, "{message}");
         }
@@ -527,7 +531,28 @@ async fn cleanup(p: &PavProvisioner, ctx: &Context) -> Result<(Action, Outcome),
         update_status(p, ctx, condition, volumes.len(), EventType::Warning).await?;
         return Err(Error::InUse(message));
     }
-    delete_driver(&ctx.client, &ctx.settings.namespace, &name).await?;
+    let ns = &ctx.settings.namespace;
+    delete_driver(&ctx.client, ns, &name).await?;
+    // The driver's external-provisioner Lease, else a provisioner re-created
+    // under the same name waits for it to expire before it provisions. Only
+    // once the CSI controller pod is gone: a running one would re-create it.
+    let selector = format!(
+        "{LABEL_PROVISIONER}={name},{}=csi-controller",
+        crate::manifests::LABEL_COMPONENT
+    );
+    let running = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(ctx.client.clone(), ns)
+        .list_metadata(&ListParams::default().labels(&selector))
+        .await?;
+    if !running.items.is_empty() {
+        return Err(Error::Stopping(format!(
+            "waiting for the CSI controller of {name} to stop before deleting its Lease"
+        )));
+    }
+    delete_named(
+        &Api::<Lease>::namespaced(ctx.client.clone(), ns),
+        &driver::lease_name(&name),
+    )
+    .await?;
     ctx.metrics.set_volumes(&name, None);
     tracing::info!(provisioner = %name, "driver removed");
     Ok((Action::await_change(), Outcome::Cleaned))

@@ -57,6 +57,31 @@ pub const CSI_NODE_ROLE: &str = "pav-csi-node";
 /// the pav namespace only.
 pub const CSI_LEADER_ELECTION_ROLE: &str = "pav-csi-leader-election";
 
+/// Name of the Lease external-provisioner holds for `provisioner`'s driver
+/// in the pav namespace (csi-lib-utils' `sanitizeName` of the driver name:
+/// anything but ASCII letters, digits and `-` becomes `-`, and a trailing
+/// `-` gets an `X`).
+///
+/// ```
+/// assert_eq!(pav::manifests::driver::lease_name("files.example.com"), "files-example-com");
+/// ```
+pub fn lease_name(provisioner: &str) -> String {
+    let mut name: String = provisioner
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if name.ends_with('-') {
+        name.push('X');
+    }
+    name
+}
+
 /// Label selector matching every object pav deployed for a provisioner.
 pub fn selector(provisioner: &str) -> String {
     format!("{LABEL_PROVISIONER}={provisioner}")

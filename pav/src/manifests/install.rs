@@ -156,8 +156,8 @@ pub fn cluster_role_binding(settings: &Settings) -> ClusterRoleBinding {
 
 /// What the controller may do in the pav namespace: apply, watch and
 /// delete the drivers' Deployments and DaemonSets, apply and delete their
-/// ServiceAccounts and leader-election RoleBindings, and hold its own
-/// leader-election Lease.
+/// ServiceAccounts and leader-election RoleBindings, hold its own
+/// leader-election Lease and delete a deleted driver's.
 pub fn role(settings: &Settings) -> Role {
     typed(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -180,9 +180,11 @@ pub fn role(settings: &Settings) -> Role {
                 "verbs": ["create", "patch", "delete"],
             },
             {
+                // get, create, update: its own leader election; delete: a
+                // deleted driver's external-provisioner Lease.
                 "apiGroups": ["coordination.k8s.io"],
                 "resources": ["leases"],
-                "verbs": ["get", "create", "update"],
+                "verbs": ["get", "create", "update", "delete"],
             },
         ],
     }))
