@@ -361,28 +361,30 @@ impl csi::node_server::Node for NodeService {
         let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
         let records = self.node.staged.clone();
         let id = volume_id.to_owned();
-        let record = blocking(move || {
-            records
+        let path = staging.clone();
+        let staged_here = blocking(move || {
+            let record = records
                 .get(&id)
-                .map_err(|e| internal("reading staging records", e))
+                .map_err(|e| internal("reading staging records", e))?;
+            // Not staged here (never, or unstaged already): nothing to undo,
+            // and nothing at this path is ours to unmount.
+            let Some(record) = record.filter(|r| r.staging == path) else {
+                return Ok(false);
+            };
+            // Only a Block volume's staging path holds our device bind; in
+            // a Filesystem volume `device` is the volume's own file.
+            if record.capability.mode == VolumeMode::Block {
+                unmount_and_remove(&path.join(STAGED_DEVICE))?;
+            }
+            mount::unmount_all(&path).map_err(|e| internal("unmounting staging path", e))?;
+            Ok(true)
         })
         .await?;
-        // Not staged here (never, or unstaged already): nothing to undo,
-        // and nothing at this path is ours to unmount.
-        match record {
-            Some(record) if record.staging == staging => {}
-            _ => {
-                tracing::info!(volume_id, staging = %staging.display(), "NodeUnstageVolume: not staged there");
-                return Ok(Response::new(csi::NodeUnstageVolumeResponse {}));
-            }
+        if !staged_here {
+            tracing::info!(volume_id, staging = %staging.display(), "NodeUnstageVolume: not staged there");
+            return Ok(Response::new(csi::NodeUnstageVolumeResponse {}));
         }
         tracing::info!(volume_id, staging = %staging.display(), "NodeUnstageVolume");
-        let path = staging.clone();
-        blocking(move || {
-            unmount_and_remove(&path.join(STAGED_DEVICE))?;
-            mount::unmount_all(&path).map_err(|e| internal("unmounting staging path", e))
-        })
-        .await?;
         if let Some(unstager) = self.shared.provisioner.unstage() {
             let unstage = pav_sdk::build::unstage(volume_id, self.node.node_id.clone(), staging);
             unstager.unstage(unstage).await.map_err(|e| {

@@ -32,12 +32,11 @@ impl Confinement {
         let value = limits::required_path(field, value)?;
         let invalid = |why: String| Status::invalid_argument(format!("{field} {value:?} {why}"));
         let resolved = resolve(value).map_err(invalid)?;
-        let root = canonical(&self.kubelet_dir);
-        if resolved == root || !resolved.starts_with(&root) {
+        if !self.in_kubelet_dir(&resolved) {
             return Err(invalid(format!(
                 "resolves to {}, outside the kubelet directory {}",
                 resolved.display(),
-                root.display()
+                canonical(&self.kubelet_dir).display()
             )));
         }
         let state = canonical(&self.state_dir);
@@ -54,8 +53,22 @@ impl Confinement {
     /// `None` (where this driver never mounts anything).
     pub(crate) fn lookup(&self, value: &str) -> Option<PathBuf> {
         let resolved = resolve(value).ok()?;
-        let root = canonical(&self.kubelet_dir);
-        (resolved != root && resolved.starts_with(&root)).then_some(resolved)
+        self.in_kubelet_dir(&resolved).then_some(resolved)
+    }
+
+    /// Whether `resolved` (a path from [`resolve`]) lies strictly inside
+    /// the kubelet directory as that resolves now.
+    ///
+    /// When `resolved` starts with the directory's path as configured, that
+    /// path needs no resolving (a readlink per component, on every call):
+    /// the existing part of a resolved path is free of symlinks, so the
+    /// configured path names itself (or, when it does not exist yet, is
+    /// compared as written, as [`canonical`] would) and `resolved` lies in
+    /// it. Otherwise (a kubelet directory reached through a symlink, or a
+    /// path outside it) the directory is resolved and compared again.
+    fn in_kubelet_dir(&self, resolved: &Path) -> bool {
+        let inside = |root: &Path| resolved != root && resolved.starts_with(root);
+        inside(&self.kubelet_dir) || inside(&canonical(&self.kubelet_dir))
     }
 }
 

@@ -87,7 +87,6 @@ impl Records {
     /// Stores `record`, replacing the volume's previous one atomically.
     pub(crate) fn put(&self, record: &Record) -> io::Result<()> {
         use std::io::Write;
-        std::fs::create_dir_all(&self.dir)?;
         let file = self.file(&record.volume_id);
         if let Some(other) = read(&file)?
             && other.volume_id != record.volume_id
@@ -99,7 +98,14 @@ impl Records {
             )));
         }
         let partial = file.with_extension("partial");
-        let mut out = std::fs::File::create(&partial)?;
+        // The directory is made on first use only, not checked every time.
+        let mut out = match std::fs::File::create(&partial) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(&self.dir)?;
+                std::fs::File::create(&partial)?
+            }
+            created => created?,
+        };
         out.write_all(encode(record).as_bytes())?;
         drop(out);
         std::fs::rename(&partial, &file)

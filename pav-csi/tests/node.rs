@@ -300,6 +300,9 @@ async fn filesystem_lifecycle_is_idempotent() {
     }
     assert!(is_mounted(&staging));
     std::fs::write(staging.join("hello"), "world").unwrap();
+    // A Block volume's device is bound at `device` in its staging path; in
+    // a Filesystem volume that name is the volume's own, left alone.
+    std::fs::write(staging.join("device"), "data").unwrap();
 
     let publish = publish_request(&h, "fs", VolumeMode::Filesystem, "pods/a/target");
     for _ in 0..2 {
@@ -356,6 +359,11 @@ async fn filesystem_lifecycle_is_idempotent() {
         h.node.node_unstage_volume(unstage.clone()).await.unwrap();
     }
     assert!(!is_mounted(&staging));
+    assert_eq!(
+        std::fs::read_to_string(h.path("backing/fs/device")).unwrap(),
+        "data",
+        "unstaging keeps the volume's own files"
+    );
     // The repeat finds no staging record: nothing is staged there any more,
     // so it succeeds without calling the provisioner again.
     assert_eq!(h.provisioner.unstages.load(Ordering::SeqCst), 1);
