@@ -48,7 +48,8 @@ fn running(pid: u32) -> bool {
     }
 }
 
-fn signal(pid: u32, signal: &str) -> anyhow::Result<()> {
+/// Sends `signal` (`STOP`, `CONT`, `KILL`, ...) to process `pid`.
+pub fn signal(pid: u32, signal: &str) -> anyhow::Result<()> {
     let status = Command::new("kill")
         .args([&format!("-{signal}"), &pid.to_string()])
         .status()?;
@@ -144,4 +145,23 @@ pub async fn slow(
         tokio::time::sleep(period.saturating_sub(stopped)).await;
     }
     result
+}
+
+/// Host pids of the processes whose command line contains `args` in a row
+/// (a container's process too: the tests run as root on the node).
+pub fn pids_running(args: &[&str]) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let wanted: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let argv: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            argv.windows(wanted.len()).any(|w| w == wanted.as_slice())
+        })
+        .collect()
 }

@@ -2,7 +2,8 @@
 //! is killed while a slow creation pod runs, the node plugin while a slow
 //! staging pod runs; after they come back everything completes (the
 //! restarted component finds its pod by its deterministic name) and
-//! nothing leaks.
+//! nothing leaks. And the node plugin killed after its staging pod has
+//! finished but before it bound the volume for the client.
 
 use std::time::{Duration, Instant};
 
@@ -178,6 +179,87 @@ async fn components_restart_mid_phase() {
     assert_no_leaks(&client, NAME, Duration::from_secs(120)).await;
     eprintln!(
         "components_restart_mid_phase: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// The node plugin is killed between the staging pod's success and the
+/// bind for the client: it is frozen (SIGSTOP) while the staging pod runs,
+/// so it cannot act on the pod's end, and killed once the pod has
+/// succeeded. kubelet's NodePublishVolume fails with the connection and is
+/// retried against the restarted plugin, which must find the finished pod
+/// by its name and bind what it staged: one staging pod, data read, nothing
+/// leaked.
+#[tokio::test]
+async fn node_plugin_killed_between_staging_and_bind() {
+    let Some(client) = cluster().await else {
+        return;
+    };
+    const BIND: &str = "e2e-restart-bind";
+    let started = Instant::now();
+    let objects = OBJECTS.replace(NAME, BIND);
+    let observer = start_scenario(&client, BIND, BIND, &objects).await;
+    apply(&client, &CLAIM.replace(NAME, BIND)).await.unwrap();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), BIND);
+    let claim = wait_for(&claims, "data", Duration::from_secs(300), "Bound", |c| {
+        claim_phase(c) == "Bound"
+    })
+    .await
+    .unwrap();
+    let volume = volume_name(&claim).unwrap();
+
+    apply(&client, &CLIENT.replace(NAME, BIND)).await.unwrap();
+    observer.wait("staging", "Running", STEP).await.unwrap();
+    let plugin = faults::pids_running(&["csi-node", "--provisioner", BIND]);
+    assert_eq!(
+        plugin.len(),
+        1,
+        "node plugin processes of {BIND}: {plugin:?}"
+    );
+    faults::signal(plugin[0], "STOP").unwrap();
+    let staged = observer.wait("staging", "Succeeded", STEP).await;
+    // Killed whatever happened, so a failure above leaves no frozen plugin.
+    faults::signal(plugin[0], "KILL").unwrap();
+    staged.unwrap();
+    eprintln!(
+        "node plugin {} killed after its staging pod succeeded",
+        plugin[0]
+    );
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), BIND);
+    let pod = match wait_for(&pods, "client", Duration::from_secs(300), "finished", |p| {
+        matches!(pod_phase(p), "Succeeded" | "Failed")
+    })
+    .await
+    {
+        Ok(pod) => pod,
+        Err(e) => panic!(
+            "{e}; events: {:#?}",
+            event_lines(&client, BIND, "client").await
+        ),
+    };
+    assert_eq!(pod_phase(&pod), "Succeeded");
+    assert_eq!(
+        logs(&client, BIND, "client").await.unwrap().trim(),
+        "survived"
+    );
+    assert_eq!(
+        observer.pods("staging", "Succeeded").len(),
+        1,
+        "the restarted plugin must use the finished staging pod: {:#?}",
+        observer.seen()
+    );
+
+    delete_and_wait(&pods, "client", STEP).await.unwrap();
+    delete_and_wait(&claims, "data", STEP).await.unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    wait_gone(&pvs, &volume, STEP).await.unwrap();
+    wait_no_pav_pods(&client, BIND, STEP).await.unwrap();
+    delete(&client, &objects).await.unwrap();
+    delete_provisioner(&client, BIND, STEP).await.unwrap();
+    assert_no_leaks(&client, BIND, Duration::from_secs(120)).await;
+    eprintln!(
+        "node_plugin_killed_between_staging_and_bind: {:.1}s",
         started.elapsed().as_secs_f64()
     );
 }
