@@ -3,7 +3,8 @@
 //! staging pod runs; after they come back everything completes (the
 //! restarted component finds its pod by its deterministic name) and
 //! nothing leaks. And the node plugin killed after its staging pod has
-//! finished but before it bound the volume for the client.
+//! finished but before it bound the volume for the client, or while the
+//! client is deleted mid-staging.
 
 use std::time::{Duration, Instant};
 
@@ -260,6 +261,64 @@ async fn node_plugin_killed_between_staging_and_bind() {
     assert_no_leaks(&client, BIND, Duration::from_secs(120)).await;
     eprintln!(
         "node_plugin_killed_between_staging_and_bind: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// The node plugin is frozen mid-staging, the client pod deleted, then the
+/// plugin killed: the NodePublishVolume kubelet sent never answered, so
+/// kubelet holds the mount as uncertain and unpublishes it once the plugin
+/// is back; the restarted plugin must unstage a staging it never finished
+/// for a client that no longer exists, and let its staging pod go (else its
+/// finalizer and the provisioner would stay).
+#[tokio::test]
+async fn client_deleted_while_node_plugin_down_mid_staging() {
+    let Some(client) = cluster().await else {
+        return;
+    };
+    const ORPHAN: &str = "e2e-restart-orphan";
+    let started = Instant::now();
+    let objects = OBJECTS.replace(NAME, ORPHAN);
+    let observer = start_scenario(&client, ORPHAN, ORPHAN, &objects).await;
+    apply(&client, &CLAIM.replace(NAME, ORPHAN)).await.unwrap();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ORPHAN);
+    let claim = wait_for(&claims, "data", Duration::from_secs(300), "Bound", |c| {
+        claim_phase(c) == "Bound"
+    })
+    .await
+    .unwrap();
+    let volume = volume_name(&claim).unwrap();
+
+    apply(&client, &CLIENT.replace(NAME, ORPHAN)).await.unwrap();
+    observer.wait("staging", "Running", STEP).await.unwrap();
+    let plugin = faults::pids_running(&["csi-node", "--provisioner", ORPHAN]);
+    assert_eq!(
+        plugin.len(),
+        1,
+        "node plugin processes of {ORPHAN}: {plugin:?}"
+    );
+    faults::signal(plugin[0], "STOP").unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ORPHAN);
+    let gone = delete_and_wait(&pods, "client", STEP).await;
+    faults::signal(plugin[0], "KILL").unwrap();
+    gone.unwrap();
+    eprintln!(
+        "client deleted while node plugin {} was frozen; plugin killed",
+        plugin[0]
+    );
+
+    wait_no_pav_pods(&client, ORPHAN, Duration::from_secs(420))
+        .await
+        .unwrap_or_else(|e| panic!("{e}: {:#?}", observer.seen()));
+
+    delete_and_wait(&claims, "data", STEP).await.unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    wait_gone(&pvs, &volume, STEP).await.unwrap();
+    delete(&client, &objects).await.unwrap();
+    delete_provisioner(&client, ORPHAN, STEP).await.unwrap();
+    assert_no_leaks(&client, ORPHAN, Duration::from_secs(120)).await;
+    eprintln!(
+        "client_deleted_while_node_plugin_down_mid_staging: {:.1}s",
         started.elapsed().as_secs_f64()
     );
 }
