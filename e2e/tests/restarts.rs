@@ -112,6 +112,65 @@ async fn kill(client: &Client, component: &str) {
     .unwrap();
 }
 
+/// Waits until claim `data` of `ns` is Bound; returns its volume's name.
+async fn bound_volume(client: &Client, ns: &str) -> String {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    match wait_for(&claims, "data", Duration::from_secs(300), "Bound", |c| {
+        claim_phase(c) == "Bound"
+    })
+    .await
+    {
+        Ok(claim) => volume_name(&claim).unwrap(),
+        Err(e) => panic!("{e}; events: {:#?}", event_lines(client, ns, "data").await),
+    }
+}
+
+/// Waits until pod `client` of `ns` finished, and checks it read what the
+/// staging pod wrote.
+async fn client_read_the_volume(client: &Client, ns: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod = match wait_for(&pods, "client", Duration::from_secs(300), "finished", |p| {
+        matches!(pod_phase(p), "Succeeded" | "Failed")
+    })
+    .await
+    {
+        Ok(pod) => pod,
+        Err(e) => panic!(
+            "{e}; events: {:#?}",
+            event_lines(client, ns, "client").await
+        ),
+    };
+    assert_eq!(pod_phase(&pod), "Succeeded");
+    assert_eq!(logs(client, ns, "client").await.unwrap().trim(), "survived");
+}
+
+/// Deletes the client (if still there) and the claim, waits for the volume
+/// and every PaV pod to go (the node plugin unstages: only then may the
+/// provisioner go), removes the provisioner and checks nothing leaked.
+async fn tear_down(client: &Client, name: &str, objects: &str, volume: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), name);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), name);
+    delete_and_wait(&pods, "client", STEP).await.unwrap();
+    delete_and_wait(&claims, "data", STEP).await.unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    wait_gone(&pvs, volume, STEP).await.unwrap();
+    wait_no_pav_pods(client, name, STEP).await.unwrap();
+    delete(client, objects).await.unwrap();
+    delete_provisioner(client, name, STEP).await.unwrap();
+    assert_no_leaks(client, name, Duration::from_secs(120)).await;
+}
+
+/// The one node plugin process of provisioner `name`.
+fn node_plugin_pid(name: &str) -> u32 {
+    let plugin = faults::pids_running(&["csi-node", "--provisioner", name]);
+    assert_eq!(
+        plugin.len(),
+        1,
+        "node plugin processes of {name}: {plugin:?}"
+    );
+    plugin[0]
+}
+
 #[tokio::test]
 async fn components_restart_mid_phase() {
     let Some(client) = cluster().await else {
@@ -124,16 +183,7 @@ async fn components_restart_mid_phase() {
     apply(&client, CLAIM).await.unwrap();
     observer.wait("creation", "Running", STEP).await.unwrap();
     kill(&client, "csi-controller").await;
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
-    let claim = match wait_for(&claims, "data", Duration::from_secs(300), "Bound", |c| {
-        claim_phase(c) == "Bound"
-    })
-    .await
-    {
-        Ok(claim) => claim,
-        Err(e) => panic!("{e}; events: {:#?}", event_lines(&client, NS, "data").await),
-    };
-    let volume = volume_name(&claim).unwrap();
+    let volume = bound_volume(&client, NS).await;
     assert_eq!(
         observer.pods("creation", "Succeeded").len(),
         1,
@@ -145,23 +195,7 @@ async fn components_restart_mid_phase() {
     apply(&client, CLIENT).await.unwrap();
     observer.wait("staging", "Running", STEP).await.unwrap();
     kill(&client, "csi-node").await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let pod = match wait_for(&pods, "client", Duration::from_secs(300), "finished", |p| {
-        matches!(pod_phase(p), "Succeeded" | "Failed")
-    })
-    .await
-    {
-        Ok(pod) => pod,
-        Err(e) => panic!(
-            "{e}; events: {:#?}",
-            event_lines(&client, NS, "client").await
-        ),
-    };
-    assert_eq!(pod_phase(&pod), "Succeeded");
-    assert_eq!(
-        logs(&client, NS, "client").await.unwrap().trim(),
-        "survived"
-    );
+    client_read_the_volume(&client, NS).await;
     assert_eq!(
         observer.pods("staging", "Succeeded").len(),
         1,
@@ -169,15 +203,7 @@ async fn components_restart_mid_phase() {
         observer.seen()
     );
 
-    delete_and_wait(&pods, "client", STEP).await.unwrap();
-    delete_and_wait(&claims, "data", STEP).await.unwrap();
-    let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    wait_gone(&pvs, &volume, STEP).await.unwrap();
-    // The node plugin unstages: only then may the provisioner go.
-    wait_no_pav_pods(&client, NAME, STEP).await.unwrap();
-    delete(&client, OBJECTS).await.unwrap();
-    delete_provisioner(&client, NAME, STEP).await.unwrap();
-    assert_no_leaks(&client, NAME, Duration::from_secs(120)).await;
+    tear_down(&client, NAME, OBJECTS, &volume).await;
     eprintln!(
         "components_restart_mid_phase: {:.1}s",
         started.elapsed().as_secs_f64()
@@ -201,64 +227,26 @@ async fn node_plugin_killed_between_staging_and_bind() {
     let objects = OBJECTS.replace(NAME, BIND);
     let observer = start_scenario(&client, BIND, BIND, &objects).await;
     apply(&client, &CLAIM.replace(NAME, BIND)).await.unwrap();
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), BIND);
-    let claim = wait_for(&claims, "data", Duration::from_secs(300), "Bound", |c| {
-        claim_phase(c) == "Bound"
-    })
-    .await
-    .unwrap();
-    let volume = volume_name(&claim).unwrap();
+    let volume = bound_volume(&client, BIND).await;
 
     apply(&client, &CLIENT.replace(NAME, BIND)).await.unwrap();
     observer.wait("staging", "Running", STEP).await.unwrap();
-    let plugin = faults::pids_running(&["csi-node", "--provisioner", BIND]);
-    assert_eq!(
-        plugin.len(),
-        1,
-        "node plugin processes of {BIND}: {plugin:?}"
-    );
-    faults::signal(plugin[0], "STOP").unwrap();
+    let plugin = node_plugin_pid(BIND);
+    faults::signal(plugin, "STOP").unwrap();
     let staged = observer.wait("staging", "Succeeded", STEP).await;
     // Killed whatever happened, so a failure above leaves no frozen plugin.
-    faults::signal(plugin[0], "KILL").unwrap();
+    faults::signal(plugin, "KILL").unwrap();
     staged.unwrap();
-    eprintln!(
-        "node plugin {} killed after its staging pod succeeded",
-        plugin[0]
-    );
+    eprintln!("node plugin {plugin} killed after its staging pod succeeded");
 
-    let pods: Api<Pod> = Api::namespaced(client.clone(), BIND);
-    let pod = match wait_for(&pods, "client", Duration::from_secs(300), "finished", |p| {
-        matches!(pod_phase(p), "Succeeded" | "Failed")
-    })
-    .await
-    {
-        Ok(pod) => pod,
-        Err(e) => panic!(
-            "{e}; events: {:#?}",
-            event_lines(&client, BIND, "client").await
-        ),
-    };
-    assert_eq!(pod_phase(&pod), "Succeeded");
-    assert_eq!(
-        logs(&client, BIND, "client").await.unwrap().trim(),
-        "survived"
-    );
+    client_read_the_volume(&client, BIND).await;
     assert_eq!(
         observer.pods("staging", "Succeeded").len(),
         1,
         "the restarted plugin must use the finished staging pod: {:#?}",
         observer.seen()
     );
-
-    delete_and_wait(&pods, "client", STEP).await.unwrap();
-    delete_and_wait(&claims, "data", STEP).await.unwrap();
-    let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    wait_gone(&pvs, &volume, STEP).await.unwrap();
-    wait_no_pav_pods(&client, BIND, STEP).await.unwrap();
-    delete(&client, &objects).await.unwrap();
-    delete_provisioner(&client, BIND, STEP).await.unwrap();
-    assert_no_leaks(&client, BIND, Duration::from_secs(120)).await;
+    tear_down(&client, BIND, &objects, &volume).await;
     eprintln!(
         "node_plugin_killed_between_staging_and_bind: {:.1}s",
         started.elapsed().as_secs_f64()
@@ -281,42 +269,22 @@ async fn client_deleted_while_node_plugin_down_mid_staging() {
     let objects = OBJECTS.replace(NAME, ORPHAN);
     let observer = start_scenario(&client, ORPHAN, ORPHAN, &objects).await;
     apply(&client, &CLAIM.replace(NAME, ORPHAN)).await.unwrap();
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ORPHAN);
-    let claim = wait_for(&claims, "data", Duration::from_secs(300), "Bound", |c| {
-        claim_phase(c) == "Bound"
-    })
-    .await
-    .unwrap();
-    let volume = volume_name(&claim).unwrap();
+    let volume = bound_volume(&client, ORPHAN).await;
 
     apply(&client, &CLIENT.replace(NAME, ORPHAN)).await.unwrap();
     observer.wait("staging", "Running", STEP).await.unwrap();
-    let plugin = faults::pids_running(&["csi-node", "--provisioner", ORPHAN]);
-    assert_eq!(
-        plugin.len(),
-        1,
-        "node plugin processes of {ORPHAN}: {plugin:?}"
-    );
-    faults::signal(plugin[0], "STOP").unwrap();
+    let plugin = node_plugin_pid(ORPHAN);
+    faults::signal(plugin, "STOP").unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ORPHAN);
     let gone = delete_and_wait(&pods, "client", STEP).await;
-    faults::signal(plugin[0], "KILL").unwrap();
+    faults::signal(plugin, "KILL").unwrap();
     gone.unwrap();
-    eprintln!(
-        "client deleted while node plugin {} was frozen; plugin killed",
-        plugin[0]
-    );
+    eprintln!("client deleted while node plugin {plugin} was frozen; plugin killed");
 
     wait_no_pav_pods(&client, ORPHAN, Duration::from_secs(420))
         .await
         .unwrap_or_else(|e| panic!("{e}: {:#?}", observer.seen()));
-
-    delete_and_wait(&claims, "data", STEP).await.unwrap();
-    let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    wait_gone(&pvs, &volume, STEP).await.unwrap();
-    delete(&client, &objects).await.unwrap();
-    delete_provisioner(&client, ORPHAN, STEP).await.unwrap();
-    assert_no_leaks(&client, ORPHAN, Duration::from_secs(120)).await;
+    tear_down(&client, ORPHAN, &objects, &volume).await;
     eprintln!(
         "client_deleted_while_node_plugin_down_mid_staging: {:.1}s",
         started.elapsed().as_secs_f64()
