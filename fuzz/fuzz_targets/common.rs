@@ -1,39 +1,17 @@
 //! What both targets share: fixed contexts, and the checks every rendering
 //! must pass.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use pav_templates::engine::MAX_OUTPUT_BYTES;
-use pav_templates::{
-    CompiledProvisioner, CreationContext, Phase, PvcMap, StagingContext, ValidationContext, samples,
-};
+use pav_templates::samples::{self, Contexts};
+use pav_templates::{CompiledProvisioner, Phase};
 
 /// The sample contexts, with a `get_pvc` lookup that knows the sample
 /// claim and one claim in another namespace (`team/data`).
-pub struct Contexts {
-    pub validation: ValidationContext,
-    pub static_validation: ValidationContext,
-    pub creation: CreationContext,
-    pub staging: StagingContext,
-}
-
 pub fn contexts() -> &'static Contexts {
     static CONTEXTS: OnceLock<Contexts> = OnceLock::new();
-    CONTEXTS.get_or_init(|| {
-        let mut other = PersistentVolumeClaim::default();
-        other.metadata.name = Some("data".into());
-        other.metadata.namespace = Some("team".into());
-        let lookup = Arc::new(PvcMap::from_iter([samples::pvc(), other]));
-        Contexts {
-            validation: samples::validation_context().with_pvc_lookup(lookup.clone()),
-            static_validation: ValidationContext::static_pv(&samples::pv())
-                .expect("sample PV")
-                .with_pvc_lookup(lookup.clone()),
-            creation: samples::creation_context().with_pvc_lookup(lookup.clone()),
-            staging: samples::staging_context().with_pvc_lookup(lookup),
-        }
-    })
+    CONTEXTS.get_or_init(|| samples::contexts(samples::pvc_lookup()))
 }
 
 /// Every string in a rendered tree is at most one template's output, so

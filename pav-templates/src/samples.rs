@@ -4,10 +4,12 @@
 //! StorageClass `sample-class`, its bound PersistentVolume, and a node
 //! `sample-node`. `pav render` uses them for any object file not given.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use crate::context::{CreationContext, StagingContext, ValidationContext};
+use crate::context::{CreationContext, PvcMap, StagingContext, ValidationContext};
 
 /// YAML of the sample claim.
 pub const PVC_YAML: &str = include_str!("samples/pvc.yaml");
@@ -55,4 +57,45 @@ pub fn creation_context() -> CreationContext {
 /// Staging and unstaging context of the sample volume on the sample node.
 pub fn staging_context() -> StagingContext {
     StagingContext::new(&pvc(), &pv(), &node(), false).expect("samples are consistent")
+}
+
+/// The sample context of every phase, each with the `get_pvc` lookup
+/// [`contexts`] was given.
+#[derive(Debug, Clone)]
+pub struct Contexts {
+    /// Dynamic validation of the sample claim.
+    pub validation: ValidationContext,
+    /// Static validation of the sample PersistentVolume (no claim).
+    pub static_validation: ValidationContext,
+    /// Creation and deletion of the sample claim.
+    pub creation: CreationContext,
+    /// Staging and unstaging of the sample volume.
+    pub staging: StagingContext,
+}
+
+/// A `get_pvc` lookup that knows the sample claim and one claim of another
+/// namespace, `team/data`, which a template of the sample claim may not
+/// read unless its PavProvisioner allows that namespace.
+pub fn pvc_lookup() -> Arc<PvcMap> {
+    let mut other = PersistentVolumeClaim::default();
+    other.metadata.name = Some("data".into());
+    other.metadata.namespace = Some("team".into());
+    Arc::new(PvcMap::from_iter([pvc(), other]))
+}
+
+/// Every phase's sample context, with `get_pvc` answered by `lookup`.
+///
+/// ```
+/// let contexts = pav_templates::samples::contexts(pav_templates::samples::pvc_lookup());
+/// # let _ = contexts.staging;
+/// ```
+pub fn contexts(lookup: Arc<PvcMap>) -> Contexts {
+    Contexts {
+        validation: validation_context().with_pvc_lookup(lookup.clone()),
+        static_validation: ValidationContext::static_pv(&pv())
+            .expect("samples are consistent")
+            .with_pvc_lookup(lookup.clone()),
+        creation: creation_context().with_pvc_lookup(lookup.clone()),
+        staging: staging_context().with_pvc_lookup(lookup),
+    }
 }

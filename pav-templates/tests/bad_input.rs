@@ -5,12 +5,9 @@
 //! `PAV_PRINT_MESSAGES=1 cargo test -p pav-templates --test bad_input --
 //! --nocapture` prints every row's actual message.
 
-use std::sync::Arc;
-
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec};
-use pav_templates::{
-    CompiledProvisioner, CreationContext, Phase, PvcMap, StagingContext, ValidationContext, samples,
-};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use pav_templates::samples::{self, Contexts};
+use pav_templates::{CompiledProvisioner, Phase};
 
 const HEADER: &str = "apiVersion: pav.albertofaria.github.io/v1alpha1\nkind: PavProvisioner\nmetadata:\n  name: bad\n";
 
@@ -183,28 +180,10 @@ fn bad_objects_are_refused_with_exact_messages() {
 /// What a phase produced: the pod template, if any.
 type Produced = Option<PodTemplateSpec>;
 
-struct Contexts {
-    validation: ValidationContext,
-    static_validation: ValidationContext,
-    creation: CreationContext,
-    staging: StagingContext,
-}
-
 /// The sample contexts; `get_pvc` knows the sample claim
 /// (`default/sample-claim`) and `team/data`.
 fn contexts() -> Contexts {
-    let mut other = PersistentVolumeClaim::default();
-    other.metadata.name = Some("data".into());
-    other.metadata.namespace = Some("team".into());
-    let lookup = Arc::new(PvcMap::from_iter([samples::pvc(), other]));
-    Contexts {
-        validation: samples::validation_context().with_pvc_lookup(lookup.clone()),
-        static_validation: ValidationContext::static_pv(&samples::pv())
-            .unwrap()
-            .with_pvc_lookup(lookup.clone()),
-        creation: samples::creation_context().with_pvc_lookup(lookup.clone()),
-        staging: samples::staging_context().with_pvc_lookup(lookup),
-    }
+    samples::contexts(samples::pvc_lookup())
 }
 
 /// Which evaluation a row runs.
