@@ -807,6 +807,27 @@ where
     Ok(api.patch(&name, &params, &Patch::Apply(object)).await?)
 }
 
+/// [`apply_one`] for a role binding, replacing one that refers to another
+/// role: the API server refuses to change `roleRef`, and drivers created
+/// before `pav manifests` installed the shared roles have bindings to roles
+/// of their own.
+async fn apply_binding<K>(api: &Api<K>, binding: &K) -> Result<K, Error>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    match apply_one(api, binding).await {
+        Err(Error::Kube(kube::Error::Api(status)))
+            if status.code == 422 && status.message.contains("roleRef") =>
+        {
+            let name = binding.meta().name.clone().unwrap_or_default();
+            tracing::info!(binding = %name, "replacing a binding to another role");
+            delete_named(api, &name).await?;
+            apply_one(api, binding).await
+        }
+        applied => applied,
+    }
+}
+
 /// Server-side applies every object of a driver; returns the Deployment
 /// and DaemonSet as the API server has them (with status).
 async fn apply_driver(
@@ -821,11 +842,11 @@ async fn apply_driver(
     }
     let cluster_bindings = Api::<ClusterRoleBinding>::all(client.clone());
     for binding in &objects.cluster_role_bindings {
-        apply_one(&cluster_bindings, binding).await?;
+        apply_binding(&cluster_bindings, binding).await?;
     }
     let bindings = Api::<RoleBinding>::namespaced(client.clone(), ns);
     for binding in &objects.role_bindings {
-        apply_one(&bindings, binding).await?;
+        apply_binding(&bindings, binding).await?;
     }
     let deployment = apply_one(
         &Api::<Deployment>::namespaced(client.clone(), ns),

@@ -178,6 +178,24 @@ async fn controller_deploys_and_removes_drivers() {
         tokio::spawn(controller::run_with(client.clone(), args))
     });
 
+    // A binding left by a pav that gave each driver roles of its own: its
+    // roleRef cannot be changed, so the controller has to replace it.
+    let cluster_bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    let stale: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": format!("pav-{HELLO}-controller") },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view" },
+        "subjects": [{ "kind": "ServiceAccount", "name": format!("pav-{HELLO}-controller"), "namespace": ns }],
+    }))
+    .unwrap();
+    cluster_bindings
+        .patch(
+            stale.metadata.name.as_deref().unwrap(),
+            &PatchParams::apply("pav-e2e").force(),
+            &Patch::Apply(&stale),
+        )
+        .await
+        .expect("apply a binding to another role");
+
     // A valid provisioner becomes a driver.
     provisioners
         .create(
@@ -246,15 +264,17 @@ async fn controller_deploys_and_removes_drivers() {
 
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
     let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
-    let cluster_bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
     // The driver binds the roles `pav manifests` installs; it writes none.
     for (name, role) in [
         (&controller_name, driver::CSI_CONTROLLER_ROLE),
         (&node_name, driver::CSI_NODE_ROLE),
     ] {
         eventually("ServiceAccount", || get(&accounts, name)).await;
-        let binding = eventually("ClusterRoleBinding", || get(&cluster_bindings, name)).await;
-        assert_eq!(binding.role_ref.name, role);
+        eventually(&format!("ClusterRoleBinding {name} to {role}"), || async {
+            let binding = get(&cluster_bindings, name).await?;
+            (binding.role_ref.name == role).then_some(())
+        })
+        .await;
         assert!(get(&cluster_roles, name).await.is_none());
     }
     let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), &ns);
