@@ -150,11 +150,7 @@ pub async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     let cluster = cluster(&args.common, "csi-node").await?;
     // Only this node's staging and unstaging pods.
     cluster.start_pod_cache(Some(&args.node_id));
-    tokio::spawn(node::collect(
-        cluster.clone(),
-        args.node_id.clone(),
-        args.pods_dir.clone(),
-    ));
+    tokio::spawn(node::collect(cluster.clone(), args.pods_dir.clone()));
     tokio::spawn(node::sweep_dirs(
         cluster.clone(),
         args.node_id.clone(),

@@ -227,13 +227,8 @@ async fn create_and_delete_through_pods() {
     let ok_uid = claims.get("e2e-ok").await.unwrap().uid().unwrap();
 
     // The node plugin's collector (this process runs on the node) and the
-    // controller served on a socket.
-    let node = Api::<Node>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items[0]
-        .name_any();
+    // controller served on a socket. They share one pod cache, of every
+    // node's pods: there is one node.
     let cluster = Arc::new(Cluster::new(
         client.clone(),
         NAME.into(),
@@ -244,7 +239,6 @@ async fn create_and_delete_through_pods() {
     ));
     tokio::spawn(pav::csi::node::collect(
         cluster.clone(),
-        node,
         pav::pods::HOST_POD_DIR.into(),
     ));
     let dir = tempfile::tempdir().unwrap();

@@ -144,6 +144,15 @@ impl Cluster {
             .get_or_init(|| PodCache::start(self.client.clone(), &self.provisioner, node));
     }
 
+    /// The pod cache's store and a receiver marked changed after every
+    /// update of it, starting the cache if need be: for work that scans
+    /// the pods rather than waiting for one (the node plugin's collector).
+    pub fn pod_updates(&self) -> (Store<Pod>, watch::Receiver<()>) {
+        self.start_pod_cache(None);
+        let cache = self.pod_cache.get().expect("started above");
+        (cache.store.clone(), cache.changed.clone())
+    }
+
     /// The pod cache, started if need be, once it has listed the pods.
     async fn pod_cache(&self) -> pav_sdk::Result<&PodCache> {
         self.start_pod_cache(None);

@@ -1,13 +1,12 @@
 //! Staging and unstaging carried out by pods (`pav csi-node`), and the
 //! collection of `/pav` files of the controller's pods on this node.
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Patch, PatchParams};
-use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use pav_sdk::{Error, PodInfo, Result, Stage, StageRequest, Staged, Unstage, UnstageRequest};
 use pav_templates::{Phase, StagingContext};
@@ -564,67 +563,134 @@ pub async fn sweep_dirs(cluster: Arc<Cluster>, node: String, pods_dir: PathBuf) 
     }
 }
 
+/// Whether `pod` is a validation, creation or deletion pod: the pods whose
+/// `/pav` files the node plugin collects.
+fn is_collectable(pod: &Pod) -> bool {
+    matches!(
+        pod.labels().get(LABEL_PHASE).map(String::as_str),
+        Some("validation" | "creation" | "deletion")
+    )
+}
+
+/// What the collector remembers between two scans of the pod cache.
+#[derive(Debug, Default)]
+struct Collection {
+    /// Collectable pods of the last scan, name to uid.
+    present: HashMap<String, String>,
+    /// Pods (by uid) this process has collected. The cache may still show
+    /// such a pod without its annotations for a moment, and collecting it
+    /// again, with its directory gone, would erase them.
+    collected: HashSet<String>,
+}
+
+/// What one scan found to do.
+#[derive(Debug, Default, PartialEq)]
+struct Scan {
+    /// Terminated collectable pods not yet collected.
+    to_collect: Vec<Arc<Pod>>,
+    /// Names of collectable pods gone since the last scan, whose
+    /// directories go too.
+    gone: Vec<String>,
+}
+
+impl Collection {
+    fn scan(&mut self, pods: &[Arc<Pod>]) -> Scan {
+        let mut present = HashMap::new();
+        let mut to_collect = Vec::new();
+        for pod in pods.iter().filter(|pod| is_collectable(pod)) {
+            let uid = pod.uid().unwrap_or_default();
+            if PodState::of(pod).is_terminated()
+                && Collected::of(pod).is_none()
+                && !self.collected.contains(&uid)
+            {
+                to_collect.push(pod.clone());
+            }
+            present.insert(pod.name_any(), uid);
+        }
+        let mut gone: Vec<String> = self
+            .present
+            .keys()
+            .filter(|name| !present.contains_key(*name))
+            .cloned()
+            .collect();
+        gone.sort();
+        let uids: HashSet<&String> = present.values().collect();
+        self.collected.retain(|uid| uids.contains(uid));
+        self.present = present;
+        Scan { to_collect, gone }
+    }
+
+    fn mark_collected(&mut self, pod: &Pod) {
+        self.collected.insert(pod.uid().unwrap_or_default());
+    }
+}
+
 /// Copies `/pav/handle`, `/pav/capacity` and `/pav/error` of terminated
 /// validation, creation and deletion pods on this node into their
-/// annotations, marks them collected and removes their directories.
-pub async fn collect(cluster: Arc<Cluster>, node: String, pods_dir: PathBuf) {
-    let api: Api<Pod> = Api::all(cluster.client.clone());
-    let config = watcher::Config::default()
-        .labels(&format!(
-            "{}={}",
-            crate::pods::LABEL_PROVISIONER,
-            crate::pods::label_value(&cluster.provisioner)
-        ))
-        .fields(&format!("spec.nodeName={node}"));
-    let mut stream = std::pin::pin!(watcher(api, config));
-    while let Some(event) = stream.next().await {
-        let pod = match event {
-            Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => pod,
-            Ok(watcher::Event::Delete(pod)) => {
-                let phase = pod.labels().get(LABEL_PHASE).cloned().unwrap_or_default();
-                if matches!(phase.as_str(), "validation" | "creation" | "deletion") {
-                    let _ = remove_pod_dir(&pods_dir.join(pod.name_any()));
-                }
-                continue;
-            }
-            Ok(_) => continue,
-            Err(e) => {
-                tracing::warn!(error = %e, "watching this node's PaV pods");
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        let phase = pod.labels().get(LABEL_PHASE).cloned().unwrap_or_default();
-        if !matches!(phase.as_str(), "validation" | "creation" | "deletion")
-            || !PodState::of(&pod).is_terminated()
-            || Collected::of(&pod).is_some()
-        {
-            continue;
+/// annotations, marks them collected and removes their directories, and
+/// removes the directories of such pods once they are gone. Reads the pod
+/// cache (no watch of its own): scans it after each change, and every 5 s
+/// to retry what failed.
+pub async fn collect(cluster: Arc<Cluster>, pods_dir: PathBuf) {
+    let (store, mut changed) = cluster.pod_updates();
+    let mut retry = tokio::time::interval(std::time::Duration::from_secs(5));
+    retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut collection = Collection::default();
+    loop {
+        tokio::select! {
+            update = changed.changed() => if update.is_err() {
+                tracing::error!("the pod cache stopped: no more /pav files are collected");
+                return;
+            },
+            _ = retry.tick() => {}
         }
-        let dir = pods_dir.join(pod.name_any());
-        let files = Collected {
-            handle: state::read_exported(&dir, "handle"),
-            capacity: state::read_exported(&dir, "capacity"),
-            error: state::read_exported(&dir, "error"),
-        };
-        let patch = serde_json::json!({"metadata": {"annotations": files.annotations()}});
-        let namespace = pod.namespace().unwrap_or_default();
-        match cluster
-            .pods(&namespace)
-            .patch(
-                &pod.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(pod = %pod.name_any(), namespace, "collected /pav files");
-                if let Err(e) = remove_pod_dir(&dir) {
-                    tracing::warn!(dir = %dir.display(), error = %e, "cannot remove pod directory");
-                }
+        let scan = collection.scan(&store.state());
+        for name in scan.gone {
+            let _ = remove_pod_dir(&pods_dir.join(name));
+        }
+        for pod in scan.to_collect {
+            if collect_pod(&cluster, &pods_dir, &pod).await {
+                collection.mark_collected(&pod);
             }
-            Err(e) => tracing::warn!(pod = %pod.name_any(), error = %e, "cannot annotate pod"),
+        }
+    }
+}
+
+/// Annotates `pod` with its `/pav` files and removes its directory; false
+/// if the annotation failed (the files stay for the next try).
+async fn collect_pod(cluster: &Cluster, pods_dir: &Path, pod: &Pod) -> bool {
+    let dir = pods_dir.join(pod.name_any());
+    let files = Collected {
+        handle: state::read_exported(&dir, "handle"),
+        capacity: state::read_exported(&dir, "capacity"),
+        error: state::read_exported(&dir, "error"),
+    };
+    let patch = serde_json::json!({"metadata": {"annotations": files.annotations()}});
+    let namespace = pod.namespace().unwrap_or_default();
+    let patched = cluster
+        .pods(&namespace)
+        .patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await;
+    match patched {
+        Ok(_) => {
+            tracing::info!(pod = %pod.name_any(), namespace, "collected /pav files");
+            if let Err(e) = remove_pod_dir(&dir) {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot remove pod directory");
+            }
+            true
+        }
+        // Gone meanwhile: nobody waits for its files any more.
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            let _ = remove_pod_dir(&dir);
+            true
+        }
+        Err(e) => {
+            tracing::warn!(pod = %pod.name_any(), error = %e, "cannot annotate pod");
+            false
         }
     }
 }
@@ -663,6 +729,87 @@ mod tests {
             check_volume(&volume, false).is_err(),
             "even inside the pod dir"
         );
+    }
+
+    fn pod(name: &str, phase_label: &str, pod_phase: &str, collected: bool) -> Arc<Pod> {
+        let annotations = if collected {
+            serde_json::json!({ crate::pods::ANNOTATION_COLLECTED: "true" })
+        } else {
+            serde_json::json!({})
+        };
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {
+                    "name": name,
+                    "namespace": "pav",
+                    "uid": format!("uid-{name}"),
+                    "labels": { LABEL_PHASE: phase_label },
+                    "annotations": annotations,
+                },
+                "status": { "phase": pod_phase },
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn names(pods: &[Arc<Pod>]) -> Vec<String> {
+        pods.iter().map(|p| p.name_any()).collect()
+    }
+
+    #[test]
+    fn collects_each_finished_pod_once() {
+        let mut collection = Collection::default();
+        let pods = [
+            pod("pav-creation-a", "creation", "Succeeded", false),
+            pod("pav-deletion-b", "deletion", "Failed", false),
+            pod("pav-validation-c", "validation", "Running", false),
+            pod("pav-creation-d", "creation", "Succeeded", true),
+            pod("pav-staging-e", "staging", "Succeeded", false),
+        ];
+        let scan = collection.scan(&pods);
+        assert_eq!(
+            names(&scan.to_collect),
+            ["pav-creation-a", "pav-deletion-b"]
+        );
+        assert!(scan.gone.is_empty());
+
+        // Collected, but the cache still shows the pod as before the patch.
+        collection.mark_collected(&scan.to_collect[0]);
+        let scan = collection.scan(&pods);
+        assert_eq!(
+            names(&scan.to_collect),
+            ["pav-deletion-b"],
+            "collected twice"
+        );
+
+        // Once it terminates, the running one is due too.
+        let mut pods = pods.to_vec();
+        pods[2] = pod("pav-validation-c", "validation", "Succeeded", false);
+        let scan = collection.scan(&pods);
+        assert_eq!(
+            names(&scan.to_collect),
+            ["pav-deletion-b", "pav-validation-c"]
+        );
+    }
+
+    #[test]
+    fn gone_pods_lose_their_directories_and_are_forgotten() {
+        let mut collection = Collection::default();
+        let finished = pod("pav-creation-a", "creation", "Succeeded", false);
+        let staging = pod("pav-staging-b", "staging", "Running", false);
+        collection.scan(&[finished.clone(), staging.clone()]);
+        collection.mark_collected(&finished);
+
+        let scan = collection.scan(&[staging]);
+        assert_eq!(scan.gone, ["pav-creation-a"]);
+        assert!(scan.to_collect.is_empty());
+        assert!(collection.collected.is_empty(), "uid of a gone pod kept");
+
+        // A pod of the same name created again is a new pod.
+        let again = pod("pav-creation-a", "creation", "Succeeded", false);
+        let scan = collection.scan(&[again]);
+        assert_eq!(names(&scan.to_collect), ["pav-creation-a"]);
+        assert!(scan.gone.is_empty(), "staging pods have no directory here");
     }
 
     #[test]
