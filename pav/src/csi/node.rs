@@ -526,9 +526,9 @@ pub async fn sweep_dirs(cluster: Arc<Cluster>, node: String, pods_dir: PathBuf) 
             .flatten()
             .filter(|e| {
                 let name = e.file_name().to_string_lossy().into_owned();
-                ["pav-validation-", "pav-creation-", "pav-deletion-"]
+                COLLECTED_PHASES
                     .iter()
-                    .any(|p| name.starts_with(p))
+                    .any(|phase| name.starts_with(&format!("pav-{}-", phase.name())))
                     && e.metadata()
                         .and_then(|m| m.modified())
                         .ok()
@@ -563,13 +563,16 @@ pub async fn sweep_dirs(cluster: Arc<Cluster>, node: String, pods_dir: PathBuf) 
     }
 }
 
-/// Whether `pod` is a validation, creation or deletion pod: the pods whose
-/// `/pav` files the node plugin collects.
+/// The phases whose pods' `/pav` files the node plugin collects (and whose
+/// directories, named after the pods, it removes).
+const COLLECTED_PHASES: [Phase; 3] = [Phase::Validation, Phase::Creation, Phase::Deletion];
+
+/// Whether `pod` is a pod of one of the [`COLLECTED_PHASES`].
 fn is_collectable(pod: &Pod) -> bool {
-    matches!(
-        pod.labels().get(LABEL_PHASE).map(String::as_str),
-        Some("validation" | "creation" | "deletion")
-    )
+    let label = pod.labels().get(LABEL_PHASE).map(String::as_str);
+    COLLECTED_PHASES
+        .iter()
+        .any(|phase| label == Some(phase.name()))
 }
 
 /// What the collector remembers between two scans of the pod cache.
