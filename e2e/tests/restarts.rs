@@ -171,6 +171,34 @@ fn node_plugin_pid(name: &str) -> u32 {
     plugin[0]
 }
 
+/// A scenario whose namespace and provisioner are both `name`: a bound
+/// volume, and a client whose staging pod is running while the node plugin
+/// is frozen (SIGSTOP); the caller decides how the plugin dies.
+struct FrozenMidStaging {
+    objects: String,
+    observer: PodObserver,
+    volume: String,
+    plugin: u32,
+}
+
+async fn node_plugin_frozen_mid_staging(client: &Client, name: &str) -> FrozenMidStaging {
+    let objects = OBJECTS.replace(NAME, name);
+    let observer = start_scenario(client, name, name, &objects).await;
+    apply(client, &CLAIM.replace(NAME, name)).await.unwrap();
+    let volume = bound_volume(client, name).await;
+
+    apply(client, &CLIENT.replace(NAME, name)).await.unwrap();
+    observer.wait("staging", "Running", STEP).await.unwrap();
+    let plugin = node_plugin_pid(name);
+    faults::signal(plugin, "STOP").unwrap();
+    FrozenMidStaging {
+        objects,
+        observer,
+        volume,
+        plugin,
+    }
+}
+
 #[tokio::test]
 async fn components_restart_mid_phase() {
     let Some(client) = cluster().await else {
@@ -224,15 +252,12 @@ async fn node_plugin_killed_between_staging_and_bind() {
     };
     const BIND: &str = "e2e-restart-bind";
     let started = Instant::now();
-    let objects = OBJECTS.replace(NAME, BIND);
-    let observer = start_scenario(&client, BIND, BIND, &objects).await;
-    apply(&client, &CLAIM.replace(NAME, BIND)).await.unwrap();
-    let volume = bound_volume(&client, BIND).await;
-
-    apply(&client, &CLIENT.replace(NAME, BIND)).await.unwrap();
-    observer.wait("staging", "Running", STEP).await.unwrap();
-    let plugin = node_plugin_pid(BIND);
-    faults::signal(plugin, "STOP").unwrap();
+    let FrozenMidStaging {
+        objects,
+        observer,
+        volume,
+        plugin,
+    } = node_plugin_frozen_mid_staging(&client, BIND).await;
     let staged = observer.wait("staging", "Succeeded", STEP).await;
     // Killed whatever happened, so a failure above leaves no frozen plugin.
     faults::signal(plugin, "KILL").unwrap();
@@ -266,15 +291,12 @@ async fn client_deleted_while_node_plugin_down_mid_staging() {
     };
     const ORPHAN: &str = "e2e-restart-orphan";
     let started = Instant::now();
-    let objects = OBJECTS.replace(NAME, ORPHAN);
-    let observer = start_scenario(&client, ORPHAN, ORPHAN, &objects).await;
-    apply(&client, &CLAIM.replace(NAME, ORPHAN)).await.unwrap();
-    let volume = bound_volume(&client, ORPHAN).await;
-
-    apply(&client, &CLIENT.replace(NAME, ORPHAN)).await.unwrap();
-    observer.wait("staging", "Running", STEP).await.unwrap();
-    let plugin = node_plugin_pid(ORPHAN);
-    faults::signal(plugin, "STOP").unwrap();
+    let FrozenMidStaging {
+        objects,
+        observer,
+        volume,
+        plugin,
+    } = node_plugin_frozen_mid_staging(&client, ORPHAN).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ORPHAN);
     let gone = delete_and_wait(&pods, "client", STEP).await;
     faults::signal(plugin, "KILL").unwrap();
