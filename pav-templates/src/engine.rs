@@ -8,10 +8,13 @@
 //!   not a string or a number.
 //! - Filters `tobash` and `tojson` with the original PaV's exact output.
 //! - Evaluation is bounded by fuel, recursion depth and output size.
+//! - Expressions are bounded in depth before they are parsed ([`nesting`]).
 
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::{Kwargs, Value, ValueKind};
 use minijinja::{AutoEscape, Environment, Error as JinjaError, ErrorKind, Output, State};
+
+pub mod nesting;
 
 /// Evaluation budget of one field's template, in minijinja fuel units
 /// (roughly one per instruction). The encryption example's largest field

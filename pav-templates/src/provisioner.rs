@@ -1027,6 +1027,15 @@ impl Checker {
                         }
                     };
                 }
+                // Before minijinja parses it: its parser and compiler recurse
+                // once per level of an operator chain.
+                if let Err(too_deep) = engine::nesting::check_expression_depth(source) {
+                    self.problems.push(Error::Syntax {
+                        at: self.at(path, Some(too_deep.line)),
+                        message: too_deep.to_string(),
+                    });
+                    return Node::Constant(Json::Null);
+                }
                 match self.env.add_template_owned(path.to_owned(), source.clone()) {
                     Ok(()) => Node::Template {
                         path: Arc::from(path),
