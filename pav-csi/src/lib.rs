@@ -28,6 +28,9 @@
 //! | Socket | [`DriverBuilder::run`] | stale socket replaced, mode `0600`, removed on SIGTERM/SIGINT |
 //! | Secrets | logs | CSI messages with secrets have no `Debug`; [`pav_sdk::Secrets`] redacts values |
 
+// The pav image holds no programs to run (clippy.toml).
+#![deny(clippy::disallowed_methods)]
+
 pub mod client;
 mod controller;
 mod convert;
@@ -36,7 +39,7 @@ mod error;
 mod guard;
 mod identity;
 mod limits;
-mod mount;
+pub mod mount;
 mod node;
 mod paths;
 mod staged;

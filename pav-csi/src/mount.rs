@@ -1,4 +1,9 @@
-//! The mount table and the bind mounts that place volumes into kubelet's paths.
+//! The mount table, and mounting and unmounting with system calls (never a
+//! `mount` or `umount` program, which a driver's image may not hold).
+//!
+//! Most of this module serves pav-csi's node service. [`unmount_below`] is
+//! public for drivers that clean up directories where something else (a
+//! helper pod, through mount propagation) may have left mounts.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -120,6 +125,97 @@ pub(crate) fn unmount_all(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Why [`unmount_below`] could not leave a directory free of mounts.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UnmountError {
+    /// `/proc/self/mountinfo` could not be read.
+    #[error("reading /proc/self/mountinfo: {0}")]
+    MountTable(#[source] io::Error),
+    /// The kernel refused to unmount a mount point (busy, for instance).
+    #[error("cannot unmount {}: {source}", point.display())]
+    Unmount {
+        /// The mount point that stays mounted.
+        point: PathBuf,
+        /// The kernel's answer.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl UnmountError {
+    /// The mount point that could not be unmounted, if that was the failure.
+    pub fn mount_point(&self) -> Option<&Path> {
+        match self {
+            UnmountError::MountTable(_) => None,
+            UnmountError::Unmount { point, .. } => Some(point),
+        }
+    }
+}
+
+/// Unmounts every mount at or below `dir`, deepest first, stacked mounts
+/// included, with `umount2(2)`; returns the mount points it unmounted.
+///
+/// Mounts that reached `dir` by propagation (a pod's bidirectional mount)
+/// are found too: the mount table of this process lists them. A mount point
+/// that disappears meanwhile (unmounted by a peer, or with its parent) is
+/// not an error. Nothing is detached lazily: a busy mount is reported as
+/// [`UnmountError::Unmount`] and stays, so that no data is cut off from a
+/// process still using it.
+pub fn unmount_below(dir: &Path) -> Result<Vec<PathBuf>, UnmountError> {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
+    let mut unmounted = Vec::new();
+    // A mount whose point is itself below a mount just removed may only
+    // show up in the table after that; a second pass finds it. The table
+    // shrinks with every pass, so this ends.
+    loop {
+        let mut points: Vec<PathBuf> = mounts()
+            .map_err(UnmountError::MountTable)?
+            .into_iter()
+            .map(|(point, _)| point)
+            .filter(|point| point.starts_with(&dir))
+            .collect();
+        if points.is_empty() {
+            return Ok(unmounted);
+        }
+        // Deepest first; the same point twice (stacked) is unmounted twice.
+        points.sort_by_key(|point| std::cmp::Reverse(point.components().count()));
+        let mut progress = false;
+        for point in points {
+            match rustix::mount::unmount(&point, UnmountFlags::NOFOLLOW) {
+                Ok(()) => {
+                    progress = true;
+                    unmounted.push(point);
+                }
+                // Gone already: unmounted with a parent or by a peer.
+                Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOENT) => {}
+                Err(errno) => {
+                    return Err(UnmountError::Unmount {
+                        point,
+                        source: errno.into(),
+                    });
+                }
+            }
+        }
+        if !progress {
+            // Listed but neither unmountable nor gone: a mount this process
+            // cannot reach (another namespace's view of the same path).
+            let point = mounts()
+                .map_err(UnmountError::MountTable)?
+                .into_iter()
+                .map(|(point, _)| point)
+                .find(|point| point.starts_with(&dir));
+            return match point {
+                Some(point) => Err(UnmountError::Unmount {
+                    point,
+                    source: io::Error::from(io::ErrorKind::InvalidInput),
+                }),
+                None => Ok(unmounted),
+            };
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,6 +225,57 @@ mod tests {
         assert_eq!(unescape(r"/var/lib/a\040b"), "/var/lib/a b");
         assert_eq!(unescape(r"/plain"), "/plain");
         assert_eq!(unescape(r"/tail\04"), r"/tail\04");
+    }
+
+    /// Mount tests need root; `.ci/run` runs as root.
+    fn is_root() -> bool {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+    }
+
+    #[test]
+    fn unmount_below_clears_nested_and_stacked_mounts() {
+        if !is_root() {
+            eprintln!("SKIPPED: needs root to mount (run the tests as root)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let volume = dir.path().join("volume");
+        std::fs::create_dir(&volume).unwrap();
+        let tmpfs = |point: &Path| {
+            rustix::mount::mount("tmpfs", point, "tmpfs", MountFlags::empty(), None).unwrap()
+        };
+        tmpfs(&volume);
+        tmpfs(&volume); // stacked
+        std::fs::create_dir(volume.join("inner")).unwrap();
+        tmpfs(&volume.join("inner"));
+        std::fs::write(volume.join("inner/data"), "x").unwrap();
+
+        let unmounted = unmount_below(dir.path()).unwrap();
+        assert_eq!(unmounted.len(), 3, "{unmounted:?}");
+        assert_eq!(unmounted[0], volume.join("inner"), "deepest first");
+        assert!(!is_mount_point(&volume).unwrap());
+        assert_eq!(unmount_below(dir.path()).unwrap(), Vec::<PathBuf>::new());
+    }
+
+    #[test]
+    fn unmount_below_names_a_busy_mount() {
+        if !is_root() {
+            eprintln!("SKIPPED: needs root to mount (run the tests as root)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let volume = dir.path().join("volume");
+        std::fs::create_dir(&volume).unwrap();
+        rustix::mount::mount("tmpfs", &volume, "tmpfs", MountFlags::empty(), None).unwrap();
+        // An open directory on the mount keeps it busy.
+        let busy = std::fs::File::open(&volume).unwrap();
+        let err = unmount_below(dir.path()).unwrap_err();
+        assert_eq!(err.mount_point(), Some(volume.as_path()));
+        assert!(err.to_string().contains("volume"), "{err}");
+        drop(busy);
+        unmount_below(dir.path()).unwrap();
+        assert!(!is_mount_point(&volume).unwrap());
     }
 
     #[test]

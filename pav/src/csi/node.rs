@@ -25,6 +25,7 @@ pub struct PodNode {
     cluster: Arc<Cluster>,
     node: String,
     pods_dir: PathBuf,
+    unmount_failures: ReportedMounts,
 }
 
 impl PodNode {
@@ -35,6 +36,7 @@ impl PodNode {
             cluster,
             node,
             pods_dir,
+            unmount_failures: ReportedMounts::default(),
         }
     }
 
@@ -334,19 +336,55 @@ impl PodNode {
             op.finish(&result);
             if !matches!(result, Err(Error::Unavailable(_))) {
                 let _ = self.cluster.delete_pod(&u_ns, &u_name).await;
-                let _ = remove_pod_dir(&self.dir(&u_name));
+                if let Err(e) = remove_pod_dir(&self.dir(&u_name)) {
+                    tracing::warn!(pod = %u_name, error = %e, "cannot remove the unstaging pod's directory");
+                }
             }
             result?;
         }
 
-        // 3. Clean up and let the staging pod go.
-        remove_pod_dir(&self.dir(&name)).map_err(|e| {
-            Error::Internal(format!("cleaning up {}: {e}", self.dir(&name).display()))
-        })?;
+        // 3. Unmount what the staging pod left (a pod that ran to completion
+        //    leaves its mounts at /pav/volume), clean up, let the pod go.
+        let uid = staging.uid().unwrap_or_default();
+        if let Err(e) = remove_pod_dir(&self.dir(&name)) {
+            let message = format!("cleaning up after staging pod {namespace}/{name}: {e}");
+            if let PodDirError::Unmount(unmount) = &e
+                && let Some(point) = unmount.mount_point()
+                && self.unmount_failures.first_report(&uid, point)
+            {
+                self.warn_claim(&claim, &message, staging).await;
+            }
+            return Err(Error::Internal(message));
+        }
+        self.unmount_failures.forget(&uid);
         self.cluster
             .remove_finalizer(staging, FINALIZER_UNSTAGE)
             .await?;
         Ok(())
+    }
+
+    /// A warning event about the claim `namespace/name` (from the staging
+    /// pod's annotation), related to the staging pod.
+    async fn warn_claim(&self, claim: &str, message: &str, staging: &Pod) {
+        let Some((namespace, name)) = state::parse_claim(claim) else {
+            tracing::warn!(claim, message, "no claim to report to");
+            return;
+        };
+        let reference = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("PersistentVolumeClaim".into()),
+            namespace: Some(namespace.into()),
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        self.cluster
+            .warn(
+                &reference,
+                Phase::Unstaging,
+                message,
+                Some(pod_ref(staging)),
+            )
+            .await;
     }
 
     /// The unstaging pod template for the claim `namespace/name` and the
@@ -406,39 +444,59 @@ fn check_volume(path: &Path, block: bool) -> std::result::Result<(), String> {
     }
 }
 
-/// Mount points at or below `dir`, deepest first.
-fn mounts_below(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
-    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
-    let mut found: Vec<PathBuf> = table
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(|f| PathBuf::from(f.replace("\\040", " ")))
-        .filter(|p| p.starts_with(&dir))
-        .collect();
-    found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-    Ok(found)
+/// Why a PaV pod's `/pav` directory could not be removed.
+#[derive(Debug, thiserror::Error)]
+enum PodDirError {
+    /// Something the pod mounted there stays mounted.
+    #[error(transparent)]
+    Unmount(#[from] pav_csi::mount::UnmountError),
+    /// The directory itself could not be removed.
+    #[error("removing {}: {source}", dir.display())]
+    Remove {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
-/// Unmounts whatever a staging pod left mounted in its directory, then
-/// removes it; never deletes through a mount point.
-fn remove_pod_dir(dir: &Path) -> std::io::Result<()> {
-    if !dir.exists() {
+/// Unmounts whatever a PaV pod left mounted in its directory (deepest
+/// first, with system calls: the pav image holds no `umount`), then removes
+/// the directory; never deletes through a mount point. Gone is fine.
+fn remove_pod_dir(dir: &Path) -> std::result::Result<(), PodDirError> {
+    if std::fs::symlink_metadata(dir).is_err() {
         return Ok(());
     }
-    for mount in mounts_below(dir)? {
-        let status = std::process::Command::new("umount").arg(&mount).status()?;
-        if !status.success() {
-            return Err(std::io::Error::other(format!(
-                "cannot unmount {}",
-                mount.display()
-            )));
-        }
+    let unmounted = pav_csi::mount::unmount_below(dir)?;
+    if !unmounted.is_empty() {
+        tracing::info!(dir = %dir.display(), mounts = ?unmounted, "unmounted what a PaV pod left mounted");
     }
-    if !mounts_below(dir)?.is_empty() {
-        return Err(std::io::Error::other("still mounted"));
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(PodDirError::Remove {
+            dir: dir.to_owned(),
+            source: e,
+        }),
+        _ => Ok(()),
     }
-    std::fs::remove_dir_all(dir)
+}
+
+/// Mount points that could not be unmounted and have been reported, each
+/// with the uid of the staging pod that left it: a failure is reported once
+/// as an event on the claim, not on every retry of NodeUnstageVolume.
+#[derive(Debug, Default)]
+struct ReportedMounts(std::sync::Mutex<HashSet<(String, PathBuf)>>);
+
+impl ReportedMounts {
+    /// True the first time `point` of pod `uid` is seen.
+    fn first_report(&self, uid: &str, point: &Path) -> bool {
+        let mut reported = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        reported.insert((uid.to_owned(), point.to_owned()))
+    }
+
+    /// Forgets the reports of pod `uid`, once its directory is gone.
+    fn forget(&self, uid: &str) {
+        let mut reported = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        reported.retain(|(reported_uid, _)| reported_uid != uid);
+    }
 }
 
 #[pav_sdk::async_trait]
@@ -824,5 +882,41 @@ mod tests {
         remove_pod_dir(&pod).unwrap();
         assert!(!pod.exists());
         remove_pod_dir(&pod).unwrap();
+    }
+
+    /// A staging pod that ran to completion leaves its bind mount of a node
+    /// directory at `/pav/volume`: it is unmounted, not deleted through.
+    #[test]
+    fn pod_dirs_are_unmounted_before_removal() {
+        use std::os::unix::fs::MetadataExt;
+        if !std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0) {
+            eprintln!("SKIPPED: needs root to mount (run the tests as root)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let node_data = dir.path().join("node-data");
+        std::fs::create_dir(&node_data).unwrap();
+        std::fs::write(node_data.join("kept"), "data").unwrap();
+        let pod = dir.path().join("pav-staging-1");
+        std::fs::create_dir_all(pod.join("volume")).unwrap();
+        rustix::mount::mount_bind(&node_data, pod.join("volume")).unwrap();
+        remove_pod_dir(&pod).unwrap();
+        assert!(!pod.exists());
+        assert_eq!(
+            std::fs::read_to_string(node_data.join("kept")).unwrap(),
+            "data"
+        );
+    }
+
+    #[test]
+    fn unmount_failures_are_reported_once_per_pod_and_mount() {
+        let reported = ReportedMounts::default();
+        let point = Path::new("/var/lib/pav/pods/pav-staging-a/volume");
+        assert!(reported.first_report("uid-a", point));
+        assert!(!reported.first_report("uid-a", point), "reported twice");
+        assert!(reported.first_report("uid-b", point), "another pod's");
+        assert!(reported.first_report("uid-a", &point.join("inner")));
+        reported.forget("uid-a");
+        assert!(reported.first_report("uid-a", point), "forgotten pod");
     }
 }
