@@ -107,6 +107,9 @@
 //! * **Secrets stay secret.** [`Secrets`] has no `Display` and a redacting
 //!   `Debug`; keep values out of error messages.
 
+// The pav image holds no programs to run (clippy.toml).
+#![deny(clippy::disallowed_methods)]
+
 mod error;
 mod provisioner;
 mod types;

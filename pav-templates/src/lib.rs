@@ -48,6 +48,9 @@
 //! | defaults and rules of each field | [`CompiledProvisioner::render_validation`] and siblings |
 //! | every error names provisioner, field path and template line | [`Error`] |
 
+// The pav image holds no programs to run (clippy.toml).
+#![deny(clippy::disallowed_methods)]
+
 pub mod context;
 pub mod duration;
 pub mod engine;

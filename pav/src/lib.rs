@@ -10,6 +10,9 @@
 //! | [`manifests`] | `pav manifests`: the deployment, generated from Rust types |
 //! | [`pods`] | evaluated pod templates become the pods PaV creates |
 
+// The pav image holds no programs to run (clippy.toml).
+#![deny(clippy::disallowed_methods)]
+
 pub mod cli;
 pub mod client;
 pub mod controller;

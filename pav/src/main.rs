@@ -1,5 +1,8 @@
 //! The `pav` command: see `pav --help`.
 
+// The pav image holds no programs to run (clippy.toml).
+#![deny(clippy::disallowed_methods)]
+
 use std::process::ExitCode;
 
 use clap::Parser;
