@@ -9,9 +9,15 @@
 //! - Filters `tobash` and `tojson` with the original PaV's exact output.
 //! - Evaluation is bounded by fuel, recursion depth and output size.
 //! - Expressions are bounded in depth before they are parsed ([`nesting`]).
+//! - Filters that walk a whole value (`tojson`, `string`, `pprint`, `join`)
+//!   refuse values nested deeper than [`MAX_VALUE_DEPTH`], cyclic ones
+//!   included; namespaces are emptied after each render
+//!   (`NamespaceTracking`), so a namespace holding itself is not leaked.
 
 use minijinja::syntax::SyntaxConfig;
-use minijinja::value::{Kwargs, Value, ValueKind};
+use std::cell::RefCell;
+
+use minijinja::value::{Kwargs, StringInput, Value, ValueKind, ValueOrKwargs};
 use minijinja::{AutoEscape, Environment, Error as JinjaError, ErrorKind, Output, State};
 
 pub mod nesting;
@@ -32,6 +38,13 @@ pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
 /// to gigabytes. An object the API server stores is at most 1.5 MiB.
 pub const MAX_PHASE_OUTPUT_BYTES: usize = 4 << 20;
 
+/// Deepest nesting of lists and mappings that `tojson`, `string`, `pprint`
+/// and `join` accept. They recurse once per level: a 20,000-deep list (a
+/// loop of `{% set ns.l = [ns.l] %}` builds one within the fuel) overflowed
+/// a 2 MiB stack, and `pprint`'s indentation grows with the square of the
+/// depth (35 s at 2,000 levels). Kubernetes objects nest about 15 levels.
+pub const MAX_VALUE_DEPTH: usize = 128;
+
 /// Builds an environment with PaV's syntax, filters, formatter and limits.
 pub(crate) fn environment() -> Environment<'static> {
     let mut env = Environment::new();
@@ -50,6 +63,10 @@ pub(crate) fn environment() -> Environment<'static> {
     env.add_filter("tobash", tobash_filter);
     env.add_filter("tojson", tojson_filter);
     env.add_filter("int", int_filter);
+    env.add_filter("string", string_filter);
+    env.add_filter("pprint", pprint_filter);
+    env.add_filter("join", join_filter);
+    env.add_function("namespace", tracked_namespace);
     // Python methods on strings, lists and dicts (`s.split('-')`,
     // `d.items()`), which PaV templates written for Jinja2 use.
     env.set_unknown_method_callback(python_method);
@@ -405,6 +422,7 @@ fn tojson_filter(
     indent: Option<Value>,
     kwargs: Kwargs,
 ) -> Result<Value, JinjaError> {
+    check_value_shape(state, "tojson", value)?;
     let indent = match indent {
         Some(indent) => Some(indent),
         None => kwargs.get::<Option<Value>>("indent")?,
@@ -429,6 +447,165 @@ fn tojson_filter(
     let mut out = String::new();
     write_python_json(&mut out, &json, indent, 0);
     Ok(Value::from(out))
+}
+
+/// minijinja's `string`, for values [`check_value_shape`] accepts.
+fn string_filter(state: &State<'_, '_>, value: &Value) -> Result<Value, JinjaError> {
+    check_value_shape(state, "string", value)?;
+    minijinja::filters::string(state, value)
+}
+
+/// minijinja's `pprint`, for values [`check_value_shape`] accepts.
+fn pprint_filter(state: &State<'_, '_>, value: &Value) -> Result<Value, JinjaError> {
+    check_value_shape(state, "pprint", value)?;
+    let text = minijinja::filters::pprint(value);
+    // Charged as minijinja charges its own `pprint`: by the byte.
+    state.consume_fuel(text.len() as u64 / BYTES_PER_FUEL)?;
+    Ok(Value::from(text))
+}
+
+/// minijinja's `join`, for lists whose items [`check_value_shape`] accepts
+/// (each item is printed whole).
+fn join_filter(
+    state: &mut State<'_, '_>,
+    value: &Value,
+    joiner: Option<StringInput<'_>>,
+    attribute: Option<&str>,
+    kwargs: Kwargs,
+) -> Result<Value, JinjaError> {
+    check_value_shape(state, "join", value)?;
+    minijinja::filters::join(state, value, joiner, attribute, kwargs)
+}
+
+/// Items a unit of fuel pays for when a filter visits them (minijinja's
+/// `ITEM_COST`: half a unit each).
+const ITEMS_PER_FUEL: u64 = 2;
+
+/// Refuses a value nested deeper than [`MAX_VALUE_DEPTH`] (a value that
+/// contains itself is infinitely deep), and charges fuel for every list
+/// item and mapping entry visited, as minijinja's own filters do: lists
+/// that share their items (`[a, a]` of `[b, b]` of …) have exponentially
+/// many, so the walk stops when the fuel left is spent. The walk keeps its
+/// own stack, so it is safe at any depth.
+fn check_value_shape(state: &State<'_, '_>, filter: &str, value: &Value) -> Result<(), JinjaError> {
+    let affordable_nodes = match state.fuel_levels() {
+        Some((_, remaining)) => remaining.saturating_mul(ITEMS_PER_FUEL),
+        None => u64::MAX,
+    };
+    let mut nodes = 0u64;
+    let mut pending = vec![(value.clone(), 0usize)];
+    while let Some((value, depth)) = pending.pop() {
+        nodes += 1;
+        if nodes > affordable_nodes {
+            // The same error as any other overspending.
+            state.consume_fuel(affordable_nodes / ITEMS_PER_FUEL + 1)?;
+        }
+        let children: Vec<Value> = match value.kind() {
+            // Not `Iterable`: some iterate only once, and the filter would
+            // then see them empty.
+            ValueKind::Seq => value.try_iter().into_iter().flatten().collect(),
+            ValueKind::Map => value
+                .try_iter()
+                .into_iter()
+                .flatten()
+                .flat_map(|key| [value.get_item(&key).unwrap_or_default(), key])
+                .collect(),
+            _ => continue,
+        };
+        if children.is_empty() {
+            continue;
+        }
+        if depth >= MAX_VALUE_DEPTH {
+            return Err(JinjaError::new(
+                ErrorKind::InvalidOperation,
+                format!(
+                    "filter '{filter}': value nested more than {MAX_VALUE_DEPTH} levels deep (or containing itself)"
+                ),
+            ));
+        }
+        pending.extend(children.into_iter().map(|child| (child, depth + 1)));
+    }
+    state.consume_fuel(nodes / ITEMS_PER_FUEL)
+}
+
+thread_local! {
+    /// The namespaces made so far by the render [`NamespaceTracking`]
+    /// tracks on this thread, if any.
+    static NAMESPACES: RefCell<Option<Vec<Value>>> = const { RefCell::new(None) };
+}
+
+/// minijinja's `namespace()`, remembering what it made for
+/// [`NamespaceTracking`].
+fn tracked_namespace(defaults: Option<ValueOrKwargs>) -> Result<Value, JinjaError> {
+    let namespace = minijinja::functions::namespace(defaults)?;
+    NAMESPACES.with_borrow_mut(|tracked| {
+        if let Some(tracked) = tracked {
+            tracked.push(namespace.clone());
+        }
+    });
+    Ok(namespace)
+}
+
+/// Empties, when dropped, every namespace made on this thread since it was
+/// created.
+///
+/// `{% set ns.n = ns %}` makes a reference cycle that outlives the render:
+/// memory leaked on every evaluation. minijinja offers no hook on
+/// assignment to refuse it, and only its own `{% set %}` can change a
+/// namespace, so once the render is over each attribute is set to none by
+/// a small generated template, which breaks every cycle: a cycle's last
+/// link is always such an assignment (values are immutable otherwise).
+#[must_use = "namespaces are emptied when this is dropped"]
+pub(crate) struct NamespaceTracking(());
+
+impl NamespaceTracking {
+    /// Starts tracking the namespaces made on this thread.
+    pub(crate) fn start() -> Self {
+        NAMESPACES.set(Some(Vec::new()));
+        NamespaceTracking(())
+    }
+}
+
+impl Drop for NamespaceTracking {
+    fn drop(&mut self) {
+        let namespaces = NAMESPACES.take().unwrap_or_default();
+        if namespaces.is_empty() {
+            return;
+        }
+        let mut source = String::new();
+        for (index, namespace) in namespaces.iter().enumerate() {
+            // `{% set %}` only ever made attributes named as identifiers;
+            // others came from `namespace(...)`'s arguments and cannot
+            // close a cycle.
+            let keys: Vec<Value> = namespace
+                .try_iter()
+                .into_iter()
+                .flatten()
+                .filter(|key| key.as_str().is_some_and(is_identifier))
+                .collect();
+            if keys.is_empty() {
+                continue;
+            }
+            source.push_str(&format!("{{% set n = namespaces[{index}] %}}"));
+            for key in keys {
+                source.push_str(&format!("{{% set n.{key} = none %}}"));
+            }
+        }
+        // An environment without fuel: the render may have spent it all.
+        let result = Environment::new().render_str(
+            &source,
+            minijinja::context! { namespaces => Value::from(namespaces) },
+        );
+        debug_assert!(result.is_ok(), "emptying namespaces: {result:?}");
+    }
+}
+
+fn is_identifier(text: &str) -> bool {
+    let mut bytes = text.bytes();
+    bytes
+        .next()
+        .is_some_and(|first| first.is_ascii_alphabetic() || first == b'_')
+        && bytes.all(|byte| byte.is_ascii_alphanumeric() || byte == b'_')
 }
 
 /// Spaces `write_python_json` writes for indentation at `depth`.

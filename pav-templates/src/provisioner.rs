@@ -421,6 +421,8 @@ impl CompiledProvisioner {
         context: &Value,
         left: &Cell<usize>,
     ) -> Result<Json> {
+        // Dropped last, once nothing of the render is used any more.
+        let _namespaces = engine::NamespaceTracking::start();
         let template = self
             .env
             .get_template(path)

@@ -4,6 +4,11 @@
 //! limits it names; a regression aborts the whole test binary (stack
 //! overflow) instead of failing one assertion.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use minijinja::value::{Object, Value};
+use pav_templates::engine::MAX_VALUE_DEPTH;
 use pav_templates::engine::nesting::MAX_EXPRESSION_DEPTH;
 use pav_templates::{CompiledProvisioner, Phase, Problems, samples};
 
@@ -111,4 +116,102 @@ fn chains_at_the_limit_compile_and_render_inside_nested_blocks() {
     );
     let negations = format!("{{{{ {}1 }}}}", "-".repeat(MAX_EXPRESSION_DEPTH));
     assert_eq!(compile_and_render(negations), Ok("1".to_owned()));
+}
+
+/// `{% set ns.l = [ns.l] %}` `depth` times, then `{{ OUTPUT }}`, in
+/// which `ns.l` is a list that deep.
+fn deep_list(depth: usize, output: &str) -> String {
+    format!(
+        "{{% set ns = namespace(l=[]) %}}{{% for i in range({depth}) %}}{{% set ns.l = [ns.l] %}}{{% endfor %}}{{{{ {output} }}}}"
+    )
+}
+
+fn value_too_deep(filter: &str) -> String {
+    format!(
+        "provisioner \"deep\", field {FIELD}, line 1: filter '{filter}': value nested more than {MAX_VALUE_DEPTH} levels deep (or containing itself)"
+    )
+}
+
+#[test]
+fn deep_values_are_refused_by_the_filters_that_walk_them() {
+    // 2,000 levels: `tojson`, `string`, `join` and `pprint` overflowed the
+    // stack (`pprint` took 35 s in a release build). 20,000 levels, which
+    // the fuel allows, overflow a debug build's stack already when the
+    // list is dropped: see the report in docs/reliability.md.
+    for filter in ["tojson", "string", "pprint", "join"] {
+        let template = deep_list(2_000, &format!("ns.l | {filter} | length"));
+        assert_eq!(
+            compile_and_render(template),
+            Err(value_too_deep(filter)),
+            "{filter}"
+        );
+    }
+    // At the limit, they still work.
+    let at_limit = deep_list(MAX_VALUE_DEPTH, "ns.l | tojson");
+    let brackets = MAX_VALUE_DEPTH + 1;
+    let expected = format!("{}{}", "[".repeat(brackets), "]".repeat(brackets));
+    assert_eq!(compile_and_render(at_limit), Ok(expected));
+}
+
+#[test]
+fn values_sharing_their_items_exponentially_are_refused_by_fuel() {
+    // 2^60 nodes in 60 lists of two: walked naively, never done.
+    let template = "{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set ns.l = [ns.l, ns.l] %}{% endfor %}{{ ns.l | string | length }}";
+    assert_eq!(
+        compile_and_render(template.to_owned()),
+        Err(format!(
+            "provisioner \"deep\", field {FIELD}, line 1: evaluation budget exhausted (does the template loop without end?)"
+        ))
+    );
+}
+
+#[test]
+fn cyclic_values_are_refused() {
+    // `tojson` and `string` overflowed the stack, `pprint` never ended.
+    let cycle = "{% set ns = namespace(x=[]) %}{% set l = [ns] %}{% set ns.x = l %}";
+    for filter in ["tojson", "string", "pprint", "join"] {
+        assert_eq!(
+            compile_and_render(format!("{cycle}{{{{ l | {filter} | length }}}}")),
+            Err(value_too_deep(filter)),
+            "{filter}"
+        );
+    }
+}
+
+/// Counts its instances that were not dropped yet.
+#[derive(Debug)]
+struct Probe(Arc<AtomicUsize>);
+
+impl Object for Probe {}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn namespaces_holding_themselves_are_not_leaked() {
+    // Each of these kept the namespace, and the probe it holds, alive
+    // after the render: leaked on every evaluation (LeakSanitizer in the
+    // fuzz step of .ci/run).
+    let cycles = [
+        "{% set ns = namespace(n=0) %}{% set ns.n = ns %}",
+        "{% set ns = namespace() %}{% set other = namespace(back=[ns]) %}{% set ns.n = {'k': other} %}",
+        "{% set ns = namespace() %}{% for x in [ns] %}{% set ns.l = loop %}{% endfor %}",
+        "{% set ns = namespace() %}{% macro m() %}{{ ns }}{% endmacro %}{% set ns.m = m %}",
+        // Also when the render fails afterwards.
+        "{% set ns = namespace(n=0) %}{% set ns.n = ns %}{{ missing.attribute }}",
+    ];
+    for cycle in cycles {
+        let alive = Arc::new(AtomicUsize::new(1));
+        let provisioner = compile(&format!("{cycle}{{% set ns.probe = probe %}}x")).unwrap();
+        let context = minijinja::context! {
+            probe => Value::from_object(Probe(alive.clone())),
+            ..samples::staging_context().value().clone()
+        };
+        let _ = provisioner.render_raw(Phase::Staging, &context);
+        drop(context);
+        assert_eq!(alive.load(Ordering::SeqCst), 0, "{cycle}");
+    }
 }
