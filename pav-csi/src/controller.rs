@@ -170,7 +170,7 @@ impl csi::controller_server::Controller for ControllerService {
                 .map_err(status)?;
         }
         let volume = creator.create(create).await.map_err(|e| {
-            tracing::warn!(name, error = %e, "CreateVolume failed");
+            tracing::warn!(name, error = e.message(), "CreateVolume failed");
             status(e)
         })?;
         limits::required("volume_id returned by the provisioner", &volume.handle)
@@ -189,7 +189,11 @@ impl csi::controller_server::Controller for ControllerService {
                 .map(convert::topology)
                 .collect(),
         };
-        tracing::info!(name, volume_id = %volume.volume_id, "volume created");
+        tracing::info!(
+            name,
+            volume_id = volume.volume_id.as_str(),
+            "volume created"
+        );
         self.shared
             .create_cache
             .lock()
@@ -220,7 +224,7 @@ impl csi::controller_server::Controller for ControllerService {
             match deleter.delete(delete).await {
                 Ok(()) | Err(pav_sdk::Error::NotFound(_)) => {}
                 Err(e) => {
-                    tracing::warn!(volume_id, error = %e, "DeleteVolume failed");
+                    tracing::warn!(volume_id, error = e.message(), "DeleteVolume failed");
                     return Err(status(e));
                 }
             }

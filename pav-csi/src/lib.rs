@@ -41,6 +41,7 @@ mod identity;
 mod limits;
 pub mod mount;
 mod node;
+mod occupancy;
 mod paths;
 mod staged;
 

@@ -102,6 +102,16 @@ fn read_only_from_table(path: &Path) -> io::Result<Option<bool>> {
         .map(|(_, read_only)| read_only))
 }
 
+/// Mount points strictly below `dir` (not `dir` itself), from the mount
+/// table.
+pub(crate) fn mounts_inside(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    Ok(mounts()?
+        .into_iter()
+        .map(|(point, _)| point)
+        .filter(|point| point != dir && point.starts_with(dir))
+        .collect())
+}
+
 /// Bind-mounts `source` on `target`, read-only when asked.
 pub(crate) fn bind(source: &Path, target: &Path, read_only: bool) -> io::Result<()> {
     rustix::mount::mount_bind(source, target)?;

@@ -13,6 +13,7 @@ use crate::driver::Shared;
 use crate::error::{internal, status};
 use crate::limits;
 use crate::mount;
+use crate::occupancy::{check_free, same_file};
 use crate::paths::Confinement;
 use crate::staged::{Record, Records};
 
@@ -95,8 +96,11 @@ fn prepare_target(target: &Path, directory: bool) -> Result<(), Status> {
 /// `ALREADY_EXISTS` when the mount there is incompatible (spec:
 /// "Volume published but is incompatible"). `source_read_only` is whether
 /// the source is read-only itself (a bind of it is then read-only too).
+/// With a `source`, what is mounted at `target` must be a bind of it:
+/// another volume there is `FAILED_PRECONDITION`.
 fn published(
     target: &Path,
+    source: Option<&Path>,
     mode: VolumeMode,
     read_only: bool,
     source_read_only: bool,
@@ -106,6 +110,13 @@ fn published(
     else {
         return Ok(false);
     };
+    if let Some(source) = source
+        && !same_file(source, target)
+    {
+        return Err(Status::failed_precondition(format!(
+            "target_path {target:?} holds another volume (or a mount this driver did not make)"
+        )));
+    }
     let is_dir = std::fs::metadata(target).is_ok_and(|m| m.is_dir());
     let incompatible = |what: &str| {
         Err(Status::already_exists(format!(
@@ -128,8 +139,9 @@ fn published(
 }
 
 /// Checks that the volume's record allows staging it at `wanted.staging`
-/// with `wanted.capability`, and records it before anything is mounted.
-fn record_stage(records: &Records, wanted: &Record) -> Result<(), Status> {
+/// with `wanted.capability`, and records it before anything is mounted;
+/// true when the record is new (this call made it).
+fn record_stage(records: &Records, wanted: &Record) -> Result<bool, Status> {
     let io = |e| internal("reading staging records", e);
     let id = &wanted.volume_id;
     let staging = &wanted.staging;
@@ -149,7 +161,7 @@ fn record_stage(records: &Records, wanted: &Record) -> Result<(), Status> {
                 describe(&wanted.capability)
             )));
         }
-        return Ok(());
+        return Ok(false);
     }
     if let Some(other) = records.at(staging).map_err(io)? {
         return Err(Status::failed_precondition(format!(
@@ -166,9 +178,11 @@ fn record_stage(records: &Records, wanted: &Record) -> Result<(), Status> {
             )));
         }
     }
+    check_free("staging_target_path", staging, records)?;
     records
         .put(wanted)
-        .map_err(|e| internal("writing the staging record", e))
+        .map_err(|e| internal("writing the staging record", e))?;
+    Ok(true)
 }
 
 /// A capability in words, for messages.
@@ -187,12 +201,20 @@ fn describe(c: &convert::Capability) -> String {
     text
 }
 
-/// Unmounts `path` and removes it; a missing path is fine.
+/// Unmounts `path` and removes it if it is what [`prepare_target`] makes:
+/// an empty directory or an empty file. Anything else (a file with data, a
+/// symlink, a device) is not this driver's and is refused with
+/// `FAILED_PRECONDITION`. A missing path is fine.
 fn unmount_and_remove(path: &Path) -> Result<(), Status> {
     mount::unmount_all(path).map_err(|e| internal("unmounting", e))?;
     let removed = match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.is_dir() => std::fs::remove_dir(path),
-        Ok(_) => std::fs::remove_file(path),
+        Ok(meta) if meta.is_file() && meta.len() == 0 => std::fs::remove_file(path),
+        Ok(_) => {
+            return Err(Status::failed_precondition(format!(
+                "{path:?} is not a mount point, an empty directory or an empty file: not removed"
+            )));
+        }
         Err(e) => Err(e),
     };
     match removed {
@@ -251,14 +273,16 @@ impl NodeService {
             ));
         };
         let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        // Two volumes published at one target at once must not both find it free.
+        let _target_guard = (self.shared.in_flight).claim(format!("target path {target:?}"))?;
         let read_only = req.readonly || capability.access_mode.is_read_only();
         let (path, mode) = (target.clone(), capability.mode);
         // What the provisioner stages is unknown until it runs: a read-only
         // mount there may be the provisioner's own choice.
-        if blocking(move || published(&path, mode, read_only, true)).await? {
+        if blocking(move || published(&path, None, mode, read_only, true)).await? {
             return Ok(Response::new(csi::NodePublishVolumeResponse {}));
         }
-        tracing::info!(volume_id, target = %target.display(), read_only, mode = %capability.mode, "NodePublishVolume: staging");
+        tracing::info!(volume_id, target = ?target, read_only, mode = %capability.mode, "NodePublishVolume: staging");
         let (context, pod) = convert::split_pod_info(&req.volume_context);
         let mut stage = pav_sdk::build::stage(
             volume_id,
@@ -273,11 +297,20 @@ impl NodeService {
         stage.secrets = convert::secrets(&req.secrets);
         stage.pod = pod;
         let staged = stager.stage(stage).await.map_err(|e| {
-            tracing::warn!(volume_id, error = %e, "NodePublishVolume: staging failed");
+            tracing::warn!(
+                volume_id,
+                error = e.message(),
+                "NodePublishVolume: staging failed"
+            );
             status(e)
         })?;
         let mode = capability.mode;
-        blocking(move || bind_once(&staged.path, &target, mode, read_only)).await?;
+        let records = self.node.staged.clone();
+        blocking(move || {
+            check_free("target_path", &target, &records)?;
+            bind_once(&staged.path, &target, mode, read_only)
+        })
+        .await?;
         Ok(Response::new(csi::NodePublishVolumeResponse {}))
     }
 }
@@ -315,8 +348,8 @@ impl csi::node_server::Node for NodeService {
             capability: capability.clone(),
         };
         let records = self.node.staged.clone();
-        blocking(move || record_stage(&records, &record)).await?;
-        tracing::info!(volume_id, staging = %staging.display(), mode = %capability.mode, "NodeStageVolume");
+        let recorded_now = blocking(move || record_stage(&records, &record)).await?;
+        tracing::info!(volume_id, staging = ?staging, mode = %capability.mode, "NodeStageVolume");
         let mut stage = pav_sdk::build::stage(
             volume_id,
             self.node.node_id.clone(),
@@ -329,10 +362,24 @@ impl csi::node_server::Node for NodeService {
         stage.context = convert::sorted(&req.volume_context);
         stage.secrets = convert::secrets(&req.secrets);
         let read_only = stage.read_only;
-        let staged = stager.stage(stage).await.map_err(|e| {
-            tracing::warn!(volume_id, error = %e, "NodeStageVolume failed");
-            status(e)
-        })?;
+        let staged = match stager.stage(stage).await {
+            Ok(staged) => staged,
+            Err(e) => {
+                tracing::warn!(volume_id, error = e.message(), "NodeStageVolume failed");
+                // Nothing is staged: a record made by this call would keep
+                // the path from every other volume.
+                if recorded_now {
+                    let (records, id) = (self.node.staged.clone(), volume_id.to_owned());
+                    blocking(move || {
+                        records
+                            .remove(&id)
+                            .map_err(|e| internal("removing the staging record", e))
+                    })
+                    .await?;
+                }
+                return Err(status(e));
+            }
+        };
 
         let mode = capability.mode;
         blocking(move || {
@@ -381,14 +428,14 @@ impl csi::node_server::Node for NodeService {
         })
         .await?;
         if !staged_here {
-            tracing::info!(volume_id, staging = %staging.display(), "NodeUnstageVolume: not staged there");
+            tracing::info!(volume_id, staging = ?staging, "NodeUnstageVolume: not staged there");
             return Ok(Response::new(csi::NodeUnstageVolumeResponse {}));
         }
-        tracing::info!(volume_id, staging = %staging.display(), "NodeUnstageVolume");
+        tracing::info!(volume_id, staging = ?staging, "NodeUnstageVolume");
         if let Some(unstager) = self.shared.provisioner.unstage() {
             let unstage = pav_sdk::build::unstage(volume_id, self.node.node_id.clone(), staging);
             unstager.unstage(unstage).await.map_err(|e| {
-                tracing::warn!(volume_id, error = %e, "NodeUnstageVolume failed");
+                tracing::warn!(volume_id, error = e.message(), "NodeUnstageVolume failed");
                 status(e)
             })?;
         }
@@ -445,8 +492,10 @@ impl csi::node_server::Node for NodeService {
         }
 
         let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        // Two volumes published at one target at once must not both find it free.
+        let _target_guard = (self.shared.in_flight).claim(format!("target path {target:?}"))?;
         let read_only = req.readonly || capability.access_mode.is_read_only();
-        tracing::info!(volume_id, target = %target.display(), read_only, "NodePublishVolume");
+        tracing::info!(volume_id, target = ?target, read_only, "NodePublishVolume");
         let mode = capability.mode;
         let records = self.node.staged.clone();
         let id = volume_id.to_owned();
@@ -484,9 +533,10 @@ impl csi::node_server::Node for NodeService {
                         source.display()
                     ))
                 })?;
-            if published(&target, mode, read_only, source_read_only)? {
+            if published(&target, Some(&source), mode, read_only, source_read_only)? {
                 return Ok(());
             }
+            check_free("target_path", &target, &records)?;
             bind_once(&source, &target, mode, read_only)
         })
         .await?;
@@ -501,7 +551,7 @@ impl csi::node_server::Node for NodeService {
         let volume_id = limits::required("volume_id", &req.volume_id)?;
         let target = self.node.paths.path("target_path", &req.target_path)?;
         let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
-        tracing::info!(volume_id, target = %target.display(), "NodeUnpublishVolume");
+        tracing::info!(volume_id, target = ?target, "NodeUnpublishVolume");
         let path = target.clone();
         blocking(move || unmount_and_remove(&path)).await?;
         if self.shared.provisioner.stages_on_publish()
@@ -509,7 +559,11 @@ impl csi::node_server::Node for NodeService {
         {
             let unstage = pav_sdk::build::unstage(volume_id, self.node.node_id.clone(), target);
             unstager.unstage(unstage).await.map_err(|e| {
-                tracing::warn!(volume_id, error = %e, "NodeUnpublishVolume: unstaging failed");
+                tracing::warn!(
+                    volume_id,
+                    error = e.message(),
+                    "NodeUnpublishVolume: unstaging failed"
+                );
                 status(e)
             })?;
         }

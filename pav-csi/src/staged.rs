@@ -65,23 +65,25 @@ impl Records {
 
     /// The record of whichever volume is staged at `staging`.
     pub(crate) fn at(&self, staging: &Path) -> io::Result<Option<Record>> {
+        Ok(self.all()?.into_iter().find(|r| r.staging == staging))
+    }
+
+    /// Every record, in no particular order.
+    pub(crate) fn all(&self) -> io::Result<Vec<Record>> {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(e),
         };
+        let mut records = Vec::new();
         for entry in entries {
             let path = entry?.path();
             if path.extension().is_some() {
                 continue; // a temporary file
             }
-            if let Some(record) = read(&path)?
-                && record.staging == staging
-            {
-                return Ok(Some(record));
-            }
+            records.extend(read(&path)?);
         }
-        Ok(None)
+        Ok(records)
     }
 
     /// Stores `record`, replacing the volume's previous one atomically.

@@ -1217,7 +1217,11 @@ async fn staged_and_published_volumes_refuse_inconsistent_requests() {
     let p_other = p.k("plugins/kubernetes.io/csi/fs-1-elsewhere/globalmount");
     let p_blk = p.k("plugins/kubernetes.io/csi/volumeDevices/staging/blk-1");
     let p_foreign = p.k("plugins/kubernetes.io/csi/foreign/globalmount");
-    for dir in [&p_fs, &p_other, &p_blk] {
+    let p_fs3 = p.k("plugins/kubernetes.io/csi/fs-3/globalmount");
+    let p_failed = p.k("plugins/kubernetes.io/csi/missing/globalmount");
+    let kubelet_config = p.k("config.yaml");
+    std::fs::write(&kubelet_config, "kind: KubeletConfiguration\n").unwrap();
+    for dir in [&p_fs, &p_other, &p_blk, &p_fs3, &p_failed] {
         std::fs::create_dir_all(dir).unwrap(); // kubelet creates them
     }
     bind(p.outside.path(), Path::new(&p_foreign));
@@ -1235,6 +1239,11 @@ async fn staged_and_published_volumes_refuse_inconsistent_requests() {
         ok(
             "stage blk-1",
             Call::NodeStageVolume(stage("blk-1", &p_blk, block)),
+        )
+        .calling(&["stage"]),
+        ok(
+            "stage fs-3",
+            Call::NodeStageVolume(stage("fs-3", &p_fs3, fs)),
         )
         .calling(&["stage"]),
         ok(
@@ -1373,8 +1382,78 @@ async fn staged_and_published_volumes_refuse_inconsistent_requests() {
             "published volume",
             Call::NodeGetVolumeStats(stats("fs-1", &t_rw)),
         ),
+        // Paths that would hide other mounts or reach into another volume
+        fails(
+            "another volume at a target where one is published",
+            Call::NodePublishVolume(publish("fs-3", &p_fs3, &t_rw, fs)),
+            Code::FailedPrecondition,
+            "holds another volume",
+        ),
+        fails(
+            "a target inside another volume's target",
+            Call::NodePublishVolume(publish("fs-3", &p_fs3, &format!("{t_rw}/inner"), fs)),
+            Code::FailedPrecondition,
+            "where volume \"fs-1\" is mounted",
+        ),
+        fails(
+            "a target inside another volume's staging path",
+            Call::NodePublishVolume(publish("fs-3", &p_fs3, &format!("{p_fs}/inner"), fs)),
+            Code::FailedPrecondition,
+            "inside the staging path of volume \"fs-1\"",
+        ),
+        fails(
+            "a target on the kubelet's pods directory",
+            Call::NodePublishVolume(publish("fs-3", &p_fs3, &p.k("pods"), fs)),
+            Code::FailedPrecondition,
+            "would hide it",
+        ),
+        fails(
+            "a staging path inside another volume's target",
+            Call::NodeStageVolume(stage("fs-4", &format!("{t_rw}/inner"), fs)),
+            Code::FailedPrecondition,
+            "where volume \"fs-1\" is mounted",
+        ),
+        fails(
+            "a staging path holding other volumes' staging paths",
+            Call::NodeStageVolume(stage("fs-4", &p.k("plugins/kubernetes.io/csi"), fs)),
+            Code::FailedPrecondition,
+            "would hide it",
+        ),
+        fails(
+            "unpublish of a kubelet file that is no target",
+            Call::NodeUnpublishVolume(unpublish("fs-1", &kubelet_config)),
+            Code::FailedPrecondition,
+            "not removed",
+        ),
+        // A failed stage is forgotten: the path stays free for others
+        fails(
+            "stage that the provisioner fails",
+            Call::NodeStageVolume(stage("missing", &p_failed, fs)),
+            Code::NotFound,
+            "no such volume",
+        )
+        .calling(&["stage"]),
+        ok(
+            "another volume at the path of the failed stage",
+            Call::NodeStageVolume(stage("fs-5", &p_failed, fs)),
+        )
+        .calling(&["stage"]),
+        ok(
+            "unstage fs-5",
+            Call::NodeUnstageVolume(unstage("fs-5", &p_failed)),
+        )
+        .calling(&["unstage"]),
     ];
     run(&mut h, "staged and published", rows).await;
+    assert!(is_mounted(Path::new(&t_rw)), "fs-1 stays published");
+    assert!(
+        Path::new(&kubelet_config).exists(),
+        "a kubelet file deleted"
+    );
+    assert!(
+        !Path::new(&format!("{t_rw}/inner")).exists(),
+        "nothing created inside fs-1"
+    );
     assert!(is_mounted(Path::new(&p_fs)), "fs-1 stays staged");
     assert!(is_mounted(Path::new(&p_foreign)), "foreign mount untouched");
     assert!(!is_mounted(Path::new(&p_other)));
@@ -1398,6 +1477,11 @@ async fn staged_and_published_volumes_refuse_inconsistent_requests() {
             Call::NodeUnstageVolume(unstage("blk-1", &p_blk)),
         )
         .calling(&["unstage"]),
+        ok(
+            "unstage fs-3",
+            Call::NodeUnstageVolume(unstage("fs-3", &p_fs3)),
+        )
+        .calling(&["unstage"]),
         fails(
             "publish after unstage",
             Call::NodePublishVolume(publish("fs-1", &p_fs, &t_rw, fs)),
@@ -1408,6 +1492,67 @@ async fn staged_and_published_volumes_refuse_inconsistent_requests() {
     run(&mut h, "cleanup", cleanup).await;
     umount(Path::new(&p_foreign));
     assert!(!is_mounted(Path::new(&p_fs)));
+    p.assert_outside_untouched();
+    h.stop().await;
+}
+
+/// Kubelet publishes one volume per target; a caller racing ten volumes
+/// onto one target gets exactly one mount, and the others an error.
+#[tokio::test]
+async fn concurrent_publishes_to_one_target_mount_one_volume() {
+    if !is_root() {
+        eprintln!("SKIPPED: needs root to mount (run the tests as root)");
+        return;
+    }
+    let fs = VolumeMode::Filesystem;
+    let mut h = Harness::start().await;
+    let p = Paths::new(&h);
+    let ids: Vec<String> = (0..10).map(|i| format!("race-{i}")).collect();
+    let staging = |id: &str| p.k(&format!("plugins/kubernetes.io/csi/{id}/globalmount"));
+    for id in &ids {
+        std::fs::create_dir_all(staging(id)).unwrap();
+        h.node
+            .node_stage_volume(stage(id, &staging(id), fs))
+            .await
+            .unwrap();
+    }
+    let target = p.k("pods/uid-race/volumes/kubernetes.io~csi/pv/mount");
+    let publishes = ids.iter().map(|id| {
+        let mut node = h.node.clone();
+        let request = publish(id, &staging(id), &target, fs);
+        async move { node.node_publish_volume(request).await }
+    });
+    let answers = futures::future::join_all(publishes).await;
+    let published: Vec<&String> = ids
+        .iter()
+        .zip(&answers)
+        .filter(|(_, answer)| answer.is_ok())
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(published.len(), 1, "{answers:?}");
+    for answer in answers.iter().filter_map(|a| a.as_ref().err()) {
+        assert!(
+            matches!(answer.code(), Code::Aborted | Code::FailedPrecondition),
+            "{answer:?}"
+        );
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.split(' ').nth(4) == Some(target.as_str()))
+        .count();
+    assert_eq!(mounts, 1, "mounts stacked on the target");
+
+    h.node
+        .node_unpublish_volume(unpublish(published[0], &target))
+        .await
+        .unwrap();
+    for id in &ids {
+        h.node
+            .node_unstage_volume(unstage(id, &staging(id)))
+            .await
+            .unwrap();
+    }
     p.assert_outside_untouched();
     h.stop().await;
 }
