@@ -1,5 +1,5 @@
-//! Shared helpers of the end-to-end suite: reaching the cluster, or
-//! skipping with a clear message when there is none; applying YAML;
+//! Shared helpers of the end-to-end suite: reaching the cluster (its tests
+//! are `#[ignore = "needs a cluster"]`; `scripts/e2e` runs them); applying YAML;
 //! waiting for conditions; reading events; and the leak check every
 //! scenario ends with.
 //!
@@ -38,28 +38,21 @@ pub const PAV_PODS_DIR: &str = "/var/lib/pav/pods";
 /// Field manager of everything the suite applies.
 pub const FIELD_MANAGER: &str = "pav-e2e";
 
-/// A client for the cluster named by `$KUBECONFIG`, or `None` (after
-/// printing why) when no cluster is reachable, so tests skip instead of
-/// failing on machines without one.
-pub async fn cluster() -> Option<Client> {
+/// A client for the cluster named by `$KUBECONFIG`. Panics, saying why,
+/// when there is none: every test that calls this is
+/// `#[ignore = "needs a cluster"]` and run by `scripts/e2e`, which starts
+/// from a running cluster.
+pub async fn cluster() -> Client {
     if std::env::var_os("KUBECONFIG").is_none() {
-        eprintln!("SKIPPED: KUBECONFIG is not set (run scripts/cluster-up)");
-        return None;
+        panic!("KUBECONFIG is not set: run scripts/cluster-up, then scripts/e2e");
     }
-    let client = match Client::try_default().await {
-        Ok(client) => client,
-        Err(err) => {
-            eprintln!("SKIPPED: no cluster reachable: {err}");
-            return None;
-        }
-    };
-    match client.apiserver_version().await {
-        Ok(_) => Some(client),
-        Err(err) => {
-            eprintln!("SKIPPED: no cluster reachable: {err}");
-            None
-        }
+    let client = Client::try_default()
+        .await
+        .unwrap_or_else(|err| panic!("no cluster client from $KUBECONFIG: {err}"));
+    if let Err(err) = client.apiserver_version().await {
+        panic!("the cluster of $KUBECONFIG does not answer: {err}");
     }
+    client
 }
 
 /// Applies every document of a YAML stream (server-side apply, forced),

@@ -67,10 +67,9 @@ spec:
 "#;
 
 #[tokio::test]
+#[ignore = "needs a cluster"]
 async fn failed_creation_reports_and_recovers() {
-    let Some(client) = cluster().await else {
-        return;
-    };
+    let client = cluster().await;
     let started = Instant::now();
     reset(&client, NS, NAME).await.unwrap();
     namespace(&client, NS).await.unwrap();

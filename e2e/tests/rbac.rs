@@ -289,10 +289,9 @@ async fn may_read_secrets(client: &Client, namespace: Option<&str>, verb: &str) 
 }
 
 #[tokio::test]
+#[ignore = "needs a cluster"]
 async fn service_accounts_have_exactly_the_expected_permissions() {
-    let Some(client) = cluster().await else {
-        return;
-    };
+    let client = cluster().await;
     let started = Instant::now();
     delete_provisioner(&client, NAME, STEP).await.unwrap();
     apply(&client, &provisioner()).await.unwrap();

@@ -477,10 +477,9 @@ fn token_env(pod: &Pod) -> Vec<(String, Option<String>, Option<String>)> {
 }
 
 #[tokio::test]
+#[ignore = "needs a cluster"]
 async fn secret_values_never_appear_in_logs_events_or_objects() {
-    let Some(client) = cluster().await else {
-        return;
-    };
+    let client = cluster().await;
     let started = Instant::now();
     reset(&client, NS, NAME).await.unwrap();
     namespace(&client, NS).await.unwrap();

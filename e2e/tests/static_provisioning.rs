@@ -81,10 +81,9 @@ spec:
 "#;
 
 #[tokio::test]
+#[ignore = "needs a cluster"]
 async fn static_volume_is_staged() {
-    let Some(client) = cluster().await else {
-        return;
-    };
+    let client = cluster().await;
     let started = Instant::now();
     let observer = start_scenario(&client, NS, NAME, PROVISIONER).await;
     apply(&client, VOLUME).await.unwrap();
