@@ -39,6 +39,7 @@ fn yaml_to_json_with_allowance(text: &str, allowance: usize) -> Result<Json, Str
 /// value and how much of the allowance it used (0 without aliases), so a
 /// caller can share one allowance among several documents.
 pub(crate) fn yaml_to_json_within(text: &str, allowance: usize) -> Result<(Json, usize), String> {
+    check_flow_nesting(text).map_err(|err| err.to_string())?;
     // Every node but an empty document's takes at least one byte of text,
     // so an alias-free document never costs more than this.
     let own = (NODE_COST + 1).saturating_mul(text.len() + 1);
@@ -55,6 +56,70 @@ pub(crate) fn yaml_to_json_within(text: &str, allowance: usize) -> Result<(Json,
     let json = serde_json::to_value(&value).map_err(|err| err.to_string())?;
     let used = total - budget.left.get();
     Ok((json, used.saturating_sub(own)))
+}
+
+/// Deepest nesting of flow collections (`[…]`, `{…}`) a document may
+/// have. libyaml's scanner checks every open level on every token, so
+/// parsing takes time in the product of the two: 100,000 levels of `[` took
+/// 22 s. serde_yaml refuses anything nested over 128 levels anyway, but
+/// only after libyaml has scanned it.
+pub const MAX_YAML_FLOW_DEPTH: usize = 256;
+
+/// A document whose flow collections may nest deeper than
+/// [`MAX_YAML_FLOW_DEPTH`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "flow collections (`[` and `{{`) nested more than {MAX_YAML_FLOW_DEPTH} levels at byte {offset}"
+)]
+pub struct FlowTooDeep {
+    /// Where the opening bracket past the limit is.
+    pub offset: usize,
+}
+
+/// Refuses, in linear time and before libyaml sees it, a document whose
+/// flow collections may nest deeper than [`MAX_YAML_FLOW_DEPTH`].
+///
+/// Brackets are counted as flow indicators wherever they are, except that
+/// inside what may be a quoted scalar (a quote after whitespace, a line
+/// start or one of `[{,:?-`, to its closing quote) closing brackets never
+/// go below the depth at the quote: `"]"` closes nothing, `"[x]"` nets
+/// nothing, and a stray `"["` only over-estimates.
+fn check_flow_nesting(text: &str) -> Result<(), FlowTooDeep> {
+    let bytes = text.as_bytes();
+    let mut depth = 0usize;
+    // The quote character of the scalar that may be open, and the depth at
+    // its opening quote.
+    let mut quote: Option<(u8, usize)> = None;
+    let mut previous = b'\n';
+    let mut at = 0;
+    while at < bytes.len() {
+        let byte = bytes[at];
+        match (quote, byte) {
+            (_, b'[' | b'{') => {
+                depth += 1;
+                if depth > MAX_YAML_FLOW_DEPTH {
+                    return Err(FlowTooDeep { offset: at });
+                }
+            }
+            (_, b']' | b'}') => {
+                let floor = quote.map_or(0, |(_, depth_at_quote)| depth_at_quote);
+                depth = depth.saturating_sub(1).max(floor);
+            }
+            (Some((b'"', _)), b'\\') => at += 1,
+            // `''` is a quote inside a single-quoted scalar.
+            (Some((b'\'', _)), b'\'') if bytes.get(at + 1) == Some(&b'\'') => at += 1,
+            (Some((open, _)), byte) if byte == open => quote = None,
+            (None, b'\'' | b'"')
+                if previous.is_ascii_whitespace() || b"[{,:?-".contains(&previous) =>
+            {
+                quote = Some((byte, depth));
+            }
+            _ => {}
+        }
+        previous = byte;
+        at += 1;
+    }
+    Ok(())
 }
 
 struct Budget {
@@ -280,6 +345,27 @@ mod tests {
         let more = format!("a: &a [{items}]\nb: [{aliases}]\n");
         assert!(yaml_to_json_with_allowance(&more, 0).is_err());
         assert!(yaml_to_json_with_allowance(&more, 1 << 20).is_ok());
+    }
+
+    #[test]
+    fn flow_nesting_is_bounded_before_parsing() {
+        let deep = "[".repeat(MAX_YAML_FLOW_DEPTH + 1);
+        let message = format!(
+            "flow collections (`[` and `{{`) nested more than {MAX_YAML_FLOW_DEPTH} levels at byte {MAX_YAML_FLOW_DEPTH}"
+        );
+        assert_eq!(yaml_to_json(&deep), Err(message.clone()));
+        // Closing brackets inside quoted scalars close nothing.
+        let hidden = format!("x: {}", "[\"]\", '}', ".repeat(MAX_YAML_FLOW_DEPTH + 1));
+        assert!(
+            yaml_to_json(&hidden)
+                .unwrap_err()
+                .starts_with("flow collections")
+        );
+        // Siblings do not add up, whatever their number and quoting.
+        let siblings = "- [a, 'b]', \"c\\\"]\", {d: 'it''s'}, '[[x]]']\n".repeat(1000);
+        assert!(yaml_to_json(&siblings).is_ok());
+        // Apostrophes in plain scalars only over-estimate.
+        assert!(yaml_to_json("a: don't [x]\nb: [y]\n").is_ok());
     }
 
     /// The densest alias-free documents (a node per two bytes, nested empty

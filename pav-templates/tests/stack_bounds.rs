@@ -1,8 +1,8 @@
-//! Input that used to overflow the stack, spin or leak, each run where the
-//! drivers render: on a thread with a 2 MiB stack (tokio's blocking
-//! threads). Every case must end in a clear error, in work bounded by the
-//! limits it names; a regression aborts the whole test binary (stack
-//! overflow) instead of failing one assertion.
+//! Input that used to overflow the stack, spin, leak or parse in
+//! quadratic time, each run where the drivers render: on a thread with a
+//! 2 MiB stack (tokio's blocking threads). Every case must end in a clear
+//! error, in work bounded by the limits it names; a stack regression
+//! aborts the whole test binary instead of failing one assertion.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use minijinja::value::{Object, Value};
 use pav_templates::engine::MAX_VALUE_DEPTH;
 use pav_templates::engine::nesting::MAX_EXPRESSION_DEPTH;
+use pav_templates::yaml::MAX_YAML_FLOW_DEPTH;
 use pav_templates::{CompiledProvisioner, Phase, Problems, samples};
 
 /// The stack of tokio's blocking threads, on which the drivers render.
@@ -214,4 +215,30 @@ fn namespaces_holding_themselves_are_not_leaked() {
         drop(context);
         assert_eq!(alive.load(Ordering::SeqCst), 0, "{cycle}");
     }
+}
+
+#[test]
+fn deeply_nested_yaml_is_refused_before_parsing() {
+    let too_deep = format!(
+        "flow collections (`[` and `{{`) nested more than {MAX_YAML_FLOW_DEPTH} levels at byte"
+    );
+    // A template's output with `yaml = true` (a claim annotation of 250 KB
+    // of `[` took 75 s per evaluation).
+    let template = "{% set yaml = true %}{{ '[' * 250000 }}".to_owned();
+    assert_eq!(
+        compile_and_render(template),
+        Err(format!(
+            "provisioner \"deep\", field {FIELD}: output of template with `yaml = true` is not valid YAML: {too_deep} {MAX_YAML_FLOW_DEPTH}"
+        ))
+    );
+    // The PavProvisioner itself (100,000 levels took 22 s).
+    let document = format!("x: {}", "[".repeat(100_000));
+    let problems = on_driver_stack(move || CompiledProvisioner::from_yaml(&document).unwrap_err());
+    assert_eq!(
+        problems.to_string(),
+        format!(
+            "provisioner \"<unparsed>\", field <document>: {too_deep} {}",
+            MAX_YAML_FLOW_DEPTH + 3
+        )
+    );
 }
