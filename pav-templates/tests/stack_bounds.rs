@@ -201,6 +201,8 @@ fn namespaces_holding_themselves_are_not_leaked() {
         "{% set ns = namespace() %}{% set other = namespace(back=[ns]) %}{% set ns.n = {'k': other} %}",
         "{% set ns = namespace() %}{% for x in [ns] %}{% set ns.l = loop %}{% endfor %}",
         "{% set ns = namespace() %}{% macro m() %}{{ ns }}{% endmacro %}{% set ns.m = m %}",
+        // Attributes named as keywords, or not as identifiers at all.
+        "{% set ns = namespace({'if': 1, 'true': 2, 'loop': 3, 'not': 4, '0': 5, 'a b': 6}) %}{% set ns.n = ns %}",
         // Also when the render fails afterwards.
         "{% set ns = namespace(n=0) %}{% set ns.n = ns %}{{ missing.attribute }}",
     ];
