@@ -5,12 +5,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use clap::{Parser, Subcommand};
+use k8s_openapi::Resource as _;
 use k8s_openapi::api::core::v1::{
     Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplateSpec,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use pav_templates::{
     CompiledProvisioner, CreationContext, Phase, ProvisioningMode, PvcMap, StagingContext,
     ValidationContext, samples,
@@ -110,10 +112,16 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
                 claims: claims
                     .iter()
                     .map(|path| load_all::<PersistentVolumeClaim>(path))
-                    .collect::<anyhow::Result<Vec<_>>>()?
+                    .collect::<Result<Vec<_>, _>>()?
                     .into_iter()
                     .flatten()
                     .collect(),
+                origins: Origins {
+                    pvc: pvc.map(|path| Origin::new("--pvc", path)),
+                    sc: sc.map(|path| Origin::new("--sc", path)),
+                    pv: pv.map(|path| Origin::new("--pv", path)),
+                    node: node.map(|path| Origin::new("--node", path)),
+                },
             };
             render(&file, phase, &objects, static_provisioning, read_only, out)?;
             Ok(ExitCode::SUCCESS)
@@ -151,8 +159,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 fn check(files: &[PathBuf], out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     let mut problems = 0usize;
     for file in files {
-        let text = std::fs::read_to_string(file)
-            .with_context(|| format!("cannot read {}", file.display()))?;
+        let text = read_text(file)?;
         let documents = split_documents(&text);
         if documents.is_empty() {
             writeln!(out, "{}: no PavProvisioner in file", file.display())?;
@@ -210,40 +217,178 @@ struct Objects {
     pv: PersistentVolume,
     node: Node,
     claims: Vec<PersistentVolumeClaim>,
+    /// Where each of the four came from, to label errors about them.
+    origins: Origins,
 }
 
-fn load_or<T: serde::de::DeserializeOwned>(
-    path: Option<&Path>,
-    sample: fn() -> T,
-) -> anyhow::Result<T> {
-    match path {
-        None => Ok(sample()),
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read {}", path.display()))?;
-            serde_yaml::from_str(&text).with_context(|| {
-                format!(
-                    "{} is not a valid {}",
-                    path.display(),
-                    std::any::type_name::<T>()
-                        .rsplit("::")
-                        .next()
-                        .unwrap_or("object")
-                )
-            })
-        }
+/// The files `--pvc`, `--sc`, `--pv` and `--node` named (`None`: sample).
+struct Origins {
+    pvc: Option<Origin>,
+    sc: Option<Origin>,
+    pv: Option<Origin>,
+    node: Option<Origin>,
+}
+
+/// The option and file that gave an object.
+#[derive(Debug)]
+struct Origin {
+    option: &'static str,
+    path: PathBuf,
+}
+
+impl Origin {
+    fn new(option: &'static str, path: PathBuf) -> Self {
+        Self { option, path }
     }
 }
 
-fn load_all<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<Vec<T>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    split_documents(&text)
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.option, self.path.display())
+    }
+}
+
+impl Origins {
+    /// Relabels an error pav-templates raised about one of the objects
+    /// (its location names the object, `PersistentVolumeClaim ns/name`,
+    /// where a PavProvisioner's name would be): says which file holds the
+    /// object, or that it is a built-in sample, and never calls it a
+    /// provisioner.
+    fn label(&self, error: pav_templates::Error) -> anyhow::Error {
+        let pav_templates::Error::Schema { at, message } = error else {
+            return error.into();
+        };
+        let kind = at.provisioner.split(' ').next().unwrap_or_default();
+        let origin = match kind {
+            PersistentVolumeClaim::KIND => &self.pvc,
+            StorageClass::KIND => &self.sc,
+            PersistentVolume::KIND => &self.pv,
+            Node::KIND => &self.node,
+            _ => {
+                return pav_templates::Error::Schema { at, message }.into();
+            }
+        };
+        let origin = match origin {
+            Some(origin) => origin.to_string(),
+            None => "built-in sample".to_owned(),
+        };
+        ObjectError {
+            origin,
+            object: at.provisioner,
+            path: at.path,
+            message,
+        }
+        .into()
+    }
+}
+
+/// A claim, class, volume or node that a phase cannot be evaluated against.
+#[derive(Debug, thiserror::Error)]
+#[error("{origin}: {object}, field {path}: {message}")]
+struct ObjectError {
+    /// `--pvc FILE`, or `built-in sample`.
+    origin: String,
+    /// Kind and name, as `PersistentVolumeClaim ns/name`.
+    object: String,
+    /// The field at fault.
+    path: String,
+    /// What is wrong with it.
+    message: String,
+}
+
+/// Why an object file given to `pav render` cannot be used.
+#[derive(Debug, thiserror::Error)]
+enum ObjectFileError {
+    /// The file cannot be read (or is not UTF-8).
+    #[error("cannot read {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A document does not deserialize as the expected kind.
+    #[error("{}{}: not a valid {kind}", path.display(), document_label(*document))]
+    Parse {
+        path: PathBuf,
+        /// 1-based document number, in files that may hold several.
+        document: Option<usize>,
+        kind: &'static str,
+        #[source]
+        source: serde_yaml::Error,
+    },
+    /// An object without `metadata.name`: `{}` deserializes as an empty
+    /// object, which would render as if a real claim had been given.
+    #[error(
+        "{}{}: the {kind} has no metadata.name (is this a {kind}?)",
+        path.display(),
+        document_label(*document)
+    )]
+    Unnamed {
+        path: PathBuf,
+        document: Option<usize>,
+        kind: &'static str,
+    },
+}
+
+fn document_label(document: Option<usize>) -> String {
+    document
+        .map(|n| format!(", document {n}"))
+        .unwrap_or_default()
+}
+
+/// Reads a YAML file. A leading UTF-8 byte order mark, which editors on
+/// Windows write, is dropped: YAML allows one there, but the document
+/// splitting below and serde_yaml would take it for content.
+fn read_text(path: &Path) -> Result<String, ObjectFileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ObjectFileError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(match text.strip_prefix('\u{feff}') {
+        Some(rest) => rest.to_owned(),
+        None => text,
+    })
+}
+
+/// Parses one object of kind `T` and requires it to be named.
+fn parse_object<T>(path: &Path, document: Option<usize>, text: &str) -> Result<T, ObjectFileError>
+where
+    T: serde::de::DeserializeOwned + k8s_openapi::Resource + k8s_openapi::Metadata<Ty = ObjectMeta>,
+{
+    let object: T = serde_yaml::from_str(text).map_err(|source| ObjectFileError::Parse {
+        path: path.to_owned(),
+        document,
+        kind: T::KIND,
+        source,
+    })?;
+    match object.metadata().name.as_deref() {
+        Some(name) if !name.is_empty() => Ok(object),
+        _ => Err(ObjectFileError::Unnamed {
+            path: path.to_owned(),
+            document,
+            kind: T::KIND,
+        }),
+    }
+}
+
+fn load_or<T>(path: Option<&Path>, sample: fn() -> T) -> Result<T, ObjectFileError>
+where
+    T: serde::de::DeserializeOwned + k8s_openapi::Resource + k8s_openapi::Metadata<Ty = ObjectMeta>,
+{
+    match path {
+        None => Ok(sample()),
+        Some(path) => parse_object(path, None, &read_text(path)?),
+    }
+}
+
+fn load_all<T>(path: &Path) -> Result<Vec<T>, ObjectFileError>
+where
+    T: serde::de::DeserializeOwned + k8s_openapi::Resource + k8s_openapi::Metadata<Ty = ObjectMeta>,
+{
+    split_documents(&read_text(path)?)
         .iter()
-        .map(|document| {
-            serde_yaml::from_str(document)
-                .with_context(|| format!("{}: invalid object", path.display()))
-        })
+        .enumerate()
+        .map(|(index, document)| parse_object(path, Some(index + 1), document))
         .collect()
 }
 
@@ -265,8 +410,7 @@ fn render(
     read_only: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let text = read_text(file)?;
     let provisioner =
         CompiledProvisioner::from_yaml(&text).map_err(|problems| anyhow::anyhow!("{problems}"))?;
     let name = provisioner.name().to_owned();
@@ -305,10 +449,11 @@ fn render(
                 .provisioning_modes()
                 .contains(&ProvisioningMode::Dynamic);
             let context = if static_provisioning || static_only {
-                ValidationContext::static_pv(&objects.pv)?
+                ValidationContext::static_pv(&objects.pv)
             } else {
-                ValidationContext::dynamic(&objects.pvc, &objects.sc)?
+                ValidationContext::dynamic(&objects.pvc, &objects.sc)
             }
+            .map_err(|e| objects.origins.label(e))?
             .with_pvc_lookup(lookup);
             let evaluated = provisioner.render_validation(&context)?;
             let pods = pods_for(evaluated.pod_template.as_ref());
@@ -323,7 +468,9 @@ fn render(
                     "provisioner {name:?} has no {phase} phase: spec.provisioningModes does not contain Dynamic"
                 );
             }
-            let context = CreationContext::new(&objects.pvc, &objects.sc)?.with_pvc_lookup(lookup);
+            let context = CreationContext::new(&objects.pvc, &objects.sc)
+                .map_err(|e| objects.origins.label(e))?
+                .with_pvc_lookup(lookup);
             if phase == Phase::Creation {
                 let evaluated = provisioner.render_creation(&context)?;
                 let pods = pods_for(evaluated.pod_template.as_ref());
@@ -335,7 +482,8 @@ fn render(
             }
         }
         Phase::Staging | Phase::Unstaging => {
-            let context = StagingContext::new(&objects.pvc, &objects.pv, &objects.node, read_only)?
+            let context = StagingContext::new(&objects.pvc, &objects.pv, &objects.node, read_only)
+                .map_err(|e| objects.origins.label(e))?
                 .with_pvc_lookup(lookup);
             if phase == Phase::Staging {
                 let evaluated = provisioner.render_staging(&context)?;
@@ -364,4 +512,177 @@ fn to_yaml<T: Serialize>(
         evaluated,
         pods,
     })?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HELLO_WORLD: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/hello-world/provisioner.yaml"
+    );
+
+    /// Runs `pav ARGS`, returning its output or its error as `{:#}` prints it.
+    fn pav(args: &[&str]) -> Result<String, String> {
+        let cli = Cli::try_parse_from(std::iter::once("pav").chain(args.iter().copied()))
+            .expect("arguments parse");
+        let mut out = Vec::new();
+        match run(cli, &mut out) {
+            Ok(_) => Ok(String::from_utf8(out).unwrap()),
+            Err(err) => Err(format!("{err:#}")),
+        }
+    }
+
+    fn write(dir: &Path, name: &str, text: &str) -> String {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    }
+
+    const BOM: &str = "\u{feff}";
+    const CLAIM: &str = "metadata: {name: data, namespace: ns, uid: 5d2c8b1a}\nspec: {resources: {requests: {storage: 1Gi}}}\n";
+
+    /// A byte order mark was taken for content: with `---` after it, for a
+    /// second document.
+    #[test]
+    fn a_byte_order_mark_is_not_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let provisioner = std::fs::read_to_string(HELLO_WORLD).unwrap();
+        for text in [
+            format!("{BOM}{provisioner}"),
+            format!("{BOM}---\n{provisioner}"),
+        ] {
+            let file = write(dir.path(), "provisioner.yaml", &text);
+            assert_eq!(
+                pav(&["check", &file]).unwrap(),
+                format!("{file}: provisioner \"hello-world\" is valid\n")
+            );
+            pav(&["render", &file, "--phase", "creation"]).unwrap();
+        }
+        for text in [format!("{BOM}{CLAIM}"), format!("{BOM}---\n{CLAIM}")] {
+            let claim = write(dir.path(), "claim.yaml", &text);
+            pav(&[
+                "render",
+                HELLO_WORLD,
+                "--phase",
+                "creation",
+                "--pvc",
+                &claim,
+            ])
+            .unwrap();
+            pav(&[
+                "render",
+                HELLO_WORLD,
+                "--phase",
+                "creation",
+                "--claims",
+                &claim,
+            ])
+            .unwrap();
+        }
+    }
+
+    /// `{}` is a valid, empty PersistentVolumeClaim to serde; staging
+    /// rendered against it without a word.
+    #[test]
+    fn an_unnamed_object_is_refused_with_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = write(dir.path(), "empty.yaml", "{}\n");
+        for phase in ["validation", "creation", "staging", "unstaging"] {
+            assert_eq!(
+                pav(&["render", HELLO_WORLD, "--phase", phase, "--pvc", &empty]),
+                Err(format!(
+                    "{empty}: the PersistentVolumeClaim has no metadata.name (is this a PersistentVolumeClaim?)"
+                )),
+                "{phase}"
+            );
+        }
+        assert_eq!(
+            pav(&[
+                "render",
+                HELLO_WORLD,
+                "--phase",
+                "staging",
+                "--node",
+                &empty
+            ]),
+            Err(format!(
+                "{empty}: the Node has no metadata.name (is this a Node?)"
+            ))
+        );
+        let claims = write(dir.path(), "claims.yaml", &format!("{CLAIM}---\n{{}}\n"));
+        assert_eq!(
+            pav(&[
+                "render",
+                HELLO_WORLD,
+                "--phase",
+                "creation",
+                "--claims",
+                &claims
+            ]),
+            Err(format!(
+                "{claims}, document 2: the PersistentVolumeClaim has no metadata.name (is this a PersistentVolumeClaim?)"
+            ))
+        );
+    }
+
+    /// Errors about a claim named it `provisioner "PersistentVolumeClaim …"`.
+    #[test]
+    fn errors_about_an_object_name_its_file_not_a_provisioner() {
+        let dir = tempfile::tempdir().unwrap();
+        let no_uid = write(
+            dir.path(),
+            "no-uid.yaml",
+            "metadata: {name: data}\nspec: {resources: {requests: {storage: 1Gi}}}\n",
+        );
+        assert_eq!(
+            pav(&[
+                "render",
+                HELLO_WORLD,
+                "--phase",
+                "creation",
+                "--pvc",
+                &no_uid
+            ]),
+            Err(format!(
+                "--pvc {no_uid}: PersistentVolumeClaim data, field metadata.uid: is required to name the volume"
+            ))
+        );
+        let spaced = write(
+            dir.path(),
+            "spaced.yaml",
+            "metadata: {name: data, uid: u}\nspec: {resources: {requests: {storage: \"1Gi \"}}}\n",
+        );
+        let error = pav(&[
+            "render",
+            HELLO_WORLD,
+            "--phase",
+            "creation",
+            "--pvc",
+            &spaced,
+        ])
+        .unwrap_err();
+        assert!(
+            error.starts_with(&format!(
+                "--pvc {spaced}: PersistentVolumeClaim data, field spec.resources.requests.storage: \"1Gi \" is not a valid quantity: it contains whitespace"
+            )),
+            "{error}"
+        );
+        let missing = dir.path().join("missing.yaml");
+        let missing = missing.to_str().unwrap();
+        let error = pav(&[
+            "render",
+            HELLO_WORLD,
+            "--phase",
+            "creation",
+            "--pvc",
+            missing,
+        ])
+        .unwrap_err();
+        assert!(
+            error.starts_with(&format!("cannot read {missing}: ")),
+            "{error}"
+        );
+    }
 }
