@@ -15,6 +15,12 @@
 //! `--dir`, Delete removes it and Stage answers it: the same storage work as
 //! the hostpath driver, for a like-for-like comparison.
 //!
+//! It runs as root, so no request string becomes a path: a handle is
+//! `noop-` and a digest of the volume name, and a handle of any other shape
+//! is a volume that does not exist (Stage: NOT_FOUND; Delete: success, as
+//! CSI asks of an unknown id). Neither `../../etc` nor `/etc` can name a
+//! directory outside `--dir`.
+//!
 //! ```text
 //! noop-csi --endpoint /tmp/noop.sock --dir /tmp/noop-data
 //! ```
@@ -23,8 +29,8 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use pav_sdk::{
-    Create, CreateRequest, Delete, DeleteRequest, Provisioner, Result, Stage, StageRequest, Staged,
-    Unstage, UnstageRequest, Volume,
+    Create, CreateRequest, Delete, DeleteRequest, Error, Provisioner, Result, Stage, StageRequest,
+    Staged, Unstage, UnstageRequest, Volume,
 };
 
 /// Serve a no-op pav-sdk provisioner through pav-csi on a Unix socket.
@@ -56,12 +62,49 @@ struct Noop {
     per_volume_dirs: bool,
 }
 
+/// Prefix of every handle Create answers.
+const HANDLE_PREFIX: &str = "noop-";
+
+impl Noop {
+    /// The handle of a volume name: the prefix and 16 hex digits of its
+    /// FNV-1a digest, so the name (any string CSI allows) never reaches the
+    /// file system. Deterministic across runs, unlike std's hasher; not
+    /// collision-proof against chosen names, which a benchmark does not need.
+    fn handle_for(name: &str) -> String {
+        let digest = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        format!("{HANDLE_PREFIX}{digest:016x}")
+    }
+
+    /// The directory of a handle Create answered, `NotFound` for any other
+    /// string: only the exact shape `handle_for` makes is joined to `--dir`.
+    fn volume_dir(&self, handle: &str) -> Result<PathBuf> {
+        let digest = handle.strip_prefix(HANDLE_PREFIX).unwrap_or_default();
+        let issued = digest.len() == 16
+            && digest
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        match issued {
+            true => Ok(self.dir.join(handle)),
+            false => Err(Error::NotFound(format!(
+                "{handle:?} is not a noop-csi volume handle"
+            ))),
+        }
+    }
+}
+
 #[pav_sdk::async_trait]
 impl Create for Noop {
     async fn create(&self, req: CreateRequest) -> Result<Volume> {
-        let handle = format!("noop-{}", req.name);
+        let handle = Self::handle_for(&req.name);
         if self.per_volume_dirs {
-            std::fs::create_dir_all(self.dir.join(&handle))?;
+            // create_dir, not create_dir_all: --dir exists, and nothing but
+            // the one directory may be made.
+            match std::fs::create_dir(self.volume_dir(&handle)?) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e.into()),
+                _ => {}
+            }
         }
         Ok(Volume::new(handle, req.capacity.min_bytes.unwrap_or(0)))
     }
@@ -70,24 +113,36 @@ impl Create for Noop {
 #[pav_sdk::async_trait]
 impl Delete for Noop {
     async fn delete(&self, req: DeleteRequest) -> Result<()> {
-        if self.per_volume_dirs {
-            match std::fs::remove_dir_all(self.dir.join(&req.handle)) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                _ => {}
-            }
+        if !self.per_volume_dirs {
+            return Ok(());
         }
-        Ok(())
+        // CSI: deleting a volume that does not exist succeeds, and a handle
+        // we never issued names none.
+        let Ok(dir) = self.volume_dir(&req.handle) else {
+            return Ok(());
+        };
+        match std::fs::remove_dir_all(dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+            _ => Ok(()),
+        }
     }
 }
 
 #[pav_sdk::async_trait]
 impl Stage for Noop {
     async fn stage(&self, req: StageRequest) -> Result<Staged> {
-        Ok(Staged::at(if self.per_volume_dirs {
-            self.dir.join(&req.handle)
-        } else {
-            self.dir.clone()
-        }))
+        let dir = self.volume_dir(&req.handle)?;
+        if !self.per_volume_dirs {
+            return Ok(Staged::at(self.dir.clone()));
+        }
+        // symlink_metadata: a symlink planted in --dir is not followed.
+        match std::fs::symlink_metadata(&dir) {
+            Ok(meta) if meta.is_dir() => Ok(Staged::at(dir)),
+            _ => Err(Error::NotFound(format!(
+                "volume {:?} does not exist",
+                req.handle
+            ))),
+        }
     }
 }
 
@@ -121,4 +176,123 @@ async fn main() -> anyhow::Result<()> {
         .run()
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use pav_sdk::VolumeMode;
+
+    use super::*;
+
+    /// A directory removed on drop (the benches crate has no tempfile).
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(test: &str) -> Self {
+            let path = std::env::temp_dir().join(format!("noop-csi-{test}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&path);
+            std::fs::create_dir(&path).unwrap();
+            Self(path)
+        }
+
+        fn path(&self) -> &std::path::Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn noop(dir: &std::path::Path) -> Noop {
+        Noop {
+            dir: dir.to_owned(),
+            per_volume_dirs: true,
+        }
+    }
+
+    /// Names from the hostile-input review: each must make exactly one
+    /// directory, inside `--dir`.
+    #[tokio::test]
+    async fn names_never_become_paths() {
+        let root = TempDir::new("names");
+        let dir = root.path().join("volumes");
+        std::fs::create_dir(&dir).unwrap();
+        let noop = noop(&dir);
+        for name in [
+            "../../../../etc/passwd",
+            "../escape",
+            "/x",
+            ".",
+            "..",
+            "a/b",
+        ] {
+            let volume = noop
+                .create(pav_sdk::build::create(name, VolumeMode::Filesystem))
+                .await
+                .unwrap();
+            assert!(
+                volume.handle.starts_with("noop-"),
+                "{name}: {}",
+                volume.handle
+            );
+            assert!(dir.join(&volume.handle).is_dir(), "{name}");
+            noop.delete(pav_sdk::build::delete(volume.handle.clone()))
+                .await
+                .unwrap();
+            assert!(!dir.join(&volume.handle).exists(), "{name}");
+        }
+        // Only --dir's own entries came and went; nothing beside it.
+        let beside: Vec<_> = std::fs::read_dir(root.path()).unwrap().collect();
+        assert_eq!(beside.len(), 1);
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    }
+
+    /// Delete of `/x` removed `/x`; of a handle we never issued it must
+    /// succeed (CSI: an unknown id is already deleted) and touch nothing.
+    #[tokio::test]
+    async fn foreign_handles_delete_nothing() {
+        let root = TempDir::new("delete");
+        let dir = root.path().join("volumes");
+        let victim = root.path().join("victim");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::create_dir(&victim).unwrap();
+        let noop = noop(&dir);
+        let absolute = victim.to_str().unwrap().to_owned();
+        for handle in [absolute.as_str(), "../victim", "noop-../../victim", "noop-"] {
+            noop.delete(pav_sdk::build::delete(handle)).await.unwrap();
+            assert!(victim.is_dir(), "{handle}");
+        }
+    }
+
+    /// NodeStage of `/etc` bind-mounted the host's /etc: a handle we never
+    /// issued, or one whose volume is gone, is NOT_FOUND.
+    #[tokio::test]
+    async fn foreign_or_deleted_handles_do_not_stage() {
+        let dir = TempDir::new("stage");
+        let noop = noop(dir.path());
+        let stage =
+            |handle: &str| pav_sdk::build::stage(handle, "n1", "/staging", VolumeMode::Filesystem);
+        let deleted = Noop::handle_for("deleted");
+        for handle in [
+            "/etc",
+            "../../etc",
+            "noop-/etc",
+            "noop-0123456789ABCDEF",
+            &deleted,
+        ] {
+            assert!(
+                matches!(noop.stage(stage(handle)).await, Err(Error::NotFound(_))),
+                "{handle}"
+            );
+        }
+        let volume = noop
+            .create(pav_sdk::build::create("pvc-1", VolumeMode::Filesystem))
+            .await
+            .unwrap();
+        let staged = noop.stage(stage(&volume.handle)).await.unwrap();
+        assert_eq!(staged, Staged::at(dir.path().join(&volume.handle)));
+    }
 }
