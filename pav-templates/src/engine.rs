@@ -459,8 +459,8 @@ fn string_filter(state: &State<'_, '_>, value: &Value) -> Result<Value, JinjaErr
 fn pprint_filter(state: &State<'_, '_>, value: &Value) -> Result<Value, JinjaError> {
     check_value_shape(state, "pprint", value)?;
     let text = minijinja::filters::pprint(value);
-    // Charged as minijinja charges its own `pprint`: by the byte.
-    state.consume_fuel(text.len() as u64 / BYTES_PER_FUEL)?;
+    // Charged as minijinja charges its own `pprint`.
+    state.consume_fuel(text.len() as u64 / SERIALIZED_BYTES_PER_FUEL)?;
     Ok(Value::from(text))
 }
 
@@ -476,6 +476,10 @@ fn join_filter(
     check_value_shape(state, "join", value)?;
     minijinja::filters::join(state, value, joiner, attribute, kwargs)
 }
+
+/// Bytes of serialized output a unit of fuel pays for (minijinja's
+/// `SERIALIZED_BYTE_COST`: a quarter of a unit each).
+const SERIALIZED_BYTES_PER_FUEL: u64 = 4;
 
 /// Items a unit of fuel pays for when a filter visits them (minijinja's
 /// `ITEM_COST`: half a unit each).
