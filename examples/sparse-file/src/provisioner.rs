@@ -1,5 +1,7 @@
 //! The provisioner: storage logic only, no CSI.
 
+use std::io::ErrorKind;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use pav_sdk::{
@@ -16,6 +18,9 @@ const GRANULARITY: u64 = 1 << 20;
 const DEFAULT_FS: &str = "ext4";
 /// Filesystems we know how to make (all via e2fsprogs).
 const FILESYSTEMS: [&str; 3] = ["ext2", "ext3", "ext4"];
+/// Mode of a volume's image: it holds the volume's data, which only root
+/// (the driver) may read, not every local user.
+const IMAGE_MODE: u32 = 0o600;
 
 /// Volumes as sparse files `<dir>/<handle>.img`.
 #[derive(Debug)]
@@ -176,13 +181,78 @@ impl Create for SparseFiles {
             };
         }
         let size = req.capacity.choose(DEFAULT_SIZE, GRANULARITY)?;
-        // Size a temporary file, then rename: a crash never leaves a short image.
+        self.check_space(size)?;
         let partial = self.dir.join(format!("{handle}.partial"));
-        std::fs::File::create(&partial)?.set_len(size)?;
-        std::fs::rename(&partial, &image)?;
+        make_image(&partial, &image, size)?;
         tracing::info!(name = %req.name, %handle, size, "created sparse file");
         Ok(Volume::new(handle, size))
     }
+}
+
+impl SparseFiles {
+    /// Refuses a size the directory's filesystem cannot hold: larger than
+    /// the whole filesystem is a capacity this driver never supports
+    /// (CSI's OUT_OF_RANGE), larger than its free space is insufficient
+    /// capacity now (RESOURCE_EXHAUSTED). The file is sparse, so this is the
+    /// one point where a request is set against real space; without it a
+    /// 15 TiB volume on a 79 GB disk is created and fails once written.
+    fn check_space(&self, size: u64) -> Result<()> {
+        let fs = rustix::fs::statvfs(&self.dir)
+            .map_err(|e| Error::Internal(format!("statvfs {}: {e}", self.dir.display())))?;
+        let block = u128::from(fs.f_frsize);
+        let total = u128::from(fs.f_blocks) * block;
+        // f_bavail, not f_bfree: the blocks reserved for root are the
+        // node's safety margin, not volume space.
+        let free = u128::from(fs.f_bavail) * block;
+        let size = u128::from(size);
+        if size > total {
+            return Err(Error::OutOfRange(format!(
+                "{size} bytes is more than the {total}-byte filesystem holding {} can ever provide",
+                self.dir.display()
+            )));
+        }
+        if size > free {
+            return Err(Error::ResourceExhausted(format!(
+                "{size} bytes requested but only {free} bytes are free in {}",
+                self.dir.display()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Makes `image` a sparse file of `size` bytes, mode 0600: sized under the
+/// name `partial`, then renamed, so a crash never leaves a short image, and
+/// removed again if any step fails, so no partial file outlives a failed
+/// create.
+fn make_image(partial: &Path, image: &Path, size: u64) -> Result<()> {
+    // A partial file left by a crash is stale: start afresh.
+    match std::fs::remove_file(partial) {
+        Err(e) if e.kind() != ErrorKind::NotFound => return Err(e.into()),
+        _ => {}
+    }
+    let result = std::fs::OpenOptions::new()
+        .write(true)
+        // create_new: O_EXCL, so a symlink at `partial` is not followed.
+        .create_new(true)
+        .mode(IMAGE_MODE)
+        .open(partial)
+        .and_then(|file| file.set_len(size))
+        .and_then(|()| std::fs::rename(partial, image));
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(partial);
+        return Err(match e.kind() {
+            ErrorKind::FileTooLarge | ErrorKind::InvalidInput => Error::OutOfRange(format!(
+                "a file of {size} bytes is larger than {} supports: {e}",
+                partial.parent().unwrap_or(partial).display()
+            )),
+            ErrorKind::StorageFull | ErrorKind::QuotaExceeded => {
+                Error::ResourceExhausted(format!("sizing {}: {e}", partial.display()))
+            }
+            _ => Error::Internal(format!("making {}: {e}", image.display())),
+        });
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -275,6 +345,120 @@ mod tests {
             files.image("../../etc/passwd"),
             Err(Error::NotFound(_))
         ));
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    }
+
+    fn create_request(min_bytes: u64) -> CreateRequest {
+        let mut req = pav_sdk::build::create("pvc-1", VolumeMode::Filesystem);
+        req.capacity.min_bytes = Some(min_bytes);
+        req
+    }
+
+    /// Images were 0644: any local user could read every volume's data.
+    #[tokio::test]
+    async fn images_are_readable_by_root_only() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let files = SparseFiles::new(dir.path().into());
+        let volume = files.create(create_request(1 << 20)).await.unwrap();
+        let image = files.existing_image(&volume.handle).unwrap();
+        let mode = std::fs::metadata(image).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "mode {mode:o}");
+    }
+
+    /// 15 TiB was accepted on a 79 GB disk, and an i64::MAX or 100 TiB
+    /// request left `<handle>.partial` behind. Sizes are relative to the
+    /// test directory's filesystem, so the outcome does not depend on the
+    /// disk.
+    #[tokio::test]
+    async fn sizes_the_filesystem_cannot_hold_are_refused_and_leave_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = SparseFiles::new(dir.path().into());
+        let fs = rustix::fs::statvfs(dir.path()).unwrap();
+        let total = fs.f_blocks * fs.f_frsize;
+        let free = fs.f_bavail * fs.f_frsize;
+        let mut cases = vec![
+            ("i64::MAX", i64::MAX.unsigned_abs(), "out of range"),
+            ("u64::MAX", u64::MAX, "out of range"),
+            ("100 TiB", 100 << 40, "out of range"),
+            (
+                "the filesystem and a MiB",
+                total + GRANULARITY,
+                "out of range",
+            ),
+        ];
+        if free + GRANULARITY <= total / GRANULARITY * GRANULARITY {
+            cases.push((
+                "the whole filesystem",
+                total / GRANULARITY * GRANULARITY,
+                "resource exhausted",
+            ));
+        } else {
+            println!("SKIPPED: the whole filesystem case: {free} of {total} bytes are free");
+        }
+        for (what, min_bytes, category) in cases {
+            if what == "100 TiB" && min_bytes <= total {
+                println!("SKIPPED: 100 TiB fits this {total}-byte filesystem");
+                continue;
+            }
+            let error = files.create(create_request(min_bytes)).await.unwrap_err();
+            assert!(error.to_string().starts_with(category), "{what}: {error}");
+            assert_eq!(entries(dir.path()), Vec::<String>::new(), "{what}");
+        }
+    }
+
+    /// A create that fails once the partial file exists removes it.
+    #[test]
+    fn a_failed_sizing_removes_the_partial_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let partial = dir.path().join("v.partial");
+        let image = dir.path().join("v.img");
+        // A stale partial file from a crash, then a size no file can have.
+        std::fs::write(&partial, "stale").unwrap();
+        let error = make_image(&partial, &image, u64::MAX).unwrap_err();
+        assert!(matches!(error, Error::OutOfRange(_)), "{error}");
+        assert_eq!(entries(dir.path()), Vec::<String>::new());
+    }
+
+    /// Handles and ids from the hostile-input review never reach the file
+    /// system: Stage and Validate say NOT_FOUND, Delete succeeds (CSI: an
+    /// unknown id is already deleted) and removes nothing.
+    #[tokio::test]
+    async fn foreign_handles_name_no_file() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("volumes");
+        std::fs::create_dir(&dir).unwrap();
+        let victim = root.path().join("victim.img");
+        std::fs::write(&victim, "data").unwrap();
+        let files = SparseFiles::new(dir.clone());
+        let absolute = victim.to_str().unwrap().trim_end_matches(".img").to_owned();
+        for handle in [
+            absolute.as_str(),
+            "../victim",
+            "/etc",
+            "sparse-../../victim",
+            "sparse-0123456789abcdeg",
+            "sparse-0123456789abcdef",
+        ] {
+            let stage = pav_sdk::build::stage(handle, "n1", "/staging", VolumeMode::Filesystem);
+            assert!(
+                matches!(files.stage(stage).await, Err(Error::NotFound(_))),
+                "{handle}"
+            );
+            let validate = pav_sdk::build::validate_existing(handle, VolumeMode::Filesystem);
+            assert!(
+                matches!(files.validate(validate).await, Err(Error::NotFound(_))),
+                "{handle}"
+            );
+            files.delete(pav_sdk::build::delete(handle)).await.unwrap();
+            assert!(victim.is_file(), "{handle}");
+        }
     }
 
     #[tokio::test]
