@@ -577,6 +577,8 @@ impl Drop for NamespaceTracking {
             return;
         }
         let mut source = String::new();
+        // What the namespaces hold, released below one level at a time.
+        let mut contents = Vec::new();
         for (index, namespace) in namespaces.iter().enumerate() {
             // `{% set %}` only ever made attributes named as identifiers;
             // others came from `namespace(...)`'s arguments and cannot
@@ -592,6 +594,7 @@ impl Drop for NamespaceTracking {
             }
             source.push_str(&format!("{{% set n = namespaces[{index}] %}}"));
             for key in keys {
+                contents.extend(namespace.get_item(&key).ok());
                 source.push_str(&format!("{{% set n.{key} = none %}}"));
             }
         }
@@ -601,6 +604,28 @@ impl Drop for NamespaceTracking {
             minijinja::context! { namespaces => Value::from(namespaces) },
         );
         debug_assert!(result.is_ok(), "emptying namespaces: {result:?}");
+        release_iteratively(contents);
+    }
+}
+
+/// Drops `values` without recursing into the lists only they hold.
+///
+/// Dropping a list drops its items, recursively: a list 20,000 deep (a
+/// loop of `{% set ns.l = [ns.l] %}` builds one within the fuel) overflowed
+/// the stack when its namespace was dropped. Lists are taken apart here
+/// one level at a time instead. (Mappings cannot be: minijinja does not
+/// expose their type.)
+fn release_iteratively(mut values: Vec<Value>) {
+    while let Some(value) = values.pop() {
+        let Some(list) = value.downcast_object::<Vec<Value>>() else {
+            continue;
+        };
+        drop(value);
+        // Only when nothing else holds the list; otherwise dropping our
+        // reference frees nothing.
+        if let Ok(items) = std::sync::Arc::try_unwrap(list) {
+            values.extend(items);
+        }
     }
 }
 
