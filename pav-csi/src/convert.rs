@@ -35,6 +35,7 @@ pub(crate) fn capability(field: &str, cap: &csi::VolumeCapability) -> Result<Cap
         Some(AccessType::Block(_)) => (VolumeMode::Block, MountOptions::default()),
         Some(AccessType::Mount(m)) => {
             limits::limited(&format!("{field}.mount.fs_type"), &m.fs_type)?;
+            limits::repeated(&format!("{field}.mount.mount_flags"), m.mount_flags.len())?;
             for (i, flag) in m.mount_flags.iter().enumerate() {
                 limits::limited(&format!("{field}.mount.mount_flags[{i}]"), flag)?;
             }
@@ -85,6 +86,7 @@ pub(crate) fn capability_list(
     if caps.is_empty() {
         return Err(Status::invalid_argument(format!("{field} is required")));
     }
+    limits::repeated(field, caps.len())?;
     caps.iter()
         .enumerate()
         .map(|(i, cap)| capability(&format!("{field}[{i}]"), cap))

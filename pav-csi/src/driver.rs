@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 
 use pav_sdk::{Provisioner, Topology};
 use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::Server;
 
 use crate::Error;
+use crate::connections;
 use crate::controller::{ControllerService, CreateCache};
 use crate::csi::controller_server::ControllerServer;
 use crate::csi::identity_server::IdentityServer;
@@ -232,10 +232,12 @@ impl DriverBuilder {
         let mut servers = Vec::new();
         for (path, (controller, node)) in sockets {
             let listener = bind(&path)?;
-            let mut router = Server::builder().add_service(IdentityServer::new(IdentityService {
-                shared: shared.clone(),
-                controller,
-            }));
+            let mut router = Server::builder()
+                .max_connection_age(connections::MAX_CONNECTION_AGE)
+                .add_service(IdentityServer::new(IdentityService {
+                    shared: shared.clone(),
+                    controller,
+                }));
             if controller {
                 router = router.add_service(ControllerServer::new(ControllerService {
                     shared: shared.clone(),
@@ -251,9 +253,12 @@ impl DriverBuilder {
             let mut stop = stop_rx.clone();
             servers.push(tokio::spawn(async move {
                 let result = router
-                    .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
-                        let _ = stop.wait_for(|stopped| *stopped).await;
-                    })
+                    .serve_with_incoming_shutdown(
+                        connections::incoming(listener, connections::MAX_CONNECTIONS),
+                        async move {
+                            let _ = stop.wait_for(|stopped| *stopped).await;
+                        },
+                    )
                     .await;
                 let _ = std::fs::remove_file(&path);
                 result

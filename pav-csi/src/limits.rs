@@ -10,6 +10,20 @@ pub(crate) const MAX_STRING: usize = 128;
 pub(crate) const MAX_MAP: usize = 4096;
 /// Paths override the string limit; we accept what Linux accepts.
 pub(crate) const MAX_PATH: usize = 4096;
+/// Repeated fields (capabilities, mount flags, topologies) may hold at
+/// most this many entries. CSI sets no limit; kubelet and the sidecars send
+/// a handful, and every entry is kept in the `CreateVolume` answer cache.
+pub(crate) const MAX_REPEATED: usize = 64;
+
+/// A repeated field of at most [`MAX_REPEATED`] entries.
+pub(crate) fn repeated(field: &str, len: usize) -> Result<(), Status> {
+    if len > MAX_REPEATED {
+        return Err(Status::invalid_argument(format!(
+            "{field} has {len} entries, more than the {MAX_REPEATED} this driver accepts"
+        )));
+    }
+    Ok(())
+}
 
 /// A required string field: non-empty and within the string size limit.
 pub(crate) fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, Status> {

@@ -93,6 +93,11 @@ fn resolve(value: &str) -> Result<PathBuf, String> {
     if path.components().any(|c| c == Component::ParentDir) {
         return Err("contains `..`".into());
     }
+    // Linux's NAME_MAX: such a path can never be created, and finding out
+    // only when mounting would leave a staging record behind.
+    if path.components().any(|c| c.as_os_str().len() > 255) {
+        return Err("has a component longer than 255 bytes".into());
+    }
     // Without `.`, repeated and trailing slashes.
     let path: PathBuf = path.components().collect();
     let mut existing = path.as_path();
@@ -157,6 +162,14 @@ mod tests {
             assert_eq!(err.code(), tonic::Code::InvalidArgument, "{bad}: {err:?}");
             assert!(err.message().starts_with("target_path"), "{err:?}");
         }
+        let long_component = format!("kubelet/pods/a/{}/t", "x".repeat(256));
+        assert!(
+            ok(&long_component)
+                .unwrap_err()
+                .message()
+                .contains("longer than 255 bytes")
+        );
+        assert!(ok(&format!("kubelet/pods/a/{}", "x".repeat(255))).is_ok());
         for bad in ["relative/t", "/etc", "", "/a\0b"] {
             assert!(c.path("target_path", bad).is_err(), "{bad:?}");
         }

@@ -485,6 +485,19 @@ fn full_driver_rows(p: &Paths) -> Vec<Row> {
             "mount_flags[0]",
         ),
         invalid(
+            "100,000 mount flags",
+            cr(|r| {
+                r.volume_capabilities =
+                    vec![cap_mount(|m| m.mount_flags = vec!["ro".into(); 100_000])]
+            }),
+            "mount_flags has 100000 entries",
+        ),
+        invalid(
+            "65 capabilities",
+            cr(|r| r.volume_capabilities = vec![capability(VolumeMode::Filesystem); 65]),
+            "volume_capabilities has 65 entries",
+        ),
+        invalid(
             "volume_mount_group of 129 bytes",
             cr(|r| r.volume_capabilities = vec![cap_mount(|m| m.volume_mount_group = long(129))]),
             "volume_mount_group",
