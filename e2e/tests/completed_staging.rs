@@ -206,6 +206,20 @@ async fn run_style(client: &Client, observer: &PodObserver, style: &Style) {
     let read = logs(client, NS, &client_pod).await.unwrap();
     assert_eq!(read.trim_end(), style.staged, "{}", style.name);
     let volume = volume_name(&claims.get(style.name).await.unwrap()).unwrap();
+    // The staging pod has exited; what it mounted at /pav/volume stays
+    // mounted on the node (propagated from the pod), for unstaging to undo.
+    let left_mounted: Vec<String> = pav_mounts()
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.starts_with(PAV_PODS_DIR) && m.ends_with("/volume"))
+        .collect();
+    assert_eq!(
+        left_mounted.len(),
+        1,
+        "{}: the completed staging pod's mount at /pav/volume: {left_mounted:?}",
+        style.name
+    );
+    observer.wait("staging", "Succeeded", STEP).await.unwrap();
 
     // Deleting the client pod unpublishes and unstages; the pod goes
     // within the default grace period.
