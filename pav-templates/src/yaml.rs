@@ -26,8 +26,10 @@ pub const MAX_YAML_ALIAS_EXPANSION_BYTES: usize = 8 << 20;
 /// about what it takes in memory.
 pub const NODE_COST: usize = 32;
 
-/// Parses YAML (1.2, with anchors and `<<` merges) into JSON values.
-pub(crate) fn yaml_to_json(text: &str) -> Result<Json, String> {
+/// Parses YAML (1.2, with anchors and `<<` merges) into JSON values,
+/// within the alias budget ([`MAX_YAML_ALIAS_EXPANSION_BYTES`]) and the
+/// flow nesting limit ([`MAX_YAML_FLOW_DEPTH`]).
+pub fn yaml_to_json(text: &str) -> Result<Json, String> {
     yaml_to_json_with_allowance(text, MAX_YAML_ALIAS_EXPANSION_BYTES)
 }
 

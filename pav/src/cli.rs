@@ -297,6 +297,11 @@ struct ObjectError {
 }
 
 /// Why an object file given to `pav render` cannot be used.
+/// The most pav reads from one input file (a PavProvisioner or an object
+/// given to `pav render`): far more than any real object, little enough to
+/// hold in memory several times over.
+const MAX_INPUT_FILE_BYTES: u64 = 4 << 20;
+
 #[derive(Debug, thiserror::Error)]
 enum ObjectFileError {
     /// The file cannot be read (or is not UTF-8).
@@ -306,6 +311,19 @@ enum ObjectFileError {
         #[source]
         source: std::io::Error,
     },
+    /// The file is larger than [`MAX_INPUT_FILE_BYTES`].
+    #[error("{} is larger than {MAX_INPUT_FILE_BYTES} bytes, the most pav reads from a file", path.display())]
+    TooLarge { path: PathBuf },
+    /// A document is not YAML, or expands past the alias budget or nests
+    /// past the flow depth limit of pav-templates.
+    #[error("{}{}: not a valid YAML {kind}: {message}", path.display(), document_label(*document))]
+    Yaml {
+        path: PathBuf,
+        /// 1-based document number, in files that may hold several.
+        document: Option<usize>,
+        kind: &'static str,
+        message: String,
+    },
     /// A document does not deserialize as the expected kind.
     #[error("{}{}: not a valid {kind}", path.display(), document_label(*document))]
     Parse {
@@ -314,7 +332,7 @@ enum ObjectFileError {
         document: Option<usize>,
         kind: &'static str,
         #[source]
-        source: serde_yaml::Error,
+        source: serde_json::Error,
     },
     /// An object without `metadata.name`: `{}` deserializes as an empty
     /// object, which would render as if a real claim had been given.
@@ -340,10 +358,24 @@ fn document_label(document: Option<usize>) -> String {
 /// Windows write, is dropped: YAML allows one there, but the document
 /// splitting below and serde_yaml would take it for content.
 fn read_text(path: &Path) -> Result<String, ObjectFileError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ObjectFileError::Read {
+    use std::io::Read;
+    let read_error = |source| ObjectFileError::Read {
         path: path.to_owned(),
         source,
-    })?;
+    };
+    let mut text = String::new();
+    // One byte more than allowed tells a file at the limit from a larger
+    // one (or an endless one, such as /dev/zero) without reading it all.
+    std::fs::File::open(path)
+        .map_err(read_error)?
+        .take(MAX_INPUT_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(read_error)?;
+    if text.len() as u64 > MAX_INPUT_FILE_BYTES {
+        return Err(ObjectFileError::TooLarge {
+            path: path.to_owned(),
+        });
+    }
     Ok(match text.strip_prefix('\u{feff}') {
         Some(rest) => rest.to_owned(),
         None => text,
@@ -355,7 +387,16 @@ fn parse_object<T>(path: &Path, document: Option<usize>, text: &str) -> Result<T
 where
     T: serde::de::DeserializeOwned + k8s_openapi::Resource + k8s_openapi::Metadata<Ty = ObjectMeta>,
 {
-    let object: T = serde_yaml::from_str(text).map_err(|source| ObjectFileError::Parse {
+    // Through pav-templates' parser, so aliases and nesting are bounded as
+    // in a PavProvisioner.
+    let value =
+        pav_templates::yaml::yaml_to_json(text).map_err(|message| ObjectFileError::Yaml {
+            path: path.to_owned(),
+            document,
+            kind: T::KIND,
+            message,
+        })?;
+    let object: T = serde_json::from_value(value).map_err(|source| ObjectFileError::Parse {
         path: path.to_owned(),
         document,
         kind: T::KIND,
@@ -624,6 +665,49 @@ mod tests {
             Err(format!(
                 "{claims}, document 2: the PersistentVolumeClaim has no metadata.name (is this a PersistentVolumeClaim?)"
             ))
+        );
+    }
+
+    /// An object file went through serde_yaml alone: a 1 MB anchor aliased
+    /// 4,000 times ran out of memory. And `pav check /dev/zero` read
+    /// without end.
+    #[test]
+    fn object_files_have_the_alias_budget_and_a_size_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let anchor = "x".repeat(1 << 20);
+        let aliases = "*a, ".repeat(4000);
+        let bomb = write(
+            dir.path(),
+            "bomb.yaml",
+            &format!(
+                "metadata: {{name: data, labels: {{a: &a {anchor}}}}}
+spec: {{x: [{aliases}]}}
+"
+            ),
+        );
+        let err = pav(&["render", HELLO_WORLD, "--phase", "creation", "--pvc", &bomb]).unwrap_err();
+        assert!(
+            err.starts_with(&format!("{bomb}: not a valid YAML PersistentVolumeClaim")),
+            "{err}"
+        );
+        assert!(err.contains("alias"), "{err}");
+
+        let err = pav(&["check", "/dev/zero"]).unwrap_err();
+        assert_eq!(
+            err,
+            format!(
+                "/dev/zero is larger than {MAX_INPUT_FILE_BYTES} bytes, the most pav reads from a file"
+            )
+        );
+        let just_over = write(
+            dir.path(),
+            "big.yaml",
+            &"#".repeat(MAX_INPUT_FILE_BYTES as usize + 1),
+        );
+        assert!(
+            pav(&["check", &just_over])
+                .unwrap_err()
+                .contains("is larger than")
         );
     }
 
