@@ -258,11 +258,11 @@ impl CompiledProvisioner {
         };
         let min_capacity = match fields.take("minCapacity") {
             None => 1,
-            Some(value) => fields.capacity("minCapacity", value, Rounding::Down)?,
+            Some(value) => fields.capacity("minCapacity", value)?,
         };
         let max_capacity = match fields.take("maxCapacity") {
             None => None,
-            Some(value) => Some(fields.capacity("maxCapacity", value, Rounding::Up)?),
+            Some(value) => Some(fields.capacity("maxCapacity", value)?),
         };
         if let Some(max) = max_capacity
             && min_capacity > max
@@ -305,7 +305,7 @@ impl CompiledProvisioner {
         };
         let capacity = match fields.take("capacity") {
             None => None,
-            Some(value) => Some(fields.capacity("capacity", value, Rounding::Down)?),
+            Some(value) => Some(fields.capacity("capacity", value)?),
         };
         let pod_template = fields.pod_template()?;
         if capacity.is_none()
@@ -583,7 +583,8 @@ impl Fields<'_> {
         Ok(out)
     }
 
-    fn capacity(&self, key: &str, value: Json, rounding: Rounding) -> Result<u64> {
+    fn capacity(&self, key: &str, value: Json) -> Result<u64> {
+        let rounding = capacity_rounding(key);
         let bytes = match &value {
             Json::String(text) => {
                 parse_bytes(text, rounding).map_err(|err| self.evaluated(key, err.to_string()))?
@@ -932,20 +933,28 @@ impl Checker {
                     &format!("must be a list or a template, not {}", describe_json(other)),
                 ),
             },
-            "minCapacity" | "maxCapacity" | "capacity" => match value {
-                Json::String(text) => {
-                    if let Err(err) = parse_bytes(text, Rounding::Up) {
-                        self.problem_schema(path, &err.to_string());
-                    } else if literal_bytes(value, Rounding::Up) == Some(0) {
-                        self.problem_schema(path, "must be a positive capacity");
+            "minCapacity" | "maxCapacity" | "capacity" => {
+                // Rounded as rendering rounds it, so `pav check` accepts
+                // exactly what renders.
+                let rounding = capacity_rounding(key);
+                match value {
+                    Json::String(text) => {
+                        if let Err(err) = parse_bytes(text, rounding) {
+                            self.problem_schema(path, &err.to_string());
+                        } else if literal_bytes(value, rounding) == Some(0) {
+                            self.problem_schema(
+                                path,
+                                "must be a positive capacity (at least 1 byte once rounded)",
+                            );
+                        }
                     }
+                    Json::Number(n) if number_bytes(n, rounding).is_some_and(|n| n > 0) => {}
+                    other => self.problem_schema(
+                        path,
+                        &format!("must be a positive quantity, not {}", describe_json(other)),
+                    ),
                 }
-                Json::Number(n) if number_bytes(n, Rounding::Up).is_some_and(|n| n > 0) => {}
-                other => self.problem_schema(
-                    path,
-                    &format!("must be a positive quantity, not {}", describe_json(other)),
-                ),
-            },
+            }
             "handle" => {
                 if value.as_str() == Some("") {
                     self.problem_schema(path, "must not be empty");
@@ -1190,6 +1199,17 @@ fn jinja_message(err: &minijinja::Error) -> String {
         source = inner.source();
     }
     message
+}
+
+/// How the capacity field `key` rounds a fraction of a byte: a volume's
+/// least and given capacity down, its greatest up, so that rounding never
+/// asks for more than the claim allows. `pav check` and rendering share it.
+fn capacity_rounding(key: &str) -> Rounding {
+    if key == "maxCapacity" {
+        Rounding::Up
+    } else {
+        Rounding::Down
+    }
 }
 
 #[cfg(test)]

@@ -89,6 +89,16 @@ const COMPILE_ROWS: &[(&str, &str, &str)] = &[
         "provisioner \"bad\", field spec.volumeCreation.capacity: must be a positive quantity, not a list",
     ),
     (
+        "half a byte of capacity: passed the check, then failed at render",
+        "@SPEC@provisioningModes: [Dynamic]\nvolumeCreation: {capacity: \"0.5\"}\nvolumeStaging: {podTemplate: {}}\n",
+        "provisioner \"bad\", field spec.volumeCreation.capacity: must be a positive capacity (at least 1 byte once rounded)",
+    ),
+    (
+        "half a byte of minCapacity",
+        "@SPEC@provisioningModes: [Dynamic]\nvolumeValidation: {minCapacity: \"0.5\"}\nvolumeCreation: {capacity: 1Gi}\nvolumeStaging: {podTemplate: {}}\n",
+        "provisioner \"bad\", field spec.volumeValidation.minCapacity: must be a positive capacity (at least 1 byte once rounded)",
+    ),
+    (
         "wrong type: volumeModes is a plain string",
         "@SPEC@provisioningModes: [Static]\nvolumeValidation: {volumeModes: Filesystem}\nvolumeStaging: {podTemplate: {}}\n",
         "provisioner \"bad\", field spec.volumeValidation.volumeModes: must be a list or a template, not \"Filesystem\"",
