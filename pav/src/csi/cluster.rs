@@ -435,6 +435,20 @@ pub fn pod_ref(pod: &Pod) -> ObjectReference {
     pod.object_ref(&())
 }
 
+/// A reference to a core/v1 object known only by name (and maybe uid), as
+/// PaV pods' annotations record their claim and client pod: what events
+/// about an object that may already be gone are about.
+pub fn core_ref(kind: &str, namespace: &str, name: &str, uid: Option<&str>) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some(kind.into()),
+        namespace: Some(namespace.into()),
+        name: Some(name.into()),
+        uid: uid.map(Into::into),
+        ..Default::default()
+    }
+}
+
 /// The label selector of every pod of `provisioner` (see
 /// [`PodTarget::labels`](crate::pods::PodTarget::labels)).
 fn provisioner_selector(provisioner: &str) -> String {

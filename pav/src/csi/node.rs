@@ -11,7 +11,7 @@ use kube::{Api, Resource, ResourceExt};
 use pav_sdk::{Error, PodInfo, Result, Stage, StageRequest, Staged, Unstage, UnstageRequest};
 use pav_templates::{Phase, StagingContext};
 
-use super::cluster::{Cluster, api_error, pod_ref};
+use super::cluster::{Cluster, api_error, core_ref, pod_ref};
 use super::state::{self, Collected, PodState};
 use crate::pods::{
     ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, ANNOTATION_TARGET,
@@ -370,13 +370,7 @@ impl PodNode {
             tracing::warn!(claim, message, "no claim to report to");
             return;
         };
-        let reference = k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("PersistentVolumeClaim".into()),
-            namespace: Some(namespace.into()),
-            name: Some(name.into()),
-            ..Default::default()
-        };
+        let reference = core_ref("PersistentVolumeClaim", namespace, name, None);
         self.cluster
             .warn(
                 &reference,
@@ -540,14 +534,7 @@ impl Unstage for PodNode {
             if let Err(e) = self.tear_down(&pod).await {
                 let client = pod.annotations().get(ANNOTATION_CLIENT).cloned();
                 if let Some((ns, name, uid)) = client.as_deref().and_then(state::parse_client) {
-                    let reference = k8s_openapi::api::core::v1::ObjectReference {
-                        api_version: Some("v1".into()),
-                        kind: Some("Pod".into()),
-                        namespace: Some(ns.into()),
-                        name: Some(name.into()),
-                        uid: Some(uid.into()),
-                        ..Default::default()
-                    };
+                    let reference = core_ref("Pod", ns, name, Some(uid));
                     self.cluster
                         .warn(
                             &reference,
