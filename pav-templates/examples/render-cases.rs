@@ -1,0 +1,60 @@
+//! Renders template cases with pav-templates, for the differential suite
+//! against Jinja2 (`benches/differential.py`).
+//!
+//! Reads from stdin a JSON document `{"context": {...}, "cases": [{"name",
+//! "template"}, ...]}` and prints a JSON list with, for each case in order,
+//! `{"output": <what the field rendered to>}` or `{"error": "<message>"}`.
+//! Each template is one field of a provisioner (`volumeStaging`'s
+//! `podTemplate.metadata.annotations.case`), rendered as pav renders every
+//! field: the same environment, limits and `yaml = true` handling.
+
+use std::io::Read;
+
+use pav_templates::{CompiledProvisioner, Phase};
+use serde_json::{Value as Json, json};
+
+fn render(template: &str, context: &minijinja::Value) -> Json {
+    let object = json!({
+        "apiVersion": "pav.albertofaria.github.io/v1alpha1",
+        "kind": "PavProvisioner",
+        "metadata": {"name": "case"},
+        "spec": {
+            "provisioningModes": ["Static"],
+            "volumeStaging": {"podTemplate": {"metadata": {"annotations": {"case": template}}}},
+        },
+    });
+    let rendered = CompiledProvisioner::from_json(object)
+        .map_err(|problems| problems.to_string())
+        .and_then(|provisioner| {
+            provisioner
+                .render_raw(Phase::Staging, context)
+                .map_err(|err| err.to_string())
+        });
+    match rendered {
+        Ok(rendered) => {
+            json!({"output": rendered["podTemplate"]["metadata"]["annotations"]["case"]})
+        }
+        Err(error) => json!({"error": error}),
+    }
+}
+
+fn main() {
+    let mut input = String::new();
+    std::io::stdin()
+        .read_to_string(&mut input)
+        .expect("reading stdin");
+    let input: Json = serde_json::from_str(&input).expect("stdin holds JSON");
+    let context = minijinja::Value::from(minijinja::value::Serde(&input["context"]));
+    let results: Vec<Json> = input["cases"]
+        .as_array()
+        .expect("cases is a list")
+        .iter()
+        .map(|case| {
+            render(
+                case["template"].as_str().expect("template is a string"),
+                &context,
+            )
+        })
+        .collect();
+    println!("{}", Json::Array(results));
+}
