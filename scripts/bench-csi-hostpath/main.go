@@ -8,14 +8,18 @@
 //
 //   - one mutex around every Controller and Node call;
 //   - state kept in memory and written as JSON to <statedir>/state.json
-//     when a volume is added or removed (upstream pkg/state does the same);
+//     whenever a volume changes: added, removed, staged, unstaged, published
+//     or unpublished (upstream's state.UpdateVolume and DeleteVolume dump
+//     the whole state each time);
 //   - CreateVolume: mkdir <datadir>/<uuid>, then the state file;
 //   - DeleteVolume: refuse while staged/published, RemoveAll, state file;
-//   - NodeStageVolume / NodeUnstageVolume: bookkeeping only (no mount);
+//   - NodeStageVolume / NodeUnstageVolume: bookkeeping only (no mount), then
+//     the state file unless the volume already was (or was not) staged there;
 //   - NodePublishVolume: must be staged; mount.IsNotMountPoint on the target,
-//     MkdirAll, then mount-utils' Mount(..., "bind"), which runs mount(8);
+//     MkdirAll, then mount-utils' Mount(..., "bind"), which runs mount(8),
+//     then the state file;
 //   - NodeUnpublishVolume: mount.IsNotMountPoint, Unmount (umount(8)),
-//     RemoveAll of the target.
+//     RemoveAll of the target, then the state file.
 //
 // Snapshots, block volumes, ephemeral volumes, capacity tracking, health
 // monitoring and the gRPC logging interceptor (upstream logs each call at
@@ -231,8 +235,12 @@ func (d *driver) NodeStageVolume(_ context.Context, req *csi.NodeStageVolumeRequ
 		return nil, err
 	}
 	v := &d.volumes[i]
-	if !slices.Contains(v.Staged, staging) {
-		v.Staged = append(v.Staged, staging)
+	if slices.Contains(v.Staged, staging) {
+		return &csi.NodeStageVolumeResponse{}, nil
+	}
+	v.Staged = append(v.Staged, staging)
+	if err := d.dump(); err != nil {
+		return nil, err
 	}
 	return &csi.NodeStageVolumeResponse{}, nil
 }
@@ -252,7 +260,13 @@ func (d *driver) NodeUnstageVolume(_ context.Context, req *csi.NodeUnstageVolume
 		return nil, err
 	}
 	v := &d.volumes[i]
+	if !slices.Contains(v.Staged, staging) {
+		return &csi.NodeUnstageVolumeResponse{}, nil
+	}
 	v.Staged = slices.DeleteFunc(v.Staged, func(s string) bool { return s == staging })
+	if err := d.dump(); err != nil {
+		return nil, err
+	}
 	return &csi.NodeUnstageVolumeResponse{}, nil
 }
 
@@ -308,6 +322,9 @@ func (d *driver) NodePublishVolume(_ context.Context, req *csi.NodePublishVolume
 	}
 	v.NodeID = *nodeID
 	v.Published = append(v.Published, target)
+	if err := d.dump(); err != nil {
+		return nil, err
+	}
 	return &csi.NodePublishVolumeResponse{}, nil
 }
 
@@ -342,6 +359,9 @@ func (d *driver) NodeUnpublishVolume(_ context.Context, req *csi.NodeUnpublishVo
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	v.Published = slices.DeleteFunc(v.Published, func(s string) bool { return s == target })
+	if err := d.dump(); err != nil {
+		return nil, err
+	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }
 
