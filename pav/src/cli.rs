@@ -12,14 +12,14 @@ use k8s_openapi::api::core::v1::{
     Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplateSpec,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use pav_templates::{
     CompiledProvisioner, CreationContext, Phase, ProvisioningMode, PvcMap, StagingContext,
     ValidationContext, samples,
 };
 use serde::Serialize;
 
-use crate::pods::{PodTarget, build_pod};
+use crate::pods::{PodOrigin, Publication};
 
 /// Pods-as-Volumes: volume provisioners written as pod templates.
 #[derive(Debug, Parser)]
@@ -72,6 +72,19 @@ pub enum Command {
         /// More claims that `get_pvc()` may return (YAML, several documents allowed).
         #[arg(long = "claims")]
         claims: Vec<PathBuf>,
+        /// The client pod that uses the volume, for staging and unstaging
+        /// (default: a sample pod in the claim's namespace).
+        #[arg(long)]
+        client_pod: Option<PathBuf>,
+        /// The kubelet target path the volume is published at, for staging
+        /// and unstaging (default: kubelet's path for the client pod and
+        /// volume).
+        #[arg(long)]
+        target_path: Option<String>,
+        /// Namespace of pods whose template names none, as the driver's
+        /// `--namespace`.
+        #[arg(long, default_value = crate::pods::DEFAULT_NAMESPACE)]
+        namespace: String,
     },
     /// Print the PavProvisioner CustomResourceDefinition, generated from the
     /// Rust types.
@@ -103,12 +116,17 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             static_provisioning,
             read_only,
             claims,
+            client_pod,
+            target_path,
+            namespace,
         } => {
             let objects = Objects {
                 pvc: load_or(pvc.as_deref(), samples::pvc)?,
                 sc: load_or(sc.as_deref(), samples::storage_class)?,
                 pv: load_or(pv.as_deref(), samples::pv)?,
                 node: load_or(node.as_deref(), samples::node)?,
+                client_pod: load_or(client_pod.as_deref(), sample_client_pod)?,
+                target_path,
                 claims: claims
                     .iter()
                     .map(|path| load_all::<PersistentVolumeClaim>(path))
@@ -123,7 +141,12 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
                     node: node.map(|path| Origin::new("--node", path)),
                 },
             };
-            render(&file, phase, &objects, static_provisioning, read_only, out)?;
+            let options = RenderOptions {
+                static_provisioning,
+                read_only,
+                namespace,
+            };
+            render(&file, phase, &objects, &options, out)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Manifests(args) => {
@@ -216,6 +239,10 @@ struct Objects {
     sc: StorageClass,
     pv: PersistentVolume,
     node: Node,
+    /// The client pod of staging and unstaging.
+    client_pod: Pod,
+    /// The kubelet target path (`None`: kubelet's for the client pod).
+    target_path: Option<String>,
     claims: Vec<PersistentVolumeClaim>,
     /// Where each of the four came from, to label errors about them.
     origins: Origins,
@@ -443,22 +470,64 @@ struct Rendered<T: Serialize> {
     pods: Vec<Pod>,
 }
 
+/// The flags of `pav render` that are not objects.
+struct RenderOptions {
+    static_provisioning: bool,
+    read_only: bool,
+    /// The driver's `--namespace`.
+    namespace: String,
+}
+
+/// The client pod `pav render` stages for when given none: `sample-client`
+/// in the sample claim's namespace.
+fn sample_client_pod() -> Pod {
+    let mut pod = Pod::default();
+    pod.metadata.name = Some("sample-client".to_owned());
+    pod.metadata.namespace = samples::pvc().metadata.namespace;
+    pod.metadata.uid = Some("7b1e2c3d-4f5a-4b6c-8d7e-9f0a1b2c3d4e".to_owned());
+    pod
+}
+
+/// Where kubelet publishes a volume of the CSI driver for a client pod:
+/// `/var/lib/kubelet/pods/<pod uid>/volumes/kubernetes.io~csi/<pv>/mount`.
+fn kubelet_target_path(client_uid: &str, pv: &str) -> String {
+    format!("/var/lib/kubelet/pods/{client_uid}/volumes/kubernetes.io~csi/{pv}/mount")
+}
+
+/// The owner reference of the PavProvisioner in `text`, when it has the
+/// UID of a live object (a file fetched from the cluster); `None` otherwise.
+fn provisioner_owner(text: &str) -> Option<OwnerReference> {
+    use kube::Resource as _;
+    let json = pav_templates::yaml::yaml_to_json(text).ok()?;
+    let object: pav_templates::PavProvisioner = serde_json::from_value(json).ok()?;
+    object.owner_ref(&())
+}
+
 fn render(
     file: &Path,
     phase: Phase,
     objects: &Objects,
-    static_provisioning: bool,
-    read_only: bool,
+    options: &RenderOptions,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
+    let RenderOptions {
+        static_provisioning,
+        read_only,
+        ref namespace,
+    } = *options;
     let text = read_text(file)?;
     let provisioner =
         CompiledProvisioner::from_yaml(&text).map_err(|problems| anyhow::anyhow!("{problems}"))?;
     let name = provisioner.name().to_owned();
+    let owner = provisioner_owner(&text);
+    let origin = PodOrigin {
+        provisioner: &name,
+        owner: owner.as_ref(),
+        default_namespace: namespace,
+    };
     let lookup = Arc::new(PvcMap::from_iter(
         std::iter::once(objects.pvc.clone()).chain(objects.claims.iter().cloned()),
     ));
-    let claim_uid = objects.pvc.metadata.uid.clone().unwrap_or_default();
     let handle = objects
         .pv
         .spec
@@ -467,19 +536,30 @@ fn render(
         .map(|c| c.volume_handle.clone())
         .unwrap_or_default();
     let node_name = objects.node.metadata.name.clone().unwrap_or_default();
-    let pods_for = |template: Option<&PodTemplateSpec>| -> Vec<Pod> {
-        let (volume, node) = match phase {
-            Phase::Staging | Phase::Unstaging => (handle.as_str(), Some(node_name.as_str())),
-            _ => (claim_uid.as_str(), None),
-        };
-        let target = PodTarget {
-            provisioner: &name,
-            phase,
-            volume,
-            node,
-        };
+    let pv_name = objects.pv.metadata.name.clone().unwrap_or_default();
+    let client = &objects.client_pod.metadata;
+    let client = (
+        client.namespace.as_deref().unwrap_or_default(),
+        client.name.as_deref().unwrap_or_default(),
+        client.uid.as_deref().unwrap_or_default(),
+    );
+    let target_path = objects
+        .target_path
+        .clone()
+        .unwrap_or_else(|| kubelet_target_path(client.2, &pv_name));
+    let claim = crate::pods::claim_name(&objects.pvc);
+    let publication = Publication {
+        handle: &handle,
+        target_path: &target_path,
+        node: &node_name,
+        claim: &claim,
+        pv: &pv_name,
+        client,
+        read_only,
+    };
+    let claim_pods = |template: Option<&PodTemplateSpec>, timeout| -> Vec<Pod> {
         template
-            .map(|t| build_pod(t, &target))
+            .map(|t| origin.claim_pod(phase, t, timeout, &objects.pvc))
             .into_iter()
             .collect()
     };
@@ -497,7 +577,7 @@ fn render(
             .map_err(|e| objects.origins.label(e))?
             .with_pvc_lookup(lookup);
             let evaluated = provisioner.render_validation(&context)?;
-            let pods = pods_for(evaluated.pod_template.as_ref());
+            let pods = claim_pods(evaluated.pod_template.as_ref(), evaluated.timeout);
             to_yaml(&name, phase, evaluated, pods)?
         }
         Phase::Creation | Phase::Deletion => {
@@ -514,11 +594,11 @@ fn render(
                 .with_pvc_lookup(lookup);
             if phase == Phase::Creation {
                 let evaluated = provisioner.render_creation(&context)?;
-                let pods = pods_for(evaluated.pod_template.as_ref());
+                let pods = claim_pods(evaluated.pod_template.as_ref(), evaluated.timeout);
                 to_yaml(&name, phase, evaluated, pods)?
             } else {
                 let evaluated = provisioner.render_deletion(&context)?;
-                let pods = pods_for(evaluated.pod_template.as_ref());
+                let pods = claim_pods(evaluated.pod_template.as_ref(), evaluated.timeout);
                 to_yaml(&name, phase, evaluated, pods)?
             }
         }
@@ -528,11 +608,19 @@ fn render(
                 .with_pvc_lookup(lookup);
             if phase == Phase::Staging {
                 let evaluated = provisioner.render_staging(&context)?;
-                let pods = pods_for(Some(&evaluated.pod_template));
-                to_yaml(&name, phase, evaluated, pods)?
+                // As the node plugin: unstaging rendered now, kept on the pod.
+                let unstaging = provisioner.render_unstaging(&context).ok();
+                let pod = origin.staging_pod(&evaluated, unstaging.as_ref(), &publication);
+                to_yaml(&name, phase, evaluated, vec![pod])?
             } else {
                 let evaluated = provisioner.render_unstaging(&context)?;
-                let pods = pods_for(evaluated.pod_template.as_ref());
+                let staging_label =
+                    crate::pods::label_value(&crate::pods::staging_key(&handle, &target_path));
+                let pods = evaluated
+                    .pod_template
+                    .iter()
+                    .map(|t| origin.unstaging_pod(t, &staging_label, &node_name, &claim))
+                    .collect();
                 to_yaml(&name, phase, evaluated, pods)?
             }
         }
@@ -768,5 +856,62 @@ spec: {{x: [{aliases}]}}
             error.starts_with(&format!("cannot read {missing}: ")),
             "{error}"
         );
+    }
+
+    /// `pav render` named the staging pod after the handle, the node
+    /// plugin after the staging key (handle and target path): the preview
+    /// was not the pod that runs.
+    #[test]
+    fn render_builds_the_staging_pod_the_node_plugin_builds() {
+        let dir = tempfile::tempdir().unwrap();
+        let client = write(
+            dir.path(),
+            "client.yaml",
+            "metadata: {name: web-0, namespace: apps, uid: u-web}\n",
+        );
+        let rendered = pav(&[
+            "render",
+            HELLO_WORLD,
+            "--phase",
+            "staging",
+            "--client-pod",
+            &client,
+            "--target-path",
+            "/var/lib/kubelet/pods/u-web/volumes/kubernetes.io~csi/v/mount",
+            "--namespace",
+            "pav-system",
+        ])
+        .unwrap();
+        let rendered: serde_json::Value = serde_yaml::from_str(&rendered).unwrap();
+        let pod: Pod = serde_json::from_value(rendered["pods"][0].clone()).unwrap();
+
+        let text = std::fs::read_to_string(HELLO_WORLD).unwrap();
+        let provisioner = CompiledProvisioner::from_yaml(&text).unwrap();
+        let context = samples::staging_context();
+        let staging = provisioner.render_staging(&context).unwrap();
+        let unstaging = provisioner.render_unstaging(&context).unwrap();
+        let pv = samples::pv();
+        let handle = pv.spec.unwrap().csi.unwrap().volume_handle;
+        let claim = crate::pods::claim_name(&samples::pvc());
+        let expected = PodOrigin {
+            provisioner: "hello-world",
+            owner: None,
+            default_namespace: "pav-system",
+        }
+        .staging_pod(
+            &staging,
+            Some(&unstaging),
+            &Publication {
+                handle: &handle,
+                target_path: "/var/lib/kubelet/pods/u-web/volumes/kubernetes.io~csi/v/mount",
+                node: "sample-node",
+                claim: &claim,
+                pv: &pv.metadata.name.unwrap(),
+                client: ("apps", "web-0", "u-web"),
+                read_only: false,
+            },
+        );
+        assert_eq!(pod, expected);
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("pav-system"));
     }
 }

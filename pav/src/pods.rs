@@ -18,9 +18,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    HostPathVolumeSource, Pod, PodSpec, PodTemplateSpec, Volume, VolumeMount,
+    HostPathVolumeSource, PersistentVolumeClaim, Pod, PodSpec, PodTemplateSpec, Volume, VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use pav_templates::Phase;
 use sha2::{Digest, Sha256};
 
@@ -210,26 +210,206 @@ pub fn label_value(value: &str) -> String {
     )
 }
 
-/// Builds the Pod PaV creates for `target` from an evaluated template.
+/// Everything besides its evaluated template that a PaV pod is built from:
+/// which volume it works on, who owns it, where it goes, how long it may
+/// take, and what PaV records on it.
+#[derive(Debug, Clone)]
+pub struct PodParams<'a> {
+    /// Provisioner, phase, volume key and node.
+    pub target: PodTarget<'a>,
+    /// The PavProvisioner, so deleting it garbage-collects its pods.
+    pub owner: Option<&'a OwnerReference>,
+    /// The namespace used when the template names none (`--namespace`).
+    pub default_namespace: &'a str,
+    /// The phase's `timeout` (see [`set_timeout`]).
+    pub timeout: Option<std::time::Duration>,
+    /// Annotations PaV records on the pod (over the template's).
+    pub annotations: Vec<(&'static str, String)>,
+    /// Finalizers PaV puts on the pod.
+    pub finalizers: Vec<&'static str>,
+}
+
+/// What every pod of one driver shares: the provisioner it belongs to and
+/// where pods go. The driver and `pav render` build pods through it, so a
+/// preview is the pod that runs.
+#[derive(Debug, Clone, Copy)]
+pub struct PodOrigin<'a> {
+    /// The PavProvisioner's name.
+    pub provisioner: &'a str,
+    /// An owner reference to the PavProvisioner (none for an object that
+    /// has no UID, such as a file given to `pav render`).
+    pub owner: Option<&'a OwnerReference>,
+    /// The namespace of pods whose template names none.
+    pub default_namespace: &'a str,
+}
+
+/// A client pod's use of a volume on a node: what a staging pod works for.
+#[derive(Debug, Clone, Copy)]
+pub struct Publication<'a> {
+    /// The volume handle.
+    pub handle: &'a str,
+    /// The kubelet target path the volume is published at.
+    pub target_path: &'a str,
+    /// The node the client pod runs on.
+    pub node: &'a str,
+    /// The claim, as `namespace/name`.
+    pub claim: &'a str,
+    /// The PersistentVolume's name.
+    pub pv: &'a str,
+    /// The client pod's namespace, name and UID.
+    pub client: (&'a str, &'a str, &'a str),
+    /// Whether the volume is staged read-only.
+    pub read_only: bool,
+}
+
+/// `namespace/name` of a claim, as [`ANNOTATION_CLAIM`] records it.
+pub fn claim_name(pvc: &PersistentVolumeClaim) -> String {
+    format!(
+        "{}/{}",
+        pvc.metadata.namespace.as_deref().unwrap_or_default(),
+        pvc.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+impl<'a> PodOrigin<'a> {
+    /// The validation, creation or deletion pod of claim `pvc`.
+    pub fn claim_pod(
+        &self,
+        phase: Phase,
+        template: &PodTemplateSpec,
+        timeout: Option<std::time::Duration>,
+        pvc: &PersistentVolumeClaim,
+    ) -> Pod {
+        let uid = pvc.metadata.uid.as_deref().unwrap_or_default();
+        build_pod(
+            template,
+            &PodParams {
+                target: PodTarget {
+                    provisioner: self.provisioner,
+                    phase,
+                    volume: uid,
+                    node: None,
+                },
+                owner: self.owner,
+                default_namespace: self.default_namespace,
+                timeout,
+                annotations: vec![(ANNOTATION_CLAIM, claim_name(pvc))],
+                finalizers: Vec::new(),
+            },
+        )
+    }
+
+    /// The staging pod of `publication`. It records what unstaging needs
+    /// when the claim or volume is gone by then: the `unstaging` phase as
+    /// rendered now (when it rendered), claim, volume, client pod, target
+    /// path, read-only; its finalizer keeps it until unstaging is done.
+    pub fn staging_pod(
+        &self,
+        staging: &pav_templates::StagingPhase,
+        unstaging: Option<&pav_templates::OptionalPodPhase>,
+        publication: &Publication<'_>,
+    ) -> Pod {
+        let key = staging_key(publication.handle, publication.target_path);
+        let (client_ns, client_name, client_uid) = publication.client;
+        let mut annotations = vec![
+            (ANNOTATION_CLAIM, publication.claim.to_owned()),
+            (ANNOTATION_PV, publication.pv.to_owned()),
+            (
+                ANNOTATION_CLIENT,
+                crate::csi::state::client_annotation(client_ns, client_name, client_uid),
+            ),
+            (ANNOTATION_TARGET, publication.target_path.to_owned()),
+            (ANNOTATION_READ_ONLY, publication.read_only.to_string()),
+        ];
+        if let Some(json) = unstaging.and_then(|u| serde_json::to_string(&u.pod_template).ok()) {
+            annotations.push((ANNOTATION_UNSTAGING, json));
+        }
+        build_pod(
+            &staging.pod_template,
+            &PodParams {
+                target: PodTarget {
+                    provisioner: self.provisioner,
+                    phase: Phase::Staging,
+                    volume: &key,
+                    node: Some(publication.node),
+                },
+                owner: self.owner,
+                default_namespace: self.default_namespace,
+                timeout: staging.timeout,
+                annotations,
+                finalizers: vec![FINALIZER_UNSTAGE],
+            },
+        )
+    }
+
+    /// The unstaging pod of the staging pod whose volume label is
+    /// `staging_label` (the [`label_value`] of its [`staging_key`]) on
+    /// `node`, for `claim` (`namespace/name`). No timeout: the template
+    /// recorded on the staging pod holds none, so a fresh render and the
+    /// recorded one give the same pod.
+    pub fn unstaging_pod(
+        &self,
+        template: &PodTemplateSpec,
+        staging_label: &str,
+        node: &str,
+        claim: &str,
+    ) -> Pod {
+        build_pod(
+            template,
+            &PodParams {
+                target: PodTarget {
+                    provisioner: self.provisioner,
+                    phase: Phase::Unstaging,
+                    volume: staging_label,
+                    node: Some(node),
+                },
+                owner: self.owner,
+                default_namespace: self.default_namespace,
+                timeout: None,
+                annotations: vec![(ANNOTATION_CLAIM, claim.to_owned())],
+                finalizers: Vec::new(),
+            },
+        )
+    }
+}
+
+/// Builds the Pod PaV creates from an evaluated template: the one place
+/// that decides a PaV pod's name, namespace, labels, annotations, owner,
+/// finalizers, `/pav` volume, node and restart policy. Pure.
+///
+/// The template's namespace is kept when it names one, else
+/// `default_namespace`; its labels and annotations are kept under PaV's
+/// (PaV's win); its owner references and finalizers are not kept.
 ///
 /// ```
-/// use pav::pods::{build_pod, PodTarget};
+/// use pav::pods::{build_pod, PodParams, PodTarget};
 /// use pav_templates::Phase;
 /// let template = serde_json::from_value(serde_json::json!({
 ///     "spec": {"containers": [{"name": "c", "image": "busybox"}]}
 /// })).unwrap();
 /// let target = PodTarget { provisioner: "p", phase: Phase::Staging, volume: "vol-1", node: Some("node-a") };
-/// let pod = build_pod(&template, &target);
+/// let params = PodParams {
+///     target, owner: None, default_namespace: "pav", timeout: None,
+///     annotations: vec![], finalizers: vec![],
+/// };
+/// let pod = build_pod(&template, &params);
 /// let spec = pod.spec.unwrap();
 /// assert_eq!(spec.node_name.as_deref(), Some("node-a"));
 /// assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
 /// assert_eq!(spec.containers[0].volume_mounts.as_ref().unwrap()[0].mount_path, "/pav");
 /// assert_eq!(pod.metadata.namespace.as_deref(), Some("pav"));
 /// ```
-pub fn build_pod(template: &PodTemplateSpec, target: &PodTarget<'_>) -> Pod {
+pub fn build_pod(template: &PodTemplateSpec, params: &PodParams<'_>) -> Pod {
+    let target = &params.target;
     let template_meta = template.metadata.clone().unwrap_or_default();
     let mut labels = template_meta.labels.clone().unwrap_or_default();
     labels.extend(target.labels());
+    let mut annotations = template_meta.annotations.clone();
+    for (key, value) in &params.annotations {
+        annotations
+            .get_or_insert_with(Default::default)
+            .insert((*key).to_owned(), value.clone());
+    }
     let metadata = ObjectMeta {
         name: Some(target.pod_name()),
         namespace: Some(
@@ -237,10 +417,13 @@ pub fn build_pod(template: &PodTemplateSpec, target: &PodTarget<'_>) -> Pod {
                 .namespace
                 .clone()
                 .filter(|ns| !ns.is_empty())
-                .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned()),
+                .unwrap_or_else(|| params.default_namespace.to_owned()),
         ),
         labels: Some(labels),
-        annotations: template_meta.annotations.clone(),
+        annotations,
+        owner_references: params.owner.map(|owner| vec![owner.clone()]),
+        finalizers: (!params.finalizers.is_empty())
+            .then(|| params.finalizers.iter().map(|f| (*f).to_owned()).collect()),
         ..ObjectMeta::default()
     };
 
@@ -280,9 +463,196 @@ pub fn build_pod(template: &PodTemplateSpec, target: &PodTarget<'_>) -> Pod {
                 ..VolumeMount::default()
             });
     }
-    Pod {
+    let mut pod = Pod {
         metadata,
         spec: Some(spec),
         status: None,
+    };
+    set_timeout(&mut pod, params.timeout);
+    pod
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn template(json: serde_json::Value) -> PodTemplateSpec {
+        serde_json::from_value(json).unwrap()
+    }
+
+    fn owner() -> OwnerReference {
+        OwnerReference {
+            api_version: "pav.albertofaria.github.io/v1alpha1".into(),
+            kind: "PavProvisioner".into(),
+            name: "p".into(),
+            uid: "u-p".into(),
+            ..OwnerReference::default()
+        }
+    }
+
+    fn claim() -> PersistentVolumeClaim {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "data", "namespace": "apps", "uid": "u-claim"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_claim_pod_carries_owner_namespace_default_timeout_and_claim() {
+        let owner = owner();
+        let origin = PodOrigin {
+            provisioner: "p",
+            owner: Some(&owner),
+            default_namespace: "pav-system",
+        };
+        let template = template(serde_json::json!({
+            "metadata": {
+                "labels": {"app": "x", LABEL_PHASE: "forged"},
+                "annotations": {"note": "kept", ANNOTATION_CLAIM: "forged"},
+                "finalizers": ["template/finalizer"],
+                "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "x"}],
+            },
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+        }));
+        let pod = origin.claim_pod(
+            Phase::Creation,
+            &template,
+            Some(Duration::from_secs(90)),
+            &claim(),
+        );
+        let target = PodTarget {
+            provisioner: "p",
+            phase: Phase::Creation,
+            volume: "u-claim",
+            node: None,
+        };
+        assert_eq!(pod.metadata.name, Some(target.pod_name()));
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("pav-system"));
+        assert_eq!(pod.metadata.owner_references, Some(vec![owner.clone()]));
+        assert_eq!(pod.metadata.finalizers, None);
+        let labels = pod.metadata.labels.clone().unwrap();
+        assert_eq!(labels["app"], "x");
+        assert_eq!(labels[LABEL_PHASE], "creation");
+        assert_eq!(labels[LABEL_VOLUME], "u-claim");
+        let annotations = pod.metadata.annotations.clone().unwrap();
+        assert_eq!(annotations["note"], "kept");
+        assert_eq!(annotations[ANNOTATION_CLAIM], "apps/data");
+        assert_eq!(annotations[ANNOTATION_TIMEOUT], "90");
+        assert_eq!(timeout_of(&pod), Some(Duration::from_secs(90)));
+        assert_eq!(pod.spec.unwrap().node_name, None);
+
+        // A template naming its namespace keeps it; no owner, no timeout.
+        let origin = PodOrigin {
+            owner: None,
+            ..origin
+        };
+        let template = self::template(serde_json::json!({
+            "metadata": {"namespace": "storage"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+        }));
+        let pod = origin.claim_pod(Phase::Deletion, &template, None, &claim());
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("storage"));
+        assert_eq!(pod.metadata.owner_references, None);
+        assert_eq!(timeout_of(&pod), None);
+    }
+
+    fn publication(target_path: &str) -> Publication<'_> {
+        Publication {
+            handle: "vol-1",
+            target_path,
+            node: "node-a",
+            claim: "apps/data",
+            pv: "pvc-1",
+            client: ("apps", "web-0", "u-web"),
+            read_only: true,
+        }
+    }
+
+    #[test]
+    fn a_staging_pod_is_named_by_its_staging_key_and_records_its_publication() {
+        let owner = owner();
+        let origin = PodOrigin {
+            provisioner: "p",
+            owner: Some(&owner),
+            default_namespace: "pav",
+        };
+        let staging = pav_templates::StagingPhase {
+            pod_template: template(serde_json::json!({
+                "spec": {"containers": [{"name": "c", "image": "busybox",
+                    "securityContext": {"privileged": true}}]}
+            })),
+            timeout: Some(Duration::from_secs(30)),
+        };
+        let unstaging = pav_templates::OptionalPodPhase {
+            pod_template: Some(template(serde_json::json!({
+                "spec": {"containers": [{"name": "u", "image": "busybox"}]}
+            }))),
+            timeout: None,
+        };
+        let path = "/var/lib/kubelet/pods/u-web/volumes/kubernetes.io~csi/pvc-1/mount";
+        let pod = origin.staging_pod(&staging, Some(&unstaging), &publication(path));
+        let key = staging_key("vol-1", path);
+        let target = PodTarget {
+            provisioner: "p",
+            phase: Phase::Staging,
+            volume: &key,
+            node: Some("node-a"),
+        };
+        assert_eq!(pod.metadata.name, Some(target.pod_name()));
+        assert_eq!(
+            pod.metadata.finalizers,
+            Some(vec![FINALIZER_UNSTAGE.to_owned()])
+        );
+        assert_eq!(pod.metadata.owner_references, Some(vec![owner.clone()]));
+        let annotations = pod.metadata.annotations.clone().unwrap();
+        assert_eq!(annotations[ANNOTATION_CLAIM], "apps/data");
+        assert_eq!(annotations[ANNOTATION_PV], "pvc-1");
+        assert_eq!(annotations[ANNOTATION_CLIENT], "apps/web-0/u-web");
+        assert_eq!(annotations[ANNOTATION_TARGET], path);
+        assert_eq!(annotations[ANNOTATION_READ_ONLY], "true");
+        assert_eq!(annotations[ANNOTATION_TIMEOUT], "30");
+        let recorded: Option<PodTemplateSpec> =
+            serde_json::from_str(&annotations[ANNOTATION_UNSTAGING]).unwrap();
+        assert_eq!(recorded, unstaging.pod_template);
+        let labels = pod.metadata.labels.clone().unwrap();
+        assert_eq!(labels[LABEL_VOLUME], label_value(&key));
+        assert_eq!(labels[LABEL_NODE], "node-a");
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("node-a"));
+        let mount = &spec.containers[0].volume_mounts.as_ref().unwrap()[0];
+        assert_eq!(mount.mount_propagation.as_deref(), Some("Bidirectional"));
+
+        // Another target path (another client pod) is another pod.
+        let other = origin.staging_pod(&staging, None, &publication("/other"));
+        assert_ne!(other.metadata.name, pod.metadata.name);
+        assert!(
+            !other
+                .metadata
+                .annotations
+                .unwrap()
+                .contains_key(ANNOTATION_UNSTAGING)
+        );
+
+        // The unstaging pod carries the staging pod's volume label as is.
+        let unstaging_pod = origin.unstaging_pod(
+            unstaging.pod_template.as_ref().unwrap(),
+            &labels[LABEL_VOLUME],
+            "node-a",
+            "apps/data",
+        );
+        let unstaging_labels = unstaging_pod.metadata.labels.unwrap();
+        assert_eq!(unstaging_labels[LABEL_VOLUME], labels[LABEL_VOLUME]);
+        assert_eq!(unstaging_labels[LABEL_PHASE], "unstaging");
+        assert_eq!(unstaging_pod.metadata.finalizers, None);
+        assert_eq!(
+            unstaging_pod.metadata.annotations.unwrap()[ANNOTATION_CLAIM],
+            "apps/data"
+        );
+        let mount = &unstaging_pod.spec.unwrap().containers[0]
+            .volume_mounts
+            .clone()
+            .unwrap()[0];
+        assert_eq!(mount.mount_propagation, None);
     }
 }

@@ -204,31 +204,13 @@ impl Cluster {
             .map_err(|e| pav_sdk::Error::InvalidArgument(state::truncate(e.to_string())))
     }
 
-    /// Adds what every pod of this provisioner carries besides
-    /// [`build_pod`](crate::pods::build_pod): the owner reference, the
-    /// default namespace, extra annotations and finalizers.
-    pub fn decorate(
-        &self,
-        pod: &mut Pod,
-        owner: Option<&OwnerReference>,
-        template_namespace: bool,
-        annotations: &[(&str, String)],
-    ) {
-        if !template_namespace {
-            pod.metadata.namespace = Some(self.namespace.clone());
-        }
-        if let Some(owner) = owner {
-            pod.metadata
-                .owner_references
-                .get_or_insert_with(Vec::new)
-                .push(owner.clone());
-        }
-        let map = pod
-            .metadata
-            .annotations
-            .get_or_insert_with(Default::default);
-        for (key, value) in annotations {
-            map.insert((*key).to_owned(), value.clone());
+    /// What every pod of this driver is built with, `owner` being the
+    /// PavProvisioner's owner reference.
+    pub fn origin<'a>(&'a self, owner: Option<&'a OwnerReference>) -> crate::pods::PodOrigin<'a> {
+        crate::pods::PodOrigin {
+            provisioner: &self.provisioner,
+            owner,
+            default_namespace: &self.namespace,
         }
     }
 

@@ -17,7 +17,7 @@ use pav_templates::{CreationContext, Phase, ProvisioningMode, ValidationContext}
 
 use super::cluster::{Cluster, Finished, api_error, pod_ref};
 use super::state::{self, Collected, PodState};
-use crate::pods::{ANNOTATION_CLAIM, LABEL_PHASE, LABEL_VOLUME, PodTarget, build_pod};
+use crate::pods::{ANNOTATION_CLAIM, LABEL_PHASE, LABEL_VOLUME};
 
 /// The pav-sdk Create and Delete of a PavProvisioner.
 #[derive(Debug)]
@@ -151,7 +151,7 @@ impl PodController {
         }
     }
 
-    /// The pod for `phase` of the claim `uid`, from an evaluated template.
+    /// The pod for `phase` of the claim, from an evaluated template.
     fn pod(
         &self,
         template: &PodTemplateSpec,
@@ -160,31 +160,9 @@ impl PodController {
         claim: &Claim,
         owner: Option<&OwnerReference>,
     ) -> Pod {
-        let target = PodTarget {
-            provisioner: &self.cluster.provisioner,
-            phase,
-            volume: &claim.uid,
-            node: None,
-        };
-        let mut pod = build_pod(template, &target);
-        crate::pods::set_timeout(&mut pod, timeout);
-        let has_namespace = template
-            .metadata
-            .as_ref()
-            .and_then(|m| m.namespace.as_deref())
-            .is_some_and(|ns| !ns.is_empty());
-        let claim_name = format!(
-            "{}/{}",
-            claim.pvc.namespace().unwrap_or_default(),
-            claim.pvc.name_any()
-        );
-        self.cluster.decorate(
-            &mut pod,
-            owner,
-            has_namespace,
-            &[(ANNOTATION_CLAIM, claim_name)],
-        );
-        pod
+        self.cluster
+            .origin(owner)
+            .claim_pod(phase, template, timeout, &claim.pvc)
     }
 
     /// Runs a controller pod to completion and reads what it exported;

@@ -14,9 +14,8 @@ use pav_templates::{Phase, StagingContext};
 use super::cluster::{Cluster, api_error, core_ref, pod_ref};
 use super::state::{self, Collected, PodState};
 use crate::pods::{
-    ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, ANNOTATION_TARGET,
-    ANNOTATION_UNSTAGING, FINALIZER_UNSTAGE, LABEL_NODE, LABEL_PHASE, LABEL_VOLUME, PodTarget,
-    build_pod, staging_key,
+    ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, ANNOTATION_UNSTAGING,
+    FINALIZER_UNSTAGE, LABEL_NODE, LABEL_PHASE, LABEL_VOLUME, Publication, staging_key,
 };
 
 /// The pav-sdk Stage and Unstage of a PavProvisioner on one node.
@@ -125,50 +124,23 @@ impl PodNode {
         // Kept on the staging pod for unstaging after the claim is gone.
         let unstaging = Cluster::render(move || compiled_u.render_unstaging(&context_u))
             .await
-            .ok()
-            .and_then(|u| serde_json::to_string(&u.pod_template).ok());
+            .ok();
         let target_path = req.target_path.display().to_string();
-        let key = staging_key(&req.handle, &target_path);
-        let target = PodTarget {
-            provisioner: &self.cluster.provisioner,
-            phase: Phase::Staging,
-            volume: &key,
-            node: Some(&self.node),
-        };
-        let mut pod = build_pod(&staging.pod_template, &target);
-        crate::pods::set_timeout(&mut pod, staging.timeout);
-        let has_namespace = staging
-            .pod_template
-            .metadata
-            .as_ref()
-            .and_then(|m| m.namespace.as_deref())
-            .is_some_and(|ns| !ns.is_empty());
-        self.cluster.decorate(
-            &mut pod,
-            owner.as_ref(),
-            has_namespace,
-            &[
-                (
-                    ANNOTATION_CLAIM,
-                    format!("{}/{}", pvc.namespace().unwrap_or_default(), pvc.name_any()),
-                ),
-                (ANNOTATION_PV, pv.name_any()),
-                (
-                    ANNOTATION_CLIENT,
-                    state::client_annotation(&info.namespace, &info.name, &info.uid),
-                ),
-                (ANNOTATION_TARGET, target_path),
-                (ANNOTATION_READ_ONLY, req.read_only.to_string()),
-            ],
+        let claim = crate::pods::claim_name(&pvc);
+        let pv_name = pv.name_any();
+        let pod = self.cluster.origin(owner.as_ref()).staging_pod(
+            &staging,
+            unstaging.as_ref(),
+            &Publication {
+                handle: &req.handle,
+                target_path: &target_path,
+                node: &self.node,
+                claim: &claim,
+                pv: &pv_name,
+                client: (&info.namespace, &info.name, &info.uid),
+                read_only: req.read_only,
+            },
         );
-        if let Some(unstaging) = unstaging {
-            pod.annotations_mut()
-                .insert(ANNOTATION_UNSTAGING.to_owned(), unstaging);
-        }
-        pod.metadata
-            .finalizers
-            .get_or_insert_with(Vec::new)
-            .push(FINALIZER_UNSTAGE.to_owned());
         let namespace = pod.namespace().unwrap_or_default();
         let name = pod.name_any();
         self.cluster.ensure_pod(&pod).await?;
@@ -292,27 +264,10 @@ impl PodNode {
 
         // 2. The unstaging pod, on this node.
         if let Some(template) = unstaging {
-            let target = PodTarget {
-                provisioner: &self.cluster.provisioner,
-                phase: Phase::Unstaging,
-                volume: &key,
-                node: Some(&self.node),
-            };
-            let mut pod = build_pod(&template, &target);
-            // The staging key label is already a digest: keep it identical.
-            pod.labels_mut()
-                .insert(LABEL_VOLUME.to_owned(), key.clone());
-            let has_namespace = template
-                .metadata
-                .as_ref()
-                .and_then(|m| m.namespace.as_deref())
-                .is_some_and(|ns| !ns.is_empty());
-            self.cluster.decorate(
-                &mut pod,
-                owner.as_ref(),
-                has_namespace,
-                &[(ANNOTATION_CLAIM, claim.clone())],
-            );
+            let pod = self
+                .cluster
+                .origin(owner.as_ref())
+                .unstaging_pod(&template, &key, &self.node, &claim);
             let (u_ns, u_name) = (pod.namespace().unwrap_or_default(), pod.name_any());
             let op = self.cluster.metrics.start(Phase::Unstaging);
             let result = async {

@@ -1,0 +1,353 @@
+//! `pav render` previews the pods that run: for a real claim and client
+//! pod, the creation and staging pods the driver created equal what
+//! `pav render` prints for the same objects (the PavProvisioner, claim,
+//! StorageClass, PersistentVolume, Node and client pod read back from the
+//! cluster, and the target path kubelet chose), fields the API server sets
+//! aside.
+//!
+//! Runs the pav binary that `scripts/e2e-image` built
+//! (`$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/pav`), or
+//! `$PAV_BINARY`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use pav_e2e::*;
+use serde_json::Value;
+
+const PROVISIONER: &str = "e2e-render-parity";
+const NAMESPACE: &str = "e2e-render-parity";
+
+const OBJECTS: &str = r#"
+apiVersion: pav.albertofaria.github.io/v1alpha1
+kind: PavProvisioner
+metadata:
+  name: e2e-render-parity
+spec:
+  provisioningModes: [Dynamic]
+  volumeCreation:
+    capacity: "{{ requestedMinCapacity }}"
+    timeout: 90s
+    podTemplate:
+      metadata:
+        labels:
+          e2e: render-parity
+        annotations:
+          e2e/claim: "{{ pvc.metadata.name }}"
+      spec:
+        containers:
+          - name: create
+            image: busybox:stable
+            imagePullPolicy: IfNotPresent
+            command: [sh, -c, "echo creating {{ pvc.metadata.name | tobash }}"]
+  volumeStaging:
+    podTemplate:
+      spec:
+        containers:
+          - name: stage
+            image: busybox:stable
+            imagePullPolicy: IfNotPresent
+            command:
+              - sh
+              - -c
+              - |
+                mkdir -p /pav/volume
+                printf '%s\n' {{ params.greeting | tobash }} > /pav/volume/greeting
+  volumeUnstaging:
+    podTemplate:
+      spec:
+        containers:
+          - name: unstage
+            image: busybox:stable
+            imagePullPolicy: IfNotPresent
+            command: [sh, -c, "echo unstaging {{ pvc.metadata.name | tobash }}"]
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: e2e-render-parity
+provisioner: e2e-render-parity
+parameters:
+  greeting: "rendered as run"
+"#;
+
+const CLAIM: &str = r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: data
+  namespace: e2e-render-parity
+spec:
+  storageClassName: e2e-render-parity
+  accessModes: [ReadWriteOnce]
+  resources:
+    requests:
+      storage: 1Mi
+"#;
+
+const CLIENT: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: reader
+  namespace: e2e-render-parity
+spec:
+  restartPolicy: Never
+  containers:
+    - name: reader
+      image: busybox:stable
+      imagePullPolicy: IfNotPresent
+      command: [cat, /data/greeting]
+      volumeMounts:
+        - name: data
+          mountPath: /data
+  volumes:
+    - name: data
+      persistentVolumeClaim:
+        claimName: data
+"#;
+
+/// The first version seen of every PaV pod of the provisioner: the pod as
+/// the driver created it, before the node plugin annotates it.
+#[derive(Clone, Default)]
+struct FirstSeen(Arc<Mutex<HashMap<String, Pod>>>);
+
+impl FirstSeen {
+    fn start(client: &Client) -> FirstSeen {
+        let seen = FirstSeen::default();
+        let record = seen.clone();
+        let api: Api<Pod> = Api::all(client.clone());
+        let config = watcher::Config::default()
+            .labels(&format!("{LABEL_PROVISIONER}={PROVISIONER},{LABEL_PHASE}"));
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(watcher(api, config));
+            while let Some(event) = stream.next().await {
+                if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event {
+                    let mut seen = record.0.lock().expect("not poisoned");
+                    seen.entry(pod.name_any()).or_insert(pod);
+                }
+            }
+        });
+        seen
+    }
+
+    fn of_phase(&self, phase: &str) -> Vec<Pod> {
+        let seen = self.0.lock().expect("not poisoned");
+        seen.values()
+            .filter(|pod| pod.labels().get(LABEL_PHASE).map(String::as_str) == Some(phase))
+            .cloned()
+            .collect()
+    }
+}
+
+fn pav_binary() -> PathBuf {
+    if let Some(binary) = std::env::var_os("PAV_BINARY") {
+        return binary.into();
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    target.join("x86_64-unknown-linux-gnu/release/pav")
+}
+
+/// Writes `object` as YAML to `dir/name`, without what only the API server
+/// keeps (managed fields), and returns the path.
+fn object_file<T: serde::Serialize>(dir: &Path, name: &str, object: &T) -> String {
+    let mut json = serde_json::to_value(object).unwrap();
+    if let Some(meta) = json["metadata"].as_object_mut() {
+        meta.remove("managedFields");
+    }
+    let path = dir.join(name);
+    std::fs::write(&path, serde_yaml::to_string(&json).unwrap()).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// `pav render FILE --phase PHASE ARGS...`: its one pod.
+fn rendered_pod(provisioner: &str, phase: &str, args: &[&str]) -> Value {
+    let binary = pav_binary();
+    let output = std::process::Command::new(&binary)
+        .args(["render", provisioner, "--phase", phase])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", binary.display()));
+    assert!(
+        output.status.success(),
+        "pav render --phase {phase}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed: Value = serde_yaml::from_slice(&output.stdout).unwrap();
+    let pods = printed["pods"].as_array().expect("pods").clone();
+    assert_eq!(pods.len(), 1, "{phase}: {printed:#}");
+    pods[0].clone()
+}
+
+/// Panics unless every field of `rendered` is in `live` with the same
+/// value. Lists match element by element, `live` may have more at the end
+/// (the API server appends the service account token's volume and mounts);
+/// maps may have more keys (defaults the API server fills in).
+fn assert_contained(rendered: &Value, live: &Value, path: &str) {
+    match (rendered, live) {
+        (Value::Object(rendered), Value::Object(live)) => {
+            for (key, value) in rendered {
+                let at = format!("{path}.{key}");
+                let live_value = live
+                    .get(key)
+                    .unwrap_or_else(|| panic!("{at}: rendered {value}, but the live pod has none"));
+                assert_contained(value, live_value, &at);
+            }
+        }
+        (Value::Array(rendered), Value::Array(live)) => {
+            assert!(
+                rendered.len() <= live.len(),
+                "{path}: rendered {} items, live {}: {rendered:?} vs {live:?}",
+                rendered.len(),
+                live.len()
+            );
+            for (index, (r, l)) in rendered.iter().zip(live).enumerate() {
+                assert_contained(r, l, &format!("{path}[{index}]"));
+            }
+        }
+        _ => assert_eq!(rendered, live, "{path}"),
+    }
+}
+
+/// The driver's pod equals the rendered one: the fields PaV decides
+/// (name, namespace, labels, annotations, owner, finalizers) exactly, the
+/// spec up to what the API server fills in.
+fn assert_same_pod(phase: &str, rendered: &Value, live: &Pod) {
+    let live = serde_json::to_value(live).unwrap();
+    for field in [
+        "name",
+        "namespace",
+        "labels",
+        "annotations",
+        "ownerReferences",
+        "finalizers",
+    ] {
+        assert_eq!(
+            rendered["metadata"][field], live["metadata"][field],
+            "{phase} pod: metadata.{field}"
+        );
+    }
+    assert_contained(
+        &rendered["spec"],
+        &live["spec"],
+        &format!("{phase} pod: spec"),
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster"]
+async fn render_prints_the_pods_the_driver_creates() {
+    let client = cluster().await;
+    reset(&client, NAMESPACE, PROVISIONER).await.unwrap();
+    namespace(&client, NAMESPACE).await.unwrap();
+    let first_seen = FirstSeen::start(&client);
+    let observer = PodObserver::start(&client, PROVISIONER);
+    apply(&client, OBJECTS).await.unwrap();
+    wait_provisioner_ready(&client, PROVISIONER, STEP)
+        .await
+        .unwrap();
+
+    apply(&client, CLAIM).await.unwrap();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NAMESPACE);
+    let pvc = wait_for(&claims, "data", STEP, "Bound", |c| {
+        claim_phase(c) == "Bound"
+    })
+    .await
+    .unwrap();
+    apply(&client, CLIENT).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let reader = wait_for(&pods, "reader", STEP, "finished", |p| {
+        matches!(pod_phase(p), "Succeeded" | "Failed")
+    })
+    .await
+    .unwrap();
+    assert_eq!(pod_phase(&reader), "Succeeded", "{:?}", reader.status);
+    observer.assert_succeeded("creation");
+    observer.assert_succeeded("staging");
+
+    // The objects as they are now, as `pav render` reads them.
+    let dir = tempfile_dir();
+    let provisioner = provisioners(&client)
+        .await
+        .unwrap()
+        .get(PROVISIONER)
+        .await
+        .unwrap();
+    let provisioner_file = object_file(&dir, "provisioner.yaml", &provisioner);
+    let sc: StorageClass = Api::all(client.clone()).get(PROVISIONER).await.unwrap();
+    let pv_name = volume_name(&pvc).unwrap();
+    let pv: PersistentVolume = Api::all(client.clone()).get(&pv_name).await.unwrap();
+    let pvc_file = object_file(&dir, "pvc.yaml", &claims.get("data").await.unwrap());
+    let sc_file = object_file(&dir, "sc.yaml", &sc);
+    let pv_file = object_file(&dir, "pv.yaml", &pv);
+    let client_file = object_file(&dir, "client.yaml", &reader);
+
+    let creation = first_seen.of_phase("creation");
+    assert_eq!(creation.len(), 1, "creation pods seen: {creation:#?}");
+    let rendered = rendered_pod(
+        &provisioner_file,
+        "creation",
+        &["--pvc", &pvc_file, "--sc", &sc_file],
+    );
+    assert_same_pod("creation", &rendered, &creation[0]);
+
+    let staging = first_seen.of_phase("staging");
+    assert_eq!(staging.len(), 1, "staging pods seen: {staging:#?}");
+    let staging = &staging[0];
+    let node_name = staging
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("a staging pod is pinned to its node");
+    let node: Node = Api::all(client.clone()).get(&node_name).await.unwrap();
+    let node_file = object_file(&dir, "node.yaml", &node);
+    // Chosen by kubelet, as the node is by the scheduler: an input.
+    let target_path = staging
+        .annotations()
+        .get("pav.albertofaria.github.io/target-path")
+        .cloned()
+        .expect("a staging pod records its target path");
+    let rendered = rendered_pod(
+        &provisioner_file,
+        "staging",
+        &[
+            "--pvc",
+            &pvc_file,
+            "--pv",
+            &pv_file,
+            "--node",
+            &node_file,
+            "--client-pod",
+            &client_file,
+            "--target-path",
+            &target_path,
+        ],
+    );
+    assert_same_pod("staging", &rendered, staging);
+
+    delete_and_wait(&pods, "reader", STEP).await.unwrap();
+    delete_and_wait(&claims, "data", STEP).await.unwrap();
+    wait_no_pav_pods(&client, PROVISIONER, STEP).await.unwrap();
+    delete(&client, OBJECTS).await.unwrap();
+    delete_provisioner(&client, PROVISIONER, STEP)
+        .await
+        .unwrap();
+    assert_no_leaks(&client, PROVISIONER, std::time::Duration::from_secs(120)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A fresh directory for the object files.
+fn tempfile_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pav-e2e-render-parity-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
