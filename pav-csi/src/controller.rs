@@ -3,7 +3,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use pav_sdk::{CapacityRange, CreateRequest, TopologyRequirement, VolumeMode};
+use pav_sdk::{CapacityRange, CreateRequest, TopologyRequirement, VolumeId, VolumeMode};
 use tonic::{Request, Response, Status};
 
 use crate::convert;
@@ -114,6 +114,50 @@ fn check_modes(
     }
 }
 
+/// Checks a volume the provisioner created against what CSI allows in a
+/// `CreateVolumeResponse`: a `volume_id` of 1 to 128 bytes free of the
+/// control characters CSI bans in names (kubelet and the sidecars pass it
+/// on as the PV's `volumeHandle`), a `volume_context` of at most 4 KiB and
+/// valid topology segments.
+fn check_created(volume: &pav_sdk::Volume) -> Result<(), Status> {
+    limits::name("volume_id", &volume.handle)?;
+    limits::map("volume_context", &convert::unsorted(&volume.context))?;
+    limits::repeated("accessible_topology", volume.accessible_topology.len())?;
+    for (i, topology) in volume.accessible_topology.iter().enumerate() {
+        limits::topology(
+            &format!("accessible_topology[{i}]"),
+            &convert::topology(topology).segments,
+        )?;
+    }
+    Ok(())
+}
+
+impl ControllerService {
+    /// Deletes a volume the provisioner created but CSI cannot carry (see
+    /// [`check_created`]), so that refusing it leaks nothing, and returns
+    /// the `INTERNAL` status that answers the `CreateVolume`: the request
+    /// was fine, the provisioner's answer was not.
+    async fn delete_refused(&self, name: &str, volume: pav_sdk::Volume, refused: Status) -> Status {
+        let problem = format!(
+            "the provisioner created a volume CSI cannot return: {}",
+            refused.message()
+        );
+        let Some(deleter) = self.shared.provisioner.delete() else {
+            tracing::error!(name, volume_id = ?volume.handle, problem, "CreateVolume refused; no Delete to remove the volume");
+            return Status::internal(format!("{problem}; it was not deleted (no Delete)"));
+        };
+        let outcome = match deleter
+            .delete(pav_sdk::build::delete(volume.handle.as_str()))
+            .await
+        {
+            Ok(()) | Err(pav_sdk::Error::NotFound(_)) => "it was deleted".to_owned(),
+            Err(e) => format!("deleting it failed too: {}", e.message()),
+        };
+        tracing::error!(name, volume_id = ?volume.handle, problem, outcome, "CreateVolume refused");
+        Status::internal(format!("{problem}; {outcome}"))
+    }
+}
+
 #[tonic::async_trait]
 impl csi::controller_server::Controller for ControllerService {
     async fn create_volume(
@@ -221,11 +265,10 @@ impl csi::controller_server::Controller for ControllerService {
             tracing::warn!(name, error = e.message(), "CreateVolume failed");
             status(e)
         })?;
-        limits::required("volume_id returned by the provisioner", &volume.handle)
-            .map_err(|e| Status::internal(e.message().to_owned()))?;
+        if let Err(refused) = check_created(&volume) {
+            return Err(self.delete_refused(name, volume, refused).await);
+        }
         let context = convert::unsorted(&volume.context);
-        limits::map("volume_context returned by the provisioner", &context)
-            .map_err(|e| Status::internal(e.message().to_owned()))?;
         let volume = csi::Volume {
             capacity_bytes: i64::try_from(volume.capacity_bytes).unwrap_or(i64::MAX),
             volume_id: volume.handle,
@@ -324,6 +367,20 @@ impl csi::controller_server::Controller for ControllerService {
             return Ok(unconfirmed(message));
         }
         let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        // A provisioner that creates volumes knows which exist; one that
+        // does not (static provisioning only) leaves it to Validate.
+        if let Some(creator) = self.shared.provisioner.create() {
+            let exists = match creator.exists(&VolumeId::new(volume_id)).await {
+                Ok(exists) => exists,
+                Err(pav_sdk::Error::NotFound(_)) => false,
+                Err(e) => return Err(status(e)),
+            };
+            if !exists {
+                return Err(Status::not_found(format!(
+                    "volume {volume_id:?} does not exist"
+                )));
+            }
+        }
         if let Some(validator) = self.shared.provisioner.validate() {
             match validator.validate(validate.clone()).await {
                 Ok(()) => {}

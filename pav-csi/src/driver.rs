@@ -38,9 +38,13 @@ pub(crate) struct Shared {
 pub struct Driver;
 
 impl Driver {
-    /// Starts building the driver named `name` (a domain-like name of at most
-    /// 63 bytes, e.g. `example.com/hostdir`; it is the StorageClass
-    /// `provisioner` and the PV `spec.csi.driver`).
+    /// Starts building the driver named `name`: the StorageClass
+    /// `provisioner`, the CSIDriver object's name and the PV's
+    /// `spec.csi.driver`. CSI requires domain name notation: at most 63
+    /// characters, letters, digits, `-` and `.`, beginning and ending with
+    /// a letter or digit, e.g. `hostdir.example.com` (`example.com/hostdir`
+    /// is refused). [`DriverBuilder::run`] checks it
+    /// ([`Error::DriverName`]).
     pub fn builder(name: impl Into<String>) -> DriverBuilder {
         DriverBuilder {
             name: name.into(),
@@ -61,7 +65,7 @@ impl Driver {
 ///
 /// ```no_run
 /// # async fn f(provisioner: pav_sdk::Provisioner) -> Result<(), pav_csi::Error> {
-/// pav_csi::Driver::builder("example.com/hostdir")
+/// pav_csi::Driver::builder("hostdir.example.com")
 ///     .provisioner(provisioner)
 ///     .serve_controller("/csi/csi.sock")
 ///     .serve_node("/csi/csi.sock", "node-1")
@@ -158,12 +162,7 @@ impl DriverBuilder {
 
     /// Serves until `shutdown` completes, then removes the sockets.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
-        let name = &self.name;
-        if name.is_empty() || name.len() > 63 {
-            return Err(Error::Config(format!(
-                "driver name {name:?} must be 1 to 63 bytes"
-            )));
-        }
+        check_driver_name(&self.name)?;
         let Some(provisioner) = self.provisioner else {
             return Err(Error::Config("no provisioner given".into()));
         };
@@ -277,6 +276,35 @@ impl DriverBuilder {
     }
 }
 
+/// Checks `name` as the CSI spec requires of `GetPluginInfoResponse.name`
+/// (and Kubernetes of a CSIDriver's name): domain name notation, at most
+/// 63 characters, beginning and ending with an alphanumeric character with
+/// dashes, dots and alphanumerics between.
+fn check_driver_name(name: &str) -> Result<(), Error> {
+    let refuse = |problem: String| {
+        Err(Error::DriverName {
+            name: name.to_owned(),
+            problem,
+        })
+    };
+    if name.is_empty() || name.len() > 63 {
+        return refuse(format!("it has {} characters, not 1 to 63", name.len()));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '.'))
+    {
+        return refuse(format!(
+            "{c:?} is not allowed: only letters, digits, '-' and '.' (e.g. hostdir.example.com)"
+        ));
+    }
+    let ends = [name.chars().next(), name.chars().last()];
+    if !ends.iter().flatten().all(char::is_ascii_alphanumeric) {
+        return refuse("it must begin and end with a letter or digit".to_owned());
+    }
+    Ok(())
+}
+
 /// Binds `path`, replacing a stale socket, readable and writable by owner only.
 fn bind(path: &Path) -> Result<UnixListener, Error> {
     let socket_error = |source| Error::Socket {
@@ -322,5 +350,40 @@ async fn shutdown_signal() {
             tracing::warn!("cannot install signal handlers; waiting for Ctrl-C");
             let _ = tokio::signal::ctrl_c().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_names_follow_the_csi_spec() {
+        for good in [
+            "hostdir.example.com",
+            "a",
+            "x1",
+            "my-driver.io",
+            &"a".repeat(63),
+        ] {
+            assert!(check_driver_name(good).is_ok(), "{good:?}");
+        }
+        for bad in [
+            "",
+            "example.com/hostdir",
+            "-a.example.com",
+            "a.example.com.",
+            "a_b",
+            "hostdir.exämple.com",
+            &"a".repeat(64),
+        ] {
+            let err = check_driver_name(bad).unwrap_err();
+            assert!(
+                matches!(&err, Error::DriverName { name, .. } if name == bad),
+                "{bad:?}: {err}"
+            );
+        }
+        let err = check_driver_name("example.com/hostdir").unwrap_err();
+        assert!(err.to_string().contains("'/'"), "{err}");
     }
 }

@@ -9,6 +9,14 @@ pub enum Error {
     /// The builder was given an inconsistent configuration.
     #[error("invalid driver configuration: {0}")]
     Config(String),
+    /// The driver name is not one CSI allows.
+    #[error("driver name {name:?} is not a valid CSI driver name: {problem}")]
+    DriverName {
+        /// The name given to [`Driver::builder`](crate::Driver::builder).
+        name: String,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// Preparing or binding a Unix socket failed.
     #[error("socket {path}: {source}")]
     Socket {

@@ -1,15 +1,99 @@
 //! Serve any [`pav_sdk`] provisioner as a conformant CSI v1.12.0 driver.
 //!
-//! ```no_run
-//! # async fn f(provisioner: pav_sdk::Provisioner) -> Result<(), pav_csi::Error> {
-//! pav_csi::Driver::builder("example.com/hostdir")
-//!     .provisioner(provisioner)
-//!     .serve_controller("/csi/csi.sock")
-//!     .serve_node("/csi/csi.sock", "node-1")
-//!     .run() // until SIGTERM
-//!     .await
-//! # }
+//! # A complete driver
+//!
+//! This `main` serves the HostDir provisioner of
+//! [pav-sdk's front page](pav_sdk#a-complete-provisioner) (its
+//! `mod provisioner`): controller and node on one Unix socket, until
+//! SIGTERM. It is `examples/hostdir/src/main.rs` of the repository, which
+//! CI builds and runs csi-sanity against, so it is not compiled here.
+//!
+//! <!-- examples/hostdir/src/main.rs -->
+//! ```ignore
+//! //! A complete CSI driver: the HostDir provisioner (a directory per volume
+//! //! within a capacity budget) served by pav-csi. Run it as root, with no
+//! //! cluster, and talk CSI to its socket (scripts/csi-sanity.sh does):
+//! //!
+//! //! ```text
+//! //! cargo run -p hostdir -- --endpoint /tmp/hostdir.sock --dir /tmp/hostdir --node-id $(hostname)
+//! //! ```
+//!
+//! mod provisioner;
+//!
+//! use std::path::PathBuf;
+//!
+//! use clap::Parser;
+//! use pav_sdk::Provisioner;
+//!
+//! use crate::provisioner::HostDir;
+//!
+//! /// Serve HostDir volumes as a CSI driver on a Unix socket.
+//! #[derive(Debug, Parser)]
+//! struct Cli {
+//!     /// Unix socket to serve on (`unix://` prefix accepted, as CSI sidecars pass it).
+//!     #[arg(long)]
+//!     endpoint: String,
+//!     /// Directory holding the volumes.
+//!     #[arg(long, default_value = "/var/lib/hostdir")]
+//!     dir: PathBuf,
+//!     /// Bytes all volumes together may reserve.
+//!     #[arg(long, default_value_t = 16 << 30)]
+//!     budget: u64,
+//!     /// This node's id, for the node service (CSI `NodeGetInfo`).
+//!     #[arg(long)]
+//!     node_id: String,
+//!     /// Kubelet's root directory: volumes are staged and published only inside it.
+//!     #[arg(long, default_value = pav_csi::DEFAULT_KUBELET_DIR)]
+//!     kubelet_dir: PathBuf,
+//! }
+//!
+//! // #[tokio::main] needs tokio's "macros" and "rt-multi-thread" features;
+//! // pav-csi enables what it needs itself.
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // pav-csi logs each call through `tracing`: without a subscriber, a
+//!     // driver logs nothing. RUST_LOG=debug shows more.
+//!     tracing_subscriber::fmt()
+//!         .with_env_filter(
+//!             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+//!         )
+//!         .init();
+//!     let cli = Cli::parse();
+//!     let socket = PathBuf::from(cli.endpoint.trim_start_matches("unix://"));
+//!
+//!     let provisioner = Provisioner::new(HostDir::new(cli.dir, cli.budget)?)
+//!         .with_create()
+//!         .with_delete()
+//!         .with_stage();
+//!     // Controller and node on one socket; a cluster runs one controller
+//!     // (with the external-provisioner sidecar) and a node plugin per node.
+//!     pav_csi::Driver::builder("hostdir.example.com")
+//!         .provisioner(provisioner)
+//!         .serve_controller(&socket)
+//!         .serve_node(&socket, cli.node_id)
+//!         .kubelet_dir(cli.kubelet_dir)
+//!         .run() // until SIGTERM or SIGINT
+//!         .await?;
+//!     Ok(())
+//! }
 //! ```
+//!
+//! Its `Cargo.toml` dependencies: `pav-sdk`, `pav-csi`, `clap` (feature
+//! `derive`), `tracing-subscriber` (feature `env-filter`) and `tokio` with
+//! the features `macros` and `rt-multi-thread`, which `#[tokio::main]`
+//! needs; pav-csi enables the runtime features it uses itself (`net`,
+//! `signal`, `sync`, `time`, `fs`).
+//!
+//! # Logging
+//!
+//! pav-csi logs through [`tracing`](https://docs.rs/tracing): each
+//! mutating call at `info` (with the volume id or name), provisioner
+//! failures at `warn`, the deletion of a volume whose Create answer CSI
+//! cannot carry at `error`. A driver without
+//! a subscriber logs nothing at all: install one in `main`, as above
+//! (`tracing_subscriber::fmt()` with an `EnvFilter`, so `RUST_LOG` works).
+//! Request strings are logged escaped (`Debug`), so a newline in an id or a
+//! path cannot forge a log line, and secrets are never logged.
 //!
 //! What pav-csi does so the provisioner does not have to:
 //!

@@ -389,6 +389,64 @@ async fn validate_volume_capabilities() {
 }
 
 #[tokio::test]
+async fn without_validate_a_missing_volume_is_not_found() {
+    let mut h = Harness::start_with(common::Options {
+        validate: false,
+        ..Default::default()
+    })
+    .await;
+    let id = h
+        .controller
+        .create_volume(create_request("v"))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap()
+        .volume_id;
+    let request = |volume_id: &str| csi::ValidateVolumeCapabilitiesRequest {
+        volume_id: volume_id.into(),
+        volume_capabilities: vec![capability(VolumeMode::Filesystem)],
+        ..Default::default()
+    };
+    let ok = h
+        .controller
+        .validate_volume_capabilities(request(&id))
+        .await;
+    assert!(ok.unwrap().get_ref().confirmed.is_some());
+    for missing in ["nope", "../victim"] {
+        let status = h
+            .controller
+            .validate_volume_capabilities(request(missing))
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::NotFound, "{missing}");
+    }
+    assert!(!h.provisioner.calls().contains(&"validate"));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_created_volume_csi_cannot_carry_is_deleted() {
+    let mut h = Harness::start().await;
+    let too_long = "h".repeat(129);
+    for (name, handle) in [("long", too_long.as_str()), ("escape", "vol\u{1b}[0m")] {
+        let mut req = create_request(name);
+        req.parameters.insert("handle".into(), handle.into());
+        let status = h.controller.create_volume(req).await.unwrap_err();
+        assert_eq!(status.code(), Code::Internal, "{name}");
+        assert!(status.message().contains("volume_id"), "{status:?}");
+        assert!(status.message().contains("it was deleted"), "{status:?}");
+    }
+    assert!(
+        h.provisioner.volumes.lock().unwrap().is_empty(),
+        "nothing leaked"
+    );
+    assert_eq!(h.provisioner.creates.load(Ordering::SeqCst), 2);
+    h.stop().await;
+}
+
+#[tokio::test]
 async fn unserved_rpcs_answer_unimplemented() {
     let mut h = Harness::start().await;
     let publish = h

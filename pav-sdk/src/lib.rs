@@ -30,67 +30,153 @@
 //!
 //! # A complete provisioner
 //!
-//! Each volume is a directory under a root: Create makes it, Delete removes it,
-//! Stage says where it is. This is everything an author writes; handing
-//! `provisioner` to `pav_csi::Driver::builder("example.com/hostdir")` serves it.
+//! Each volume is a directory under a root, within a capacity budget:
+//! Create makes it, Delete removes it, Stage says where it is, and pav-csi
+//! bind-mounts it for the pod. This is everything an author writes; it is
+//! `examples/hostdir/src/provisioner.rs` of the repository, whose `main`
+//! (on [pav-csi's front page](https://docs.rs/pav-csi)) serves it, and CI
+//! runs the CSI conformance suite (csi-sanity) against it.
 //!
+//! <!-- examples/hostdir/src/provisioner.rs -->
 //! ```
-//! use pav_sdk::{
-//!     Create, CreateRequest, Delete, DeleteRequest, Error, Provisioner, Result, Stage,
-//!     StageRequest, Staged, Volume,
-//! };
-//! use std::path::PathBuf;
+//! // HostDir: each volume is a directory on the node, within a capacity
+//! // budget. This file is pav-sdk's front-page example (examples/hostdir in
+//! // the repository, run against csi-sanity in CI).
 //!
-//! /// Each volume is a directory named after its handle.
-//! struct HostDir {
+//! use std::path::{Path, PathBuf};
+//! use std::sync::Mutex;
+//!
+//! use pav_sdk::{
+//!     Create, CreateRequest, Delete, DeleteRequest, Error, Result, Stage, StageRequest, Staged,
+//!     Volume, VolumeId, async_trait,
+//! };
+//!
+//! /// Size of a volume whose claim asks for none: 1 GiB.
+//! const DEFAULT_SIZE: u64 = 1 << 30;
+//!
+//! /// Volumes live in `<root>/volumes/<id>/`: the volume's files in `data/`,
+//! /// its size in bytes in `size`. A volume is built in `<root>/partial/<id>/`
+//! /// and renamed into place, so a crash never leaves half a volume.
+//! pub struct HostDir {
 //!     root: PathBuf,
+//!     /// Bytes all volumes together may reserve.
+//!     budget: u64,
+//!     /// Held while creating, so two volumes cannot both fit in the last space.
+//!     creating: Mutex<()>,
 //! }
 //!
-//! #[pav_sdk::async_trait]
-//! impl Create for HostDir {
-//!     async fn create(&self, req: CreateRequest) -> Result<Volume> {
-//!         if let Some(bad) = req.parameters.keys().next() {
-//!             return Err(Error::InvalidArgument(format!("unknown parameter {bad:?}")));
+//! impl HostDir {
+//!     /// Keeps volumes under `root`, reserving at most `budget` bytes.
+//!     pub fn new(root: PathBuf, budget: u64) -> std::io::Result<Self> {
+//!         for dir in ["volumes", "partial"] {
+//!             std::fs::create_dir_all(root.join(dir))?;
 //!         }
-//!         let handle = format!("hostdir-{}", req.name);
-//!         std::fs::create_dir_all(self.root.join(&handle))?;
-//!         // Directories are not size-limited: report the request back.
-//!         Ok(Volume::new(handle, req.capacity.min_bytes.unwrap_or(0)))
+//!         let creating = Mutex::new(());
+//!         Ok(Self {
+//!             root,
+//!             budget,
+//!             creating,
+//!         })
+//!     }
+//!
+//!     /// The directory of volume `id`. The id comes from the CO: only
+//!     /// `path_component` makes it safe to join (`..` or `a/b` are refused).
+//!     fn volume(&self, id: &VolumeId) -> Result<PathBuf> {
+//!         Ok(self.root.join("volumes").join(id.path_component()?))
+//!     }
+//!
+//!     /// The recorded size of the volume in `dir`, `None` if there is none.
+//!     fn size(dir: &Path) -> Result<Option<u64>> {
+//!         match std::fs::read_to_string(dir.join("size")) {
+//!             Ok(text) => Ok(Some(text.trim().parse().map_err(Error::internal)?)),
+//!             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+//!             Err(e) => Err(e.into()),
+//!         }
+//!     }
+//!
+//!     /// Bytes reserved by all volumes.
+//!     fn reserved(&self) -> Result<u64> {
+//!         let mut total = 0;
+//!         for entry in std::fs::read_dir(self.root.join("volumes"))? {
+//!             total += Self::size(&entry?.path())?.unwrap_or(0);
+//!         }
+//!         Ok(total)
 //!     }
 //! }
 //!
-//! #[pav_sdk::async_trait]
+//! #[async_trait]
+//! impl Create for HostDir {
+//!     async fn create(&self, req: CreateRequest) -> Result<Volume> {
+//!         if let Some(key) = req.parameters.keys().next() {
+//!             return Err(Error::InvalidArgument(format!("unknown parameter {key:?}")));
+//!         }
+//!         // The handle is the name: Delete gets only the handle, and the name
+//!         // is all it needs. A name that cannot be a directory is refused.
+//!         let id = VolumeId::new(req.name);
+//!         let dir = self
+//!             .volume(&id)
+//!             .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+//!         let _one_at_a_time = self.creating.lock().unwrap_or_else(|e| e.into_inner());
+//!         if let Some(size) = Self::size(&dir)? {
+//!             // Created before (a retry): the same volume, if it still fits the request.
+//!             return match req.capacity.contains(size) {
+//!                 true => Ok(Volume::new(id, size)),
+//!                 false => Err(Error::AlreadyExists(format!(
+//!                     "volume {id} has {size} bytes"
+//!                 ))),
+//!             };
+//!         }
+//!         let size = req.capacity.choose(DEFAULT_SIZE, 1)?;
+//!         if size > self.budget {
+//!             let budget = self.budget;
+//!             return Err(Error::OutOfRange(format!(
+//!                 "{size} bytes exceed the budget of {budget}"
+//!             )));
+//!         }
+//!         if self.reserved()?.saturating_add(size) > self.budget {
+//!             return Err(Error::ResourceExhausted(format!(
+//!                 "no room for {size} more bytes"
+//!             )));
+//!         }
+//!         let partial = self.root.join("partial").join(id.path_component()?);
+//!         if partial.exists() {
+//!             std::fs::remove_dir_all(&partial)?; // left by a crash
+//!         }
+//!         std::fs::create_dir_all(partial.join("data"))?;
+//!         std::fs::write(partial.join("size"), size.to_string())?;
+//!         std::fs::rename(&partial, &dir)?;
+//!         Ok(Volume::new(id, size))
+//!     }
+//!
+//!     async fn exists(&self, id: &VolumeId) -> Result<bool> {
+//!         Ok(Self::size(&self.volume(id)?)?.is_some())
+//!     }
+//! }
+//!
+//! #[async_trait]
 //! impl Delete for HostDir {
 //!     async fn delete(&self, req: DeleteRequest) -> Result<()> {
-//!         match std::fs::remove_dir_all(self.root.join(&req.handle)) {
+//!         // An id that is no directory name is NOT_FOUND, which is "deleted".
+//!         match std::fs::remove_dir_all(self.volume(&req.handle)?) {
 //!             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
 //!             _ => Ok(()), // already gone is success
 //!         }
 //!     }
 //! }
 //!
-//! #[pav_sdk::async_trait]
+//! #[async_trait]
 //! impl Stage for HostDir {
 //!     async fn stage(&self, req: StageRequest) -> Result<Staged> {
-//!         let dir = self.root.join(&req.handle);
-//!         match dir.is_dir() {
-//!             true => Ok(Staged::at(dir)), // pav-csi bind-mounts it for the pod
-//!             false => Err(Error::NotFound(req.handle)),
+//!         let data = self.volume(&req.handle)?.join("data");
+//!         match data.is_dir() {
+//!             true => Ok(Staged::at(data)), // pav-csi bind-mounts it for the pod
+//!             false => Err(Error::NotFound(format!(
+//!                 "volume {} does not exist",
+//!                 req.handle
+//!             ))),
 //!         }
 //!     }
 //! }
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<()> {
-//! let root = std::env::temp_dir().join("pav-sdk-doctest");
-//! let provisioner = Provisioner::new(HostDir { root }).with_create().with_delete().with_stage();
-//!
-//! let req = pav_sdk::build::create("pvc-1", pav_sdk::VolumeMode::Filesystem);
-//! let volume = provisioner.create().unwrap().create(req).await?;
-//! assert_eq!(volume.handle, "hostdir-pvc-1");
-//! provisioner.delete().unwrap().delete(pav_sdk::build::delete(volume.handle)).await?;
-//! # Ok(())
-//! # }
 //! ```
 //!
 //! # Rules a provisioner follows
@@ -113,6 +199,7 @@
 mod error;
 mod provisioner;
 mod types;
+mod volume_id;
 
 pub use async_trait::async_trait;
 pub use error::{Error, Result};
@@ -122,3 +209,4 @@ pub use types::{
     PodInfo, Secrets, StageRequest, Staged, Topology, TopologyRequirement, UnstageRequest,
     ValidateRequest, Volume, VolumeMode, build,
 };
+pub use volume_id::{PathComponentError, VolumeId};

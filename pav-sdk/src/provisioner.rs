@@ -7,6 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::Result;
+use crate::VolumeId;
 use crate::types::{
     AccessMode, CreateRequest, DeleteRequest, StageRequest, Staged, UnstageRequest,
     ValidateRequest, Volume, VolumeMode,
@@ -31,6 +32,15 @@ pub trait Validate: Send + Sync {
 pub trait Create: Send + Sync {
     /// Creates the volume named `req.name`, or returns it if it already exists.
     async fn create(&self, req: CreateRequest) -> Result<Volume>;
+
+    /// Whether the volume `volume` exists (CSI `ValidateVolumeCapabilities`
+    /// answers `NOT_FOUND` when it does not, before [`Validate`] runs).
+    ///
+    /// Required because only the provisioner knows, also after a restart:
+    /// answer from the storage itself, not from memory. An id this
+    /// provisioner could never have issued (see
+    /// [`VolumeId::path_component`]) does not exist.
+    async fn exists(&self, volume: &VolumeId) -> Result<bool>;
 }
 
 /// Deletes volumes. Without it, deleting is a no-op: there is nothing to delete.
@@ -74,7 +84,10 @@ pub trait Unstage: Send + Sync {
 /// # use pav_sdk::*;
 /// # struct Mine;
 /// # #[async_trait::async_trait]
-/// # impl Create for Mine { async fn create(&self, r: CreateRequest) -> Result<Volume> { Ok(Volume::new(r.name, 0)) } }
+/// # impl Create for Mine {
+/// #     async fn create(&self, r: CreateRequest) -> Result<Volume> { Ok(Volume::new(r.name, 0)) }
+/// #     async fn exists(&self, _: &VolumeId) -> Result<bool> { Ok(false) }
+/// # }
 /// let p = Provisioner::new(Mine).with_create();
 /// assert!(p.create().is_some() && p.delete().is_none());
 /// ```

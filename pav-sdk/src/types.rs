@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::{Error, Result};
+use crate::{Error, Result, VolumeId};
 
 /// StorageClass parameters or a volume's context: string keys to string values.
 pub type Parameters = BTreeMap<String, String>;
@@ -199,7 +199,7 @@ pub struct MountOptions {
 #[non_exhaustive]
 pub struct ValidateRequest {
     /// The existing volume's handle, for static provisioning and capability checks.
-    pub handle: Option<String>,
+    pub handle: Option<VolumeId>,
     /// Requested volume mode.
     pub volume_mode: VolumeMode,
     /// Requested access modes (at least one).
@@ -284,8 +284,9 @@ impl Volume {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DeleteRequest {
-    /// The volume handle.
-    pub handle: String,
+    /// The volume handle: all Delete is told, so the handle must encode
+    /// whatever deleting the volume needs (or name a record that does).
+    pub handle: VolumeId,
     /// Secrets for the operation.
     pub secrets: Secrets,
 }
@@ -295,7 +296,7 @@ pub struct DeleteRequest {
 #[non_exhaustive]
 pub struct StageRequest {
     /// The volume handle.
-    pub handle: String,
+    pub handle: VolumeId,
     /// The node this runs on (as given to `serve_node`).
     pub node_id: String,
     /// Kubelet's per-volume staging directory on this node. A provisioner may
@@ -361,7 +362,7 @@ impl Staged {
 #[non_exhaustive]
 pub struct UnstageRequest {
     /// The volume handle.
-    pub handle: String,
+    pub handle: VolumeId,
     /// The node this runs on.
     pub node_id: String,
     /// The staging directory that was passed to Stage (the publish target
@@ -407,7 +408,7 @@ pub mod build {
     }
 
     /// A [`ValidateRequest`] for the existing volume `handle`.
-    pub fn validate_existing(handle: impl Into<String>, mode: VolumeMode) -> ValidateRequest {
+    pub fn validate_existing(handle: impl Into<VolumeId>, mode: VolumeMode) -> ValidateRequest {
         ValidateRequest {
             handle: Some(handle.into()),
             volume_mode: mode,
@@ -421,7 +422,7 @@ pub mod build {
     }
 
     /// A [`DeleteRequest`] for `handle`.
-    pub fn delete(handle: impl Into<String>) -> DeleteRequest {
+    pub fn delete(handle: impl Into<VolumeId>) -> DeleteRequest {
         DeleteRequest {
             handle: handle.into(),
             secrets: Secrets::default(),
@@ -430,7 +431,7 @@ pub mod build {
 
     /// A read-write `SingleNodeWriter` [`StageRequest`].
     pub fn stage(
-        handle: impl Into<String>,
+        handle: impl Into<VolumeId>,
         node_id: impl Into<String>,
         target_path: impl Into<PathBuf>,
         mode: VolumeMode,
@@ -451,7 +452,7 @@ pub mod build {
 
     /// An [`UnstageRequest`].
     pub fn unstage(
-        handle: impl Into<String>,
+        handle: impl Into<VolumeId>,
         node_id: impl Into<String>,
         target_path: impl Into<PathBuf>,
     ) -> UnstageRequest {

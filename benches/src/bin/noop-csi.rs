@@ -108,6 +108,14 @@ impl Create for Noop {
         }
         Ok(Volume::new(handle, req.capacity.min_bytes.unwrap_or(0)))
     }
+
+    /// With per-volume directories, a volume exists while its directory
+    /// does; without, noop-csi keeps nothing, so every handle of the shape
+    /// it issues names a volume.
+    async fn exists(&self, volume: &pav_sdk::VolumeId) -> Result<bool> {
+        let dir = self.volume_dir(volume)?;
+        Ok(!self.per_volume_dirs || dir.is_dir())
+    }
 }
 
 #[pav_sdk::async_trait]

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use pav_sdk::{
     Create, CreateRequest, Delete, DeleteRequest, Error, Result, Stage, StageRequest, Staged,
-    Unstage, UnstageRequest, Validate, ValidateRequest, Volume, VolumeMode, async_trait,
+    Unstage, UnstageRequest, Validate, ValidateRequest, Volume, VolumeId, VolumeMode, async_trait,
 };
 use tokio::process::Command;
 
@@ -186,6 +186,11 @@ impl Create for SparseFiles {
         make_image(&partial, &image, size)?;
         tracing::info!(name = %req.name, %handle, size, "created sparse file");
         Ok(Volume::new(handle, size))
+    }
+
+    async fn exists(&self, id: &VolumeId) -> Result<bool> {
+        // A handle this driver never issues is NOT_FOUND: it does not exist.
+        Ok(self.image(id)?.is_file())
     }
 }
 

@@ -11,8 +11,8 @@ use std::time::Duration;
 use pav_csi::csi;
 use pav_sdk::{
     AccessMode, Create, CreateRequest, Delete, DeleteRequest, Error, Provisioner, Result, Stage,
-    StageRequest, Staged, Unstage, UnstageRequest, Validate, ValidateRequest, Volume, VolumeMode,
-    async_trait,
+    StageRequest, Staged, Unstage, UnstageRequest, Validate, ValidateRequest, Volume, VolumeId,
+    VolumeMode, async_trait,
 };
 use tonic::transport::Channel;
 
@@ -77,7 +77,7 @@ impl Validate for Memory {
                 .values()
                 .any(|v| &v.handle == handle)
         {
-            return Err(Error::NotFound(handle.clone()));
+            return Err(Error::NotFound(handle.to_string()));
         }
         if req.parameters.contains_key("reject") {
             return Err(Error::InvalidArgument("rejected by test".into()));
@@ -101,10 +101,22 @@ impl Create for Memory {
         }
         self.creates.fetch_add(1, Ordering::SeqCst);
         let size = req.capacity.choose(1 << 20, 1 << 20)?;
-        let volume = Volume::new(format!("vol-{}", req.name.len() + volumes.len()), size)
-            .with_context("origin", "memory");
+        // The `handle` parameter makes the test's choice of handle, valid or not.
+        let handle = (req.parameters.get("handle").cloned())
+            .unwrap_or_else(|| format!("vol-{}", req.name.len() + volumes.len()));
+        let volume = Volume::new(handle, size).with_context("origin", "memory");
         volumes.insert(req.name, volume.clone());
         Ok(volume)
+    }
+
+    async fn exists(&self, id: &VolumeId) -> Result<bool> {
+        self.record("exists");
+        Ok(self
+            .volumes
+            .lock()
+            .unwrap()
+            .values()
+            .any(|v| v.handle == *id))
     }
 }
 
@@ -130,7 +142,7 @@ impl Stage for Memory {
         if req.handle == "missing" {
             return Err(Error::NotFound("no such volume".into()));
         }
-        let path = self.root.join("backing").join(&req.handle);
+        let path = self.root.join("backing").join(req.handle.path_component()?);
         match req.volume_mode {
             VolumeMode::Filesystem => std::fs::create_dir_all(&path)?,
             VolumeMode::Block => {
@@ -169,6 +181,8 @@ pub struct Harness {
 pub struct Options {
     /// Validate, Create and Delete (else Stage and Unstage only).
     pub controller_ops: bool,
+    /// With `controller_ops`: Validate too (else only Create and Delete).
+    pub validate: bool,
     /// Stage per client pod in NodePublishVolume.
     pub stage_on_publish: bool,
     /// Report node topology (and so advertise accessibility constraints).
@@ -183,6 +197,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             controller_ops: true,
+            validate: true,
             stage_on_publish: false,
             topology: true,
             block: true,
@@ -205,7 +220,10 @@ impl Harness {
         let socket = dir.path().join("csi.sock");
         let mut provisioner = Provisioner::new(Memory::new(dir.path().to_owned()));
         if options.controller_ops {
-            provisioner = provisioner.with_validate().with_create().with_delete();
+            provisioner = provisioner.with_create().with_delete();
+        }
+        if options.controller_ops && options.validate {
+            provisioner = provisioner.with_validate();
         }
         provisioner = provisioner.with_stage().with_unstage();
         if options.stage_on_publish {

@@ -592,6 +592,19 @@ impl Create for PodController {
         }
         result
     }
+
+    /// A volume exists while a PersistentVolume of this driver has its handle.
+    async fn exists(&self, volume: &pav_sdk::VolumeId) -> Result<bool> {
+        let _ = self.volumes.wait_until_ready().await;
+        let provisioner = &self.cluster.provisioner;
+        let found = self.volumes.find(|pv| {
+            pv.spec
+                .as_ref()
+                .and_then(|s| s.csi.as_ref())
+                .is_some_and(|c| &c.driver == provisioner && c.volume_handle == *volume)
+        });
+        Ok(found.is_some())
+    }
 }
 
 #[pav_sdk::async_trait]

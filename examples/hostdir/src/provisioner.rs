@@ -1,0 +1,138 @@
+// HostDir: each volume is a directory on the node, within a capacity
+// budget. This file is pav-sdk's front-page example (examples/hostdir in
+// the repository, run against csi-sanity in CI).
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use pav_sdk::{
+    Create, CreateRequest, Delete, DeleteRequest, Error, Result, Stage, StageRequest, Staged,
+    Volume, VolumeId, async_trait,
+};
+
+/// Size of a volume whose claim asks for none: 1 GiB.
+const DEFAULT_SIZE: u64 = 1 << 30;
+
+/// Volumes live in `<root>/volumes/<id>/`: the volume's files in `data/`,
+/// its size in bytes in `size`. A volume is built in `<root>/partial/<id>/`
+/// and renamed into place, so a crash never leaves half a volume.
+pub struct HostDir {
+    root: PathBuf,
+    /// Bytes all volumes together may reserve.
+    budget: u64,
+    /// Held while creating, so two volumes cannot both fit in the last space.
+    creating: Mutex<()>,
+}
+
+impl HostDir {
+    /// Keeps volumes under `root`, reserving at most `budget` bytes.
+    pub fn new(root: PathBuf, budget: u64) -> std::io::Result<Self> {
+        for dir in ["volumes", "partial"] {
+            std::fs::create_dir_all(root.join(dir))?;
+        }
+        let creating = Mutex::new(());
+        Ok(Self {
+            root,
+            budget,
+            creating,
+        })
+    }
+
+    /// The directory of volume `id`. The id comes from the CO: only
+    /// `path_component` makes it safe to join (`..` or `a/b` are refused).
+    fn volume(&self, id: &VolumeId) -> Result<PathBuf> {
+        Ok(self.root.join("volumes").join(id.path_component()?))
+    }
+
+    /// The recorded size of the volume in `dir`, `None` if there is none.
+    fn size(dir: &Path) -> Result<Option<u64>> {
+        match std::fs::read_to_string(dir.join("size")) {
+            Ok(text) => Ok(Some(text.trim().parse().map_err(Error::internal)?)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Bytes reserved by all volumes.
+    fn reserved(&self) -> Result<u64> {
+        let mut total = 0;
+        for entry in std::fs::read_dir(self.root.join("volumes"))? {
+            total += Self::size(&entry?.path())?.unwrap_or(0);
+        }
+        Ok(total)
+    }
+}
+
+#[async_trait]
+impl Create for HostDir {
+    async fn create(&self, req: CreateRequest) -> Result<Volume> {
+        if let Some(key) = req.parameters.keys().next() {
+            return Err(Error::InvalidArgument(format!("unknown parameter {key:?}")));
+        }
+        // The handle is the name: Delete gets only the handle, and the name
+        // is all it needs. A name that cannot be a directory is refused.
+        let id = VolumeId::new(req.name);
+        let dir = self
+            .volume(&id)
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let _one_at_a_time = self.creating.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(size) = Self::size(&dir)? {
+            // Created before (a retry): the same volume, if it still fits the request.
+            return match req.capacity.contains(size) {
+                true => Ok(Volume::new(id, size)),
+                false => Err(Error::AlreadyExists(format!(
+                    "volume {id} has {size} bytes"
+                ))),
+            };
+        }
+        let size = req.capacity.choose(DEFAULT_SIZE, 1)?;
+        if size > self.budget {
+            let budget = self.budget;
+            return Err(Error::OutOfRange(format!(
+                "{size} bytes exceed the budget of {budget}"
+            )));
+        }
+        if self.reserved()?.saturating_add(size) > self.budget {
+            return Err(Error::ResourceExhausted(format!(
+                "no room for {size} more bytes"
+            )));
+        }
+        let partial = self.root.join("partial").join(id.path_component()?);
+        if partial.exists() {
+            std::fs::remove_dir_all(&partial)?; // left by a crash
+        }
+        std::fs::create_dir_all(partial.join("data"))?;
+        std::fs::write(partial.join("size"), size.to_string())?;
+        std::fs::rename(&partial, &dir)?;
+        Ok(Volume::new(id, size))
+    }
+
+    async fn exists(&self, id: &VolumeId) -> Result<bool> {
+        Ok(Self::size(&self.volume(id)?)?.is_some())
+    }
+}
+
+#[async_trait]
+impl Delete for HostDir {
+    async fn delete(&self, req: DeleteRequest) -> Result<()> {
+        // An id that is no directory name is NOT_FOUND, which is "deleted".
+        match std::fs::remove_dir_all(self.volume(&req.handle)?) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+            _ => Ok(()), // already gone is success
+        }
+    }
+}
+
+#[async_trait]
+impl Stage for HostDir {
+    async fn stage(&self, req: StageRequest) -> Result<Staged> {
+        let data = self.volume(&req.handle)?.join("data");
+        match data.is_dir() {
+            true => Ok(Staged::at(data)), // pav-csi bind-mounts it for the pod
+            false => Err(Error::NotFound(format!(
+                "volume {} does not exist",
+                req.handle
+            ))),
+        }
+    }
+}
