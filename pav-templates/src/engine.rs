@@ -20,7 +20,13 @@ use std::cell::RefCell;
 use minijinja::value::{Kwargs, StringInput, Value, ValueKind, ValueOrKwargs};
 use minijinja::{AutoEscape, Environment, Error as JinjaError, ErrorKind, Output, State};
 
+mod json;
 pub mod nesting;
+mod numbers;
+mod pyrepr;
+mod strings;
+
+use numbers::python_number;
 
 /// Evaluation budget of one field's template, in minijinja fuel units
 /// (roughly one per instruction). The encryption example's largest field
@@ -61,8 +67,23 @@ pub(crate) fn environment() -> Environment<'static> {
     env.set_recursion_limit(RECURSION_LIMIT);
     env.set_formatter(format_output);
     env.add_filter("tobash", tobash_filter);
-    env.add_filter("tojson", tojson_filter);
-    env.add_filter("int", int_filter);
+    env.add_filter("tojson", json::tojson_filter);
+    env.add_filter("int", numbers::int_filter);
+    env.add_filter("float", numbers::float_filter);
+    env.add_filter("default", strings::default_filter);
+    env.add_filter("d", strings::default_filter);
+    env.add_filter("center", strings::center_filter);
+    env.add_filter("escape", strings::escape_filter);
+    env.add_filter("e", strings::escape_filter);
+    env.add_filter("forceescape", strings::escape_filter);
+    env.add_filter("urlencode", strings::urlencode_filter);
+    env.add_filter("wordcount", strings::wordcount_filter);
+    env.add_filter("truncate", strings::truncate_filter);
+    env.add_filter("filesizeformat", minijinja_contrib::filters::filesizeformat);
+    env.add_filter("striptags", minijinja_contrib::filters::striptags);
+    env.add_function("cycler", minijinja_contrib::globals::cycler);
+    env.add_function("joiner", minijinja_contrib::globals::joiner);
+    env.add_test("sequence", strings::is_sequence);
     env.add_filter("string", string_filter);
     env.add_filter("pprint", pprint_filter);
     env.add_filter("join", join_filter);
@@ -101,6 +122,26 @@ fn python_method(
             // Exhausts the fuel: the same error as any other overspending.
             state.consume_fuel(remaining.saturating_add(1))?;
         }
+    }
+    if let Some(text) = value.as_str()
+        && let Some(result) = strings::str_method(state, text, method, args)
+    {
+        return result;
+    }
+    // The copies and lookups Jinja2's immutable sandbox allows on lists and
+    // dicts (values here are immutable: a copy is the value itself).
+    match (value.kind(), method) {
+        (ValueKind::Seq | ValueKind::Map, "copy") if args.is_empty() => return Ok(value.clone()),
+        (ValueKind::Seq, "index") if args.len() == 1 => {
+            return value
+                .try_iter()?
+                .position(|item| item == args[0])
+                .map(Value::from)
+                .ok_or_else(|| {
+                    JinjaError::new(ErrorKind::InvalidOperation, "value is not in list")
+                });
+        }
+        _ => {}
     }
     minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
 }
@@ -220,63 +261,6 @@ fn format_output(
     .map_err(|_| JinjaError::new(ErrorKind::WriteFailure, "could not write output"))
 }
 
-/// Renders numbers the way Python's `str()` does, so shell commands built by
-/// existing PaV templates see the same text (`1.0`, `1e+16`, `1e-05`).
-fn python_number(value: &Value) -> String {
-    // Serialising is the public way to tell 2.0 from 2.
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::Number(n)) if n.is_f64() => {
-            python_float(n.as_f64().unwrap_or(f64::NAN))
-        }
-        Ok(serde_json::Value::Number(n)) => n.to_string(),
-        _ => match f64::try_from(value.clone()) {
-            Ok(float) => python_float(float),
-            Err(_) => value.to_string(),
-        },
-    }
-}
-
-fn python_float(float: f64) -> String {
-    if float.is_nan() {
-        return "nan".to_owned();
-    }
-    if float.is_infinite() {
-        return if float > 0.0 { "inf" } else { "-inf" }.to_owned();
-    }
-    // `{:e}` gives the shortest digits that round-trip, as Python's repr does.
-    let scientific = format!("{float:e}");
-    let (mantissa, exp) = scientific.split_once('e').unwrap_or((&scientific, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let (sign, mantissa) = match mantissa.strip_prefix('-') {
-        Some(rest) => ("-", rest),
-        None => ("", mantissa),
-    };
-    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
-    if (-4..16).contains(&exp) {
-        let point = exp + 1;
-        let (int_part, frac_part) = if point <= 0 {
-            let zeros = "0".repeat(point.unsigned_abs() as usize);
-            ("0".to_owned(), format!("{zeros}{digits}"))
-        } else {
-            let point = point as usize;
-            if digits.len() > point {
-                (digits[..point].to_owned(), digits[point..].to_owned())
-            } else {
-                (format!("{digits:0<point$}"), String::new())
-            }
-        };
-        let frac_part = if frac_part.is_empty() {
-            "0".to_owned()
-        } else {
-            frac_part
-        };
-        format!("{sign}{int_part}.{frac_part}")
-    } else {
-        let exp_sign = if exp < 0 { '-' } else { '+' };
-        format!("{sign}{mantissa}e{exp_sign}{:02}", exp.unsigned_abs())
-    }
-}
-
 /// How a kind of value is named in messages ("a list", "none").
 pub(crate) fn kind_name(kind: ValueKind) -> &'static str {
     match kind {
@@ -357,108 +341,19 @@ pub fn tobash(text: &str) -> String {
     out
 }
 
-/// Jinja2's `int`: numbers are truncated, strings parsed in `base` (or as a
-/// float, then truncated), and anything that does not parse gives `default`
-/// (0) instead of an error, as existing templates expect.
-fn int_filter(
-    value: &Value,
-    default: Option<Value>,
-    base: Option<u32>,
-    kwargs: Kwargs,
-) -> Result<Value, JinjaError> {
-    let default = match default {
-        Some(default) => default,
-        None => kwargs
-            .get::<Option<Value>>("default")?
-            .unwrap_or(Value::from(0)),
-    };
-    let base: u32 = match base {
-        Some(base) => base,
-        None => kwargs.get::<Option<u32>>("base")?.unwrap_or(10),
-    };
-    kwargs.assert_all_used()?;
-    if !(2..=36).contains(&base) {
-        return Err(JinjaError::new(
-            ErrorKind::InvalidOperation,
-            "int(): base must be between 2 and 36",
-        ));
-    }
-    let parsed = match value.kind() {
-        ValueKind::Bool => Some(Value::from(i64::from(value.is_true()))),
-        ValueKind::Number => match serde_json::to_value(value) {
-            Ok(serde_json::Value::Number(n)) if n.is_f64() => {
-                n.as_f64().map(|f| Value::from(f.trunc() as i64))
-            }
-            _ => Some(value.clone()),
-        },
-        ValueKind::String => {
-            let text = value.as_str().unwrap_or_default().trim().replace('_', "");
-            let unprefixed = match base {
-                16 => text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")),
-                8 => text.strip_prefix("0o").or_else(|| text.strip_prefix("0O")),
-                2 => text.strip_prefix("0b").or_else(|| text.strip_prefix("0B")),
-                _ => None,
-            }
-            .unwrap_or(&text);
-            i64::from_str_radix(unprefixed, base)
-                .ok()
-                .map(Value::from)
-                .or_else(|| {
-                    (base == 10)
-                        .then(|| text.parse::<f64>().ok())
-                        .flatten()
-                        .filter(|f| f.is_finite())
-                        .map(|f| Value::from(f.trunc() as i64))
-                })
-        }
-        _ => None,
-    };
-    Ok(parsed.unwrap_or(default))
-}
-
-fn tojson_filter(
-    state: &State<'_, '_>,
-    value: &Value,
-    indent: Option<Value>,
-    kwargs: Kwargs,
-) -> Result<Value, JinjaError> {
-    check_value_shape(state, "tojson", value)?;
-    let indent = match indent {
-        Some(indent) => Some(indent),
-        None => kwargs.get::<Option<Value>>("indent")?,
-    };
-    kwargs.assert_all_used()?;
-    let indent = match indent {
-        None => None,
-        Some(v) if v.is_none() => None,
-        Some(v) => Some(usize::try_from(v)?),
-    };
-    let json = serde_json::to_value(value).map_err(|err| {
-        JinjaError::new(ErrorKind::InvalidOperation, "cannot serialize to JSON").with_source(err)
-    })?;
-    // Indentation is repeated on every line, so `indent=1000000000` would
-    // allocate gigabytes before fuel is charged for the result: check first.
-    if let (Some(width), Some((_, remaining))) = (indent, state.fuel_levels()) {
-        let affordable = remaining.saturating_mul(BYTES_PER_FUEL);
-        if indentation_bytes(&json, width as u64, 0) > affordable {
-            state.consume_fuel(remaining.saturating_add(1))?;
-        }
-    }
-    let mut out = String::new();
-    write_python_json(&mut out, &json, indent, 0);
-    Ok(Value::from(out))
-}
-
 /// minijinja's `string`, for values [`check_value_shape`] accepts.
 fn string_filter(state: &State<'_, '_>, value: &Value) -> Result<Value, JinjaError> {
     check_value_shape(state, "string", value)?;
-    minijinja::filters::string(state, value)
+    if value.is_safe() {
+        return Ok(value.clone());
+    }
+    Ok(Value::from(pyrepr::python_str(value)))
 }
 
 /// minijinja's `pprint`, for values [`check_value_shape`] accepts.
 fn pprint_filter(state: &State<'_, '_>, value: &Value) -> Result<Value, JinjaError> {
     check_value_shape(state, "pprint", value)?;
-    let text = minijinja::filters::pprint(value);
+    let text = pyrepr::python_repr(value, true);
     // Charged as minijinja charges its own `pprint`.
     state.consume_fuel(text.len() as u64 / SERIALIZED_BYTES_PER_FUEL)?;
     Ok(Value::from(text))
@@ -474,7 +369,42 @@ fn join_filter(
     kwargs: Kwargs,
 ) -> Result<Value, JinjaError> {
     check_value_shape(state, "join", value)?;
-    minijinja::filters::join(state, value, joiner, attribute, kwargs)
+    if value.kind() == ValueKind::String {
+        return minijinja::filters::join(state, value, joiner, attribute, kwargs);
+    }
+    let attribute = match attribute {
+        Some(attribute) => Some(attribute.to_owned()),
+        None => kwargs.get::<Option<String>>("attribute")?,
+    };
+    kwargs.assert_all_used()?;
+    // Items (or their `attribute`, a dotted path) as Python's `str()`
+    // writes them (`1e-05`, `True`, `None`).
+    let items = value
+        .try_iter()?
+        .map(|item| {
+            let item = match &attribute {
+                Some(path) => {
+                    path.split('.')
+                        .try_fold(item, |item, part| match part.parse::<i64>() {
+                            Ok(index) => item.get_item(&Value::from(index)),
+                            Err(_) => item.get_attr(part),
+                        })?
+                }
+                None => item,
+            };
+            Ok(match item.kind() {
+                ValueKind::String => item,
+                _ => Value::from(pyrepr::python_str(&item)),
+            })
+        })
+        .collect::<Result<Vec<Value>, JinjaError>>()?;
+    minijinja::filters::join(
+        state,
+        &Value::from(items),
+        joiner,
+        None,
+        Kwargs::from_iter(std::iter::empty::<(&str, Value)>()),
+    )
 }
 
 /// Bytes of serialized output a unit of fuel pays for (minijinja's
@@ -637,119 +567,6 @@ fn is_identifier(text: &str) -> bool {
         && bytes.all(|byte| byte.is_ascii_alphanumeric() || byte == b'_')
 }
 
-/// Spaces `write_python_json` writes for indentation at `depth`.
-fn indentation_bytes(value: &serde_json::Value, width: u64, depth: u64) -> u64 {
-    let children: Box<dyn Iterator<Item = &serde_json::Value>> = match value {
-        serde_json::Value::Array(items) if !items.is_empty() => Box::new(items.iter()),
-        serde_json::Value::Object(map) if !map.is_empty() => Box::new(map.values()),
-        _ => return 0,
-    };
-    // Each child on its own line one level deeper; the closing bracket at
-    // this level.
-    children
-        .map(|child| {
-            width
-                .saturating_mul(depth + 1)
-                .saturating_add(indentation_bytes(child, width, depth + 1))
-        })
-        .fold(width.saturating_mul(depth), u64::saturating_add)
-}
-
-/// Writes JSON as Jinja2's `tojson` does: `json.dumps(sort_keys=True)` with
-/// ASCII-only output, then `<`, `>`, `&` and `'` escaped, so the text is safe
-/// inside YAML, HTML and single-quoted shell strings alike.
-fn write_python_json(
-    out: &mut String,
-    value: &serde_json::Value,
-    indent: Option<usize>,
-    depth: usize,
-) {
-    use serde_json::Value as J;
-    let newline = |out: &mut String, depth: usize| {
-        if let Some(width) = indent {
-            out.push('\n');
-            out.extend(std::iter::repeat_n(' ', width * depth));
-        }
-    };
-    let (item_sep, key_sep) = if indent.is_some() {
-        (",", ": ")
-    } else {
-        (", ", ": ")
-    };
-    match value {
-        J::Null => out.push_str("null"),
-        J::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        J::Number(n) => match n.as_f64() {
-            Some(f) if n.is_f64() => out.push_str(&python_number(&Value::from(f))),
-            _ => out.push_str(&n.to_string()),
-        },
-        J::String(s) => write_python_json_string(out, s),
-        J::Array(items) => {
-            if items.is_empty() {
-                out.push_str("[]");
-                return;
-            }
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(item_sep);
-                }
-                newline(out, depth + 1);
-                write_python_json(out, item, indent, depth + 1);
-            }
-            newline(out, depth);
-            out.push(']');
-        }
-        J::Object(map) => {
-            if map.is_empty() {
-                out.push_str("{}");
-                return;
-            }
-            let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (i, (key, item)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push_str(item_sep);
-                }
-                newline(out, depth + 1);
-                write_python_json_string(out, key);
-                out.push_str(key_sep);
-                write_python_json(out, item, indent, depth + 1);
-            }
-            newline(out, depth);
-            out.push('}');
-        }
-    }
-}
-
-fn write_python_json_string(out: &mut String, s: &str) {
-    use std::fmt::Write;
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '<' | '>' | '&' | '\'' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c if c.is_ascii() && !c.is_ascii_control() => out.push(c),
-            c => {
-                let mut units = [0u16; 2];
-                for unit in c.encode_utf16(&mut units) {
-                    let _ = write!(out, "\\u{unit:04x}");
-                }
-            }
-        }
-    }
-    out.push('"');
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -866,25 +683,6 @@ mod tests {
             render("{{ missing or 'd' }}{% if missing is defined %}x{% endif %}{{ missing | default(1) }}", ctx).unwrap(),
             "d1"
         );
-    }
-
-    #[test]
-    fn floats_print_as_python_str() {
-        let cases = [
-            (1.0, "1.0"),
-            (-2.5, "-2.5"),
-            (0.1, "0.1"),
-            (1e15, "1000000000000000.0"),
-            (1e16, "1e+16"),
-            (1.5e20, "1.5e+20"),
-            (0.0001, "0.0001"),
-            (0.00001, "1e-05"),
-            (123.456, "123.456"),
-            (0.0, "0.0"),
-        ];
-        for (float, text) in cases {
-            assert_eq!(python_float(float), text, "{float}");
-        }
     }
 
     #[test]

@@ -1,0 +1,275 @@
+//! Numbers as Python has them: how they print, and the `int` and `float`
+//! filters.
+//!
+//! minijinja computes with 64-bit integers and widens to 128 bits
+//! (`-2**127` to `2**128 - 1`) when a result needs it; beyond that an
+//! operation is an error ("unable to calculate"), where Python's integers
+//! grow without bound. Within that range every integer prints, converts and
+//! serialises exactly, as in Python.
+
+use minijinja::value::{Kwargs, Value, ValueKind};
+use minijinja::{Error as JinjaError, ErrorKind};
+
+/// Python's `str()` of a number: integers in full, floats as `repr` does
+/// (`1.0`, `1e+16`, `1e-05`).
+pub(crate) fn python_number(value: &Value) -> String {
+    if value.is_integer() {
+        return value.to_string();
+    }
+    match f64::try_from(value.clone()) {
+        Ok(float) => python_float(float),
+        Err(_) => value.to_string(),
+    }
+}
+
+/// Python's `repr()` of a float: the shortest digits that read back as the
+/// same float, positional from `1e-4` up to `1e16`, scientific outside.
+pub(crate) fn python_float(float: f64) -> String {
+    if float.is_nan() {
+        return "nan".to_owned();
+    }
+    if float.is_infinite() {
+        return if float > 0.0 { "inf" } else { "-inf" }.to_owned();
+    }
+    // `{:e}` gives the shortest digits that round-trip, as Python's repr does.
+    let scientific = format!("{float:e}");
+    let (mantissa, exp) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let (sign, mantissa) = match mantissa.strip_prefix('-') {
+        Some(rest) => ("-", rest),
+        None => ("", mantissa),
+    };
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    if (-4..16).contains(&exp) {
+        let point = exp + 1;
+        let (int_part, frac_part) = if point <= 0 {
+            let zeros = "0".repeat(point.unsigned_abs() as usize);
+            ("0".to_owned(), format!("{zeros}{digits}"))
+        } else {
+            let point = point as usize;
+            if digits.len() > point {
+                (digits[..point].to_owned(), digits[point..].to_owned())
+            } else {
+                (format!("{digits:0<point$}"), String::new())
+            }
+        };
+        let frac_part = if frac_part.is_empty() {
+            "0".to_owned()
+        } else {
+            frac_part
+        };
+        format!("{sign}{int_part}.{frac_part}")
+    } else {
+        let exp_sign = if exp < 0 { '-' } else { '+' };
+        format!("{sign}{mantissa}e{exp_sign}{:02}", exp.unsigned_abs())
+    }
+}
+
+/// The integer `float` truncates to, as Python's `int(float)`; an error
+/// for infinities (Python's `OverflowError`) and beyond 128 bits.
+fn truncated(float: f64) -> Result<Option<Value>, JinjaError> {
+    if float.is_nan() {
+        // Python's `ValueError`: the filter falls back to its default.
+        return Ok(None);
+    }
+    let whole = float.trunc();
+    if whole >= -(2f64.powi(127)) && whole < 2f64.powi(127) {
+        Ok(Some(Value::from(whole as i128)))
+    } else if whole >= 0.0 && whole < 2f64.powi(128) {
+        Ok(Some(Value::from(whole as u128)))
+    } else {
+        Err(JinjaError::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "int(): {} is beyond the integers pav computes with (128 bits)",
+                python_float(float)
+            ),
+        ))
+    }
+}
+
+/// Parses `text` as Python's `int(text, base)` does: surrounding
+/// whitespace, a sign, the base's prefix (any prefix when `base` is 0) and
+/// underscores between digits.
+fn parse_int(text: &str, base: u32) -> Option<Value> {
+    let text = text.trim();
+    let (negative, text) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let lower = text.to_ascii_lowercase();
+    let prefixed = |prefix: &str, radix: u32| {
+        lower
+            .strip_prefix(prefix)
+            .filter(|_| base == radix || base == 0)
+            .map(|rest| (rest.trim_start_matches('_').to_owned(), radix))
+    };
+    let (digits, radix) = prefixed("0x", 16)
+        .or_else(|| prefixed("0o", 8))
+        .or_else(|| prefixed("0b", 2))
+        .unwrap_or((lower.clone(), if base == 0 { 10 } else { base }));
+    if digits.is_empty()
+        || digits.starts_with('_')
+        || digits.ends_with('_')
+        || digits.contains("__")
+        || digits.starts_with(['+', '-'])
+    {
+        return None;
+    }
+    let digits = digits.replace('_', "");
+    let magnitude = u128::from_str_radix(&digits, radix).ok()?;
+    if !negative {
+        return Some(Value::from(magnitude));
+    }
+    if magnitude <= i128::MAX as u128 + 1 {
+        Some(Value::from(0i128.wrapping_sub_unsigned(magnitude)))
+    } else {
+        None
+    }
+}
+
+fn undefined_error(filter: &str) -> JinjaError {
+    JinjaError::new(
+        ErrorKind::UndefinedError,
+        format!("filter '{filter}' may not be applied to an undefined value"),
+    )
+}
+
+/// Jinja2's `int`: numbers are truncated, strings parsed in `base` (or as a
+/// float, then truncated), and anything that does not parse gives `default`
+/// (0) instead of an error, as existing templates expect. Undefined is an
+/// error, as in Jinja2.
+pub(crate) fn int_filter(
+    value: &Value,
+    default: Option<Value>,
+    base: Option<u32>,
+    kwargs: Kwargs,
+) -> Result<Value, JinjaError> {
+    let default = match default {
+        Some(default) => default,
+        None => kwargs
+            .get::<Option<Value>>("default")?
+            .unwrap_or(Value::from(0)),
+    };
+    let base: u32 = match base {
+        Some(base) => base,
+        None => kwargs.get::<Option<u32>>("base")?.unwrap_or(10),
+    };
+    kwargs.assert_all_used()?;
+    if base != 0 && !(2..=36).contains(&base) {
+        return Err(JinjaError::new(
+            ErrorKind::InvalidOperation,
+            "int(): base must be 0 or between 2 and 36",
+        ));
+    }
+    let parsed = match value.kind() {
+        ValueKind::Undefined => return Err(undefined_error("int")),
+        ValueKind::Bool => Some(Value::from(i64::from(value.is_true()))),
+        ValueKind::Number if value.is_integer() => Some(value.clone()),
+        ValueKind::Number => truncated(f64::try_from(value.clone())?)?,
+        ValueKind::String => {
+            let text = value.as_str().unwrap_or_default();
+            match parse_int(text, base) {
+                Some(parsed) => Some(parsed),
+                // Jinja2 then tries `int(float(text))`.
+                None => match parse_float(text) {
+                    Some(float) => truncated(float)?,
+                    None => None,
+                },
+            }
+        }
+        _ => None,
+    };
+    Ok(parsed.unwrap_or(default))
+}
+
+/// Parses `text` as Python's `float(text)`: surrounding whitespace,
+/// underscores between digits, `inf`, `nan`.
+fn parse_float(text: &str) -> Option<f64> {
+    let text = text.trim();
+    if text.starts_with('_') || text.ends_with('_') || text.contains("__") {
+        return None;
+    }
+    let cleaned = text.replace('_', "");
+    let lower = cleaned.to_ascii_lowercase();
+    let unsigned = lower.trim_start_matches(['+', '-']);
+    // Rust also reads "infinity" and "nan" as Python does, but not "in"
+    // or "na" alone; everything else it reads is a Python float too.
+    if unsigned.is_empty() || unsigned.starts_with(['e', '.']) && unsigned.len() == 1 {
+        return None;
+    }
+    cleaned.parse::<f64>().ok()
+}
+
+/// Jinja2's `float`: numbers and numeric strings as floats, anything else
+/// `default` (0.0); undefined is an error, as in Jinja2.
+pub(crate) fn float_filter(
+    value: &Value,
+    default: Option<Value>,
+    kwargs: Kwargs,
+) -> Result<Value, JinjaError> {
+    let default = match default {
+        Some(default) => default,
+        None => kwargs
+            .get::<Option<Value>>("default")?
+            .unwrap_or(Value::from(0.0)),
+    };
+    kwargs.assert_all_used()?;
+    let parsed = match value.kind() {
+        ValueKind::Undefined => return Err(undefined_error("float")),
+        ValueKind::Bool => Some(if value.is_true() { 1.0 } else { 0.0 }),
+        ValueKind::Number => f64::try_from(value.clone()).ok(),
+        ValueKind::String => parse_float(value.as_str().unwrap_or_default()),
+        _ => None,
+    };
+    Ok(parsed.map(Value::from).unwrap_or(default))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_print_as_python_repr() {
+        let cases = [
+            (1.0, "1.0"),
+            (-2.5, "-2.5"),
+            (0.1, "0.1"),
+            (1e15, "1000000000000000.0"),
+            (1e16, "1e+16"),
+            (1.5e20, "1.5e+20"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (123.456, "123.456"),
+            (0.0, "0.0"),
+        ];
+        for (float, text) in cases {
+            assert_eq!(python_float(float), text, "{float}");
+        }
+    }
+
+    #[test]
+    fn integers_parse_as_python_int() {
+        let cases = [
+            ("42", 10, Some("42")),
+            (" -7 ", 10, Some("-7")),
+            ("1_000", 10, Some("1000")),
+            ("1__0", 10, None),
+            ("0x1A", 16, Some("26")),
+            ("0x1A", 0, Some("26")),
+            ("0b101", 0, Some("5")),
+            ("ff", 16, Some("255")),
+            ("18446744073709551616", 10, Some("18446744073709551616")),
+            ("3.7", 10, None),
+            ("", 10, None),
+        ];
+        for (text, base, expected) in cases {
+            assert_eq!(
+                parse_int(text, base).map(|v| v.to_string()).as_deref(),
+                expected,
+                "{text:?} in base {base}"
+            );
+        }
+    }
+}

@@ -1,0 +1,403 @@
+//! Jinja2's text filters that minijinja lacks or writes differently, and
+//! the Python `str` methods minijinja-contrib's pycompat lacks.
+//!
+//! Contract: anything that builds text of a size the template chooses
+//! (`center(10**9)`, `zfill`, `expandtabs`) checks that size against the
+//! remaining fuel before allocating, as `super::python_method` does.
+
+use minijinja::value::{Kwargs, Rest, Value, ValueKind, from_args};
+use minijinja::{Error as JinjaError, ErrorKind, State};
+
+use super::BYTES_PER_FUEL;
+use super::pyrepr::python_str;
+
+/// Fails with the fuel error when `bytes` more of output cannot be paid for.
+fn afford(state: &State<'_, '_>, bytes: u64) -> Result<(), JinjaError> {
+    if let Some((_, remaining)) = state.fuel_levels()
+        && bytes > remaining.saturating_mul(BYTES_PER_FUEL)
+    {
+        state.consume_fuel(remaining.saturating_add(1))?;
+    }
+    Ok(())
+}
+
+fn text_of(filter: &str, value: &Value) -> Result<String, JinjaError> {
+    match value.kind() {
+        ValueKind::Undefined => Err(JinjaError::new(
+            ErrorKind::UndefinedError,
+            format!("filter '{filter}' may not be applied to an undefined value"),
+        )),
+        _ => Ok(python_str(value)),
+    }
+}
+
+/// Python's `str.center(width, fill)`: the odd padding goes left when the
+/// width is odd, right otherwise (CPython's rule).
+fn center(state: &State<'_, '_>, text: &str, width: i64, fill: char) -> Result<String, JinjaError> {
+    let len = text.chars().count() as i64;
+    if width <= len {
+        return Ok(text.to_owned());
+    }
+    afford(state, width as u64 * fill.len_utf8() as u64)?;
+    let margin = width - len;
+    let left = margin / 2 + (margin & width & 1);
+    let fill = fill.to_string();
+    Ok(format!(
+        "{}{text}{}",
+        fill.repeat(left as usize),
+        fill.repeat((margin - left) as usize)
+    ))
+}
+
+/// Jinja2's `center(width=80)`.
+pub(crate) fn center_filter(
+    state: &State<'_, '_>,
+    value: &Value,
+    width: Option<i64>,
+) -> Result<String, JinjaError> {
+    center(state, &text_of("center", value)?, width.unwrap_or(80), ' ')
+}
+
+/// MarkupSafe's escaping, which Jinja2's `escape` (`e`) and `forceescape`
+/// use: `&<>"'` only, quotes as decimal references.
+pub(crate) fn escape_filter(value: &Value) -> Result<Value, JinjaError> {
+    if value.is_safe() {
+        return Ok(value.clone());
+    }
+    let text = text_of("escape", value)?;
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&#34;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    Ok(Value::from_safe_string(out))
+}
+
+/// Jinja2's `urlencode`: a string quoted with `/` kept, or a mapping (or
+/// list of pairs) as a query string.
+pub(crate) fn urlencode_filter(value: &Value) -> Result<String, JinjaError> {
+    fn quote(text: &str, safe: &[u8], plus_for_space: bool) -> String {
+        let mut out = String::new();
+        for byte in text.bytes() {
+            if byte.is_ascii_alphanumeric() || b"_.-~".contains(&byte) || safe.contains(&byte) {
+                out.push(byte as char);
+            } else if byte == b' ' && plus_for_space {
+                out.push('+');
+            } else {
+                out.push_str(&format!("%{byte:02X}"));
+            }
+        }
+        out
+    }
+    let pair = |key: &Value, item: &Value| {
+        format!(
+            "{}={}",
+            quote(&python_str(key), b"", true),
+            quote(&python_str(item), b"", true)
+        )
+    };
+    match value.kind() {
+        ValueKind::Undefined => text_of("urlencode", value),
+        ValueKind::Map => Ok(value
+            .try_iter()?
+            .map(|key| pair(&key, &value.get_item(&key).unwrap_or_default()))
+            .collect::<Vec<_>>()
+            .join("&")),
+        ValueKind::Seq | ValueKind::Iterable => {
+            let mut pairs = Vec::new();
+            for item in value.try_iter()? {
+                let (key, item): (Value, Value) = from_args(&item.try_iter()?.collect::<Vec<_>>())?;
+                pairs.push(pair(&key, &item));
+            }
+            Ok(pairs.join("&"))
+        }
+        _ => Ok(quote(&python_str(value), b"/", false)),
+    }
+}
+
+/// Jinja2's `wordcount`: runs of word characters (Python's `\w+`).
+pub(crate) fn wordcount_filter(value: &Value) -> Result<usize, JinjaError> {
+    let text = text_of("wordcount", value)?;
+    Ok(text
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|word| !word.is_empty())
+        .count())
+}
+
+/// Jinja2's `truncate(length=255, killwords=False, end='...', leeway=5)`.
+pub(crate) fn truncate_filter(
+    value: &Value,
+    positional: Rest<Value>,
+    kwargs: Kwargs,
+) -> Result<String, JinjaError> {
+    let (length, killwords, end, leeway): (
+        Option<usize>,
+        Option<bool>,
+        Option<String>,
+        Option<usize>,
+    ) = from_args(&positional)?;
+    let length = match length {
+        Some(length) => length,
+        None => kwargs.get::<Option<usize>>("length")?.unwrap_or(255),
+    };
+    let killwords = match killwords {
+        Some(killwords) => killwords,
+        None => kwargs.get::<Option<bool>>("killwords")?.unwrap_or(false),
+    };
+    let end = match end {
+        Some(end) => end,
+        None => kwargs
+            .get::<Option<String>>("end")?
+            .unwrap_or_else(|| "...".to_owned()),
+    };
+    let leeway = match leeway {
+        Some(leeway) => leeway,
+        None => kwargs.get::<Option<usize>>("leeway")?.unwrap_or(5),
+    };
+    kwargs.assert_all_used()?;
+    let text = text_of("truncate", value)?;
+    let chars: Vec<char> = text.chars().collect();
+    let end_len = end.chars().count();
+    if length < end_len {
+        return Err(JinjaError::new(
+            ErrorKind::InvalidOperation,
+            format!("truncate(): expected length >= {end_len}, got {length}"),
+        ));
+    }
+    if chars.len() <= length.saturating_add(leeway) {
+        return Ok(text);
+    }
+    let kept: String = chars[..length - end_len].iter().collect();
+    if killwords {
+        return Ok(kept + &end);
+    }
+    let kept = match kept.rsplit_once(' ') {
+        Some((before, _)) => before.to_owned(),
+        None => kept,
+    };
+    Ok(kept + &end)
+}
+
+/// Jinja2's `default(default_value='', boolean=False)` (also `d`).
+pub(crate) fn default_filter(
+    value: &Value,
+    default_value: Option<Value>,
+    boolean: Option<bool>,
+    kwargs: Kwargs,
+) -> Result<Value, JinjaError> {
+    let default_value = match default_value {
+        Some(default_value) => default_value,
+        None => kwargs
+            .get::<Option<Value>>("default_value")?
+            .unwrap_or(Value::from("")),
+    };
+    let boolean = match boolean {
+        Some(boolean) => boolean,
+        None => kwargs.get::<Option<bool>>("boolean")?.unwrap_or(false),
+    };
+    kwargs.assert_all_used()?;
+    if value.is_undefined() || (boolean && !value.is_true()) {
+        Ok(default_value)
+    } else {
+        Ok(value.clone())
+    }
+}
+
+/// Jinja2's `sequence` test: anything with a length and items (strings,
+/// lists, mappings).
+pub(crate) fn is_sequence(value: &Value) -> bool {
+    matches!(
+        value.kind(),
+        ValueKind::String | ValueKind::Seq | ValueKind::Map
+    )
+}
+
+fn find(haystack: &[char], needle: &[char], from_end: bool) -> Option<usize> {
+    if needle.len() > haystack.len() {
+        return None;
+    }
+    let mut starts = 0..=haystack.len() - needle.len();
+    let matches = |start: &usize| haystack[*start..*start + needle.len()] == *needle;
+    if from_end {
+        starts.rev().find(matches)
+    } else {
+        starts.find(matches)
+    }
+}
+
+/// The Python `str` methods pycompat does not provide, or `None` to leave
+/// `method` to it.
+pub(crate) fn str_method(
+    state: &State<'_, '_>,
+    text: &str,
+    method: &str,
+    args: &[Value],
+) -> Option<Result<Value, JinjaError>> {
+    let result = match method {
+        "swapcase" => from_args::<()>(args).map(|()| {
+            Value::from(
+                text.chars()
+                    .flat_map(|c| {
+                        if c.is_uppercase() {
+                            c.to_lowercase().collect::<Vec<_>>()
+                        } else {
+                            c.to_uppercase().collect()
+                        }
+                    })
+                    .collect::<String>(),
+            )
+        }),
+        "casefold" => from_args::<()>(args).map(|()| Value::from(text.to_lowercase())),
+        "zfill" => from_args::<(i64,)>(args).and_then(|(width,)| {
+            let len = text.chars().count() as i64;
+            if width <= len {
+                return Ok(Value::from(text));
+            }
+            afford(state, width as u64)?;
+            let (sign, digits) = match text.strip_prefix(['+', '-']) {
+                Some(rest) => (&text[..1], rest),
+                None => ("", text),
+            };
+            Ok(Value::from(format!(
+                "{sign}{}{digits}",
+                "0".repeat((width - len) as usize)
+            )))
+        }),
+        "center" | "ljust" | "rjust" => {
+            from_args::<(i64, Option<&str>)>(args).and_then(|(width, fill)| {
+                let fill = fill.unwrap_or(" ");
+                let mut chars = fill.chars();
+                let (Some(fill), None) = (chars.next(), chars.next()) else {
+                    return Err(JinjaError::new(
+                        ErrorKind::InvalidOperation,
+                        "the fill character must be exactly one character long",
+                    ));
+                };
+                let len = text.chars().count() as i64;
+                if width <= len {
+                    return Ok(Value::from(text));
+                }
+                let padding = || {
+                    afford(state, width as u64 * fill.len_utf8() as u64)
+                        .map(|()| fill.to_string().repeat((width - len) as usize))
+                };
+                Ok(Value::from(match method {
+                    "center" => center(state, text, width, fill)?,
+                    "ljust" => format!("{text}{}", padding()?),
+                    _ => format!("{}{text}", padding()?),
+                }))
+            })
+        }
+        "partition" | "rpartition" => from_args::<(&str,)>(args).and_then(|(sep,)| {
+            if sep.is_empty() {
+                return Err(JinjaError::new(
+                    ErrorKind::InvalidOperation,
+                    "empty separator",
+                ));
+            }
+            let parts = if method == "partition" {
+                text.split_once(sep)
+            } else {
+                text.rsplit_once(sep)
+            };
+            let parts: [&str; 3] = match parts {
+                Some((before, after)) => [before, sep, after],
+                None if method == "partition" => [text, "", ""],
+                None => ["", "", text],
+            };
+            Ok(Value::from_iter(parts.map(Value::from)))
+        }),
+        "index" | "rindex" => from_args::<(&str,)>(args).and_then(|(needle,)| {
+            let haystack: Vec<char> = text.chars().collect();
+            let needle: Vec<char> = needle.chars().collect();
+            find(&haystack, &needle, method == "rindex")
+                .map(Value::from)
+                .ok_or_else(|| JinjaError::new(ErrorKind::InvalidOperation, "substring not found"))
+        }),
+        "rsplit" => from_args::<(Option<Value>, Option<i64>)>(args).map(|(sep, maxsplit)| {
+            let maxsplit = maxsplit.unwrap_or(-1);
+            let limit = usize::try_from(maxsplit).ok();
+            let mut parts: Vec<Value> = match sep.as_ref().and_then(Value::as_str) {
+                Some(sep) => match limit {
+                    Some(limit) => text.rsplitn(limit + 1, sep).map(Value::from).collect(),
+                    None => text.rsplit(sep).map(Value::from).collect(),
+                },
+                None => {
+                    // Runs of whitespace; leading whitespace is kept in the
+                    // last (leftmost) part when the limit is reached.
+                    let mut parts = Vec::new();
+                    let mut rest = text.trim_end();
+                    while !rest.is_empty() {
+                        if limit.is_some_and(|limit| parts.len() == limit) {
+                            parts.push(Value::from(rest));
+                            break;
+                        }
+                        match rest.rfind(char::is_whitespace) {
+                            Some(at) => {
+                                let space = rest[at..].chars().next().map_or(1, char::len_utf8);
+                                parts.push(Value::from(&rest[at + space..]));
+                                rest = rest[..at].trim_end();
+                            }
+                            None => {
+                                parts.push(Value::from(rest));
+                                rest = "";
+                            }
+                        }
+                    }
+                    parts
+                }
+            };
+            parts.reverse();
+            Value::from(parts)
+        }),
+        "removeprefix" => from_args::<(&str,)>(args)
+            .map(|(prefix,)| Value::from(text.strip_prefix(prefix).unwrap_or(text))),
+        "removesuffix" => from_args::<(&str,)>(args)
+            .map(|(suffix,)| Value::from(text.strip_suffix(suffix).unwrap_or(text))),
+        "istitle" => from_args::<()>(args).map(|()| {
+            // Uppercase letters only at the start of words, lowercase
+            // only after a cased letter, and at least one cased letter.
+            let (mut previous_cased, mut any_cased) = (false, false);
+            for c in text.chars() {
+                if c.is_uppercase() {
+                    if previous_cased {
+                        return Value::from(false);
+                    }
+                    previous_cased = true;
+                    any_cased = true;
+                } else if c.is_lowercase() {
+                    if !previous_cased {
+                        return Value::from(false);
+                    }
+                    any_cased = true;
+                } else {
+                    previous_cased = false;
+                }
+            }
+            Value::from(any_cased)
+        }),
+        "isdecimal" => from_args::<()>(args)
+            .map(|()| Value::from(!text.is_empty() && text.chars().all(|c| c.is_ascii_digit()))),
+        "isidentifier" => from_args::<()>(args).map(|()| {
+            let mut chars = text.chars();
+            Value::from(
+                chars.next().is_some_and(|c| c.is_alphabetic() || c == '_')
+                    && chars.all(|c| c.is_alphanumeric() || c == '_'),
+            )
+        }),
+        "isprintable" => from_args::<()>(args).map(|()| {
+            Value::from(
+                text.chars()
+                    .all(|c| !c.is_control() && (c == ' ' || !c.is_whitespace())),
+            )
+        }),
+        _ => return None,
+    };
+    Some(result)
+}
