@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Runs the kubernetes-csi conformance suite (csi-sanity) against the
-# sparse-file example serving controller and node on one Unix socket.
+# Runs the kubernetes-csi conformance suite (csi-sanity) against each
+# example driver (controller and node on one Unix socket), and checks that
+# no driver created, changed or deleted anything outside its own
+# directories while the suite ran.
 #
-# Needs root (loop devices, mount), Go (to install csi-sanity if absent),
-# cargo, losetup/mount/mountpoint (util-linux), blkid and mkfs.ext4 (e2fsprogs).
-# Non-interactive; exits non-zero when any spec fails.
+# Usage: scripts/csi-sanity.sh [EXAMPLE...]   (default: every example below)
+#
+# Needs root (mounts; loop devices for sparse-file), Go (to install
+# csi-sanity if absent), cargo, and for sparse-file losetup/mount/mountpoint
+# (util-linux), blkid and mkfs.ext4 (e2fsprogs).
+# Non-interactive; exits non-zero when any spec fails or anything outside a
+# driver's directories changed.
 #
 # Environment:
 #   CSI_SANITY_VERSION  csi-test release to install (default v5.6.0)
@@ -15,6 +21,16 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 version="${CSI_SANITY_VERSION:-v5.6.0}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target-csi}"
+
+# Each example, and the volume modes (csi-sanity access types) it serves.
+declare -A access_types=(
+    [hostdir]="mount"
+    [sparse-file]="mount block"
+)
+if (($#)); then examples=("$@"); else examples=(hostdir sparse-file); fi
+for example in "${examples[@]}"; do
+    [[ -n ${access_types[$example]:-} ]] || { echo "csi-sanity.sh: unknown example $example" >&2; exit 1; }
+done
 
 if [[ $(id -u) -ne 0 ]]; then
     echo "csi-sanity.sh: must run as root (loop devices and mounts)" >&2
@@ -33,62 +49,98 @@ if ! command -v csi-sanity >/dev/null; then
     GOBIN="$gobin" GOFLAGS=-mod=mod go install "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@$version"
 fi
 
-cargo build --quiet -p sparse-file
-driver="$CARGO_TARGET_DIR/debug/sparse-file"
+packages=()
+for example in "${examples[@]}"; do packages+=(-p "$example"); done
+cargo build --quiet "${packages[@]}"
 
-work="$(mktemp -d /tmp/pav-csi-sanity.XXXXXX)"
-socket="$work/csi.sock"
+# Everything lives in $base: one directory per example (its volumes, its
+# kubelet directory, its socket), a log per example, and a decoy that a
+# driver escaping its directory ("../victim") would reach first.
+base="$(mktemp -d /tmp/pav-csi-sanity.XXXXXX)"
+logs="$(mktemp -d /tmp/pav-csi-sanity-logs.XXXXXX)"
 driver_pid=""
-cleanup() {
-    local status=$?
-    set +e +o pipefail
+stop_driver() {
     if [[ -n $driver_pid ]] && kill -0 "$driver_pid" 2>/dev/null; then
         kill -TERM "$driver_pid" 2>/dev/null || true
         wait "$driver_pid" 2>/dev/null || true
     fi
+    driver_pid=""
+}
+cleanup() {
+    local status=$?
+    set +e +o pipefail
+    stop_driver
     # Leave nothing mounted or attached, even after a failed spec.
-    grep -F " $work/" /proc/self/mountinfo | awk '{print $5}' | sort -r |
+    grep -F " $base/" /proc/self/mountinfo | awk '{print $5}' | sort -r |
         while read -r mnt; do umount -l "$mnt" 2>/dev/null || true; done
-    for image in "$work"/volumes/*.img; do
+    for image in "$base"/*/volumes/*.img; do
         [[ -e $image ]] || continue
         losetup --associated "$image" | cut -d: -f1 |
             while read -r dev; do losetup --detach "$dev" 2>/dev/null || true; done
     done
-    rm -rf "$work"
+    rm -rf "$base" "$logs"
     exit "$status"
 }
 trap cleanup EXIT INT TERM
 
-# csi-sanity's staging and mount directories stand in for kubelet's: the
-# driver stages and publishes only inside its --kubelet-dir.
-kubelet="$work/kubelet"
-mkdir -p "$kubelet"
-RUST_LOG="${RUST_LOG:-warn}" "$driver" --endpoint "$socket" --dir "$work/volumes" \
-    --kubelet-dir "$kubelet" --node-id "$(hostname)" >"$work/driver.log" 2>&1 &
-driver_pid=$!
-for _ in $(seq 100); do
-    [[ -S $socket ]] && break
-    kill -0 "$driver_pid" 2>/dev/null || { cat "$work/driver.log" >&2; exit 1; }
-    sleep 0.1
-done
-[[ -S $socket ]] || { echo "csi-sanity.sh: driver socket never appeared" >&2; exit 1; }
+mkdir -p "$base/victim/data"
+echo "must survive" >"$base/victim/data/file"
+echo 1 >"$base/victim/size"
+# Everything in $base outside the example's own directory, with type, size
+# and modification time: what a confined driver never touches.
+outside() {
+    find "$base" -path "$base/$1" -prune -o -printf '%y %s %T@ %P\n' | sort
+}
 
 status=0
-# Both volume modes: Filesystem (mount) then Block, against the same driver.
-for access_type in mount block; do
-    echo "=== csi-sanity, access type $access_type ==="
-    # shellcheck disable=SC2086 # CSI_SANITY_ARGS is a list of arguments
-    csi-sanity \
-        --csi.endpoint "$socket" \
-        --csi.stagingdir "$kubelet/staging-$access_type" \
-        --csi.mountdir "$kubelet/mount-$access_type" \
-        --csi.testvolumesize 67108864 \
-        --csi.testvolumeaccesstype "$access_type" \
-        -ginkgo.no-color \
-        ${CSI_SANITY_ARGS:-} || status=$?
+summary=()
+for example in "${examples[@]}"; do
+    dir="$base/$example"
+    socket="$dir/csi.sock"
+    kubelet="$dir/kubelet"
+    log="$logs/$example.log"
+    mkdir -p "$kubelet"
+    before="$(outside "$example")"
+    # csi-sanity's staging and mount directories stand in for kubelet's:
+    # the driver stages and publishes only inside its --kubelet-dir.
+    RUST_LOG="${RUST_LOG:-warn}" "$CARGO_TARGET_DIR/debug/$example" --endpoint "$socket" \
+        --dir "$dir/volumes" --kubelet-dir "$kubelet" --node-id "$(hostname)" >"$log" 2>&1 &
+    driver_pid=$!
+    for _ in $(seq 100); do
+        [[ -S $socket ]] && break
+        kill -0 "$driver_pid" 2>/dev/null || { cat "$log" >&2; exit 1; }
+        sleep 0.1
+    done
+    [[ -S $socket ]] || { echo "csi-sanity.sh: $example: driver socket never appeared" >&2; exit 1; }
+
+    example_status=0
+    for access_type in ${access_types[$example]}; do
+        echo "=== csi-sanity: $example, access type $access_type ==="
+        result=0
+        # shellcheck disable=SC2086 # CSI_SANITY_ARGS is a list of arguments
+        csi-sanity \
+            --csi.endpoint "$socket" \
+            --csi.stagingdir "$kubelet/staging-$access_type" \
+            --csi.mountdir "$kubelet/mount-$access_type" \
+            --csi.testvolumesize 67108864 \
+            --csi.testvolumeaccesstype "$access_type" \
+            -ginkgo.no-color \
+            ${CSI_SANITY_ARGS:-} 2>&1 | tee "$logs/sanity.log" || result=$?
+        summary+=("$example $access_type: $(grep -Eo '[0-9]+ Passed \| [0-9]+ Failed' "$logs/sanity.log" | tail -1)")
+        ((result == 0)) || example_status=$result
+    done
+    stop_driver
+    after="$(outside "$example")"
+    if [[ $before != "$after" ]]; then
+        echo "csi-sanity.sh: $example changed files outside $dir:" >&2
+        diff <(echo "$before") <(echo "$after") >&2 || true
+        example_status=1
+    fi
+    if ((example_status != 0)); then
+        echo "--- $example driver log ---" >&2
+        tail -n 200 "$log" >&2
+        status=$example_status
+    fi
 done
-if [[ $status -ne 0 ]]; then
-    echo "--- driver log ---" >&2
-    tail -n 200 "$work/driver.log" >&2
-fi
+printf '%s\n' "=== csi-sanity summary ===" "${summary[@]}"
 exit "$status"
