@@ -11,6 +11,8 @@
 
 pub mod cluster;
 pub mod controller;
+#[cfg(test)]
+pub mod fixtures;
 pub mod metrics;
 pub mod node;
 pub mod state;
@@ -131,8 +133,9 @@ pub fn controller_provisioner(
 pub async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
     init_tracing();
     let cluster = cluster(&args.common, "csi-controller").await?;
-    // Listed at startup, so the first CreateVolume does not wait for it.
+    // Listed at startup, so the first CreateVolume does not wait for them.
     cluster.start_pod_cache(None);
+    cluster.start_provisioner_watch();
     tokio::spawn(controller::sweep(cluster.clone()));
     let provisioner = controller_provisioner(cluster);
     pav_csi::Driver::builder(args.common.provisioner.clone())
@@ -150,6 +153,7 @@ pub async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     let cluster = cluster(&args.common, "csi-node").await?;
     // Only this node's staging and unstaging pods.
     cluster.start_pod_cache(Some(&args.node_id));
+    cluster.start_provisioner_watch();
     tokio::spawn(node::collect(cluster.clone(), args.pods_dir.clone()));
     tokio::spawn(node::sweep_dirs(
         cluster.clone(),

@@ -6,7 +6,8 @@
 //! [`Cluster::start_pod_cache`]), so waiting costs no request of its own.
 
 use std::pin::pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -48,6 +49,9 @@ pub struct Cluster {
     /// This provisioner's pods, started on first use or by
     /// [`Cluster::start_pod_cache`].
     pod_cache: OnceLock<PodCache>,
+    /// This provisioner's PavProvisioner and its compiled form, started on
+    /// first use or by [`Cluster::start_provisioner_watch`].
+    provisioner_cache: OnceLock<ProvisionerCache>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -129,6 +133,7 @@ impl Cluster {
             metrics,
             recorder,
             pod_cache: OnceLock::new(),
+            provisioner_cache: OnceLock::new(),
         }
     }
 
@@ -170,20 +175,35 @@ impl Cluster {
         Ok(self.pod_cache().await?.get(namespace, name))
     }
 
+    /// Starts the watch of this driver's PavProvisioner unless it runs
+    /// already (needs a tokio runtime); the first [`Cluster::compiled`]
+    /// starts it otherwise.
+    pub fn start_provisioner_watch(&self) {
+        self.provisioner_cache
+            .get_or_init(|| ProvisionerCache::start(self.client.clone(), &self.provisioner));
+    }
+
     /// The PavProvisioner, compiled, and an owner reference to it for the
-    /// pods (so deleting the provisioner garbage-collects them).
+    /// pods (so deleting the provisioner garbage-collects them). From the
+    /// watch of the object (no request) and compiled once per generation.
     pub async fn compiled(
         &self,
     ) -> pav_sdk::Result<(Arc<CompiledProvisioner>, Option<OwnerReference>)> {
-        let api: Api<PavProvisioner> = Api::all(self.client.clone());
-        let object = api
-            .get(&self.provisioner)
-            .await
-            .map_err(|e| api_error(&format!("PavProvisioner {}", self.provisioner), e))?;
-        let owner = object.owner_ref(&());
-        let compiled = CompiledProvisioner::new(&object)
-            .map_err(|problems| pav_sdk::Error::FailedPrecondition(problems.to_string()))?;
-        Ok((Arc::new(compiled), owner))
+        self.start_provisioner_watch();
+        let cache = self.provisioner_cache.get().expect("started above");
+        cache.ready(READY_TIMEOUT.min(self.timeout)).await?;
+        let generation = cache.current()?;
+        match &generation.compiled {
+            Ok(compiled) => Ok((compiled.clone(), generation.owner.clone())),
+            Err(problems) => Err(pav_sdk::Error::FailedPrecondition(problems.clone())),
+        }
+    }
+
+    /// How many times this driver compiled its PavProvisioner.
+    pub fn compilations(&self) -> usize {
+        self.provisioner_cache
+            .get()
+            .map_or(0, |cache| cache.compilations.load(Ordering::Relaxed))
     }
 
     /// The `get_pvc` answering from the API server.
@@ -435,6 +455,125 @@ pub fn core_ref(kind: &str, namespace: &str, name: &str, uid: Option<&str>) -> O
 /// [`PodTarget::labels`](crate::pods::PodTarget::labels)).
 fn provisioner_selector(provisioner: &str) -> String {
     format!("{LABEL_PROVISIONER}={}", label_value(provisioner))
+}
+
+/// One PavProvisioner as one watch sees it, and the compiled form of its
+/// latest generation: compiled when a request first needs that
+/// generation, then reused by every request until the object changes.
+struct ProvisionerCache {
+    name: String,
+    store: Store<PavProvisioner>,
+    /// True once the store holds the first complete list. Not the store's
+    /// own `wait_until_ready`: it wakes only the last of several waiters
+    /// (one oneshot receiver), so a burst of first RPCs waited for the
+    /// timeout.
+    listed: watch::Receiver<bool>,
+    /// The latest generation compiled.
+    latest: Mutex<Option<Arc<Generation>>>,
+    /// How many compilations ran (for tests and logs).
+    compilations: AtomicUsize,
+}
+
+/// One generation of the PavProvisioner, compiled.
+struct Generation {
+    /// The object's UID and `metadata.generation` (its resourceVersion
+    /// when it has none): a new object of the same name, or a new spec,
+    /// is compiled again.
+    key: (String, String),
+    /// The compiled templates, or the problems found.
+    compiled: Result<Arc<CompiledProvisioner>, String>,
+    /// The owner reference of the pods.
+    owner: Option<OwnerReference>,
+}
+
+impl ProvisionerCache {
+    /// Watches PavProvisioner `name` (a field selector on its name) in a
+    /// task of its own that retries with backoff for the process' life.
+    fn start(client: Client, name: &str) -> ProvisionerCache {
+        let api: Api<PavProvisioner> = Api::all(client);
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let (store, writer) = reflector::store();
+        let (listed_tx, listed) = watch::channel(false);
+        let stream = reflector(writer, watcher(api, config)).default_backoff();
+        tokio::spawn(async move {
+            let mut stream = pin!(stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    // Applied to the store before it is passed on.
+                    Ok(watcher::Event::InitDone) => {
+                        listed_tx.send_replace(true);
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "watching the PavProvisioner"),
+                }
+            }
+        });
+        ProvisionerCache {
+            name: name.to_owned(),
+            store,
+            listed,
+            latest: Mutex::new(None),
+            compilations: AtomicUsize::new(0),
+        }
+    }
+
+    /// Waits for the first complete list, at most `within`.
+    async fn ready(&self, within: Duration) -> pav_sdk::Result<()> {
+        let mut listed = self.listed.clone();
+        match tokio::time::timeout(within, listed.wait_for(|listed| *listed)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(pav_sdk::Error::Unavailable(
+                "the watch of the PavProvisioner stopped".into(),
+            )),
+            Err(_) => Err(pav_sdk::Error::Unavailable(format!(
+                "PavProvisioner {}: no list from the API server within {}s",
+                self.name,
+                within.as_secs()
+            ))),
+        }
+    }
+
+    /// The object's current generation, compiled now if it is new.
+    fn current(&self) -> pav_sdk::Result<Arc<Generation>> {
+        let Some(object) = self.store.get(&ObjectRef::new(&self.name)) else {
+            return Err(pav_sdk::Error::NotFound(format!(
+                "PavProvisioner {}: not found",
+                self.name
+            )));
+        };
+        let key = (
+            object.uid().unwrap_or_default(),
+            match object.metadata.generation {
+                Some(generation) => generation.to_string(),
+                None => object.resource_version().unwrap_or_default(),
+            },
+        );
+        // Held while compiling: concurrent requests for a new generation
+        // wait for one compilation instead of each running their own.
+        let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(generation) = latest.as_ref()
+            && generation.key == key
+        {
+            return Ok(generation.clone());
+        }
+        self.compilations.fetch_add(1, Ordering::Relaxed);
+        let compiled = CompiledProvisioner::new(&object)
+            .map(Arc::new)
+            .map_err(|problems| problems.to_string());
+        tracing::info!(
+            provisioner = %self.name,
+            generation = %key.1,
+            valid = compiled.is_ok(),
+            "compiled the PavProvisioner"
+        );
+        let generation = Arc::new(Generation {
+            key,
+            compiled,
+            owner: object.owner_ref(&()),
+        });
+        *latest = Some(generation.clone());
+        Ok(generation)
+    }
 }
 
 /// The pods of one provisioner as one watch sees them: a reflector store,
@@ -925,5 +1064,165 @@ mod tests {
         let selector = provisioner_selector("a/b");
         let (key, value) = selector.split_once('=').unwrap();
         assert_eq!(labels.get(key).map(String::as_str), Some(value));
+    }
+
+    const PROVISIONERS: &str = "/apis/pav.albertofaria.github.io/v1alpha1/pavprovisioners";
+
+    fn provisioner_object(
+        generation: i64,
+        resource_version: &str,
+        image: &str,
+    ) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "pav.albertofaria.github.io/v1alpha1",
+            "kind": "PavProvisioner",
+            "metadata": {
+                "name": "p", "uid": "u-p", "generation": generation,
+                "resourceVersion": resource_version,
+            },
+            "spec": {
+                "provisioningModes": ["Dynamic"],
+                "volumeCreation": {"capacity": "{{ requestedMinCapacity }}"},
+                "volumeStaging": {"podTemplate": {"spec": {"containers": [
+                    {"name": "c", "image": image}
+                ]}}},
+            },
+        })
+    }
+
+    fn fake_cluster() -> (super::super::fixtures::ApiServer, Cluster) {
+        use super::super::fixtures::{ApiServer, list};
+        let (server, client) = ApiServer::start();
+        server.route(
+            http::Method::GET,
+            PROVISIONERS,
+            list(
+                "PavProvisioner",
+                vec![provisioner_object(1, "1", "busybox:1")],
+            ),
+        );
+        let cluster = Cluster::new(
+            client,
+            "p".into(),
+            "pav".into(),
+            Duration::from_secs(30),
+            Arc::new(Metrics::default()),
+            None,
+        );
+        (server, cluster)
+    }
+
+    /// The image of the compiled staging pod, to tell generations apart.
+    fn staging_image(compiled: &CompiledProvisioner) -> String {
+        let staging = compiled
+            .render_staging(&pav_templates::samples::staging_context())
+            .unwrap();
+        staging.pod_template.spec.unwrap().containers[0]
+            .image
+            .clone()
+            .unwrap()
+    }
+
+    /// The driver GOT and compiled the PavProvisioner on every RPC: now a
+    /// burst of RPCs reads the watched object and compiles it once; a new
+    /// generation is compiled once more, a status change not at all.
+    #[tokio::test]
+    async fn the_provisioner_is_watched_and_compiled_once_per_generation() {
+        let (server, cluster) = fake_cluster();
+        let cluster = Arc::new(cluster);
+        let burst: Vec<_> = (0..50)
+            .map(|_| {
+                let cluster = cluster.clone();
+                tokio::spawn(async move { cluster.compiled().await })
+            })
+            .collect();
+        for rpc in burst {
+            let (compiled, owner) = rpc.await.unwrap().unwrap();
+            assert_eq!(staging_image(&compiled), "busybox:1");
+            assert_eq!(owner.unwrap().uid, "u-p");
+        }
+        assert_eq!(cluster.compilations(), 1);
+        let requests = server.requests();
+        let gets = requests
+            .iter()
+            .filter(|r| r.method == http::Method::GET && r.path == format!("{PROVISIONERS}/p"))
+            .count();
+        assert_eq!(gets, 0, "{requests:#?}");
+        let lists = requests
+            .iter()
+            .filter(|r| r.path == PROVISIONERS && !r.is_watch())
+            .count();
+        assert_eq!(lists, 1, "{requests:#?}");
+        assert!(
+            requests
+                .iter()
+                .all(|r| r.query.contains("fieldSelector=metadata.name%3Dp")),
+            "{requests:#?}"
+        );
+
+        // A new generation: compiled once, on the first RPC that needs it.
+        wait_for_watch(&server).await;
+        server.send(
+            PROVISIONERS,
+            "MODIFIED",
+            &provisioner_object(2, "2", "busybox:2"),
+        );
+        let compiled = wait_for_image(&cluster, "busybox:2").await;
+        for _ in 0..20 {
+            let (again, _) = cluster.compiled().await.unwrap();
+            assert!(Arc::ptr_eq(&compiled, &again));
+        }
+        assert_eq!(cluster.compilations(), 2);
+
+        // A change that leaves the generation (a status update): no compilation.
+        server.send(
+            PROVISIONERS,
+            "MODIFIED",
+            &provisioner_object(2, "3", "busybox:2"),
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        cluster.compiled().await.unwrap();
+        assert_eq!(cluster.compilations(), 2);
+
+        // Gone: NotFound, as a GET answered.
+        server.send(
+            PROVISIONERS,
+            "DELETED",
+            &provisioner_object(2, "4", "busybox:2"),
+        );
+        let err = loop {
+            match cluster.compiled().await {
+                Err(e) => break e,
+                Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        };
+        assert!(matches!(err, pav_sdk::Error::NotFound(_)), "{err:?}");
+        assert!(
+            server
+                .requests()
+                .iter()
+                .all(|r| r.path != format!("{PROVISIONERS}/p"))
+        );
+    }
+
+    async fn wait_for_watch(server: &super::super::fixtures::ApiServer) {
+        for _ in 0..500 {
+            if server.requests().iter().any(|r| r.is_watch()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("no watch request");
+    }
+
+    async fn wait_for_image(cluster: &Cluster, image: &str) -> Arc<CompiledProvisioner> {
+        for _ in 0..500 {
+            let (compiled, _) = cluster.compiled().await.unwrap();
+            if staging_image(&compiled) == image {
+                return compiled;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the watch never delivered {image}");
     }
 }

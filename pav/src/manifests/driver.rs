@@ -417,7 +417,13 @@ pub fn csi_controller_role() -> ClusterRole {
             rule(&[""], &["nodes"], &["get"]),
             rule(&["storage.k8s.io"], &["volumeattributesclasses"], &["get"]),
             rule(&[""], &["pods"], &["get", "list", "watch", "create", "delete"]),
-            rule(&[pav_templates::model::GROUP], &["pavprovisioners"], &["get"]),
+            // Its own PavProvisioner, kept by a watch (field selector on
+            // its name), compiled once per generation.
+            rule(
+                &[pav_templates::model::GROUP],
+                &["pavprovisioners"],
+                &["get", "list", "watch"],
+            ),
         ],
     }))
 }
@@ -435,7 +441,13 @@ pub fn csi_node_role() -> ClusterRole {
             rule(&[""], &["pods"], &["get", "list", "watch", "create", "delete", "patch"]),
             rule(&[""], &["persistentvolumes", "persistentvolumeclaims", "nodes"], &["get"]),
             rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
-            rule(&[pav_templates::model::GROUP], &["pavprovisioners"], &["get"]),
+            // Its own PavProvisioner, kept by a watch (field selector on
+            // its name), compiled once per generation.
+            rule(
+                &[pav_templates::model::GROUP],
+                &["pavprovisioners"],
+                &["get", "list", "watch"],
+            ),
         ],
     }))
 }
@@ -723,7 +735,8 @@ mod tests {
             ("", "events", "create"),
             ("", "pods", "create"),
             ("", "pods", "delete"),
-            ("pav.albertofaria.github.io", "pavprovisioners", "get"),
+            ("pav.albertofaria.github.io", "pavprovisioners", "list"),
+            ("pav.albertofaria.github.io", "pavprovisioners", "watch"),
         ] {
             assert!(
                 allows(&controller, group, resource, verb),
@@ -752,7 +765,8 @@ mod tests {
             ("", "persistentvolumeclaims", "get"),
             ("", "nodes", "get"),
             ("events.k8s.io", "events", "create"),
-            ("pav.albertofaria.github.io", "pavprovisioners", "get"),
+            ("pav.albertofaria.github.io", "pavprovisioners", "list"),
+            ("pav.albertofaria.github.io", "pavprovisioners", "watch"),
         ] {
             assert!(
                 allows(&node, group, resource, verb),
