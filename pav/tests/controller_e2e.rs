@@ -2,7 +2,8 @@
 //!
 //! Runs when `$KUBECONFIG` names a reachable cluster (for example
 //! `KUBECONFIG=/var/run/pav-cluster/kubeconfig cargo test -p pav --test controller_e2e -- --nocapture`),
-//! otherwise prints "SKIPPED: no cluster reachable" and passes.
+//! `#[ignore = "needs a cluster"]`, run by `scripts/e2e` with
+//! `--include-ignored`; without a reachable cluster it fails, saying why.
 //!
 //! The test applies the CRD, runs the controller in-process (restricted to
 //! PavProvisioners labelled `pav-e2e=true`, deploying into namespace
@@ -33,13 +34,19 @@ const BROKEN: &str = "pav-e2e-broken";
 const FAKE_PV: &str = "pav-e2e-fake-pv";
 const TIMEOUT: Duration = Duration::from_secs(90);
 
-async fn reachable_client() -> Option<Client> {
-    std::env::var_os("KUBECONFIG")?;
-    let config = Config::infer().await.ok()?;
-    let client = Client::try_from(config).ok()?;
+/// The cluster of `$KUBECONFIG`; panics, saying why, without one.
+async fn reachable_client() -> Client {
+    if std::env::var_os("KUBECONFIG").is_none() {
+        panic!("KUBECONFIG is not set: run scripts/cluster-up, then scripts/e2e");
+    }
+    let config = Config::infer()
+        .await
+        .unwrap_or_else(|e| panic!("no client configuration from $KUBECONFIG: {e}"));
+    let client = Client::try_from(config).unwrap_or_else(|e| panic!("no client: {e}"));
     match tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await {
-        Ok(Ok(_)) => Some(client),
-        _ => None,
+        Ok(Ok(_)) => client,
+        Ok(Err(e)) => panic!("the cluster of $KUBECONFIG does not answer: {e}"),
+        Err(_) => panic!("the cluster of $KUBECONFIG does not answer within 10s"),
     }
 }
 
@@ -117,11 +124,9 @@ async fn force_remove(api: &Api<PavProvisioner>, name: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a cluster"]
 async fn controller_deploys_and_removes_drivers() {
-    let Some(client) = reachable_client().await else {
-        eprintln!("SKIPPED: no cluster reachable (set KUBECONFIG to a reachable cluster)");
-        return;
-    };
+    let client = reachable_client().await;
     let external = std::env::var_os("PAV_E2E_EXTERNAL_CONTROLLER").is_some();
     let ns = std::env::var("PAV_E2E_NAMESPACE")
         .unwrap_or_else(|_| if external { "pav" } else { "pav-e2e" }.into());

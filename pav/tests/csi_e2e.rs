@@ -1,7 +1,8 @@
 //! CreateVolume / DeleteVolume through a real tonic client against the
 //! `pav csi-controller` logic, talking to a real API server (and a kubelet
-//! that runs the pods). Uses `$KUBECONFIG`; without a reachable cluster it
-//! prints "SKIPPED: no cluster reachable" and passes.
+//! that runs the pods). Uses `$KUBECONFIG`: `#[ignore = "needs a cluster"]`,
+//! run by `scripts/e2e` (`--include-ignored`); without a reachable cluster
+//! it fails, saying why.
 //!
 //! The node plugin's collector runs in this process, so the test must run
 //! on the cluster's (single) node, as root, like `scripts/cluster-up` sets up.
@@ -28,15 +29,20 @@ use pav_templates::PavProvisioner;
 
 const NAME: &str = "pav-csi-e2e";
 
-async fn reachable() -> Option<Client> {
-    std::env::var_os("KUBECONFIG")?;
-    let client = Client::try_default().await.ok()?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    tokio::time::timeout(Duration::from_secs(10), nodes.list(&ListParams::default()))
+/// The cluster of `$KUBECONFIG`; panics, saying why, without one.
+async fn reachable() -> Client {
+    if std::env::var_os("KUBECONFIG").is_none() {
+        panic!("KUBECONFIG is not set: run scripts/cluster-up, then scripts/e2e");
+    }
+    let client = Client::try_default()
         .await
-        .ok()?
-        .ok()?;
-    Some(client)
+        .unwrap_or_else(|e| panic!("no client from $KUBECONFIG: {e}"));
+    let nodes: Api<Node> = Api::all(client.clone());
+    match tokio::time::timeout(Duration::from_secs(10), nodes.list(&ListParams::default())).await {
+        Ok(Ok(_)) => client,
+        Ok(Err(e)) => panic!("the cluster of $KUBECONFIG does not answer: {e}"),
+        Err(_) => panic!("the cluster of $KUBECONFIG does not answer within 10s"),
+    }
 }
 
 async fn create<K>(api: &Api<K>, object: &K)
@@ -159,11 +165,9 @@ fn create_request(claim: &str, parameters: &[(&str, &str)]) -> csi::CreateVolume
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a cluster"]
 async fn create_and_delete_through_pods() {
-    let Some(client) = reachable().await else {
-        println!("SKIPPED: no cluster reachable");
-        return;
-    };
+    let client = reachable().await;
     // The CRD, the pav namespace, the provisioner, classes and claims.
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     create(&crds, &crd()).await;
