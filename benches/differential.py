@@ -253,9 +253,10 @@ def main() -> int:
     pav_results = dict(zip(names, json.loads(done.stdout)))
 
     known = read_known()
-    deliberate = yaml.safe_load((HERE / "deliberate.yaml").read_text()) or {}
+    groups = yaml.safe_load((HERE / "deliberate.yaml").read_text()) or {}
+    deliberate = [name for group in groups.values() for name in group["cases"]]
     problems = []
-    for name in known + list(deliberate):
+    for name in known + deliberate:
         if name not in cases:
             problems.append(f"listed case {name!r} does not exist")
     if len(set(known) | set(deliberate)) != len(known) + len(deliberate):

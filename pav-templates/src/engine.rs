@@ -81,6 +81,10 @@ pub(crate) fn environment() -> Environment<'static> {
     env.add_filter("truncate", strings::truncate_filter);
     env.add_filter("filesizeformat", minijinja_contrib::filters::filesizeformat);
     env.add_filter("striptags", minijinja_contrib::filters::striptags);
+    env.add_filter("random", minijinja_contrib::filters::random);
+    env.add_filter("indent", strings::indent_filter);
+    env.add_filter("attr", attr_filter);
+    env.add_function("lipsum", minijinja_contrib::globals::lipsum);
     env.add_function("cycler", minijinja_contrib::globals::cycler);
     env.add_function("joiner", minijinja_contrib::globals::joiner);
     env.add_test("sequence", strings::is_sequence);
@@ -92,6 +96,17 @@ pub(crate) fn environment() -> Environment<'static> {
     // `d.items()`), which PaV templates written for Jinja2 use.
     env.set_unknown_method_callback(python_method);
     env
+}
+
+/// A template's source with every line ending (`\r\n`, `\r`) written as
+/// `\n`, as Jinja2's lexer reads it (its `newline_sequence`), in text and
+/// string literals alike. Line numbers are unchanged for `\r\n`.
+pub(crate) fn normalize_newlines(source: &str) -> String {
+    if source.contains('\r') {
+        source.replace("\r\n", "\n").replace('\r', "\n")
+    } else {
+        source.to_owned()
+    }
 }
 
 /// Bytes one unit of fuel pays for (minijinja's `UNITS_PER_FUEL`: fuel is
@@ -339,6 +354,15 @@ pub fn tobash(text: &str) -> String {
         }
     }
     out
+}
+
+/// Jinja2's `attr`: an attribute only, never an item, so a mapping's keys
+/// are not attributes (`{'a': 1} | attr('a')` is undefined).
+fn attr_filter(value: &Value, name: &str) -> Result<Value, JinjaError> {
+    match value.kind() {
+        ValueKind::Map => Ok(Value::UNDEFINED),
+        _ => value.get_attr(name),
+    }
 }
 
 /// minijinja's `string`, for values [`check_value_shape`] accepts.

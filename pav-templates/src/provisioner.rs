@@ -471,7 +471,6 @@ impl CompiledProvisioner {
         let yaml = match captured.state().lookup("yaml") {
             None => false,
             Some(value) => match value.kind() {
-                ValueKind::Undefined | ValueKind::None => false,
                 ValueKind::Bool => value.is_true(),
                 other => {
                     return Err(Error::Render {
@@ -1027,7 +1026,7 @@ impl Checker {
                 if !has_template_syntax(source) {
                     // Still evaluated, so whitespace rules apply exactly as
                     // for templates (a single trailing newline is dropped).
-                    return match self.env.render_str(source, ()) {
+                    return match self.env.render_str(&engine::normalize_newlines(source), ()) {
                         Ok(text) => Node::Constant(Json::String(text)),
                         Err(err) => {
                             self.problems.push(Error::Syntax {
@@ -1047,7 +1046,10 @@ impl Checker {
                     });
                     return Node::Constant(Json::Null);
                 }
-                match self.env.add_template_owned(path.to_owned(), source.clone()) {
+                match self
+                    .env
+                    .add_template_owned(path.to_owned(), engine::normalize_newlines(source))
+                {
                     Ok(()) => Node::Template {
                         path: Arc::from(path),
                         may_set_yaml: source.contains("yaml"),

@@ -121,6 +121,65 @@ pub(crate) fn urlencode_filter(value: &Value) -> Result<String, JinjaError> {
     }
 }
 
+/// Jinja2's `indent(width=4, first=False, blank=False)`: lines after the
+/// first (all with `first`) prefixed, blank ones too with `blank`; the
+/// text's last newline is kept.
+pub(crate) fn indent_filter(
+    state: &State<'_, '_>,
+    value: &Value,
+    positional: Rest<Value>,
+    kwargs: Kwargs,
+) -> Result<String, JinjaError> {
+    let (width, first, blank): (Option<Value>, Option<bool>, Option<bool>) =
+        from_args(&positional)?;
+    let width = match width {
+        Some(width) => Some(width),
+        None => kwargs.get::<Option<Value>>("width")?,
+    };
+    let first = match first {
+        Some(first) => first,
+        None => kwargs.get::<Option<bool>>("first")?.unwrap_or(false),
+    };
+    let blank = match blank {
+        Some(blank) => blank,
+        None => kwargs.get::<Option<bool>>("blank")?.unwrap_or(false),
+    };
+    kwargs.assert_all_used()?;
+    let text = text_of("indent", value)?;
+    let indentation = match width {
+        None => "    ".to_owned(),
+        Some(width) if width.kind() == ValueKind::String => {
+            width.as_str().unwrap_or_default().to_owned()
+        }
+        Some(width) => {
+            let width = usize::try_from(width)?;
+            afford(state, width as u64)?;
+            " ".repeat(width)
+        }
+    };
+    // The whole output, before it is built: one indentation per line.
+    let lines = text.lines().count() as u64 + 1;
+    afford(
+        state,
+        (text.len() as u64).saturating_add(lines.saturating_mul(indentation.len() as u64)),
+    )?;
+    // Python's `splitlines()` of the text with a newline appended: the
+    // text's own last newline ends its last line.
+    let with_newline = format!("{text}\n");
+    let lines: Vec<&str> = with_newline.lines().collect();
+    let mut out = String::new();
+    for (index, line) in lines.iter().enumerate() {
+        if index > 0 {
+            out.push('\n');
+        }
+        if (index > 0 || first) && (blank || !line.is_empty()) {
+            out.push_str(&indentation);
+        }
+        out.push_str(line);
+    }
+    Ok(out)
+}
+
 /// Jinja2's `wordcount`: runs of word characters (Python's `\w+`).
 pub(crate) fn wordcount_filter(value: &Value) -> Result<usize, JinjaError> {
     let text = text_of("wordcount", value)?;
