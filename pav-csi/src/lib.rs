@@ -64,7 +64,8 @@
 //!     let provisioner = Provisioner::new(HostDir::new(cli.dir, cli.budget)?)
 //!         .with_create()
 //!         .with_delete()
-//!         .with_stage();
+//!         .with_stage()
+//!         .with_stats();
 //!     // Controller and node on one socket; a cluster runs one controller
 //!     // (with the external-provisioner sidecar) and a node plugin per node.
 //!     pav_csi::Driver::builder("hostdir.example.com")
@@ -108,7 +109,7 @@
 //! | Idempotency | `CreateVolume` | the 1024 most recent answers cached by name; an incompatible repeat is `ALREADY_EXISTS` |
 //! | Idempotency | `DeleteVolume`, `NodeUnstageVolume`, `NodeUnpublishVolume` | what is gone is success; checked against `/proc/self/mountinfo` |
 //! | Publishing | `NodePublishVolume` | bind mount of the staged directory (Filesystem) or device (Block, onto a file), read-only when asked |
-//! | Usage | `NodeGetVolumeStats` | `statvfs` for filesystems, device size for blocks |
+//! | Usage | `NodeGetVolumeStats` | the provisioner's [`pav_sdk::Stats`] answer when it has one (then `VOLUME_CONDITION` is advertised and a missing condition is reported healthy); otherwise, and as [`pav_sdk::StatsRequest::measured`], `statvfs` for filesystems, device size for blocks |
 //! | Everything else | snapshots, expansion, publish/attach, listing | `UNIMPLEMENTED`, not advertised |
 //! | Socket | [`DriverBuilder::run`] | stale socket replaced, mode `0600`, removed on SIGTERM/SIGINT; at most 256 connections at once, each asked to go after 10 minutes (an idle one closes then) |
 //! | Secrets | logs | CSI messages with secrets have no `Debug`; [`pav_sdk::Secrets`] redacts values |

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use pav_sdk::{Topology, VolumeMode};
+use pav_sdk::{Topology, Usage, VolumeCondition, VolumeMode, VolumeStats};
 use tonic::{Request, Response, Status};
 
 use crate::convert;
@@ -582,19 +582,43 @@ impl csi::node_server::Node for NodeService {
         // Nothing of this driver's is mounted outside the kubelet directory.
         let path = (self.node.paths.lookup(volume_path))
             .ok_or_else(|| Status::not_found(message.clone()))?;
-        let usage = blocking(move || {
+        let staging_path = (!req.staging_target_path.is_empty())
+            .then(|| self.node.paths.lookup(&req.staging_target_path))
+            .flatten();
+        let (path, mode, measured) = blocking(move || {
             let not_found = || Status::not_found(message.clone());
             if !mount::is_mount_point(&path).map_err(|e| internal("reading mounts", e))? {
                 return Err(not_found());
             }
             let meta = std::fs::metadata(&path).map_err(|_| not_found())?;
-            volume_usage(&path, meta.is_dir()).map_err(|e| internal("reading usage", e))
+            let mode = match meta.is_dir() {
+                true => VolumeMode::Filesystem,
+                false => VolumeMode::Block,
+            };
+            let measured = measure(&path, mode);
+            Ok((path, mode, measured))
         })
         .await?;
-        Ok(Response::new(csi::NodeGetVolumeStatsResponse {
-            usage,
-            volume_condition: None,
-        }))
+        let stats = match self.shared.provisioner.stats() {
+            None => measured.map_err(|e| internal("reading usage", e))?,
+            Some(provisioner) => {
+                let mut ask = pav_sdk::build::stats(req.volume_id.as_str(), path, mode);
+                ask.staging_path = staging_path;
+                ask.measured = measured.ok();
+                provisioner.stats(ask).await.map_err(|e| {
+                    tracing::warn!(
+                        volume_id = req.volume_id,
+                        error = e.message(),
+                        "NodeGetVolumeStats failed"
+                    );
+                    status(e)
+                })?
+            }
+        };
+        Ok(Response::new(csi_stats(
+            stats,
+            self.shared.provisioner.stats().is_some(),
+        )))
     }
 
     async fn node_get_capabilities(
@@ -602,6 +626,9 @@ impl csi::node_server::Node for NodeService {
         _request: Request<csi::NodeGetCapabilitiesRequest>,
     ) -> Result<Response<csi::NodeGetCapabilitiesResponse>, Status> {
         let mut rpcs = vec![RpcType::GetVolumeStats];
+        if self.shared.provisioner.stats().is_some() {
+            rpcs.push(RpcType::VolumeCondition);
+        }
         if self.shared.provisioner.stage().is_some() && !self.shared.provisioner.stages_on_publish()
         {
             rpcs.push(RpcType::StageUnstageVolume);
@@ -633,35 +660,58 @@ impl csi::node_server::Node for NodeService {
     }
 }
 
-/// Bytes (and inodes, for filesystems) used by the volume at `path`.
-fn volume_usage(path: &Path, directory: bool) -> std::io::Result<Vec<csi::VolumeUsage>> {
-    use csi::volume_usage::Unit;
-    let usage = |unit: Unit, total: u64, available: u64, used: u64| csi::VolumeUsage {
-        available: i64::try_from(available).unwrap_or(i64::MAX),
-        total: i64::try_from(total).unwrap_or(i64::MAX),
-        used: i64::try_from(used).unwrap_or(i64::MAX),
-        unit: unit as i32,
-    };
-    if directory {
+/// What pav-csi measures of the volume at `path` itself: `statvfs` (bytes
+/// and inodes) for a filesystem, the device's size for a block volume.
+fn measure(path: &Path, mode: VolumeMode) -> std::io::Result<VolumeStats> {
+    if mode == VolumeMode::Filesystem {
         let fs = rustix::fs::statvfs(path)?;
         let block = fs.f_frsize;
-        return Ok(vec![
-            usage(
-                Unit::Bytes,
-                fs.f_blocks * block,
-                fs.f_bavail * block,
-                (fs.f_blocks - fs.f_bfree) * block,
-            ),
-            usage(
-                Unit::Inodes,
-                fs.f_files,
-                fs.f_ffree,
-                fs.f_files - fs.f_ffree,
-            ),
-        ]);
+        let bytes = Usage {
+            total: fs.f_blocks.saturating_mul(block),
+            available: fs.f_bavail.saturating_mul(block),
+            used: (fs.f_blocks.saturating_sub(fs.f_bfree)).saturating_mul(block),
+        };
+        let inodes = Usage {
+            total: fs.f_files,
+            available: fs.f_ffree,
+            used: fs.f_files.saturating_sub(fs.f_ffree),
+        };
+        return Ok(VolumeStats::bytes(bytes).with_inodes(inodes));
     }
     // A block device's size is where seeking to its end lands.
     use std::io::Seek;
     let size = std::fs::File::open(path)?.seek(std::io::SeekFrom::End(0))?;
-    Ok(vec![usage(Unit::Bytes, size, 0, 0)])
+    Ok(VolumeStats::bytes(Usage {
+        total: size,
+        available: 0,
+        used: 0,
+    }))
+}
+
+/// The CSI answer for `stats`. With `VOLUME_CONDITION` advertised
+/// (`condition_advertised`) the spec requires a condition: none from the
+/// provisioner is reported as healthy.
+fn csi_stats(stats: VolumeStats, condition_advertised: bool) -> csi::NodeGetVolumeStatsResponse {
+    use csi::volume_usage::Unit;
+    let usage = |unit: Unit, u: Usage| csi::VolumeUsage {
+        available: i64::try_from(u.available).unwrap_or(i64::MAX),
+        total: i64::try_from(u.total).unwrap_or(i64::MAX),
+        used: i64::try_from(u.used).unwrap_or(i64::MAX),
+        unit: unit as i32,
+    };
+    let mut usages = Vec::new();
+    usages.extend(stats.bytes.map(|u| usage(Unit::Bytes, u)));
+    usages.extend(stats.inodes.map(|u| usage(Unit::Inodes, u)));
+    let condition = match stats.condition {
+        Some(c) => Some(c),
+        None if condition_advertised => Some(VolumeCondition::healthy()),
+        None => None,
+    };
+    csi::NodeGetVolumeStatsResponse {
+        usage: usages,
+        volume_condition: condition.map(|c| csi::VolumeCondition {
+            abnormal: c.abnormal,
+            message: c.message,
+        }),
+    }
 }

@@ -418,3 +418,55 @@ async fn block_lifecycle_is_idempotent() {
     assert!(!h.path("staging-blk/device").exists());
     h.stop().await;
 }
+
+#[tokio::test]
+async fn stats_come_from_the_provisioner_when_it_has_them() {
+    require_root!();
+    let mut h = Harness::start_with(common::Options {
+        stats: true,
+        ..Default::default()
+    })
+    .await;
+    let caps = h
+        .node
+        .node_get_capabilities(csi::NodeGetCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .capabilities;
+    use csi::node_service_capability::{Type, rpc};
+    let rpcs: Vec<i32> = caps
+        .iter()
+        .filter_map(|c| c.r#type.as_ref().map(|Type::Rpc(r)| r.r#type))
+        .collect();
+    assert!(rpcs.contains(&(rpc::Type::VolumeCondition as i32)));
+    for (id, abnormal) in [("fine", false), ("sick", true)] {
+        h.node
+            .node_stage_volume(stage_request(&h, id, VolumeMode::Filesystem))
+            .await
+            .unwrap();
+        let target = format!("pods/{id}/target");
+        let publish = publish_request(&h, id, VolumeMode::Filesystem, &target);
+        h.node.node_publish_volume(publish).await.unwrap();
+        let stats = h
+            .node
+            .node_get_volume_stats(csi::NodeGetVolumeStatsRequest {
+                volume_id: id.into(),
+                volume_path: h.path(&target).to_string_lossy().into(),
+                staging_target_path: "".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        use csi::volume_usage::Unit;
+        let bytes = stats.usage.iter().find(|u| u.unit == Unit::Bytes as i32);
+        assert_eq!(bytes.map(|u| (u.total, u.used)), Some((42, 40)));
+        let inodes = stats.usage.iter().find(|u| u.unit == Unit::Inodes as i32);
+        assert!(inodes.is_some_and(|u| u.total > 0), "measured inodes kept");
+        let condition = stats
+            .volume_condition
+            .expect("condition with VOLUME_CONDITION");
+        assert_eq!(condition.abnormal, abnormal, "{id}");
+    }
+    h.stop().await;
+}

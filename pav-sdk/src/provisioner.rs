@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use crate::Result;
 use crate::VolumeId;
 use crate::types::{
-    AccessMode, CreateRequest, DeleteRequest, StageRequest, Staged, UnstageRequest,
-    ValidateRequest, Volume, VolumeMode,
+    AccessMode, CreateRequest, DeleteRequest, StageRequest, Staged, StatsRequest, UnstageRequest,
+    ValidateRequest, Volume, VolumeMode, VolumeStats,
 };
 
 /// Checks a requested volume before it is created, or an existing one against
@@ -65,6 +65,22 @@ pub trait Unstage: Send + Sync {
     async fn unstage(&self, req: UnstageRequest) -> Result<()>;
 }
 
+/// Reports a volume's usage and health (CSI `NodeGetVolumeStats`, which
+/// kubelet calls periodically for its volume metrics and, with
+/// `VOLUME_CONDITION`, the pod's volume health events).
+///
+/// Without it pav-csi answers with what it measures
+/// ([`StatsRequest::measured`](crate::StatsRequest::measured)): `statvfs`
+/// of the filesystem at the volume path, which for a volume that is a
+/// directory of a larger filesystem is that whole filesystem.
+#[async_trait]
+pub trait Stats: Send + Sync {
+    /// The usage and condition of the volume published at
+    /// `req.volume_path`. Return `req.measured` (or parts of it) for what
+    /// the provisioner does not know better.
+    async fn stats(&self, req: StatsRequest) -> Result<VolumeStats>;
+}
+
 /// What a provisioner implements, bundled for serving.
 ///
 /// Built from one value that implements any subset of the touch points; each
@@ -78,6 +94,7 @@ pub trait Unstage: Send + Sync {
 /// | `with_validate` | runs before `CreateVolume` and for `ValidateVolumeCapabilities` |
 /// | `with_stage` | `STAGE_UNSTAGE_VOLUME` node capability, node service can be served |
 /// | `with_unstage` | `NodeUnstageVolume` calls it after unmounting |
+/// | `with_stats` | `NodeGetVolumeStats` calls it; `VOLUME_CONDITION` node capability |
 /// | `stage_on_publish` | no `STAGE_UNSTAGE_VOLUME`; Stage/Unstage run in `NodePublishVolume`/`NodeUnpublishVolume` |
 ///
 /// ```
@@ -99,6 +116,7 @@ pub struct Provisioner<P = ()> {
     delete: Option<Arc<dyn Delete>>,
     stage: Option<Arc<dyn Stage>>,
     unstage: Option<Arc<dyn Unstage>>,
+    stats: Option<Arc<dyn Stats>>,
     volume_modes: BTreeSet<VolumeMode>,
     access_modes: BTreeSet<AccessMode>,
     stage_on_publish: bool,
@@ -117,6 +135,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             delete: None,
             stage: None,
             unstage: None,
+            stats: None,
             volume_modes: BTreeSet::from([VolumeMode::Filesystem]),
             access_modes: AccessMode::ALL.into_iter().collect(),
             stage_on_publish: false,
@@ -173,6 +192,15 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         self
     }
 
+    /// Adds the [`Stats`] touch point.
+    pub fn with_stats(mut self) -> Self
+    where
+        P: Stats,
+    {
+        self.stats = Some(self.inner.clone());
+        self
+    }
+
     /// Sets the volume modes this provisioner serves (checked before Validate).
     pub fn volume_modes(mut self, modes: impl IntoIterator<Item = VolumeMode>) -> Self {
         self.volume_modes = modes.into_iter().collect();
@@ -214,6 +242,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             delete: self.delete,
             stage: self.stage,
             unstage: self.unstage,
+            stats: self.stats,
             volume_modes: self.volume_modes,
             access_modes: self.access_modes,
             stage_on_publish: self.stage_on_publish,
@@ -247,6 +276,11 @@ impl<P> Provisioner<P> {
         self.unstage.as_deref()
     }
 
+    /// The Stats touch point, if implemented.
+    pub fn stats(&self) -> Option<&dyn Stats> {
+        self.stats.as_deref()
+    }
+
     /// True when Stage and Unstage run per client pod, in
     /// `NodePublishVolume` and `NodeUnpublishVolume`; see
     /// [`stage_on_publish`](Provisioner::stage_on_publish).
@@ -273,6 +307,7 @@ impl<P> fmt::Debug for Provisioner<P> {
             .field("delete", &self.delete.is_some())
             .field("stage", &self.stage.is_some())
             .field("unstage", &self.unstage.is_some())
+            .field("stats", &self.stats.is_some())
             .field("volume_modes", &self.volume_modes)
             .field("access_modes", &self.access_modes)
             .field("stage_on_publish", &self.stage_on_publish)

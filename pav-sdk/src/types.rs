@@ -371,6 +371,100 @@ pub struct UnstageRequest {
     pub target_path: PathBuf,
 }
 
+/// Asks how full and how healthy a volume published on this node is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StatsRequest {
+    /// The volume handle.
+    pub handle: VolumeId,
+    /// Where the volume is published (or staged): the CSI `volume_path`,
+    /// a path inside kubelet's directory that pav-csi found mounted.
+    pub volume_path: PathBuf,
+    /// The volume's staging path, when the CO sent it.
+    pub staging_path: Option<PathBuf>,
+    /// Filesystem or block (a directory or a device at `volume_path`).
+    pub volume_mode: VolumeMode,
+    /// What pav-csi measured itself, the answer without [`Stats`](crate::Stats):
+    /// `statvfs` of the filesystem holding `volume_path` (bytes and
+    /// inodes), or the device's size for a block volume. `None` when that
+    /// failed. For a volume that is a directory of a larger filesystem this
+    /// is the whole filesystem, which is why a provisioner may answer.
+    pub measured: Option<VolumeStats>,
+}
+
+/// Total, available and used amounts of one unit (bytes or inodes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Everything the volume can hold.
+    pub total: u64,
+    /// What is still free for the volume's users.
+    pub available: u64,
+    /// What is in use.
+    pub used: u64,
+}
+
+/// Whether a volume is healthy, as kubelet reports it on the pod (CSI
+/// `VolumeCondition`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeCondition {
+    /// True when something is wrong with the volume.
+    pub abnormal: bool,
+    /// What is wrong, or a short note that nothing is.
+    pub message: String,
+}
+
+impl VolumeCondition {
+    /// A volume in good health.
+    pub fn healthy() -> Self {
+        Self {
+            abnormal: false,
+            message: String::new(),
+        }
+    }
+
+    /// A volume with a problem, described by `message`.
+    pub fn abnormal(message: impl Into<String>) -> Self {
+        Self {
+            abnormal: true,
+            message: message.into(),
+        }
+    }
+}
+
+/// A volume's usage and condition (CSI `NodeGetVolumeStatsResponse`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VolumeStats {
+    /// Bytes, when known.
+    pub bytes: Option<Usage>,
+    /// Inodes, when the volume has them.
+    pub inodes: Option<Usage>,
+    /// Health; `None` is reported as healthy.
+    pub condition: Option<VolumeCondition>,
+}
+
+impl VolumeStats {
+    /// Stats with byte usage only.
+    pub fn bytes(usage: Usage) -> Self {
+        Self {
+            bytes: Some(usage),
+            ..Self::default()
+        }
+    }
+
+    /// Adds inode usage.
+    pub fn with_inodes(mut self, usage: Usage) -> Self {
+        self.inodes = Some(usage);
+        self
+    }
+
+    /// Sets the volume's condition.
+    pub fn with_condition(mut self, condition: VolumeCondition) -> Self {
+        self.condition = Some(condition);
+        self
+    }
+}
+
 /// Constructors for the request types, for pav-csi and for provisioner tests.
 ///
 /// Requests are `#[non_exhaustive]` so that fields can be added without a
@@ -447,6 +541,22 @@ pub mod build {
             context: Parameters::new(),
             secrets: Secrets::default(),
             pod: None,
+        }
+    }
+
+    /// A [`StatsRequest`] for the volume published at `volume_path`, with
+    /// nothing measured.
+    pub fn stats(
+        handle: impl Into<VolumeId>,
+        volume_path: impl Into<PathBuf>,
+        mode: VolumeMode,
+    ) -> StatsRequest {
+        StatsRequest {
+            handle: handle.into(),
+            volume_path: volume_path.into(),
+            staging_path: None,
+            volume_mode: mode,
+            measured: None,
         }
     }
 

@@ -52,7 +52,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let provisioner = Provisioner::new(HostDir::new(cli.dir, cli.budget)?)
         .with_create()
         .with_delete()
-        .with_stage();
+        .with_stage()
+        .with_stats();
     // Controller and node on one socket; a cluster runs one controller
     // (with the external-provisioner sidecar) and a node plugin per node.
     pav_csi::Driver::builder("hostdir.example.com")

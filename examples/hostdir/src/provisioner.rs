@@ -2,12 +2,13 @@
 // budget. This file is pav-sdk's front-page example (examples/hostdir in
 // the repository, run against csi-sanity in CI).
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use pav_sdk::{
     Create, CreateRequest, Delete, DeleteRequest, Error, Result, Stage, StageRequest, Staged,
-    Volume, VolumeId, async_trait,
+    Stats, StatsRequest, Usage, Volume, VolumeCondition, VolumeId, VolumeStats, async_trait,
 };
 
 /// Size of a volume whose claim asks for none: 1 GiB.
@@ -51,6 +52,20 @@ impl HostDir {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Bytes used below `dir`, symlinks not followed.
+    fn used(dir: &Path) -> std::io::Result<u64> {
+        let mut bytes = 0;
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let meta = entry.metadata()?; // of a symlink, not its target
+            bytes += meta.blocks() * 512;
+            if meta.is_dir() {
+                bytes += Self::used(&entry.path())?;
+            }
+        }
+        Ok(bytes)
     }
 
     /// Bytes reserved by all volumes.
@@ -134,5 +149,30 @@ impl Stage for HostDir {
                 req.handle
             ))),
         }
+    }
+}
+
+/// Without this, NodeGetVolumeStats would report the filesystem that holds
+/// the root: a 1 GiB volume would show the whole disk.
+#[async_trait]
+impl Stats for HostDir {
+    async fn stats(&self, req: StatsRequest) -> Result<VolumeStats> {
+        let dir = self.volume(&req.handle)?;
+        let size = Self::size(&dir)?.ok_or_else(|| Error::NotFound(req.handle.to_string()))?;
+        let used = Self::used(&dir.join("data"))?;
+        let bytes = Usage {
+            total: size,
+            used,
+            available: size.saturating_sub(used),
+        };
+        let condition = match used > size {
+            true => VolumeCondition::abnormal(format!("{used} bytes used of {size}")),
+            false => VolumeCondition::healthy(),
+        };
+        // Inodes stay as measured: the host filesystem's, shared by all volumes.
+        let mut stats = req.measured.unwrap_or_default();
+        stats.bytes = Some(bytes);
+        stats.condition = Some(condition);
+        Ok(stats)
     }
 }

@@ -4,7 +4,7 @@
 #[path = "../src/provisioner.rs"]
 mod provisioner;
 
-use pav_sdk::{Create, Delete, Error, Stage, VolumeId, VolumeMode, build};
+use pav_sdk::{Create, Delete, Error, Stage, Stats, VolumeCondition, VolumeId, VolumeMode, build};
 use provisioner::HostDir;
 
 const MIB: u64 = 1 << 20;
@@ -82,4 +82,25 @@ async fn ids_never_reach_outside_the_root() {
     }
     assert!(dir.path().join("victim/data").is_dir());
     assert!(root.join("victim/data").is_dir());
+}
+
+#[tokio::test]
+async fn stats_report_the_volume_not_the_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = HostDir::new(dir.path().to_owned(), 10 * MIB).unwrap();
+    host.create(request("pvc-1", MIB)).await.unwrap();
+    let data = dir.path().join("volumes/pvc-1/data");
+    std::fs::create_dir(data.join("sub")).unwrap();
+    std::fs::write(data.join("sub/file"), vec![7u8; 256 << 10]).unwrap();
+    let ask = build::stats("pvc-1", &data, VolumeMode::Filesystem);
+    let stats = host.stats(ask).await.unwrap();
+    let bytes = stats.bytes.unwrap();
+    assert_eq!(bytes.total, MIB);
+    assert!(bytes.used >= 256 << 10 && bytes.used < MIB, "{bytes:?}");
+    assert_eq!(bytes.available, MIB - bytes.used);
+    assert_eq!(stats.condition, Some(VolumeCondition::healthy()));
+    std::fs::write(data.join("big"), vec![7u8; 2 << 20]).unwrap();
+    let ask = build::stats("pvc-1", &data, VolumeMode::Filesystem);
+    let condition = host.stats(ask).await.unwrap().condition.unwrap();
+    assert!(condition.abnormal, "over its size: {condition:?}");
 }

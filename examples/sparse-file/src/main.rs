@@ -60,6 +60,7 @@ async fn main() -> anyhow::Result<()> {
         .with_delete()
         .with_stage()
         .with_unstage()
+        .with_stats()
         .volume_modes([VolumeMode::Filesystem, VolumeMode::Block]);
     let mut driver = pav_csi::Driver::builder(cli.driver_name)
         .version(env!("CARGO_PKG_VERSION"))

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use pav_sdk::{
     Create, CreateRequest, Delete, DeleteRequest, Error, Result, Stage, StageRequest, Staged,
-    Unstage, UnstageRequest, Validate, ValidateRequest, Volume, VolumeId, VolumeMode, async_trait,
+    Stats, StatsRequest, Unstage, UnstageRequest, Usage, Validate, ValidateRequest, Volume,
+    VolumeCondition, VolumeId, VolumeMode, VolumeStats, async_trait,
 };
 use tokio::process::Command;
 
@@ -328,6 +329,43 @@ impl Unstage for SparseFiles {
     }
 }
 
+/// A Filesystem volume is its own ext4, so pav-csi's `statvfs` of the
+/// mount is already right; a Block volume has no filesystem to ask. What
+/// only this driver knows is the sparse image: how much of it is backed by
+/// real blocks, and whether the directory holding it still has room for
+/// the rest. A volume whose image can no longer grow to its size is
+/// abnormal: writes to it will fail with I/O errors.
+#[async_trait]
+impl Stats for SparseFiles {
+    async fn stats(&self, req: StatsRequest) -> Result<VolumeStats> {
+        use std::os::unix::fs::MetadataExt as _;
+        let image = self.existing_image(&req.handle)?;
+        let meta = std::fs::metadata(&image)?;
+        let allocated = meta.blocks().saturating_mul(512).min(meta.len());
+        let unbacked = meta.len() - allocated;
+        let fs = rustix::fs::statvfs(&self.dir)
+            .map_err(|e| Error::Internal(format!("statvfs {}: {e}", self.dir.display())))?;
+        let free = fs.f_bavail.saturating_mul(fs.f_frsize);
+        let condition = match free < unbacked {
+            true => VolumeCondition::abnormal(format!(
+                "the image may still need {unbacked} bytes but {} has {free} bytes free",
+                self.dir.display()
+            )),
+            false => VolumeCondition::healthy(),
+        };
+        let mut stats = req.measured.unwrap_or_default();
+        if req.volume_mode == VolumeMode::Block {
+            stats.bytes = Some(Usage {
+                total: meta.len(),
+                used: allocated,
+                available: unbacked,
+            });
+        }
+        stats.condition = Some(condition);
+        Ok(stats)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -483,5 +521,34 @@ mod tests {
         let delete = pav_sdk::build::delete(first.handle.clone());
         files.delete(delete.clone()).await.unwrap();
         files.delete(delete).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn stats_report_the_image_for_block_volumes() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = SparseFiles::new(dir.path().into());
+        let mut req = pav_sdk::build::create("pvc-1", VolumeMode::Block);
+        req.capacity.min_bytes = Some(5 << 20);
+        let volume = files.create(req).await.unwrap();
+        let image = dir.path().join(format!("{}.img", volume.handle));
+        std::fs::write(&image, vec![1u8; 1 << 20]).unwrap(); // 1 MiB written...
+        std::fs::File::options()
+            .write(true)
+            .open(&image)
+            .unwrap()
+            .set_len(5 << 20) // ...of 5 MiB
+            .unwrap();
+        let ask = pav_sdk::build::stats(volume.handle.as_str(), "/unused", VolumeMode::Block);
+        let stats = files.stats(ask).await.unwrap();
+        let bytes = stats.bytes.unwrap();
+        assert_eq!(bytes.total, 5 << 20);
+        assert!(bytes.used >= 1 << 20 && bytes.used < 5 << 20, "{bytes:?}");
+        assert_eq!(bytes.used + bytes.available, 5 << 20);
+        assert_eq!(stats.condition, Some(VolumeCondition::healthy()));
+        let missing = pav_sdk::build::stats("../x", "/unused", VolumeMode::Block);
+        assert!(matches!(
+            files.stats(missing).await,
+            Err(Error::NotFound(_))
+        ));
     }
 }

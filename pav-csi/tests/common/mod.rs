@@ -11,8 +11,8 @@ use std::time::Duration;
 use pav_csi::csi;
 use pav_sdk::{
     AccessMode, Create, CreateRequest, Delete, DeleteRequest, Error, Provisioner, Result, Stage,
-    StageRequest, Staged, Unstage, UnstageRequest, Validate, ValidateRequest, Volume, VolumeId,
-    VolumeMode, async_trait,
+    StageRequest, Staged, Stats, StatsRequest, Unstage, UnstageRequest, Usage, Validate,
+    ValidateRequest, Volume, VolumeCondition, VolumeId, VolumeMode, VolumeStats, async_trait,
 };
 use tonic::transport::Channel;
 
@@ -164,6 +164,25 @@ impl Unstage for Memory {
     }
 }
 
+#[async_trait]
+impl Stats for Memory {
+    /// 42 bytes, of which 40 are used; inodes as measured; the volume
+    /// `sick` is abnormal.
+    async fn stats(&self, req: StatsRequest) -> Result<VolumeStats> {
+        self.record("stats");
+        let mut stats = req.measured.unwrap_or_default();
+        stats.bytes = Some(Usage {
+            total: 42,
+            available: 2,
+            used: 40,
+        });
+        if req.handle == "sick" {
+            stats.condition = Some(VolumeCondition::abnormal("test says so"));
+        }
+        Ok(stats)
+    }
+}
+
 /// A running driver and clients for it.
 pub struct Harness {
     pub dir: tempfile::TempDir,
@@ -183,6 +202,8 @@ pub struct Options {
     pub controller_ops: bool,
     /// With `controller_ops`: Validate too (else only Create and Delete).
     pub validate: bool,
+    /// Stats (else pav-csi measures alone).
+    pub stats: bool,
     /// Stage per client pod in NodePublishVolume.
     pub stage_on_publish: bool,
     /// Report node topology (and so advertise accessibility constraints).
@@ -198,6 +219,7 @@ impl Default for Options {
         Options {
             controller_ops: true,
             validate: true,
+            stats: false,
             stage_on_publish: false,
             topology: true,
             block: true,
@@ -226,6 +248,9 @@ impl Harness {
             provisioner = provisioner.with_validate();
         }
         provisioner = provisioner.with_stage().with_unstage();
+        if options.stats {
+            provisioner = provisioner.with_stats();
+        }
         if options.stage_on_publish {
             provisioner = provisioner.stage_on_publish();
         }
