@@ -15,8 +15,9 @@ use kube::{Api, Resource, ResourceExt};
 use pav_sdk::{Create, CreateRequest, Delete, DeleteRequest, Error, Result, Volume};
 use pav_templates::{CreationContext, Phase, ProvisioningMode, ValidationContext};
 
-use super::cluster::{Cluster, Finished, api_error, pod_ref};
-use super::state::{self, Collected, PodState};
+use super::cluster::{Cluster, api_error, pod_ref};
+use super::phase_run::PodFiles;
+use super::state::{self, PodState};
 use crate::pods::{ANNOTATION_CLAIM, LABEL_PHASE, LABEL_VOLUME};
 
 /// The pav-sdk Create and Delete of a PavProvisioner.
@@ -165,41 +166,6 @@ impl PodController {
             .claim_pod(phase, template, timeout, &claim.pvc)
     }
 
-    /// Runs a controller pod to completion and reads what it exported;
-    /// `Err` when it failed (message names phase and pod).
-    async fn run(&self, pod: &Pod, phase: Phase) -> Result<(Finished, Option<Collected>)> {
-        let namespace = pod.namespace().unwrap_or_default();
-        let name = pod.name_any();
-        self.cluster.ensure_pod(pod).await?;
-        let finished = self
-            .cluster
-            .wait_terminated(phase, &namespace, &name, true)
-            .await?;
-        let collected = Collected::of(&finished.pod);
-        Ok((finished, collected))
-    }
-
-    /// The failure message of a finished pod, if it failed.
-    fn failure(finished: &Finished, collected: Option<&Collected>, phase: Phase) -> Option<String> {
-        match &finished.state {
-            PodState::Failed { message } => Some(state::pod_failure(
-                phase,
-                &finished.pod.namespace().unwrap_or_default(),
-                &finished.pod.name_any(),
-                collected.and_then(|c| c.error.as_deref()),
-                message,
-            )),
-            _ => None,
-        }
-    }
-
-    async fn delete_quietly(&self, pod: &Pod) {
-        let namespace = pod.namespace().unwrap_or_default();
-        if let Err(e) = self.cluster.delete_pod(&namespace, &pod.name_any()).await {
-            tracing::warn!(pod = %pod.name_any(), error = %e, "cannot delete PaV pod");
-        }
-    }
-
     async fn claim(&self, req: &CreateRequest) -> Result<Claim> {
         let Some(claim) = &req.claim else {
             return Err(Error::InvalidArgument(
@@ -304,18 +270,14 @@ impl PodController {
                 claim,
                 owner.as_ref(),
             );
-            let op = self.cluster.metrics.start(Phase::Validation);
-            let result = self.run(&pod, Phase::Validation).await.and_then(|(f, c)| {
-                match Self::failure(&f, c.as_ref(), Phase::Validation) {
-                    Some(message) => Err(Error::InvalidArgument(message)),
-                    None => Ok(()),
-                }
-            });
-            op.finish(&result);
-            if !matches!(result, Err(Error::Unavailable(_))) {
-                self.delete_quietly(&pod).await;
-            }
-            result?;
+            self.cluster
+                .run_phase(
+                    Phase::Validation,
+                    &pod,
+                    PodFiles::Collected,
+                    Error::InvalidArgument,
+                )
+                .await?;
         }
 
         let Some(pod) = creation_pod else {
@@ -329,16 +291,19 @@ impl PodController {
             return Ok(volume(created, req));
         };
         let op = self.cluster.metrics.start(Phase::Creation);
-        let outcome = self.run(&pod, Phase::Creation).await;
+        let outcome = self
+            .cluster
+            .run_pod(Phase::Creation, &pod, PodFiles::Collected)
+            .await;
         let result = match outcome {
             Err(e) => Err(e), // timeout or API trouble: the pod carries on, retry picks it up
-            Ok((finished, collected)) => {
-                let checked = match Self::failure(&finished, collected.as_ref(), Phase::Creation) {
+            Ok(ran) => {
+                let checked = match ran.failure {
                     Some(message) => Err(message),
                     None => state::creation_result(
                         creation.handle.as_deref(),
                         creation.capacity,
-                        collected.as_ref(),
+                        ran.collected.as_ref(),
                         &default_handle,
                     )
                     .map_err(|m| {
@@ -357,7 +322,7 @@ impl PodController {
                             .undo_creation(&compiled, &context, claim, owner.as_ref())
                             .await;
                         if undo.is_ok() {
-                            self.delete_quietly(&pod).await;
+                            self.cluster.delete_quietly(&pod).await;
                         }
                         Err(Error::Internal(match undo {
                             Ok(()) => message,
@@ -387,18 +352,9 @@ impl PodController {
             return Ok(());
         };
         let pod = self.pod(&template, Phase::Deletion, deletion.timeout, claim, owner);
-        let op = self.cluster.metrics.start(Phase::Deletion);
-        let result = self.run(&pod, Phase::Deletion).await.and_then(|(f, c)| {
-            match Self::failure(&f, c.as_ref(), Phase::Deletion) {
-                Some(message) => Err(Error::Internal(message)),
-                None => Ok(()),
-            }
-        });
-        op.finish(&result);
-        if !matches!(result, Err(Error::Unavailable(_))) {
-            self.delete_quietly(&pod).await;
-        }
-        result
+        self.cluster
+            .run_phase(Phase::Deletion, &pod, PodFiles::Collected, Error::Internal)
+            .await
     }
 
     /// Deletes the claim's validation and creation pods once the claim is
@@ -690,15 +646,10 @@ impl Delete for PodController {
                         &claim,
                         owner.as_ref(),
                     );
-                    let op = self.cluster.metrics.start(Phase::Deletion);
-                    let result =
-                        self.run(&pod, Phase::Deletion).await.and_then(
-                            |(f, c)| match Self::failure(&f, c.as_ref(), Phase::Deletion) {
-                                Some(message) => Err(Error::Internal(message)),
-                                None => Ok(()),
-                            },
-                        );
-                    op.finish(&result);
+                    let result = self
+                        .cluster
+                        .run_phase(Phase::Deletion, &pod, PodFiles::Collected, Error::Internal)
+                        .await;
                     if let Err(e) = &result {
                         self.cluster
                             .warn(
@@ -708,9 +659,6 @@ impl Delete for PodController {
                                 Some(pod_ref(&pod)),
                             )
                             .await;
-                    }
-                    if !matches!(result, Err(Error::Unavailable(_))) {
-                        self.delete_quietly(&pod).await;
                     }
                     result
                 }

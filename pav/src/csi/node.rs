@@ -12,6 +12,7 @@ use pav_sdk::{Error, PodInfo, Result, Stage, StageRequest, Staged, Unstage, Unst
 use pav_templates::{Phase, StagingContext};
 
 use super::cluster::{Cluster, api_error, core_ref, pod_ref};
+use super::phase_run::PodFiles;
 use super::state::{self, Collected, PodState};
 use crate::pods::{
     ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, ANNOTATION_UNSTAGING,
@@ -268,34 +269,15 @@ impl PodNode {
                 .cluster
                 .origin(owner.as_ref())
                 .unstaging_pod(&template, &key, &self.node, &claim);
-            let (u_ns, u_name) = (pod.namespace().unwrap_or_default(), pod.name_any());
-            let op = self.cluster.metrics.start(Phase::Unstaging);
-            let result = async {
-                self.cluster.ensure_pod(&pod).await?;
-                let finished = self
-                    .cluster
-                    .wait_terminated(Phase::Unstaging, &u_ns, &u_name, false)
-                    .await?;
-                match finished.state {
-                    PodState::Failed { message } => Err(Error::Internal(state::pod_failure(
-                        Phase::Unstaging,
-                        &u_ns,
-                        &u_name,
-                        state::read_exported(&self.dir(&u_name), "error").as_deref(),
-                        &message,
-                    ))),
-                    _ => Ok(()),
-                }
-            }
-            .await;
-            op.finish(&result);
-            if !matches!(result, Err(Error::Unavailable(_))) {
-                let _ = self.cluster.delete_pod(&u_ns, &u_name).await;
-                if let Err(e) = remove_pod_dir(&self.dir(&u_name)) {
-                    tracing::warn!(pod = %u_name, error = %e, "cannot remove the unstaging pod's directory");
-                }
-            }
-            result?;
+            let dir = self.dir(&pod.name_any());
+            self.cluster
+                .run_phase(
+                    Phase::Unstaging,
+                    &pod,
+                    PodFiles::Local(&dir),
+                    Error::Internal,
+                )
+                .await?;
         }
 
         // 3. Unmount what the staging pod left (a pod that ran to completion
@@ -395,7 +377,7 @@ fn check_volume(path: &Path, block: bool) -> std::result::Result<(), String> {
 
 /// Why a PaV pod's `/pav` directory could not be removed.
 #[derive(Debug, thiserror::Error)]
-enum PodDirError {
+pub(crate) enum PodDirError {
     /// Something the pod mounted there stays mounted.
     #[error(transparent)]
     Unmount(#[from] pav_csi::mount::UnmountError),
@@ -411,7 +393,7 @@ enum PodDirError {
 /// Unmounts whatever a PaV pod left mounted in its directory (deepest
 /// first, with system calls: the pav image holds no `umount`), then removes
 /// the directory; never deletes through a mount point. Gone is fine.
-fn remove_pod_dir(dir: &Path) -> std::result::Result<(), PodDirError> {
+pub(crate) fn remove_pod_dir(dir: &Path) -> std::result::Result<(), PodDirError> {
     if std::fs::symlink_metadata(dir).is_err() {
         return Ok(());
     }

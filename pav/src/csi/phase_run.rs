@@ -1,0 +1,119 @@
+//! Running one phase pod: the one path the validation, creation, deletion
+//! and unstaging pods take (the staging pod, which may keep running, waits
+//! for `/pav/ready` instead; see the node plugin).
+//!
+//! A run creates the pod unless it exists (a restarted driver picks up its
+//! pod), waits for it to terminate (and for the node plugin to collect its
+//! `/pav` files when it ran elsewhere), and turns a failure into the
+//! phase's error. [`Cluster::run_phase`] also counts it in the metrics and
+//! deletes the pod afterwards, unless the run is `Unavailable`: then the
+//! pod carries on and the CO's retry picks it up.
+
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use pav_sdk::{Error, Result};
+use pav_templates::Phase;
+
+use super::cluster::{Cluster, Finished};
+use super::state::{self, Collected, PodState};
+
+/// Where a pod's `/pav/error` is read from.
+#[derive(Debug, Clone, Copy)]
+pub enum PodFiles<'a> {
+    /// From the annotations the node plugin of the pod's node copied them
+    /// to (validation, creation and deletion pods run on any node): the run
+    /// waits for the collection.
+    Collected,
+    /// From the pod's directory, which this process sees (unstaging pods run
+    /// on the node plugin's node): removed with the pod.
+    Local(&'a Path),
+}
+
+/// A phase pod that terminated.
+#[derive(Debug, Clone)]
+pub struct Ran {
+    /// The pod as last seen, and its state.
+    pub finished: Finished,
+    /// The files it exported, when collected.
+    pub collected: Option<Collected>,
+    /// The message of a failed pod (`<phase> pod ns/name failed: why`).
+    pub failure: Option<String>,
+}
+
+impl Cluster {
+    /// Creates `pod` for `phase` unless it exists and waits until it
+    /// terminated (and, for [`PodFiles::Collected`], was collected).
+    pub async fn run_pod(&self, phase: Phase, pod: &Pod, files: PodFiles<'_>) -> Result<Ran> {
+        let namespace = pod.namespace().unwrap_or_default();
+        let name = pod.name_any();
+        self.ensure_pod(pod).await?;
+        let collect = matches!(files, PodFiles::Collected);
+        let finished = self
+            .wait_terminated(phase, &namespace, &name, collect)
+            .await?;
+        let collected = Collected::of(&finished.pod);
+        let failure = match &finished.state {
+            PodState::Failed { message } => {
+                let exported = match files {
+                    PodFiles::Collected => collected.as_ref().and_then(|c| c.error.clone()),
+                    PodFiles::Local(dir) => state::read_exported(dir, "error"),
+                };
+                Some(state::pod_failure(
+                    phase,
+                    &namespace,
+                    &name,
+                    exported.as_deref(),
+                    message,
+                ))
+            }
+            _ => None,
+        };
+        Ok(Ran {
+            finished,
+            collected,
+            failure,
+        })
+    }
+
+    /// Runs `pod` for `phase` to the end: counted in the metrics, a failed
+    /// pod is `fail(message)`, and the pod is deleted afterwards (with its
+    /// directory for [`PodFiles::Local`]) unless the run is `Unavailable`.
+    pub async fn run_phase(
+        &self,
+        phase: Phase,
+        pod: &Pod,
+        files: PodFiles<'_>,
+        fail: impl FnOnce(String) -> Error,
+    ) -> Result<()> {
+        let op = self.metrics.start(phase);
+        let result = match self.run_pod(phase, pod, files).await {
+            Ok(Ran {
+                failure: Some(message),
+                ..
+            }) => Err(fail(message)),
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        };
+        op.finish(&result);
+        if !matches!(result, Err(Error::Unavailable(_))) {
+            self.delete_quietly(pod).await;
+            if let PodFiles::Local(dir) = files
+                && let Err(e) = super::node::remove_pod_dir(dir)
+            {
+                tracing::warn!(pod = %pod.name_any(), error = %e, "cannot remove the pod's directory");
+            }
+        }
+        result
+    }
+
+    /// Deletes a PaV pod and waits until it is gone; a failure is logged
+    /// (the startup sweeps remove what is left).
+    pub async fn delete_quietly(&self, pod: &Pod) {
+        let namespace = pod.namespace().unwrap_or_default();
+        if let Err(e) = self.delete_pod(&namespace, &pod.name_any()).await {
+            tracing::warn!(pod = %pod.name_any(), error = %e, "cannot delete PaV pod");
+        }
+    }
+}
