@@ -244,13 +244,7 @@ impl Context {
 
 /// Runs the controller until SIGTERM.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .try_init()
-        .ok();
+    crate::telemetry::init_tracing();
     let client = crate::client::client(args.api, "controller").await?;
     run_with(client, args).await
 }
@@ -259,7 +253,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 /// dropped).
 pub async fn run_with(client: Client, args: Args) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
-    let server = tokio::spawn(metrics.clone().serve(args.metrics_addr));
+    let server = tokio::spawn(crate::telemetry::serve(
+        args.metrics_addr,
+        metrics.clone().router(),
+    ));
 
     // Ready once PavProvisioners can be listed (CRD installed, RBAC in place).
     let provisioners: Api<PavProvisioner> = Api::all(client.clone());
@@ -777,15 +774,7 @@ async fn update_status(
 
 /// Records an event on the provisioner; failures are only logged.
 async fn publish(ctx: &Context, p: &PavProvisioner, kind: EventType, reason: &str, message: &str) {
-    let mut note = message.to_owned();
-    if note.len() > 1000 {
-        let mut cut = 990;
-        while !note.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        note.truncate(cut);
-        note.push_str(" [...]");
-    }
+    let note = crate::telemetry::truncate(message.to_owned());
     let event = Event {
         type_: kind,
         reason: reason.into(),

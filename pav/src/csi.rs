@@ -44,8 +44,9 @@ pub struct CommonArgs {
     /// Namespace of PaV pods whose template names none.
     #[arg(long, env = "POD_NAMESPACE", default_value = crate::pods::DEFAULT_NAMESPACE)]
     pub namespace: String,
-    /// How long any one phase (a pod's run, a deletion) may take, e.g. 300s or 5m.
-    #[arg(long, env = "PAV_PHASE_TIMEOUT", default_value = "300s", value_parser = state::parse_duration)]
+    /// How long any one phase (a pod's run, a deletion) may take, e.g. 300s
+    /// or 5m (at most 24h, as a phase's own `timeout`).
+    #[arg(long, env = "PAV_PHASE_TIMEOUT", default_value = "300s", value_parser = pav_templates::duration::parse_timeout)]
     pub phase_timeout: Duration,
     /// Address of the HTTP server with /metrics and /healthz.
     #[arg(long, env = "PAV_METRICS_ADDR", default_value = "0.0.0.0:9808")]
@@ -82,19 +83,13 @@ pub struct NodeArgs {
     pub kubelet_dir: PathBuf,
 }
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
-}
-
 async fn cluster(common: &CommonArgs, component: &str) -> anyhow::Result<Arc<Cluster>> {
     let client = crate::client::client(common.api, component).await?;
     let metrics = Arc::new(Metrics::default());
     let addr = common.metrics_addr;
-    let served = metrics.clone();
+    let router = metrics.clone().router();
     tokio::spawn(async move {
-        if let Err(e) = metrics::serve(addr, served).await {
+        if let Err(e) = crate::telemetry::serve(addr, router).await {
             tracing::error!(error = %e, "metrics server failed");
         }
     });
@@ -133,7 +128,7 @@ pub fn controller_provisioner(
 
 /// Serves the CSI controller service until SIGTERM.
 pub async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
-    init_tracing();
+    crate::telemetry::init_tracing();
     let cluster = cluster(&args.common, "csi-controller").await?;
     // Listed at startup, so the first CreateVolume does not wait for them.
     cluster.start_pod_cache(None);
@@ -151,7 +146,7 @@ pub async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
 
 /// Serves the CSI node service until SIGTERM.
 pub async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
-    init_tracing();
+    crate::telemetry::init_tracing();
     let cluster = cluster(&args.common, "csi-node").await?;
     // Only this node's staging and unstaging pods.
     cluster.start_pod_cache(Some(&args.node_id));

@@ -9,6 +9,7 @@
 //! | [`csi`] | `pav csi-controller` / `pav csi-node`: pav-sdk touch points carried out by pods |
 //! | [`manifests`] | `pav manifests`: the deployment, generated from Rust types |
 //! | [`pods`] | evaluated pod templates become the pods PaV creates |
+//! | [`telemetry`] | logs, the metrics server, message bounds |
 
 // The pav image holds no programs to run (clippy.toml).
 #![deny(clippy::disallowed_methods)]
@@ -19,3 +20,4 @@ pub mod controller;
 pub mod csi;
 pub mod manifests;
 pub mod pods;
+pub mod telemetry;

@@ -1,6 +1,5 @@
 //! Prometheus metrics and health endpoints of `pav controller`.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -149,22 +148,11 @@ impl Metrics {
             .route("/readyz", get(readyz))
             .with_state(self)
     }
-
-    /// Serves [`Metrics::router`] on `addr` until the process ends.
-    pub async fn serve(self: Arc<Self>, addr: SocketAddr) -> anyhow::Result<()> {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
-        axum::serve(listener, self.router()).await?;
-        Ok(())
-    }
 }
 
 async fn metrics(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, crate::telemetry::METRICS_CONTENT_TYPE)],
         metrics.encode(),
     )
 }

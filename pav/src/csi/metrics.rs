@@ -1,6 +1,5 @@
 //! Prometheus metrics and the `/metrics` and `/healthz` endpoints.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -124,6 +123,26 @@ impl Metrics {
         }
     }
 
+    /// The HTTP routes: `/metrics` and `/healthz` (see
+    /// [`telemetry::serve`](crate::telemetry::serve)).
+    pub fn router(self: Arc<Self>) -> axum::Router {
+        use axum::routing::get;
+        axum::Router::new()
+            .route(
+                "/metrics",
+                get(move || {
+                    let metrics = self.clone();
+                    async move {
+                        (
+                            [("content-type", crate::telemetry::METRICS_CONTENT_TYPE)],
+                            metrics.encode(),
+                        )
+                    }
+                }),
+            )
+            .route("/healthz", get(|| async { "ok" }))
+    }
+
     /// The metrics in the Prometheus text format.
     pub fn encode(&self) -> String {
         let mut text = String::new();
@@ -132,32 +151,6 @@ impl Metrics {
         }
         text
     }
-}
-
-/// Serves `/metrics` and `/healthz` on `addr` until the process ends.
-pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<()> {
-    use axum::routing::get;
-    let router = axum::Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let metrics = metrics.clone();
-                async move {
-                    (
-                        [(
-                            "content-type",
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        metrics.encode(),
-                    )
-                }
-            }),
-        )
-        .route("/healthz", get(|| async { "ok" }));
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "serving /metrics and /healthz");
-    axum::serve(listener, router).await?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -265,41 +265,7 @@ pub fn pod_timeout(
     ))
 }
 
-/// Keeps messages within what events and gRPC statuses show (1 KiB).
-pub fn truncate(mut message: String) -> String {
-    const MAX: usize = 1000;
-    if message.len() > MAX {
-        let mut end = MAX;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-        message.push('…');
-    }
-    message
-}
-
-/// Parses `300`, `300s`, `5m` or `1h` as a duration (for `--phase-timeout`).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => text.split_at(i),
-        None => (text, "s"),
-    };
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 300s, 5m or 1h"))?;
-    let seconds = match unit {
-        "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        _ => return Err(format!("{text:?}: unknown unit {unit:?} (use s, m or h)")),
-    };
-    if seconds == 0 {
-        return Err("the timeout must be positive".to_owned());
-    }
-    Ok(Duration::from_secs(seconds))
-}
+pub use crate::telemetry::truncate;
 
 /// `namespace/name/uid` of a client pod, as stored in a staging pod's
 /// annotation.
@@ -488,11 +454,15 @@ mod tests {
 
     #[test]
     fn durations_and_annotations() {
-        assert_eq!(parse_duration("300"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert!(parse_duration("0").is_err());
-        assert!(parse_duration("5d").is_err());
+        // `--phase-timeout` is parsed as a phase's `timeout` is.
+        use pav_templates::duration::parse_timeout;
+        assert_eq!(parse_timeout("300"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_timeout("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_timeout("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_timeout("0").is_err());
+        assert!(parse_timeout("5d").is_err());
+        // The parser it replaced multiplied hours without a check.
+        assert!(parse_timeout("5124095576030432h").is_err());
         let client = client_annotation("apps", "web-0", "u-1");
         assert_eq!(parse_client(&client), Some(("apps", "web-0", "u-1")));
         assert_eq!(parse_claim("apps/data"), Some(("apps", "data")));
