@@ -17,7 +17,7 @@
 use minijinja::syntax::SyntaxConfig;
 use std::cell::RefCell;
 
-use minijinja::value::{Kwargs, StringInput, Value, ValueKind, ValueOrKwargs};
+use minijinja::value::{Kwargs, Rest, StringInput, Value, ValueKind, ValueOrKwargs};
 use minijinja::{AutoEscape, Environment, Error as JinjaError, ErrorKind, Output, State};
 
 mod json;
@@ -84,6 +84,20 @@ pub(crate) fn environment() -> Environment<'static> {
     env.add_filter("random", minijinja_contrib::filters::random);
     env.add_filter("indent", strings::indent_filter);
     env.add_filter("attr", attr_filter);
+    env.add_filter(
+        "unique",
+        |state: &State<'_, '_>, value: Value, positional: Rest<Value>, kwargs: Kwargs| {
+            let kwargs = keywords(&["case_sensitive", "attribute"], &positional, kwargs)?;
+            minijinja::filters::unique(state, value, kwargs)
+        },
+    );
+    env.add_filter(
+        "dictsort",
+        |value: &Value, positional: Rest<Value>, kwargs: Kwargs| {
+            let kwargs = keywords(&["case_sensitive", "by", "reverse"], &positional, kwargs)?;
+            minijinja::filters::dictsort(value, kwargs)
+        },
+    );
     env.add_function("lipsum", minijinja_contrib::globals::lipsum);
     env.add_function("cycler", minijinja_contrib::globals::cycler);
     env.add_function("joiner", minijinja_contrib::globals::joiner);
@@ -140,6 +154,11 @@ fn python_method(
     }
     if let Some(text) = value.as_str()
         && let Some(result) = strings::str_method(state, text, method, args)
+    {
+        return result;
+    }
+    if value.kind() == ValueKind::Number
+        && let Some(result) = numbers::number_method(value, method, args)
     {
         return result;
     }
@@ -354,6 +373,34 @@ pub fn tobash(text: &str) -> String {
         }
     }
     out
+}
+
+/// `kwargs` with the positional arguments added under `names`, in order:
+/// Jinja2 takes these filters' arguments either way, minijinja's builtins
+/// as keywords only.
+fn keywords(names: &[&str], positional: &[Value], kwargs: Kwargs) -> Result<Kwargs, JinjaError> {
+    if positional.len() > names.len() {
+        return Err(JinjaError::from(ErrorKind::TooManyArguments));
+    }
+    let mut merged: Vec<(String, Value)> = names
+        .iter()
+        .zip(positional)
+        .map(|(name, value)| ((*name).to_owned(), value.clone()))
+        .collect();
+    for name in kwargs.args() {
+        if names[..positional.len()].contains(&name) {
+            return Err(JinjaError::new(
+                ErrorKind::InvalidOperation,
+                format!("argument {name} given twice"),
+            ));
+        }
+        merged.push((name.to_owned(), kwargs.get::<Value>(name)?));
+    }
+    Ok(Kwargs::from_iter(
+        merged
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.clone())),
+    ))
 }
 
 /// Jinja2's `attr`: an attribute only, never an item, so a mapping's keys

@@ -226,6 +226,116 @@ pub(crate) fn float_filter(
     Ok(parsed.map(Value::from).unwrap_or(default))
 }
 
+/// The Python `int` and `float` methods Jinja2's sandbox lets a template
+/// call, or `None` when `method` is not one pav has.
+pub(crate) fn number_method(
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> Option<Result<Value, JinjaError>> {
+    if !args.is_empty() {
+        return None;
+    }
+    if value.is_integer() {
+        let magnitude = i128::try_from(value.clone())
+            .map(i128::unsigned_abs)
+            .or_else(|_| u128::try_from(value.clone()));
+        let Ok(magnitude) = magnitude else {
+            return None;
+        };
+        return match method {
+            "bit_length" => Some(Ok(Value::from(128 - magnitude.leading_zeros()))),
+            "bit_count" => Some(Ok(Value::from(magnitude.count_ones()))),
+            "conjugate" => Some(Ok(value.clone())),
+            "as_integer_ratio" => Some(Ok(Value::from_iter([value.clone(), Value::from(1)]))),
+            _ => None,
+        };
+    }
+    let float = f64::try_from(value.clone()).ok()?;
+    match method {
+        "conjugate" => Some(Ok(value.clone())),
+        "is_integer" => Some(Ok(Value::from(float.is_finite() && float.fract() == 0.0))),
+        "hex" => Some(Ok(Value::from(float_hex(float)))),
+        "as_integer_ratio" => Some(integer_ratio(float)),
+        _ => None,
+    }
+}
+
+/// Python's `float.hex()`: `0x1.8000000000000p+1` for 3.0.
+fn float_hex(float: f64) -> String {
+    if float.is_nan() {
+        return "nan".to_owned();
+    }
+    if float.is_infinite() {
+        return if float > 0.0 { "inf" } else { "-inf" }.to_owned();
+    }
+    let sign = if float.is_sign_negative() { "-" } else { "" };
+    let bits = float.to_bits();
+    let exponent = ((bits >> 52) & 0x7ff) as i64;
+    let mantissa = bits & ((1 << 52) - 1);
+    if exponent == 0 && mantissa == 0 {
+        return format!("{sign}0x0.0p+0");
+    }
+    let (lead, exponent) = if exponent == 0 {
+        (0, -1022)
+    } else {
+        (1, exponent - 1023)
+    };
+    format!("{sign}0x{lead}.{mantissa:013x}p{exponent:+}")
+}
+
+/// Python's `float.as_integer_ratio()`: the exact fraction, in lowest
+/// terms; an error when a term needs more than 128 bits.
+fn integer_ratio(float: f64) -> Result<Value, JinjaError> {
+    let too_big = || {
+        JinjaError::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "as_integer_ratio(): {} needs integers beyond 128 bits",
+                python_float(float)
+            ),
+        )
+    };
+    if !float.is_finite() {
+        return Err(too_big());
+    }
+    let bits = float.to_bits();
+    let biased = ((bits >> 52) & 0x7ff) as i32;
+    let fraction = bits & ((1 << 52) - 1);
+    let (mut numerator, mut exponent) = if biased == 0 {
+        (fraction as i128, -1074)
+    } else {
+        ((fraction | 1 << 52) as i128, biased - 1075)
+    };
+    if numerator == 0 {
+        return Ok(Value::from_iter([Value::from(0), Value::from(1)]));
+    }
+    while exponent < 0 && numerator % 2 == 0 {
+        numerator /= 2;
+        exponent += 1;
+    }
+    if float < 0.0 {
+        numerator = -numerator;
+    }
+    let (numerator, denominator) = if exponent >= 0 {
+        let shifted = numerator
+            .checked_mul(1i128.checked_shl(exponent as u32).ok_or_else(too_big)?)
+            .filter(|_| exponent < 127)
+            .ok_or_else(too_big)?;
+        (shifted, 1)
+    } else {
+        let denominator = 1i128
+            .checked_shl(exponent.unsigned_abs())
+            .filter(|_| exponent > -127)
+            .ok_or_else(too_big)?;
+        (numerator, denominator)
+    };
+    Ok(Value::from_iter([
+        Value::from(numerator),
+        Value::from(denominator),
+    ]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,6 +357,20 @@ mod tests {
         for (float, text) in cases {
             assert_eq!(python_float(float), text, "{float}");
         }
+    }
+
+    #[test]
+    fn float_methods_match_python() {
+        assert_eq!(float_hex(3.0), "0x1.8000000000000p+1");
+        assert_eq!(float_hex(-0.1), "-0x1.999999999999ap-4");
+        assert_eq!(float_hex(0.0), "0x0.0p+0");
+        assert_eq!(integer_ratio(2.5).unwrap().to_string(), "[5, 2]");
+        assert_eq!(integer_ratio(-0.75).unwrap().to_string(), "[-3, 4]");
+        assert_eq!(
+            integer_ratio(1e20).unwrap().to_string(),
+            "[100000000000000000000, 1]"
+        );
+        assert!(integer_ratio(1e300).is_err());
     }
 
     #[test]

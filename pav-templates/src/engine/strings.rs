@@ -415,6 +415,55 @@ pub(crate) fn str_method(
             parts.reverse();
             Value::from(parts)
         }),
+        // pycompat counts in the whole string only.
+        "count" if args.len() > 1 => {
+            from_args::<(&str, Option<i64>, Option<i64>)>(args).map(|(needle, start, end)| {
+                let chars: Vec<char> = text.chars().collect();
+                let bound = |index: Option<i64>, default: usize| match index {
+                    None => default,
+                    Some(index) if index < 0 => {
+                        chars.len().saturating_sub(index.unsigned_abs() as usize)
+                    }
+                    Some(index) => (index as usize).min(chars.len()),
+                };
+                let (start, end) = (bound(start, 0), bound(end, chars.len()));
+                let window: String = chars[start.min(end)..end].iter().collect();
+                Value::from(if needle.is_empty() {
+                    window.chars().count() + 1
+                } else {
+                    window.matches(needle).count()
+                })
+            })
+        }
+        "expandtabs" => from_args::<(Option<i64>,)>(args).and_then(|(tabsize,)| {
+            let tabsize = tabsize.unwrap_or(8).max(0) as u64;
+            let tabs = text.matches('\t').count() as u64;
+            afford(
+                state,
+                (text.len() as u64).saturating_add(tabs.saturating_mul(tabsize)),
+            )?;
+            let mut out = String::new();
+            let mut column = 0u64;
+            for c in text.chars() {
+                match c {
+                    '\t' if tabsize > 0 => {
+                        let spaces = tabsize - column % tabsize;
+                        out.extend(std::iter::repeat_n(' ', spaces as usize));
+                        column += spaces;
+                    }
+                    '\t' => {}
+                    '\n' | '\r' => {
+                        out.push(c);
+                        column = 0;
+                    }
+                    c => {
+                        out.push(c);
+                        column += 1;
+                    }
+                }
+            }
+            Ok(Value::from(out))
+        }),
         "removeprefix" => from_args::<(&str,)>(args)
             .map(|(prefix,)| Value::from(text.strip_prefix(prefix).unwrap_or(text))),
         "removesuffix" => from_args::<(&str,)>(args)
