@@ -189,7 +189,7 @@ impl ValidationPhase {
     /// };
     /// assert!(rules.admits(VolumeMode::Filesystem, &[AccessMode::ReadWriteOnce], 1024, None).is_ok());
     /// assert_eq!(
-    ///     rules.admits(VolumeMode::Block, &[], 1024, None).unwrap_err(),
+    ///     rules.admits(VolumeMode::Block, &[], 1024, None).unwrap_err().to_string(),
     ///     "volume mode Block is not supported (supported: Filesystem)"
     /// );
     /// ```
@@ -199,38 +199,89 @@ impl ValidationPhase {
         access_modes: &[AccessMode],
         min_capacity: u64,
         max_capacity: Option<u64>,
-    ) -> Result<(), String> {
-        let list = |items: Vec<&str>| items.join(", ");
+    ) -> Result<(), Refusal> {
         if !self.volume_modes.contains(&volume_mode) {
-            return Err(format!(
-                "volume mode {} is not supported (supported: {})",
-                volume_mode.as_str(),
-                list(self.volume_modes.iter().map(|m| m.as_str()).collect())
-            ));
+            return Err(Refusal::VolumeMode {
+                requested: volume_mode,
+                supported: self.volume_modes.clone(),
+            });
         }
         if let Some(mode) = access_modes.iter().find(|m| !self.access_modes.contains(m)) {
-            return Err(format!(
-                "access mode {} is not supported (supported: {})",
-                mode.as_str(),
-                list(self.access_modes.iter().map(|m| m.as_str()).collect())
-            ));
+            return Err(Refusal::AccessMode {
+                requested: *mode,
+                supported: self.access_modes.clone(),
+            });
         }
         if let Some(max) = self.max_capacity
             && min_capacity > max
         {
-            return Err(format!(
-                "requested capacity {min_capacity} bytes exceeds the maximum of {max} bytes"
-            ));
+            return Err(Refusal::AboveMaximum {
+                requested: min_capacity,
+                maximum: max,
+            });
         }
         let requested_max = max_capacity.unwrap_or(u64::MAX);
         if requested_max < self.min_capacity {
-            return Err(format!(
-                "capacity limit {requested_max} bytes is below the minimum of {} bytes",
-                self.min_capacity
-            ));
+            return Err(Refusal::BelowMinimum {
+                limit: requested_max,
+                minimum: self.min_capacity,
+            });
         }
         Ok(())
     }
+}
+
+/// Why [`ValidationPhase::admits`] refuses a request: one variant per rule,
+/// so callers decide by the rule (a CSI driver answers `OUT_OF_RANGE` for
+/// the capacity rules) and never by the message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The volume mode is not among `volumeModes`.
+    #[error("volume mode {} is not supported (supported: {})", requested.as_str(), list(supported.iter().map(|m| m.as_str())))]
+    VolumeMode {
+        /// What the claim asks for.
+        requested: VolumeMode,
+        /// The evaluated `volumeModes`.
+        supported: Vec<VolumeMode>,
+    },
+    /// An access mode is not among `accessModes`.
+    #[error("access mode {} is not supported (supported: {})", requested.as_str(), list(supported.iter().map(|m| m.as_str())))]
+    AccessMode {
+        /// The first access mode of the claim not supported.
+        requested: AccessMode,
+        /// The evaluated `accessModes`.
+        supported: Vec<AccessMode>,
+    },
+    /// The least capacity asked for exceeds `maxCapacity`.
+    #[error("requested capacity {requested} bytes exceeds the maximum of {maximum} bytes")]
+    AboveMaximum {
+        /// The request's least capacity, in bytes.
+        requested: u64,
+        /// The evaluated `maxCapacity`, in bytes.
+        maximum: u64,
+    },
+    /// The capacity limit is below `minCapacity`.
+    #[error("capacity limit {limit} bytes is below the minimum of {minimum} bytes")]
+    BelowMinimum {
+        /// The request's limit, in bytes.
+        limit: u64,
+        /// The evaluated `minCapacity`, in bytes.
+        minimum: u64,
+    },
+}
+
+impl Refusal {
+    /// Whether a capacity rule refused the request (CSI's `OUT_OF_RANGE`).
+    pub fn is_capacity(&self) -> bool {
+        match self {
+            Refusal::AboveMaximum { .. } | Refusal::BelowMinimum { .. } => true,
+            Refusal::VolumeMode { .. } | Refusal::AccessMode { .. } => false,
+        }
+    }
+}
+
+fn list<'a>(items: impl Iterator<Item = &'a str>) -> String {
+    items.collect::<Vec<_>>().join(", ")
 }
 
 fn serialize_timeout<S: serde::Serializer>(

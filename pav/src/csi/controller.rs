@@ -133,6 +133,45 @@ impl DeletedEntries {
     }
 }
 
+/// Why CreateVolume failed: the phase that failed (the reason of the
+/// claim's event: `ValidationFailed` for the evaluated rules and the
+/// validation pod, `CreationFailed` for the rest) and the CSI error.
+#[derive(Debug)]
+struct CreateFailure {
+    phase: Phase,
+    error: Error,
+}
+
+impl CreateFailure {
+    fn validation(error: Error) -> Self {
+        CreateFailure {
+            phase: Phase::Validation,
+            error,
+        }
+    }
+}
+
+impl From<Error> for CreateFailure {
+    /// Anything not tagged otherwise failed the creation.
+    fn from(error: Error) -> Self {
+        CreateFailure {
+            phase: Phase::Creation,
+            error,
+        }
+    }
+}
+
+/// The CSI error of a refused request: a capacity rule is `OUT_OF_RANGE`,
+/// the others `INVALID_ARGUMENT`.
+fn refused(refusal: &pav_templates::phase::Refusal) -> Error {
+    use pav_templates::phase::Refusal;
+    let message = refusal.to_string();
+    match refusal {
+        Refusal::AboveMaximum { .. } | Refusal::BelowMinimum { .. } => Error::OutOfRange(message),
+        Refusal::VolumeMode { .. } | Refusal::AccessMode { .. } => Error::InvalidArgument(message),
+    }
+}
+
 /// One claim being provisioned, with the live objects its contexts need.
 struct Claim {
     pvc: PersistentVolumeClaim,
@@ -202,7 +241,11 @@ impl PodController {
         })
     }
 
-    async fn create_volume(&self, req: &CreateRequest, claim: &Claim) -> Result<Volume> {
+    async fn create_volume(
+        &self,
+        req: &CreateRequest,
+        claim: &Claim,
+    ) -> std::result::Result<Volume, CreateFailure> {
         let (compiled, owner) = self.cluster.compiled().await?;
         if !compiled
             .provisioning_modes()
@@ -211,7 +254,8 @@ impl PodController {
             return Err(Error::InvalidArgument(format!(
                 "PavProvisioner {} does not do dynamic provisioning",
                 self.cluster.provisioner
-            )));
+            ))
+            .into());
         }
         let lookup = self.cluster.lookup();
 
@@ -233,13 +277,7 @@ impl PodController {
                 req.capacity.min_bytes.unwrap_or(0),
                 req.capacity.max_bytes,
             )
-            .map_err(|m| {
-                if m.contains("capacity") {
-                    Error::OutOfRange(m)
-                } else {
-                    Error::InvalidArgument(m)
-                }
-            })?;
+            .map_err(|refusal| CreateFailure::validation(refused(&refusal)))?;
 
         let context = CreationContext::new(&claim.pvc, &claim.sc)
             .map_err(|e| Error::InvalidArgument(e.to_string()))?
@@ -277,7 +315,8 @@ impl PodController {
                     PodFiles::Collected,
                     Error::InvalidArgument,
                 )
-                .await?;
+                .await
+                .map_err(CreateFailure::validation)?;
         }
 
         let Some(pod) = creation_pod else {
@@ -534,19 +573,15 @@ fn claim_from_pv(
 impl Create for PodController {
     async fn create(&self, req: CreateRequest) -> Result<Volume> {
         let claim = self.claim(&req).await?;
-        let result = self.create_volume(&req, &claim).await;
-        if let Err(e) = &result {
-            let phase =
-                if e.message().starts_with("validation") || matches!(e, Error::OutOfRange(_)) {
-                    Phase::Validation
-                } else {
-                    Phase::Creation
-                };
-            self.cluster
-                .warn(&claim.reference, phase, e.message(), None)
-                .await;
+        match self.create_volume(&req, &claim).await {
+            Ok(volume) => Ok(volume),
+            Err(CreateFailure { phase, error }) => {
+                self.cluster
+                    .warn(&claim.reference, phase, error.message(), None)
+                    .await;
+                Err(error)
+            }
         }
-        result
     }
 
     /// A volume exists while a PersistentVolume of this driver has its handle.
@@ -786,5 +821,47 @@ mod tests {
             ..Default::default()
         });
         assert!(claim_settled(&pvc, "u-1"));
+    }
+
+    #[test]
+    fn capacity_refusals_are_out_of_range_the_others_invalid() {
+        use pav_templates::phase::Refusal;
+        use pav_templates::{AccessMode, VolumeMode};
+        let out_of_range = [
+            Refusal::AboveMaximum {
+                requested: 2,
+                maximum: 1,
+            },
+            Refusal::BelowMinimum {
+                limit: 1,
+                minimum: 2,
+            },
+        ];
+        for refusal in out_of_range {
+            let error = refused(&refusal);
+            assert!(matches!(error, Error::OutOfRange(_)), "{error:?}");
+            assert_eq!(error.message(), refusal.to_string());
+        }
+        let invalid = [
+            Refusal::VolumeMode {
+                requested: VolumeMode::Block,
+                supported: vec![VolumeMode::Filesystem],
+            },
+            // A message that names a capacity no longer decides.
+            Refusal::AccessMode {
+                requested: AccessMode::ReadWriteMany,
+                supported: vec![],
+            },
+        ];
+        for refusal in invalid {
+            assert!(matches!(refused(&refusal), Error::InvalidArgument(_)));
+        }
+        // Failures default to the creation phase; validation is tagged.
+        let failure: CreateFailure = Error::Internal("x".into()).into();
+        assert_eq!(failure.phase, Phase::Creation);
+        assert_eq!(
+            CreateFailure::validation(Error::Internal("creation".into())).phase,
+            Phase::Validation
+        );
     }
 }
