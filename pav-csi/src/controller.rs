@@ -255,6 +255,12 @@ impl csi::controller_server::Controller for ControllerService {
                 }));
             }
         }
+        // After the cache check: labels may change between retries, and the
+        // fingerprint compares only what the CSI request carries.
+        #[cfg(feature = "kube")]
+        if let (Some(lookup), Some(claim)) = (&self.shared.claims, create.claim.as_mut()) {
+            crate::claims::complete(&lookup.0, claim).await?;
+        }
         if let Some(validator) = self.shared.provisioner.validate() {
             validator
                 .validate(pav_sdk::build::validate_for(&create))

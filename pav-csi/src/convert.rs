@@ -145,11 +145,11 @@ pub(crate) fn split_parameters(
     map: &HashMap<String, String>,
 ) -> (Parameters, Option<Claim>, Option<String>) {
     let claim = match (map.get(PVC_NAME), map.get(PVC_NAMESPACE)) {
-        (Some(name), Some(namespace)) => Some(Claim {
-            name: name.clone(),
-            namespace: namespace.clone(),
-            pv_name: map.get(PV_NAME).cloned(),
-        }),
+        (Some(name), Some(namespace)) => {
+            let mut claim = Claim::new(namespace, name);
+            claim.pv_name = map.get(PV_NAME).cloned();
+            Some(claim)
+        }
         _ => None,
     };
     let fs_type = map.get("csi.storage.k8s.io/fstype").cloned();

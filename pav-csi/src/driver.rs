@@ -31,6 +31,9 @@ pub(crate) struct Shared {
     pub(crate) in_flight: InFlight,
     pub(crate) create_cache: Mutex<CreateCache>,
     pub(crate) topology_aware: bool,
+    /// Where Create's claim is completed from (feature `kube`).
+    #[cfg(feature = "kube")]
+    pub(crate) claims: Option<crate::claims::ClaimLookup>,
 }
 
 /// A CSI driver serving one [`Provisioner`].
@@ -57,6 +60,8 @@ impl Driver {
             max_volumes_per_node: 0,
             kubelet_dir: PathBuf::from(crate::DEFAULT_KUBELET_DIR),
             state_dir: None,
+            #[cfg(feature = "kube")]
+            claims: None,
         }
     }
 }
@@ -86,6 +91,8 @@ pub struct DriverBuilder {
     max_volumes_per_node: i64,
     kubelet_dir: PathBuf,
     state_dir: Option<PathBuf>,
+    #[cfg(feature = "kube")]
+    claims: Option<crate::claims::ClaimLookup>,
 }
 
 impl DriverBuilder {
@@ -155,6 +162,19 @@ impl DriverBuilder {
         self
     }
 
+    /// Reads the claim behind each `CreateVolume` from the API server with
+    /// `client`, so that [`pav_sdk::Claim`] carries its labels,
+    /// annotations and selected node (feature `kube`). Needs
+    /// external-provisioner's `--extra-create-metadata` (which names the
+    /// claim) and RBAC to get PersistentVolumeClaims. An API server that
+    /// cannot be reached is `UNAVAILABLE` (retried); a claim that is gone
+    /// is `FAILED_PRECONDITION`.
+    #[cfg(feature = "kube")]
+    pub fn claim_lookup(mut self, client: kube::Client) -> Self {
+        self.claims = Some(crate::claims::ClaimLookup(client));
+        self
+    }
+
     /// Serves until SIGTERM or SIGINT, then removes the sockets.
     pub async fn run(self) -> Result<(), Error> {
         self.run_until(shutdown_signal()).await
@@ -202,6 +222,8 @@ impl DriverBuilder {
             in_flight: InFlight::default(),
             create_cache: Mutex::default(),
             topology_aware: self.topology_aware,
+            #[cfg(feature = "kube")]
+            claims: self.claims,
         });
 
         // One server per distinct socket, each with the services meant for it.

@@ -106,6 +106,7 @@
 //! | Paths | node RPCs | staging and target paths must resolve inside the kubelet directory ([`DriverBuilder::kubelet_dir`]); publishing binds only a staging path recorded at stage time for the same volume ([`DriverBuilder::state_dir`]) |
 //! | Other volumes | node RPCs | a new stage or publish refuses a path that holds mounts (it would hide them) or lies inside a staged or published volume, and a target holding another volume; one operation per target path; unpublish removes only the empty file or directory it made; a failed stage forgets its record |
 //! | One operation per volume | every mutating RPC | a concurrent call for the same volume (or name) is `ABORTED` |
+//! | Claim | `CreateVolume` | [`pav_sdk::Claim`] from external-provisioner's `--extra-create-metadata` parameters; with the `kube` cargo feature and `DriverBuilder::claim_lookup`, also the claim's labels, annotations and selected node, read from the API server |
 //! | Idempotency | `CreateVolume` | the 1024 most recent answers cached by name; an incompatible repeat is `ALREADY_EXISTS` |
 //! | Idempotency | `DeleteVolume`, `NodeUnstageVolume`, `NodeUnpublishVolume` | what is gone is success; checked against `/proc/self/mountinfo` |
 //! | Publishing | `NodePublishVolume` | bind mount of the staged directory (Filesystem) or device (Block, onto a file), read-only when asked |
@@ -119,6 +120,8 @@
 // The pav image holds no programs to run (clippy.toml).
 #![deny(clippy::disallowed_methods)]
 
+#[cfg(feature = "kube")]
+mod claims;
 pub mod client;
 mod connections;
 mod controller;

@@ -21,12 +21,12 @@
 //! | [`Volume::handle`] | `volume_id` | `pv.spec.csi.volumeHandle` | |
 //! | [`Volume::context`] | `volume_context` | `pv.spec.csi.volumeAttributes` | |
 //! | [`CreateRequest::parameters`] | `parameters` | `StorageClass.parameters` | |
-//! | [`Claim`] | `csi.storage.k8s.io/pvc/*` parameters | PVC name/namespace (`--extra-create-metadata`) | |
+//! | [`Claim`] | `csi.storage.k8s.io/pvc/*`, `.../pv/name` parameters | PVC name, namespace and PV name (external-provisioner `--extra-create-metadata`); labels, annotations and selected node with pav-csi's `kube` feature | |
 //! | [`Secrets`] | `secrets` | StorageClass secret references | never logged |
 //! | [`VolumeMode`] | `VolumeCapability.access_type` | `volumeMode` | |
 //! | [`AccessMode`] | `VolumeCapability.access_mode` | `accessModes` | |
 //! | [`CapacityRange`] | `capacity_range` | `resources.requests/limits.storage` | |
-//! | [`TopologyRequirement`] | `accessibility_requirements` | `allowedTopologies`, pod scheduling | |
+//! | [`TopologyRequirement`] | `accessibility_requirements` | `allowedTopologies` (requisite); the selected node's topology first in `preferred` (`WaitForFirstConsumer`) | |
 //! | [`Error`] | gRPC status code | event on the PVC/pod | |
 //!
 //! # A complete provisioner

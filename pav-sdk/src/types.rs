@@ -161,7 +161,16 @@ impl fmt::Debug for Secrets {
 /// `--extra-create-metadata`, which passes the `csi.storage.k8s.io/pvc/name`,
 /// `csi.storage.k8s.io/pvc/namespace` and `csi.storage.k8s.io/pv/name`
 /// parameters; pav-csi moves those out of [`CreateRequest::parameters`] into this.
+///
+/// The claim's labels, annotations and selected node are not in the CSI
+/// request: pav-csi reads them from the API server when it is built with
+/// its `kube` cargo feature and given a client
+/// (`DriverBuilder::claim_lookup`); otherwise they are empty. Without the
+/// lookup, the selected node of a `WaitForFirstConsumer` claim is still
+/// known by its topology: external-provisioner (with its topology feature)
+/// puts that node's segments first in [`TopologyRequirement::preferred`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Claim {
     /// PVC name.
     pub name: String,
@@ -169,10 +178,34 @@ pub struct Claim {
     pub namespace: String,
     /// Name the PersistentVolume will get.
     pub pv_name: Option<String>,
+    /// The claim's labels (with the `kube` lookup only).
+    pub labels: BTreeMap<String, String>,
+    /// The claim's annotations (with the `kube` lookup only).
+    pub annotations: BTreeMap<String, String>,
+    /// The node the scheduler chose for the claim's first pod
+    /// (`volume.kubernetes.io/selected-node`; with the `kube` lookup only).
+    pub selected_node: Option<String>,
+}
+
+impl Claim {
+    /// The claim `namespace/name`, nothing else known.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            namespace: namespace.into(),
+            ..Self::default()
+        }
+    }
 }
 
 /// Topology constraints for where a new volume must (requisite) or should
-/// (preferred, in order) be accessible from.
+/// (preferred, in order) be accessible from: CSI
+/// `accessibility_requirements`, sent when the driver advertises
+/// `VOLUME_ACCESSIBILITY_CONSTRAINTS` (pav-csi's
+/// `DriverBuilder::node_topology` or `topology_aware`). external-provisioner
+/// builds it from the StorageClass `allowedTopologies` (requisite) and, for
+/// a `WaitForFirstConsumer` claim, puts the selected node's topology first
+/// in `preferred`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TopologyRequirement {
     /// The volume must be accessible from at least one of these.
