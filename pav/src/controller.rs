@@ -111,9 +111,10 @@ pub enum Error {
     /// An API call failed.
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
-    /// Deletion refused: the provisioner still has volumes or claims.
-    #[error("{0}")]
-    InUse(String),
+    /// Deletion refused: the provisioner still has volumes, claims or
+    /// staged volumes.
+    #[error(transparent)]
+    InUse(InUse),
     /// Deletion goes on once the driver's pods have stopped.
     #[error("{0}")]
     Stopping(String),
@@ -439,7 +440,11 @@ pub fn error_policy(
     };
     let delay = backoff(failures);
     match err {
-        finalizer::Error::CleanupFailed(Error::InUse(message) | Error::Stopping(message)) => {
+        finalizer::Error::CleanupFailed(Error::InUse(in_use)) => {
+            ctx.metrics.reconciled(Outcome::Blocked, Duration::ZERO);
+            tracing::info!(provisioner = %name, retry_in = ?delay, "{in_use}");
+        }
+        finalizer::Error::CleanupFailed(Error::Stopping(message)) => {
             ctx.metrics.reconciled(Outcome::Blocked, Duration::ZERO);
             tracing::info!(provisioner = %name, retry_in = ?delay, "{message}");
         }
@@ -514,7 +519,14 @@ async fn cleanup(p: &PavProvisioner, ctx: &Context) -> Result<(Action, Outcome),
     let volumes = volumes_of(&ctx.client, &name).await?;
     let claims = claims_of(&ctx.client, &name).await?;
     let staged = staging_pods_of(&ctx.client, &name).await?;
-    if let Some(message) = in_use_message(&name, volumes.len(), claims.len(), staged) {
+    let in_use = InUse {
+        provisioner: name.clone(),
+        volumes: volumes.len(),
+        claims: claims.len(),
+        staged,
+    };
+    if in_use.blocks() {
+        let message = in_use.to_string();
         let condition = condition(false, reason::DELETION_BLOCKED, &message);
         // Always tell, not only on change: the user is waiting for deletion.
         publish(
@@ -526,7 +538,7 @@ async fn cleanup(p: &PavProvisioner, ctx: &Context) -> Result<(Action, Outcome),
         )
         .await;
         update_status(p, ctx, condition, volumes.len(), EventType::Warning).await?;
-        return Err(Error::InUse(message));
+        return Err(Error::InUse(in_use));
     }
     let ns = &ctx.settings.namespace;
     delete_driver(&ctx.client, ns, &name).await?;
@@ -555,28 +567,47 @@ async fn cleanup(p: &PavProvisioner, ctx: &Context) -> Result<(Action, Outcome),
     Ok((Action::await_change(), Outcome::Cleaned))
 }
 
-/// The message refusing deletion, if anything still uses the provisioner:
+/// Why a PavProvisioner may not be deleted yet: what still uses it —
 /// volumes, claims, or volumes still staged for a client pod (a claim may be
-/// deleted before kubelet unpublishes it, and unstaging needs the node plugin).
-pub fn in_use_message(name: &str, volumes: usize, claims: usize, staged: usize) -> Option<String> {
-    let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
-    let uses: Vec<String> = [
-        (volumes, "PersistentVolume"),
-        (claims, "PersistentVolumeClaim"),
-        (staged, "staged volume"),
-    ]
-    .into_iter()
-    .filter(|(n, _)| *n > 0)
-    .map(|(n, what)| plural(n, what))
-    .collect();
-    let listed = match uses.as_slice() {
-        [] => return None,
-        [only] => only.clone(),
-        [first @ .., last] => format!("{} and {last}", first.join(", ")),
-    };
-    Some(format!(
-        "PavProvisioner {name} is still used by {listed}; delete them before the PavProvisioner can be deleted"
-    ))
+/// deleted before kubelet unpublishes it, and unstaging needs the node
+/// plugin). Its message is the condition's and the event's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("PavProvisioner {provisioner} is still used by {}; delete them before the PavProvisioner can be deleted", self.uses())]
+pub struct InUse {
+    /// The PavProvisioner's name.
+    pub provisioner: String,
+    /// Its PersistentVolumes.
+    pub volumes: usize,
+    /// Claims of its StorageClasses.
+    pub claims: usize,
+    /// Its volumes still staged for client pods.
+    pub staged: usize,
+}
+
+impl InUse {
+    /// Whether anything still uses the provisioner.
+    pub fn blocks(&self) -> bool {
+        self.volumes + self.claims + self.staged > 0
+    }
+
+    /// `1 PersistentVolume, 2 PersistentVolumeClaims and 1 staged volume`.
+    fn uses(&self) -> String {
+        let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+        let uses: Vec<String> = [
+            (self.volumes, "PersistentVolume"),
+            (self.claims, "PersistentVolumeClaim"),
+            (self.staged, "staged volume"),
+        ]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| plural(n, what))
+        .collect();
+        match uses.as_slice() {
+            [] => "nothing".to_owned(),
+            [only] => only.clone(),
+            [first @ .., last] => format!("{} and {last}", first.join(", ")),
+        }
+    }
 }
 
 /// How many staging pods of provisioner `name` exist: volumes staged (or
@@ -902,6 +933,15 @@ mod tests {
 
     #[test]
     fn in_use_message_counts() {
+        let in_use_message = |provisioner: &str, volumes, claims, staged| {
+            let in_use = InUse {
+                provisioner: provisioner.to_owned(),
+                volumes,
+                claims,
+                staged,
+            };
+            in_use.blocks().then(|| in_use.to_string())
+        };
         assert_eq!(in_use_message("p", 0, 0, 0), None);
         assert_eq!(
             in_use_message("p", 1, 2, 0).unwrap(),
