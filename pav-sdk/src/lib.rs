@@ -220,6 +220,20 @@
 //! }
 //! ```
 //!
+//! # Errors and retries
+//!
+//! Return [`Error`] variants; pav-csi answers each with the gRPC code the
+//! CSI spec names. Which codes the Kubernetes side treats as "still in
+//! progress" (calls again) and which as final differs per call: each
+//! trait method's documentation has the table (see [`Create::create`]).
+//!
+//! # Serving it
+//!
+//! [pav-csi](https://docs.rs/pav-csi)'s front page has the complete `main`
+//! for this provisioner: `#[tokio::main]` needs tokio's `macros` and
+//! `rt-multi-thread` features, and pav-csi logs through `tracing`, so a
+//! driver without a subscriber logs nothing.
+//!
 //! # Rules a provisioner follows
 //!
 //! * **Idempotency.** The CO retries every call after timeouts and restarts.

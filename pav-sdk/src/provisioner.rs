@@ -1,4 +1,12 @@
-//! The five touch points and the [`Provisioner`] value that bundles them.
+//! The touch points and the [`Provisioner`] value that bundles them.
+//!
+//! Each method's documentation names the CSI call it answers, the
+//! [`Error`](crate::Error) variants (gRPC codes) it may return, and what the
+//! Kubernetes component that made the call does with each: external-provisioner
+//! for Create and Delete, kubelet for Stage, Unstage and Stats. The traits
+//! are written with [`async_trait`](crate::async_trait) (implement them
+//! with `#[pav_sdk::async_trait]`) so that [`Provisioner`] can hold them as
+//! trait objects.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -14,32 +22,74 @@ use crate::types::{
 };
 
 /// Checks a requested volume before it is created, or an existing one against
-/// requested capabilities (CSI `ValidateVolumeCapabilities`).
-///
-/// Return [`Error::InvalidArgument`](crate::Error::InvalidArgument) (or
-/// [`OutOfRange`](crate::Error::OutOfRange) for capacity) to refuse, and
-/// [`Error::NotFound`](crate::Error::NotFound) when `handle` names no volume.
+/// requested capabilities.
 #[async_trait]
 pub trait Validate: Send + Sync {
     /// Accepts or refuses `req`.
+    ///
+    /// **CSI calls:** `CreateVolume`, before [`Create::create`] (with
+    /// `req.handle` `None`), and `ValidateVolumeCapabilities` (with the
+    /// volume's handle, after [`Create::exists`] found it).
+    ///
+    /// **Codes:** [`InvalidArgument`](crate::Error::InvalidArgument) or
+    /// [`OutOfRange`](crate::Error::OutOfRange) to refuse: in
+    /// `CreateVolume` these are errors, in `ValidateVolumeCapabilities` an
+    /// answer ("not confirmed", with the message).
+    /// [`NotFound`](crate::Error::NotFound) when `req.handle` names no
+    /// volume. Anything else is an error of either call.
+    ///
+    /// **Retries:** in `CreateVolume`, as for [`Create::create`].
+    /// `ValidateVolumeCapabilities` is not called by the Kubernetes
+    /// sidecars; other COs and csi-sanity call it.
     async fn validate(&self, req: ValidateRequest) -> Result<()>;
 }
 
-/// Creates volumes (CSI `CreateVolume`, Kubernetes dynamic provisioning).
+/// Creates volumes (Kubernetes dynamic provisioning).
 ///
 /// Must be idempotent on [`CreateRequest::name`]; may take minutes.
 #[async_trait]
 pub trait Create: Send + Sync {
     /// Creates the volume named `req.name`, or returns it if it already exists.
+    ///
+    /// **CSI call:** `CreateVolume`, from external-provisioner, for each
+    /// claim of a StorageClass whose `provisioner` is this driver.
+    ///
+    /// The returned [`Volume::handle`](crate::Volume::handle) is all that
+    /// [`Delete`] will get: it must encode what deletion needs (or name a
+    /// record that does), and be at most 128 bytes without control
+    /// characters. pav-csi checks the answer: one CSI cannot carry is
+    /// deleted (with [`Delete`]) and answered `INTERNAL`.
+    ///
+    /// **Codes**, and what external-provisioner does with them:
+    ///
+    /// | Return | Meaning | external-provisioner |
+    /// |---|---|---|
+    /// | [`Unavailable`](crate::Error::Unavailable), [`Aborted`](crate::Error::Aborted) | not finished, try again | **in progress**: calls again with the same name until a final answer, even after the claim is deleted (then deletes what the final answer created) |
+    /// | [`ResourceExhausted`](crate::Error::ResourceExhausted) | no room now | in progress, as above; but for a claim with a selected node (`WaitForFirstConsumer`) and a driver with topology, external-provisioner gives up and asks the scheduler to pick another node |
+    /// | [`InvalidArgument`](crate::Error::InvalidArgument) | bad parameter or capability | **final**: a Warning event on the claim; retried with exponential backoff while the claim exists |
+    /// | [`OutOfRange`](crate::Error::OutOfRange) | capacity cannot be met | final, as above |
+    /// | [`AlreadyExists`](crate::Error::AlreadyExists) | the name exists with other properties | final, as above |
+    /// | [`FailedPrecondition`](crate::Error::FailedPrecondition), [`NotFound`](crate::Error::NotFound), [`Internal`](crate::Error::Internal) | anything else | final, as above |
+    ///
+    /// A claim parked forever is the failure to avoid: an in-progress code
+    /// keeps the claim in external-provisioner's in-progress map, so return
+    /// one only when calling again can succeed. Timeouts and cancellation
+    /// count as in progress too (the call may still be running here; pav-csi
+    /// answers a concurrent repeat `ABORTED`).
     async fn create(&self, req: CreateRequest) -> Result<Volume>;
 
-    /// Whether the volume `volume` exists (CSI `ValidateVolumeCapabilities`
-    /// answers `NOT_FOUND` when it does not, before [`Validate`] runs).
+    /// Whether the volume `volume` exists.
+    ///
+    /// **CSI call:** `ValidateVolumeCapabilities`, which answers `NOT_FOUND`
+    /// for a volume that does not exist, before [`Validate`] runs. Not
+    /// called by the Kubernetes sidecars; csi-sanity checks it.
     ///
     /// Required because only the provisioner knows, also after a restart:
     /// answer from the storage itself, not from memory. An id this
     /// provisioner could never have issued (see
-    /// [`VolumeId::path_component`]) does not exist.
+    /// [`VolumeId::path_component`]) does not exist:
+    /// [`NotFound`](crate::Error::NotFound) counts as `false`. Any other
+    /// error is the call's error.
     async fn exists(&self, volume: &VolumeId) -> Result<bool>;
 }
 
@@ -47,6 +97,23 @@ pub trait Create: Send + Sync {
 #[async_trait]
 pub trait Delete: Send + Sync {
     /// Deletes the volume; succeeds if it is already gone.
+    ///
+    /// **CSI call:** `DeleteVolume`, from external-provisioner, when a
+    /// PersistentVolume with `persistentVolumeReclaimPolicy: Delete` is
+    /// released (its claim deleted), and from pav-csi itself for a
+    /// created volume it refused to return.
+    ///
+    /// Delete gets only the handle (and the StorageClass's deletion
+    /// secrets): no parameters, no claim, no size. Whatever deletion needs
+    /// must be in the handle [`Create::create`] returned, or in a record
+    /// the handle names. The handle is untrusted input: see
+    /// [`VolumeId::path_component`].
+    ///
+    /// **Codes:** [`NotFound`](crate::Error::NotFound) is success (already
+    /// gone). [`FailedPrecondition`](crate::Error::FailedPrecondition) when
+    /// the volume is still in use (e.g. staged somewhere). Every error is
+    /// retried by external-provisioner with exponential backoff while the
+    /// PersistentVolume exists; the PV shows a `VolumeFailedDelete` event.
     async fn delete(&self, req: DeleteRequest) -> Result<()>;
 }
 
@@ -55,6 +122,23 @@ pub trait Delete: Send + Sync {
 pub trait Stage: Send + Sync {
     /// Stages the volume and says where it is; called again for an already
     /// staged volume, it must return the same place.
+    ///
+    /// **CSI call:** `NodeStageVolume`, from kubelet, once per volume and
+    /// node before the first pod using it starts (pav-csi then bind-mounts
+    /// the returned path into each pod in `NodePublishVolume`); with
+    /// [`Provisioner::stage_on_publish`], `NodePublishVolume` once per pod.
+    ///
+    /// **Codes:** [`NotFound`](crate::Error::NotFound) when the volume does
+    /// not exist, [`FailedPrecondition`](crate::Error::FailedPrecondition)
+    /// when it is in a state that forbids staging,
+    /// [`ResourceExhausted`](crate::Error::ResourceExhausted) when the node
+    /// can take no more volumes, [`InvalidArgument`](crate::Error::InvalidArgument)
+    /// for an unsupported filesystem or mount flag. kubelet retries every
+    /// error with exponential backoff while a pod needs the volume (the pod
+    /// stays `ContainerCreating`, with `FailedMount` events). After
+    /// `Unavailable`, `Aborted`, `ResourceExhausted` or a timeout it treats
+    /// the volume as possibly staged, and calls [`Unstage`] if the pod goes
+    /// away before a stage succeeds.
     async fn stage(&self, req: StageRequest) -> Result<Staged>;
 }
 
@@ -62,12 +146,19 @@ pub trait Stage: Send + Sync {
 #[async_trait]
 pub trait Unstage: Send + Sync {
     /// Releases what Stage set up; succeeds if nothing is staged.
+    ///
+    /// **CSI call:** `NodeUnstageVolume`, from kubelet, after the last pod
+    /// on the node using the volume is gone and pav-csi has unmounted the
+    /// staging path (with [`Provisioner::stage_on_publish`]:
+    /// `NodeUnpublishVolume`, per pod).
+    ///
+    /// **Codes:** any error is retried by kubelet with exponential backoff
+    /// until it succeeds; until then the volume counts as in use on the
+    /// node (it cannot be staged elsewhere with a single-node access mode).
     async fn unstage(&self, req: UnstageRequest) -> Result<()>;
 }
 
-/// Reports a volume's usage and health (CSI `NodeGetVolumeStats`, which
-/// kubelet calls periodically for its volume metrics and, with
-/// `VOLUME_CONDITION`, the pod's volume health events).
+/// Reports a volume's usage and health.
 ///
 /// Without it pav-csi answers with what it measures
 /// ([`StatsRequest::measured`](crate::StatsRequest::measured)): `statvfs`
@@ -78,6 +169,15 @@ pub trait Stats: Send + Sync {
     /// The usage and condition of the volume published at
     /// `req.volume_path`. Return `req.measured` (or parts of it) for what
     /// the provisioner does not know better.
+    ///
+    /// **CSI call:** `NodeGetVolumeStats`, from kubelet, periodically for
+    /// its volume metrics (`kubelet_volume_stats_*`) and, as pav-csi then
+    /// advertises `VOLUME_CONDITION`, for volume health: an abnormal
+    /// condition becomes an event on the pod.
+    ///
+    /// **Codes:** [`NotFound`](crate::Error::NotFound) when the volume does
+    /// not exist; any error only means no numbers this round: kubelet logs
+    /// it and asks again at its next collection.
     async fn stats(&self, req: StatsRequest) -> Result<VolumeStats>;
 }
 
