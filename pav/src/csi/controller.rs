@@ -864,4 +864,206 @@ mod tests {
             Phase::Validation
         );
     }
+
+    /// Scenarios of CreateVolume against the fake API server
+    /// ([`fixtures`](super::super::fixtures)), through pav-csi's gRPC
+    /// service as external-provisioner calls it.
+    mod create_scenarios {
+        use super::super::super::fixtures::{ApiServer, Logged, list};
+        use super::*;
+        use http::Method;
+        use kube::Client;
+        use pav_csi::csi;
+        use serde_json::json;
+
+        const PROVISIONERS: &str = "/apis/pav.albertofaria.github.io/v1alpha1/pavprovisioners";
+        const CLAIM: &str = "/api/v1/namespaces/apps/persistentvolumeclaims/data";
+        const CLASS: &str = "/apis/storage.k8s.io/v1/storageclasses/sc";
+        const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/apps/events";
+
+        fn claim() -> serde_json::Value {
+            json!({
+                "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data", "namespace": "apps", "uid": "u-data",
+                             "resourceVersion": "1"},
+                "spec": {"storageClassName": "sc", "accessModes": ["ReadWriteOnce"],
+                         "resources": {"requests": {"storage": "1Mi"}}},
+            })
+        }
+
+        fn class() -> serde_json::Value {
+            json!({
+                "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                "metadata": {"name": "sc"}, "provisioner": "p",
+            })
+        }
+
+        /// The fake, answering for provisioner `p` with `spec`, claim
+        /// `apps/data` of class `sc`, no PersistentVolumes and no pods.
+        fn scenario(spec: serde_json::Value) -> (ApiServer, Client) {
+            let (server, client) = ApiServer::start();
+            let provisioner = json!({
+                "apiVersion": "pav.albertofaria.github.io/v1alpha1", "kind": "PavProvisioner",
+                "metadata": {"name": "p", "uid": "u-p", "generation": 1, "resourceVersion": "1"},
+                "spec": spec,
+            });
+            server.route(
+                Method::GET,
+                PROVISIONERS,
+                list("PavProvisioner", vec![provisioner]),
+            );
+            server.route(
+                Method::GET,
+                "/api/v1/persistentvolumes",
+                list("PersistentVolume", vec![]),
+            );
+            server.route(Method::GET, "/api/v1/pods", list("Pod", vec![]));
+            server.route(Method::GET, CLAIM, (200, claim()));
+            server.route(
+                Method::GET,
+                "/api/v1/namespaces/apps/persistentvolumeclaims",
+                list("PersistentVolumeClaim", vec![claim()]),
+            );
+            server.route(Method::GET, CLASS, (200, class()));
+            server.on(|r: &Logged| {
+                (r.method == Method::POST && r.path == EVENTS)
+                    .then(|| (201, r.body.clone().unwrap_or_default()))
+            });
+            (server, client)
+        }
+
+        fn request(required_bytes: i64) -> csi::CreateVolumeRequest {
+            csi::CreateVolumeRequest {
+                name: "pvc-u-data".into(),
+                capacity_range: Some(csi::CapacityRange {
+                    required_bytes,
+                    limit_bytes: 0,
+                }),
+                volume_capabilities: vec![csi::VolumeCapability {
+                    access_type: Some(csi::volume_capability::AccessType::Mount(
+                        csi::volume_capability::MountVolume::default(),
+                    )),
+                    access_mode: Some(csi::volume_capability::AccessMode {
+                        mode: csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
+                    }),
+                }],
+                parameters: [
+                    ("csi.storage.k8s.io/pvc/name".to_owned(), "data".to_owned()),
+                    (
+                        "csi.storage.k8s.io/pvc/namespace".to_owned(),
+                        "apps".to_owned(),
+                    ),
+                ]
+                .into(),
+                ..Default::default()
+            }
+        }
+
+        /// Serves the CSI controller of `p` over `client` and sends `request`.
+        async fn create_volume(
+            client: Client,
+            request: csi::CreateVolumeRequest,
+        ) -> std::result::Result<csi::CreateVolumeResponse, tonic::Status> {
+            let cluster = Arc::new(Cluster::new(
+                client,
+                "p".into(),
+                "pav".into(),
+                Duration::from_secs(30),
+                Arc::new(super::super::super::metrics::Metrics::default()),
+                None,
+            ));
+            let dir = tempfile::tempdir().unwrap();
+            let socket = dir.path().join("csi.sock");
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let driver = pav_csi::Driver::builder("p")
+                .provisioner(super::super::super::controller_provisioner(cluster))
+                .serve_controller(&socket)
+                .run_until(async {
+                    let _ = stopped.await;
+                });
+            let server = tokio::spawn(driver);
+            for _ in 0..100 {
+                if socket.exists() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let channel = pav_csi::client::connect(&socket).await.unwrap();
+            let mut controller = csi::controller_client::ControllerClient::new(channel);
+            let answer = controller
+                .create_volume(request)
+                .await
+                .map(|r| r.into_inner());
+            let _ = stop.send(());
+            let _ = server.await;
+            answer
+        }
+
+        /// What a scenario asked of the API server, caches' lists and
+        /// watches aside, in order.
+        fn asked(server: &ApiServer) -> Vec<String> {
+            server
+                .requests()
+                .into_iter()
+                .filter(|r| !r.is_watch() && !r.query.contains("limit="))
+                .map(|r| r.line())
+                .collect()
+        }
+
+        #[tokio::test]
+        async fn a_volume_without_pods_is_the_evaluated_one() {
+            let (server, client) = scenario(json!({
+                "provisioningModes": ["Dynamic"],
+                "volumeCreation": {"capacity": "{{ requestedMinCapacity }}"},
+                "volumeStaging": {"podTemplate": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
+            }));
+            let volume = create_volume(client, request(1 << 20))
+                .await
+                .expect("CreateVolume")
+                .volume
+                .unwrap();
+            let pvc: PersistentVolumeClaim = serde_json::from_value(claim()).unwrap();
+            let sc: StorageClass = serde_json::from_value(class()).unwrap();
+            let context = CreationContext::new(&pvc, &sc).unwrap();
+            assert_eq!(volume.volume_id, context.default_handle());
+            assert_eq!(volume.capacity_bytes, 1 << 20);
+            assert_eq!(
+                asked(&server),
+                [format!("GET {CLAIM}"), format!("GET {CLASS}")]
+            );
+        }
+
+        #[tokio::test]
+        async fn a_capacity_over_the_maximum_is_out_of_range_with_a_validation_event() {
+            let (server, client) = scenario(json!({
+                "provisioningModes": ["Dynamic"],
+                "volumeValidation": {"maxCapacity": "1Ki"},
+                "volumeCreation": {"capacity": "{{ requestedMinCapacity }}"},
+                "volumeStaging": {"podTemplate": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
+            }));
+            let status = create_volume(client, request(1 << 20)).await.unwrap_err();
+            assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+            assert_eq!(
+                status.message(),
+                "requested capacity 1048576 bytes exceeds the maximum of 1024 bytes"
+            );
+            assert_eq!(
+                asked(&server),
+                [
+                    format!("GET {CLAIM}"),
+                    format!("GET {CLASS}"),
+                    format!("POST {EVENTS}")
+                ]
+            );
+            let event = server
+                .requests()
+                .into_iter()
+                .find(|r| r.method == Method::POST)
+                .and_then(|r| r.body)
+                .unwrap();
+            assert_eq!(event["reason"], "ValidationFailed");
+            assert_eq!(event["regarding"]["name"], "data");
+            assert_eq!(event["note"], status.message());
+        }
+    }
 }
