@@ -1,68 +1,16 @@
 //! The CSI Controller service: create, delete and validate volumes.
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use pav_sdk::{CapacityRange, CreateRequest, TopologyRequirement, VolumeId, VolumeMode};
+use pav_sdk::{CapacityRange, TopologyRequirement, VolumeId, VolumeMode};
 use tonic::{Request, Response, Status};
 
 use crate::convert;
 use crate::csi;
 use crate::csi::controller_service_capability::rpc::Type as RpcType;
-use crate::driver::Shared;
 use crate::error::status;
 use crate::limits;
-
-/// Recent `CreateVolume` answers by name, so a retried request is answered
-/// without calling the provisioner and an incompatible one is refused. At
-/// most [`CreateCache::CAPACITY`] names: the oldest answer goes first (a
-/// retry after that calls the provisioner again, which must be idempotent
-/// by name anyway).
-#[derive(Debug, Default)]
-pub(crate) struct CreateCache {
-    answers: HashMap<String, (CreateRequest, csi::Volume)>,
-    /// Names in the order they were answered, oldest first.
-    order: VecDeque<String>,
-}
-
-impl CreateCache {
-    /// Answers kept; each holds one request of bounded size (every string,
-    /// map and repeated field of it is limited).
-    pub(crate) const CAPACITY: usize = 1024;
-
-    fn get(&self, name: &str) -> Option<&(CreateRequest, csi::Volume)> {
-        self.answers.get(name)
-    }
-
-    fn insert(&mut self, name: &str, request: CreateRequest, volume: csi::Volume) {
-        if self
-            .answers
-            .insert(name.to_owned(), (request, volume))
-            .is_none()
-        {
-            self.order.push_back(name.to_owned());
-        }
-        while self.order.len() > Self::CAPACITY {
-            if let Some(oldest) = self.order.pop_front() {
-                self.answers.remove(&oldest);
-            }
-        }
-    }
-
-    /// Forgets the answer that created `volume_id`.
-    fn forget_volume(&mut self, volume_id: &str) {
-        self.answers
-            .retain(|_, (_, volume)| volume.volume_id != volume_id);
-        let answers = &self.answers;
-        self.order.retain(|name| answers.contains_key(name));
-    }
-
-    /// How many answers are kept.
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.answers.len()
-    }
-}
+use crate::shared::Shared;
 
 /// Controller service.
 #[derive(Debug)]
@@ -426,39 +374,5 @@ impl csi::controller_server::Controller for ControllerService {
         Ok(Response::new(csi::ControllerGetCapabilitiesResponse {
             capabilities,
         }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn volume(id: &str) -> csi::Volume {
-        csi::Volume {
-            volume_id: id.to_owned(),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn the_create_cache_keeps_the_newest_answers() {
-        let request = pav_sdk::build::create("name", VolumeMode::Filesystem);
-        let mut cache = CreateCache::default();
-        for i in 0..CreateCache::CAPACITY + 10 {
-            cache.insert(
-                &format!("pvc-{i}"),
-                request.clone(),
-                volume(&format!("v-{i}")),
-            );
-        }
-        assert_eq!(cache.len(), CreateCache::CAPACITY);
-        assert!(cache.get("pvc-9").is_none(), "oldest kept");
-        assert!(cache.get("pvc-10").is_some());
-        // A repeated name takes no second place.
-        cache.insert("pvc-10", request.clone(), volume("v-10"));
-        assert_eq!(cache.order.len(), CreateCache::CAPACITY);
-        cache.forget_volume("v-10");
-        assert!(cache.get("pvc-10").is_none());
-        assert_eq!(cache.order.len(), CreateCache::CAPACITY - 1);
     }
 }

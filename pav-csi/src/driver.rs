@@ -12,7 +12,7 @@ use tonic::transport::Server;
 
 use crate::Error;
 use crate::connections;
-use crate::controller::{ControllerService, CreateCache};
+use crate::controller::ControllerService;
 use crate::csi::controller_server::ControllerServer;
 use crate::csi::identity_server::IdentityServer;
 use crate::csi::node_server::NodeServer;
@@ -20,21 +20,8 @@ use crate::guard::InFlight;
 use crate::identity::IdentityService;
 use crate::node::{NodeConfig, NodeService};
 use crate::paths::Confinement;
+use crate::shared::Shared;
 use crate::staged::Records;
-
-/// State shared by all services of one driver.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) name: String,
-    pub(crate) version: String,
-    pub(crate) provisioner: Provisioner,
-    pub(crate) in_flight: InFlight,
-    pub(crate) create_cache: Mutex<CreateCache>,
-    pub(crate) topology_aware: bool,
-    /// Where Create's claim is completed from (feature `kube`).
-    #[cfg(feature = "kube")]
-    pub(crate) claims: Option<crate::claims::ClaimLookup>,
-}
 
 /// A CSI driver serving one [`Provisioner`].
 #[derive(Debug)]

@@ -6,7 +6,7 @@ use tonic::{Request, Response, Status};
 
 use crate::csi;
 use crate::csi::plugin_capability::service::Type as ServiceType;
-use crate::driver::Shared;
+use crate::shared::Shared;
 
 /// Identity service of one socket.
 #[derive(Debug)]

@@ -126,6 +126,7 @@ pub mod client;
 mod connections;
 mod controller;
 mod convert;
+mod create_cache;
 mod driver;
 mod error;
 mod guard;
@@ -135,6 +136,7 @@ pub mod mount;
 mod node;
 mod occupancy;
 mod paths;
+mod shared;
 mod staged;
 
 /// Generated CSI v1.12.0 messages, clients and servers (package `csi.v1`).

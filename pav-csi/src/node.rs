@@ -9,12 +9,12 @@ use tonic::{Request, Response, Status};
 use crate::convert;
 use crate::csi;
 use crate::csi::node_service_capability::rpc::Type as RpcType;
-use crate::driver::Shared;
 use crate::error::{internal, status};
 use crate::limits;
 use crate::mount;
 use crate::occupancy::{check_free, same_file};
 use crate::paths::Confinement;
+use crate::shared::Shared;
 use crate::staged::{Record, Records};
 
 /// Where a staged block device is bind-mounted inside the staging directory,

@@ -1,0 +1,23 @@
+//! What every service of one driver shares. Services and the driver
+//! builder depend on this module; it depends on none of them.
+
+use std::sync::Mutex;
+
+use pav_sdk::Provisioner;
+
+use crate::create_cache::CreateCache;
+use crate::guard::InFlight;
+
+/// State shared by all services of one driver.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) name: String,
+    pub(crate) version: String,
+    pub(crate) provisioner: Provisioner,
+    pub(crate) in_flight: InFlight,
+    pub(crate) create_cache: Mutex<CreateCache>,
+    pub(crate) topology_aware: bool,
+    /// Where Create's claim is completed from (feature `kube`).
+    #[cfg(feature = "kube")]
+    pub(crate) claims: Option<crate::claims::ClaimLookup>,
+}
