@@ -865,10 +865,10 @@ mod tests {
         );
     }
 
-    /// Scenarios of CreateVolume against the fake API server
+    /// Scenarios of CreateVolume and DeleteVolume against the fake API server
     /// ([`fixtures`](super::super::fixtures)), through pav-csi's gRPC
     /// service as external-provisioner calls it.
-    mod create_scenarios {
+    mod scenarios {
         use super::super::super::fixtures::{ApiServer, Logged, list};
         use super::*;
         use http::Method;
@@ -964,6 +964,23 @@ mod tests {
             client: Client,
             request: csi::CreateVolumeRequest,
         ) -> std::result::Result<csi::CreateVolumeResponse, tonic::Status> {
+            with_controller(client, async |mut controller| {
+                controller
+                    .create_volume(request)
+                    .await
+                    .map(|r| r.into_inner())
+            })
+            .await
+        }
+
+        /// Serves the CSI controller of `p` over `client` while `calls`
+        /// runs with a gRPC client of it.
+        async fn with_controller<T>(
+            client: Client,
+            calls: impl AsyncFnOnce(
+                csi::controller_client::ControllerClient<tonic::transport::Channel>,
+            ) -> T,
+        ) -> T {
             let cluster = Arc::new(Cluster::new(
                 client,
                 "p".into(),
@@ -989,11 +1006,7 @@ mod tests {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             let channel = pav_csi::client::connect(&socket).await.unwrap();
-            let mut controller = csi::controller_client::ControllerClient::new(channel);
-            let answer = controller
-                .create_volume(request)
-                .await
-                .map(|r| r.into_inner());
+            let answer = calls(csi::controller_client::ControllerClient::new(channel)).await;
             let _ = stop.send(());
             let _ = server.await;
             answer
@@ -1064,6 +1077,66 @@ mod tests {
             assert_eq!(event["reason"], "ValidationFailed");
             assert_eq!(event["regarding"]["name"], "data");
             assert_eq!(event["note"], status.message());
+        }
+
+        /// The PersistentVolume of claim `apps/data`, handle `vol-1`.
+        fn volume() -> serde_json::Value {
+            json!({
+                "apiVersion": "v1", "kind": "PersistentVolume",
+                "metadata": {"name": "pvc-u-data", "uid": "u-pv", "resourceVersion": "1"},
+                "spec": {
+                    "csi": {"driver": "p", "volumeHandle": "vol-1"},
+                    "claimRef": {"name": "data", "namespace": "apps", "uid": "u-data"},
+                    "storageClassName": "sc",
+                    "accessModes": ["ReadWriteOnce"],
+                    "capacity": {"storage": "1Mi"},
+                },
+            })
+        }
+
+        #[tokio::test]
+        async fn a_volume_without_a_deletion_pod_is_deleted_once_and_its_pods_cleaned_up() {
+            let (server, client) = scenario(json!({
+                "provisioningModes": ["Dynamic"],
+                "volumeCreation": {"capacity": "{{ requestedMinCapacity }}"},
+                "volumeStaging": {"podTemplate": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
+            }));
+            server.route(
+                Method::GET,
+                "/api/v1/persistentvolumes",
+                list("PersistentVolume", vec![volume()]),
+            );
+            let delete = |id: &str| csi::DeleteVolumeRequest {
+                volume_id: id.into(),
+                ..Default::default()
+            };
+            let answers = with_controller(client, async |mut controller| {
+                let mut answers = Vec::new();
+                for id in ["vol-1", "vol-1", "vol-unknown"] {
+                    answers.push(controller.delete_volume(delete(id)).await.map(|_| ()));
+                }
+                answers
+            })
+            .await;
+            for answer in answers {
+                answer.expect("DeleteVolume");
+            }
+            let pods = "GET /api/v1/pods".to_owned();
+            // The claim and its class for the deletion context, then the
+            // claim's pods; the repeat and the unknown handle ask nothing.
+            assert_eq!(
+                asked(&server),
+                [format!("GET {CLAIM}"), format!("GET {CLASS}"), pods]
+            );
+            let listed = server
+                .requests()
+                .into_iter()
+                .find(|r| r.line() == "GET /api/v1/pods" && !r.query.contains("limit="))
+                .unwrap();
+            assert!(
+                listed.query.contains("volume%3Du-data") || listed.query.contains("volume=u-data"),
+                "{listed:?}"
+            );
         }
     }
 }
