@@ -6,6 +6,7 @@
 //! | [`controller`] | Create (validation + creation pods) and Delete (deletion pod) |
 //! | [`node`] | Stage / Unstage per client pod (staging and unstaging pods), collection of `/pav` files |
 //! | [`cluster`] | API access: running pods by watch, events, `get_pvc` |
+//! | `pod_cache` | the one watch of this provisioner's pods, and waits on it |
 //! | [`phase_run`] | one phase pod run: create, wait, failure, deletion |
 //! | [`state`] | pure parts: pod states, exported files, messages |
 //! | [`metrics`] | Prometheus `/metrics` and `/healthz` |
@@ -17,6 +18,7 @@ pub mod fixtures;
 pub mod metrics;
 pub mod node;
 pub mod phase_run;
+mod pod_cache;
 pub mod state;
 
 use std::net::SocketAddr;
