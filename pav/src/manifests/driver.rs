@@ -418,12 +418,8 @@ pub fn csi_controller_role() -> ClusterRole {
             rule(&["storage.k8s.io"], &["volumeattributesclasses"], &["get"]),
             rule(&[""], &["pods"], &["get", "list", "watch", "create", "delete"]),
             // Its own PavProvisioner, kept by a watch (field selector on
-            // its name), compiled once per generation.
-            rule(
-                &[pav_templates::model::GROUP],
-                &["pavprovisioners"],
-                &["get", "list", "watch"],
-            ),
+            // its name), compiled once per generation: never a GET.
+            rule(&[pav_templates::model::GROUP], &["pavprovisioners"], &["list", "watch"]),
         ],
     }))
 }
@@ -442,12 +438,8 @@ pub fn csi_node_role() -> ClusterRole {
             rule(&[""], &["persistentvolumes", "persistentvolumeclaims", "nodes"], &["get"]),
             rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
             // Its own PavProvisioner, kept by a watch (field selector on
-            // its name), compiled once per generation.
-            rule(
-                &[pav_templates::model::GROUP],
-                &["pavprovisioners"],
-                &["get", "list", "watch"],
-            ),
+            // its name), compiled once per generation: never a GET.
+            rule(&[pav_templates::model::GROUP], &["pavprovisioners"], &["list", "watch"]),
         ],
     }))
 }
