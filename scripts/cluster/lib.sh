@@ -66,3 +66,151 @@ COMPONENTS=(etcd kube-apiserver containerd kube-controller-manager kube-schedule
 kubectl_admin() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
 
 pid_alive() { local f="$PIDS/$1.pid"; [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null; }
+
+# ---------------------------------------------------------------- nodes
+# Node 1 is $NODE_NAME on this host's network; node K >= 2 (scripts/cluster/node)
+# has its own network namespace, joined by a /30 link, and pod network.
+NODES_DATA=/var/lib/pav-cluster-nodes   # extra nodes' kubelet dirs and /var/lib/pav
+CLUSTER_POD_CIDR=10.244.0.0/16           # every node's pod network
+NODE_LINKS_CIDR=10.245.0.0/16            # the links to extra nodes
+node_name() { if [ "$1" = 1 ]; then echo "$NODE_NAME"; else echo "$NODE_NAME-$1"; fi; }
+node_pod_cidr() { echo "10.244.$(($1 - 1)).0/24"; }
+node_pod_gateway() { echo "10.244.$(($1 - 1)).1"; }
+node_link_host() { echo "10.245.$1.1"; }
+node_ip() { echo "10.245.$1.2"; }
+
+# ---------------------------------------------------------------- certificates
+# One CA ($PKI/ca.*) signs everything.
+gen_key() { openssl ecparam -name prime256v1 -genkey -noout -out "$1" 2>/dev/null; chmod 600 "$1"; }
+# cert NAME CN ORG EKU SANS: $PKI_OUT/NAME.{key,crt} (PKI_OUT defaults to
+# $PKI), signed by $PKI/$CERT_CA (default ca).
+cert() {
+  local n="$1" cn="$2" org="$3" eku="$4" sans="$5" subj="/CN=$2" out="${PKI_OUT:-$PKI}"
+  [ -n "$org" ] && subj="/O=$org/CN=$cn"
+  gen_key "$out/$n.key"
+  openssl req -new -key "$out/$n.key" -subj "$subj" -out "$out/$n.csr" 2>/dev/null
+  { echo "basicConstraints=critical,CA:FALSE"
+    echo "keyUsage=critical,digitalSignature,keyEncipherment"
+    echo "extendedKeyUsage=$eku"
+    [ -n "$sans" ] && echo "subjectAltName=$sans"; } > "$out/$n.ext"
+  openssl x509 -req -in "$out/$n.csr" -CA "$PKI/${CERT_CA:-ca}.crt" -CAkey "$PKI/${CERT_CA:-ca}.key" -set_serial "0x$(openssl rand -hex 16)" \
+    -days 3650 -sha256 -extfile "$out/$n.ext" -out "$out/$n.crt" 2>/dev/null
+  rm -f "$out/$n.csr" "$out/$n.ext"
+}
+
+# write_kubeconfig FILE USER CERT_PREFIX SERVER (certificates embedded, so
+# the file is portable; CERT_PREFIX.crt and CERT_PREFIX.key)
+write_kubeconfig() {
+  cat > "$1" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: pav
+  cluster:
+    server: $4
+    certificate-authority-data: $(base64 -w0 < "$PKI/ca.crt")
+users:
+- name: $2
+  user:
+    client-certificate-data: $(base64 -w0 < "$3.crt")
+    client-key-data: $(base64 -w0 < "$3.key")
+contexts:
+- name: pav
+  context: {cluster: pav, user: $2}
+current-context: pav
+KC
+  chmod 600 "$1"
+}
+
+# containerd_config FILE ROOT STATE_DIR SOCKET RUNC_ROOT CNI_CONF_DIR
+containerd_config() {
+  cat > "$1" <<TOML
+version = 2
+root = "$2"
+state = "$3"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+[grpc]
+  address = "$4"
+[ttrpc]
+  address = "$4.ttrpc"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$3/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  enable_selinux = false
+  # This machine withholds CAP_SYS_RESOURCE, so runc cannot lower
+  # oom_score_adj (pause asks for -998): clamp to containerd's own score.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "$5"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$6"
+TOML
+}
+
+# kubelet_config FILE ADDRESS PKI_DIR SOCKET POD_LOGS POD_CIDR CGROUP_ROOT
+# (CGROUP_ROOT empty: the kubelet's default, /)
+kubelet_config() {
+  cat > "$1" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $2
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: "$PKI/ca.crt"}
+authorization: {mode: Webhook}
+tlsCertFile: "$3/kubelet-serving.crt"
+tlsPrivateKeyFile: "$3/kubelet-serving.key"
+containerRuntimeEndpoint: unix://$4
+cgroupDriver: cgroupfs
+${7:+cgroupRoot: $7}
+failCgroupV1: false
+failSwapOn: false
+clusterDomain: cluster.local
+resolvConf: /etc/resolv.conf
+podLogsDir: $5
+podCIDR: $6
+# Imported images cannot be pulled again: never garbage-collect them.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+serializeImagePulls: false
+rotateCertificates: false
+serverTLSBootstrap: false
+YAML
+}
+
+# import_images --address SOCKET: the cluster's images, and those the project
+# built (pav:dev, kept under $CACHE/extra-images), into that containerd.
+import_images() {
+  local tarball
+  for tarball in "$(pause_image_tar)" "$(busybox_image_tar)" "$(provisioner_image_tar)" "$(registrar_image_tar)" "$(fakecsi_image_tar)"; do
+    ctr "$@" -n k8s.io images import "$tarball" >/dev/null 2>"$LOGS/ctr-import.log" ||
+      { cat "$LOGS/ctr-import.log" >&2; die "ctr import $tarball failed"; }
+  done
+  if [ -d "$CACHE/extra-images" ]; then
+    for tarball in "$CACHE"/extra-images/*.tar; do
+      [ -f "$tarball" ] && { ctr "$@" -n k8s.io images import "$tarball" >/dev/null && log "imported $(basename "$tarball")"; }
+    done
+  fi
+  return 0
+}
+
+# Every containerd of the cluster: node 1's, then each extra node's.
+containerd_addresses() {
+  echo "$CTR_ADDRESS"
+  local d
+  for d in "$STATE"/nodes/*/; do [ -S "$d/containerd/containerd.sock" ] && echo "$d/containerd/containerd.sock"; done
+  return 0
+}
