@@ -926,7 +926,7 @@ mod tests {
             );
             server.route(Method::GET, CLASS, (200, class()));
             server.on(|r: &Logged| {
-                (r.method == Method::POST && r.path == EVENTS)
+                (r.method == Method::POST && r.path.ends_with("/events"))
                     .then(|| (201, r.body.clone().unwrap_or_default()))
             });
             (server, client)
@@ -1137,6 +1137,303 @@ mod tests {
                 listed.query.contains("volume%3Du-data") || listed.query.contains("volume=u-data"),
                 "{listed:?}"
             );
+        }
+
+        /// A provisioner whose creation and deletion are pods; the creation
+        /// pod is given the requested capacity as an argument.
+        fn spec_with_pods() -> serde_json::Value {
+            json!({
+                "provisioningModes": ["Dynamic"],
+                "volumeCreation": {"podTemplate": {"spec": {"containers": [{
+                    "name": "create", "image": "creator:1",
+                    "args": ["{{ requestedMinCapacity }}"],
+                }]}}},
+                "volumeDeletion": {"podTemplate": {"spec": {"containers": [{
+                    "name": "delete", "image": "deleter:1",
+                }]}}},
+                "volumeStaging": {"podTemplate": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
+            })
+        }
+
+        /// The kubelet and node plugin of a scenario: every pod runs, then
+        /// ends as `end` says for its phase label.
+        fn kubelet(
+            end: impl Fn(&str) -> serde_json::Value + Send + 'static,
+        ) -> impl Fn(&serde_json::Value) -> Vec<serde_json::Value> + Send + 'static {
+            move |pod| {
+                let phase = pod["metadata"]["labels"][LABEL_PHASE]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                vec![json!({"status": {"phase": "Running"}}), end(&phase)]
+            }
+        }
+
+        /// A pod that succeeded, its `/pav` files collected.
+        fn succeeded(files: state::Collected) -> serde_json::Value {
+            json!({
+                "metadata": {"annotations": files.annotations()},
+                "status": {"phase": "Succeeded"},
+            })
+        }
+
+        /// A pod whose container `container` was killed for `reason`, no
+        /// `/pav/error` written.
+        fn failed(container: &str, reason: &str) -> serde_json::Value {
+            json!({
+                "metadata": {"annotations": state::Collected::default().annotations()},
+                "status": {"phase": "Failed", "containerStatuses": [{
+                    "name": container, "image": "x", "imageID": "", "ready": false,
+                    "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 137, "reason": reason}},
+                }]},
+            })
+        }
+
+        /// The pod the driver must create for `phase` of claim
+        /// `apps/data`: the template of `spec` rendered and built as
+        /// `pav render` builds it.
+        fn expected_pod(spec: &serde_json::Value, phase: Phase) -> serde_json::Value {
+            let provisioner: pav_templates::PavProvisioner = serde_json::from_value(json!({
+                "apiVersion": "pav.albertofaria.github.io/v1alpha1", "kind": "PavProvisioner",
+                "metadata": {"name": "p", "uid": "u-p", "generation": 1, "resourceVersion": "1"},
+                "spec": spec,
+            }))
+            .unwrap();
+            let compiled = pav_templates::CompiledProvisioner::new(&provisioner).unwrap();
+            let pvc: PersistentVolumeClaim = serde_json::from_value(claim()).unwrap();
+            let sc: StorageClass = serde_json::from_value(class()).unwrap();
+            let context = CreationContext::new(&pvc, &sc).unwrap();
+            let (template, timeout) = match phase {
+                Phase::Creation => {
+                    let creation = compiled.render_creation(&context).unwrap();
+                    (creation.pod_template.unwrap(), creation.timeout)
+                }
+                Phase::Deletion => {
+                    let deletion = compiled.render_deletion(&context).unwrap();
+                    (deletion.pod_template.unwrap(), deletion.timeout)
+                }
+                _ => unreachable!("claim pods only"),
+            };
+            let owner = provisioner.owner_ref(&());
+            let origin = crate::pods::PodOrigin {
+                provisioner: "p",
+                owner: owner.as_ref(),
+                default_namespace: "pav",
+            };
+            let pod = origin.claim_pod(phase, &template, timeout, &pvc);
+            serde_json::to_value(pod).unwrap()
+        }
+
+        fn pod_path(pod: &serde_json::Value) -> String {
+            format!(
+                "/api/v1/namespaces/{}/pods/{}",
+                pod["metadata"]["namespace"].as_str().unwrap(),
+                pod["metadata"]["name"].as_str().unwrap()
+            )
+        }
+
+        const PODS_OF_PAV: &str = "/api/v1/namespaces/pav/pods";
+
+        #[tokio::test]
+        async fn a_creation_pod_runs_to_completion_and_its_files_make_the_volume() {
+            let (server, client) = scenario(spec_with_pods());
+            server.serve_pods(kubelet(|phase| {
+                assert_eq!(phase, "creation", "only the creation pod runs");
+                succeeded(state::Collected {
+                    handle: Some("vol-from-pod".into()),
+                    capacity: Some("2Mi".into()),
+                    error: None,
+                })
+            }));
+            let volume = create_volume(client, request(1 << 20))
+                .await
+                .expect("CreateVolume")
+                .volume
+                .unwrap();
+            assert_eq!(volume.volume_id, "vol-from-pod");
+            assert_eq!(volume.capacity_bytes, 2 << 20);
+
+            let created = server.created_pods();
+            assert_eq!(created.len(), 1, "{created:#?}");
+            let pod = &created[0];
+            assert_eq!(*pod, expected_pod(&spec_with_pods(), Phase::Creation));
+            assert_eq!(pod["spec"]["containers"][0]["args"], json!(["1048576"]));
+            assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], "u-p");
+            // The pod stays, its files recorded, until the claim is bound
+            // (external-provisioner may call again before it writes the
+            // PersistentVolume); then it goes.
+            assert_eq!(
+                asked(&server),
+                [
+                    format!("GET {CLAIM}"),
+                    format!("GET {CLASS}"),
+                    format!("POST {PODS_OF_PAV}"),
+                ]
+            );
+            assert_eq!(server.pods().len(), 1);
+            let claims = "/api/v1/namespaces/apps/persistentvolumeclaims";
+            wait_until(|| {
+                server
+                    .requests()
+                    .iter()
+                    .any(|r| r.is_watch() && r.path == claims)
+            })
+            .await;
+            let mut bound = claim();
+            bound["spec"]["volumeName"] = json!("pvc-u-data");
+            bound["metadata"]["resourceVersion"] = json!("2");
+            server.route(Method::GET, CLAIM, (200, bound.clone()));
+            server.send(claims, "MODIFIED", &bound);
+            wait_until(|| server.pods().is_empty()).await;
+            let mut after_binding = asked(&server);
+            assert_eq!(
+                after_binding.split_off(3),
+                [
+                    format!("GET {CLAIM}"),
+                    "GET /api/v1/pods".to_owned(),
+                    format!("DELETE {}", pod_path(pod)),
+                ]
+            );
+        }
+
+        /// Waits, at most 10 s, until `done`.
+        async fn wait_until(done: impl Fn() -> bool) {
+            for _ in 0..1000 {
+                if done() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("waited 10 s in vain");
+        }
+
+        #[tokio::test]
+        async fn a_failed_creation_pod_is_an_error_with_its_reason_an_event_and_an_undo() {
+            let (server, client) = scenario(spec_with_pods());
+            server.serve_pods(kubelet(|phase| match phase {
+                "creation" => failed("create", "OOMKilled"),
+                _ => succeeded(state::Collected::default()),
+            }));
+            let status = create_volume(client, request(1 << 20)).await.unwrap_err();
+
+            let created = server.created_pods();
+            let phases: Vec<_> = created
+                .iter()
+                .map(|p| p["metadata"]["labels"][LABEL_PHASE].clone())
+                .collect();
+            assert_eq!(phases, [json!("creation"), json!("deletion")]);
+            let (creation, deletion) = (&created[0], &created[1]);
+            assert_eq!(*deletion, expected_pod(&spec_with_pods(), Phase::Deletion));
+            assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+            assert_eq!(
+                status.message(),
+                format!(
+                    "creation pod pav/{} failed: container create: OOMKilled (exit code 137)",
+                    creation["metadata"]["name"].as_str().unwrap()
+                )
+            );
+            // The deletion pod undoes what the creation did (no volume
+            // leaks), then both pods go, then the claim is told.
+            assert_eq!(
+                asked(&server),
+                [
+                    format!("GET {CLAIM}"),
+                    format!("GET {CLASS}"),
+                    format!("POST {PODS_OF_PAV}"),
+                    format!("POST {PODS_OF_PAV}"),
+                    format!("DELETE {}", pod_path(deletion)),
+                    format!("DELETE {}", pod_path(creation)),
+                    format!("POST {EVENTS}"),
+                ]
+            );
+            let event = server
+                .requests()
+                .into_iter()
+                .find(|r| r.path == EVENTS)
+                .and_then(|r| r.body)
+                .unwrap();
+            assert_eq!(event["reason"], "CreationFailed");
+            assert_eq!(event["type"], "Warning");
+            assert_eq!(event["regarding"]["name"], "data");
+            assert_eq!(event["note"], status.message());
+            assert!(server.pods().is_empty(), "{:#?}", server.pods());
+        }
+
+        #[tokio::test]
+        async fn a_deletion_pod_runs_and_a_failed_one_is_reported_and_retried() {
+            let (server, client) = scenario(spec_with_pods());
+            server.route(
+                Method::GET,
+                "/api/v1/persistentvolumes",
+                list("PersistentVolume", vec![volume()]),
+            );
+            // The first deletion pod fails, the second succeeds.
+            let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let counted = runs.clone();
+            server.serve_pods(kubelet(move |phase| {
+                assert_eq!(phase, "deletion");
+                match counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                    0 => failed("delete", "Error"),
+                    _ => succeeded(state::Collected::default()),
+                }
+            }));
+            let delete = csi::DeleteVolumeRequest {
+                volume_id: "vol-1".into(),
+                ..Default::default()
+            };
+            let answers = with_controller(client, async |mut controller| {
+                let mut answers = Vec::new();
+                for _ in 0..3 {
+                    answers.push(controller.delete_volume(delete.clone()).await.map(|_| ()));
+                }
+                answers
+            })
+            .await;
+            let created = server.created_pods();
+            assert_eq!(created.len(), 2, "a deleted volume ran a third pod");
+            assert_eq!(created[0], expected_pod(&spec_with_pods(), Phase::Deletion));
+            let path = pod_path(&created[0]);
+            let status = answers[0].as_ref().unwrap_err();
+            assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+            assert_eq!(
+                status.message(),
+                format!(
+                    "deletion pod pav/{} failed: container delete: Error (exit code 137)",
+                    created[0]["metadata"]["name"].as_str().unwrap()
+                )
+            );
+            answers[1].as_ref().expect("the retry");
+            answers[2].as_ref().expect("the repeat");
+            let pods = "GET /api/v1/pods".to_owned();
+            assert_eq!(
+                asked(&server),
+                [
+                    // The failed run: its pod goes, the volume is told.
+                    format!("GET {CLAIM}"),
+                    format!("GET {CLASS}"),
+                    format!("POST {PODS_OF_PAV}"),
+                    format!("DELETE {path}"),
+                    "POST /apis/events.k8s.io/v1/namespaces/default/events".to_owned(),
+                    // The retry runs the pod again, then cleans up the
+                    // claim's pods; the repeat asks nothing.
+                    format!("GET {CLAIM}"),
+                    format!("GET {CLASS}"),
+                    format!("POST {PODS_OF_PAV}"),
+                    format!("DELETE {path}"),
+                    pods,
+                ]
+            );
+            let event = server
+                .requests()
+                .into_iter()
+                .find(|r| r.path.ends_with("/events"))
+                .and_then(|r| r.body)
+                .unwrap();
+            assert_eq!(event["reason"], "DeletionFailed");
+            assert_eq!(event["regarding"]["kind"], "PersistentVolume");
+            assert_eq!(event["note"], status.message());
+            assert!(server.pods().is_empty(), "{:#?}", server.pods());
         }
     }
 }

@@ -3,6 +3,13 @@
 //! answers from the canned answers a scenario sets up. Watch requests get a
 //! stream that stays open and carries the events the test (or the fake's
 //! own pod store) sends.
+//!
+//! With [`ApiServer::serve_pods`], the fake keeps pods as an API server
+//! does: created, read, listed (by label selector), merge-patched and
+//! deleted (a pod with finalizers is only marked deleted until they are
+//! removed), each change a watch event, and a watch opened after a list
+//! gets the changes since that list's resourceVersion. A kubelet function
+//! of the test moves each new pod on (running, terminated, files written).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -48,6 +55,11 @@ pub type Answer = (u16, Value);
 
 type Handler = Box<dyn Fn(&Logged) -> Option<Answer> + Send>;
 
+/// What the kubelet does with a new pod: the merge patches it applies one
+/// after the other (each one a `MODIFIED` event), e.g. `Running`, then
+/// `Succeeded` with the annotations the node plugin collects.
+type Kubelet = Box<dyn Fn(&Value) -> Vec<Value> + Send>;
+
 #[derive(Default)]
 struct State {
     log: Vec<Logged>,
@@ -55,7 +67,23 @@ struct State {
     handlers: Vec<Handler>,
     /// Open watches: path and the sender of their stream.
     watches: Vec<(String, mpsc::UnboundedSender<Bytes>)>,
+    /// The pod store, once [`ApiServer::serve_pods`] is called.
+    pods: Option<Pods>,
 }
+
+/// The pods of [`ApiServer::serve_pods`].
+struct Pods {
+    /// By namespace and name.
+    objects: BTreeMap<(String, String), Value>,
+    /// The last resourceVersion given out.
+    version: u64,
+    /// Every change as a watch line, with its resourceVersion.
+    history: Vec<(u64, String)>,
+    kubelet: Kubelet,
+}
+
+/// Where every pod watch is: `Api::<Pod>::all`.
+const PODS: &str = "/api/v1/pods";
 
 /// The fake API server; clones share it.
 #[derive(Clone, Default)]
@@ -107,10 +135,24 @@ impl ApiServer {
         let mut state = self.state.lock().unwrap();
         state.log.push(logged.clone());
         if logged.is_watch() {
+            if logged.path == PODS
+                && let Some(pods) = &state.pods
+            {
+                let since = query_param(&logged.query, "resourceVersion")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                for (version, line) in &pods.history {
+                    if *version > since {
+                        let _ = sender.unbounded_send(Bytes::from(line.clone()));
+                    }
+                }
+            }
             state.watches.push((logged.path.clone(), sender));
             return Response::new(ChannelBody(receiver));
         }
-        let answer = state.handlers.iter().rev().find_map(|h| h(&logged));
+        let answer = state
+            .answer_pods(&logged)
+            .or_else(|| state.handlers.iter().rev().find_map(|h| h(&logged)));
         let (status, body) = answer.unwrap_or_else(|| not_found(&logged.path));
         let _ = sender.unbounded_send(Bytes::from(body.to_string()));
         drop(sender);
@@ -149,6 +191,221 @@ impl ApiServer {
     pub fn requests(&self) -> Vec<Logged> {
         self.state.lock().unwrap().log.clone()
     }
+
+    /// Keeps pods from now on (see the module's documentation); `kubelet`
+    /// gives the merge patches each new pod goes through.
+    pub fn serve_pods(&self, kubelet: impl Fn(&Value) -> Vec<Value> + Send + 'static) {
+        self.state.lock().unwrap().pods = Some(Pods {
+            objects: BTreeMap::new(),
+            version: 1,
+            history: Vec::new(),
+            kubelet: Box::new(kubelet),
+        });
+    }
+
+    /// The pods the store holds now.
+    pub fn pods(&self) -> Vec<Value> {
+        let state = self.state.lock().unwrap();
+        state
+            .pods
+            .as_ref()
+            .map(|p| p.objects.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The bodies of the pods created so far, in order.
+    pub fn created_pods(&self) -> Vec<Value> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.method == Method::POST && r.path.ends_with("/pods"))
+            .filter_map(|r| r.body)
+            .collect()
+    }
+}
+
+impl State {
+    /// The pod store's answer to `request`, if it is about pods.
+    fn answer_pods(&mut self, request: &Logged) -> Option<Answer> {
+        let pods = self.pods.as_mut()?;
+        let segments: Vec<&str> = request.path.split('/').collect();
+        let (namespace, name) = match segments.as_slice() {
+            ["", "api", "v1", "pods"] => (None, None),
+            ["", "api", "v1", "namespaces", ns, "pods"] => (Some(*ns), None),
+            ["", "api", "v1", "namespaces", ns, "pods", name] => (Some(*ns), Some(*name)),
+            _ => return None,
+        };
+        let key = |name: &str| (namespace.unwrap_or_default().to_owned(), name.to_owned());
+        let mut events = Vec::new();
+        let answer = match (&request.method, name) {
+            (&Method::GET, None) => {
+                let selector = query_param(&request.query, "labelSelector").unwrap_or_default();
+                let items = pods
+                    .objects
+                    .values()
+                    .filter(|pod| namespace.is_none_or(|ns| pod["metadata"]["namespace"] == ns))
+                    .filter(|pod| matches_labels(pod, &selector))
+                    .cloned()
+                    .collect();
+                let (status, mut body) = list("Pod", items);
+                body["metadata"]["resourceVersion"] = json!(pods.version.to_string());
+                (status, body)
+            }
+            (&Method::GET, Some(name)) => match pods.objects.get(&key(name)) {
+                Some(pod) => (200, pod.clone()),
+                None => not_found(&request.path),
+            },
+            (&Method::POST, None) => {
+                let mut pod = request.body.clone().unwrap_or_default();
+                let name = pod["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                if pods.objects.contains_key(&key(&name)) {
+                    return Some(status(409, "AlreadyExists", "pod exists"));
+                }
+                pod["metadata"]["namespace"] = json!(namespace);
+                pod["metadata"]["uid"] = json!(format!("uid-{name}"));
+                let created = pods.put(key(&name), pod, "ADDED", &mut events);
+                for patch in (pods.kubelet)(&created) {
+                    let mut pod = pods.objects[&key(&name)].clone();
+                    merge(&mut pod, &patch);
+                    pods.put(key(&name), pod, "MODIFIED", &mut events);
+                }
+                (201, created)
+            }
+            (&Method::PATCH, Some(name)) => match pods.objects.get(&key(name)).cloned() {
+                Some(mut pod) => {
+                    merge(&mut pod, &request.body.clone().unwrap_or_default());
+                    (200, pods.put_or_release(key(name), pod, &mut events))
+                }
+                None => not_found(&request.path),
+            },
+            (&Method::DELETE, Some(name)) => match pods.objects.get(&key(name)).cloned() {
+                Some(mut pod) => {
+                    if pod["metadata"]["deletionTimestamp"].is_null() {
+                        pod["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+                    }
+                    (200, pods.put_or_release(key(name), pod, &mut events))
+                }
+                None => not_found(&request.path),
+            },
+            _ => return None,
+        };
+        for (path, line) in events {
+            for (watched, sender) in &self.watches {
+                if *watched == path {
+                    let _ = sender.unbounded_send(Bytes::from(line.clone()));
+                }
+            }
+        }
+        Some(answer)
+    }
+}
+
+impl Pods {
+    /// Stores `pod` with a new resourceVersion and records the event.
+    fn put(
+        &mut self,
+        key: (String, String),
+        mut pod: Value,
+        kind: &str,
+        events: &mut Vec<(String, String)>,
+    ) -> Value {
+        self.version += 1;
+        pod["metadata"]["resourceVersion"] = json!(self.version.to_string());
+        self.record(kind, &pod, events);
+        if kind == "DELETED" {
+            self.objects.remove(&key);
+        } else {
+            self.objects.insert(key, pod.clone());
+        }
+        pod
+    }
+
+    /// Stores `pod`, or removes it when it is marked deleted and has no
+    /// finalizers left.
+    fn put_or_release(
+        &mut self,
+        key: (String, String),
+        pod: Value,
+        events: &mut Vec<(String, String)>,
+    ) -> Value {
+        let finalizers = pod["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+        let gone = !pod["metadata"]["deletionTimestamp"].is_null() && !finalizers;
+        self.put(key, pod, if gone { "DELETED" } else { "MODIFIED" }, events)
+    }
+
+    fn record(&mut self, kind: &str, pod: &Value, events: &mut Vec<(String, String)>) {
+        let line = format!("{}\n", json!({"type": kind, "object": pod}));
+        self.history.push((self.version, line.clone()));
+        events.push((PODS.to_owned(), line));
+    }
+}
+
+/// A JSON merge patch (RFC 7386) of `patch` onto `target`.
+pub fn merge(target: &mut Value, patch: &Value) {
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let object = target.as_object_mut().expect("made an object above");
+    for (key, value) in patch {
+        if value.is_null() {
+            object.remove(key);
+        } else {
+            merge(object.entry(key.clone()).or_insert(Value::Null), value);
+        }
+    }
+}
+
+/// Whether `pod` has every `key=value` of an equality label selector.
+fn matches_labels(pod: &Value, selector: &str) -> bool {
+    selector.split(',').filter(|s| !s.is_empty()).all(|term| {
+        let (key, value) = term.split_once('=').unwrap_or((term, ""));
+        match pod["metadata"]["labels"].get(key) {
+            Some(label) => value.is_empty() || label == value,
+            None => false,
+        }
+    })
+}
+
+/// The decoded value of `name` in a query string.
+fn query_param(query: &str, name: &str) -> Option<String> {
+    query.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=')?;
+        (key == name).then(|| percent_decode(value))
+    })
+}
+
+/// `%XX` and `+` of a form-encoded value.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(byte) => {
+                        out.push(byte);
+                        i += 3;
+                        continue;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            byte => out.push(byte),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A `List` answer of `items`.
