@@ -123,10 +123,11 @@ for example in "${examples[@]}"; do
             --csi.stagingdir "$kubelet/staging-$access_type" \
             --csi.mountdir "$kubelet/mount-$access_type" \
             --csi.testvolumesize 67108864 \
+            --csi.testvolumeexpandsize 134217728 \
             --csi.testvolumeaccesstype "$access_type" \
             -ginkgo.no-color \
             ${CSI_SANITY_ARGS:-} 2>&1 | tee "$logs/sanity.log" || result=$?
-        summary+=("$example $access_type: $(grep -Eo '[0-9]+ Passed \| [0-9]+ Failed' "$logs/sanity.log" | tail -1)")
+        summary+=("$example $access_type: $(grep -Eo '[0-9]+ Passed \| [0-9]+ Failed \| [0-9]+ Pending \| [0-9]+ Skipped' "$logs/sanity.log" | tail -1)")
         ((result == 0)) || example_status=$result
     done
     stop_driver

@@ -19,7 +19,7 @@ pub(crate) struct ControllerService {
 }
 
 /// A capacity range from CSI, where 0 means unset.
-fn capacity_range(range: Option<&csi::CapacityRange>) -> Result<CapacityRange, Status> {
+pub(crate) fn capacity_range(range: Option<&csi::CapacityRange>) -> Result<CapacityRange, Status> {
     let Some(range) = range else {
         return Ok(CapacityRange::default());
     };
@@ -81,6 +81,25 @@ fn check_created(volume: &pav_sdk::Volume) -> Result<(), Status> {
 }
 
 impl ControllerService {
+    /// `NOT_FOUND` unless the volume exists; a provisioner without Create
+    /// (static volumes only) cannot say, so every id passes.
+    async fn check_exists(&self, volume_id: &str) -> Result<(), Status> {
+        let Some(creator) = self.shared.provisioner.create() else {
+            return Ok(());
+        };
+        let exists = match creator.exists(&VolumeId::new(volume_id)).await {
+            Ok(exists) => exists,
+            Err(pav_sdk::Error::NotFound(_)) => false,
+            Err(e) => return Err(status(e)),
+        };
+        match exists {
+            true => Ok(()),
+            false => Err(Status::not_found(format!(
+                "volume {volume_id:?} does not exist"
+            ))),
+        }
+    }
+
     /// Deletes a volume the provisioner created but CSI cannot carry (see
     /// [`check_created`]), so that refusing it leaks nothing, and returns
     /// the `INTERNAL` status that answers the `CreateVolume`: the request
@@ -323,18 +342,7 @@ impl csi::controller_server::Controller for ControllerService {
         let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
         // A provisioner that creates volumes knows which exist; one that
         // does not (static provisioning only) leaves it to Validate.
-        if let Some(creator) = self.shared.provisioner.create() {
-            let exists = match creator.exists(&VolumeId::new(volume_id)).await {
-                Ok(exists) => exists,
-                Err(pav_sdk::Error::NotFound(_)) => false,
-                Err(e) => return Err(status(e)),
-            };
-            if !exists {
-                return Err(Status::not_found(format!(
-                    "volume {volume_id:?} does not exist"
-                )));
-            }
-        }
+        self.check_exists(volume_id).await?;
         if let Some(validator) = self.shared.provisioner.validate() {
             match validator.validate(validate.clone()).await {
                 Ok(()) => {}
@@ -355,6 +363,72 @@ impl csi::controller_server::Controller for ControllerService {
         }))
     }
 
+    async fn controller_expand_volume(
+        &self,
+        request: Request<csi::ControllerExpandVolumeRequest>,
+    ) -> Result<Response<csi::ControllerExpandVolumeResponse>, Status> {
+        let Some(expander) = self.shared.provisioner.expand() else {
+            return Err(Status::unimplemented(
+                "this provisioner does not expand volumes (EXPAND_VOLUME is not advertised)",
+            ));
+        };
+        let req = request.into_inner();
+        let volume_id = limits::required("volume_id", &req.volume_id)?;
+        limits::map("secrets", &req.secrets)?;
+        let Some(range) = req.capacity_range.as_ref() else {
+            return Err(Status::invalid_argument("capacity_range is required"));
+        };
+        let capacity = capacity_range(Some(range))?;
+        if capacity.min_bytes.is_none() && capacity.max_bytes.is_none() {
+            return Err(Status::invalid_argument(
+                "capacity_range: required_bytes or limit_bytes must be set",
+            ));
+        }
+        let volume_mode = match &req.volume_capability {
+            Some(cap) => {
+                let cap = convert::capability("volume_capability", cap)?;
+                check_modes(&self.shared, cap.mode, &[cap.access_mode])
+                    .map_err(Status::invalid_argument)?;
+                Some(cap.mode)
+            }
+            None => None,
+        };
+        let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        self.check_exists(volume_id).await?;
+        tracing::info!(volume_id, ?capacity, "ControllerExpandVolume");
+        let mut expand = pav_sdk::build::expand(volume_id, 0);
+        expand.capacity = capacity;
+        expand.volume_mode = volume_mode;
+        expand.secrets = convert::secrets(&req.secrets);
+        let expanded = expander.expand(expand).await.map_err(|e| {
+            tracing::warn!(
+                volume_id,
+                error = e.message(),
+                "ControllerExpandVolume failed"
+            );
+            status(e)
+        })?;
+        if !capacity.contains(expanded.capacity_bytes) {
+            return Err(Status::internal(format!(
+                "the provisioner grew volume {volume_id:?} to {} bytes, outside the requested range",
+                expanded.capacity_bytes
+            )));
+        }
+        // A cached CreateVolume answer would report the old size.
+        self.shared
+            .create_cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .forget_volume(volume_id);
+        // kubelet would call NodeExpandVolume, which is not served.
+        let node_expansion_required =
+            expanded.node_expansion_required && self.shared.provisioner.node_expand().is_some();
+        Ok(Response::new(csi::ControllerExpandVolumeResponse {
+            capacity_bytes: i64::try_from(expanded.capacity_bytes).unwrap_or(i64::MAX),
+            node_expansion_required,
+        }))
+    }
+
     async fn controller_get_capabilities(
         &self,
         _request: Request<csi::ControllerGetCapabilitiesRequest>,
@@ -362,6 +436,9 @@ impl csi::controller_server::Controller for ControllerService {
         let mut rpcs = Vec::new();
         if self.shared.provisioner.create().is_some() {
             rpcs.push(RpcType::CreateDeleteVolume);
+        }
+        if self.shared.provisioner.expand().is_some() {
+            rpcs.push(RpcType::ExpandVolume);
         }
         let capabilities = rpcs
             .into_iter()

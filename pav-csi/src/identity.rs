@@ -50,6 +50,20 @@ impl csi::identity_server::Identity for IdentityService {
         if self.shared.topology_aware {
             capabilities.push(service(ServiceType::VolumeAccessibilityConstraints));
         }
+        if self.shared.provisioner.expand().is_some() {
+            use csi::plugin_capability::volume_expansion::Type as ExpansionType;
+            let kind = match self.shared.provisioner.expansion() {
+                pav_sdk::Expansion::Online => ExpansionType::Online,
+                pav_sdk::Expansion::Offline => ExpansionType::Offline,
+            };
+            capabilities.push(csi::PluginCapability {
+                r#type: Some(csi::plugin_capability::Type::VolumeExpansion(
+                    csi::plugin_capability::VolumeExpansion {
+                        r#type: kind as i32,
+                    },
+                )),
+            });
+        }
         Ok(Response::new(csi::GetPluginCapabilitiesResponse {
             capabilities,
         }))

@@ -621,6 +621,70 @@ impl csi::node_server::Node for NodeService {
         )))
     }
 
+    async fn node_expand_volume(
+        &self,
+        request: Request<csi::NodeExpandVolumeRequest>,
+    ) -> Result<Response<csi::NodeExpandVolumeResponse>, Status> {
+        let Some(expander) = self.shared.provisioner.node_expand() else {
+            return Err(Status::unimplemented(
+                "this provisioner does not expand volumes on nodes (EXPAND_VOLUME is not advertised)",
+            ));
+        };
+        let req = request.into_inner();
+        let volume_id = limits::required("volume_id", &req.volume_id)?;
+        let volume_path = limits::required_path("volume_path", &req.volume_path)?;
+        limits::path("staging_target_path", &req.staging_target_path)?;
+        limits::map("secrets", &req.secrets)?;
+        let capacity = crate::controller::capacity_range(req.capacity_range.as_ref())?;
+        let wanted_mode = match &req.volume_capability {
+            Some(cap) => {
+                let cap = convert::capability("volume_capability", cap)?;
+                self.check_capability(&cap)?;
+                Some(cap.mode)
+            }
+            None => None,
+        };
+        let message = format!("volume {volume_id} is not published at {volume_path}");
+        // Nothing of this driver's is mounted outside the kubelet directory.
+        let path = (self.node.paths.lookup(volume_path))
+            .ok_or_else(|| Status::not_found(message.clone()))?;
+        let staging_path = (!req.staging_target_path.is_empty())
+            .then(|| self.node.paths.lookup(&req.staging_target_path))
+            .flatten();
+        let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        let (path, mode) = blocking(move || {
+            let not_found = || Status::not_found(message.clone());
+            if !mount::is_mount_point(&path).map_err(|e| internal("reading mounts", e))? {
+                return Err(not_found());
+            }
+            let meta = std::fs::metadata(&path).map_err(|_| not_found())?;
+            let mode = match meta.is_dir() {
+                true => VolumeMode::Filesystem,
+                false => VolumeMode::Block,
+            };
+            Ok((path, mode))
+        })
+        .await?;
+        if let Some(wanted) = wanted_mode
+            && wanted != mode
+        {
+            return Err(Status::invalid_argument(format!(
+                "volume_capability says {wanted}, but {volume_path} holds a {mode} volume"
+            )));
+        }
+        tracing::info!(volume_id, path = ?path, ?capacity, "NodeExpandVolume");
+        let mut expand = pav_sdk::build::node_expand(volume_id, path, mode);
+        expand.staging_path = staging_path;
+        expand.capacity = capacity;
+        let bytes = expander.node_expand(expand).await.map_err(|e| {
+            tracing::warn!(volume_id, error = e.message(), "NodeExpandVolume failed");
+            status(e)
+        })?;
+        Ok(Response::new(csi::NodeExpandVolumeResponse {
+            capacity_bytes: i64::try_from(bytes).unwrap_or(i64::MAX),
+        }))
+    }
+
     async fn node_get_capabilities(
         &self,
         _request: Request<csi::NodeGetCapabilitiesRequest>,
@@ -632,6 +696,9 @@ impl csi::node_server::Node for NodeService {
         if self.shared.provisioner.stage().is_some() && !self.shared.provisioner.stages_on_publish()
         {
             rpcs.push(RpcType::StageUnstageVolume);
+        }
+        if self.shared.provisioner.node_expand().is_some() {
+            rpcs.push(RpcType::ExpandVolume);
         }
         let capabilities = rpcs
             .into_iter()

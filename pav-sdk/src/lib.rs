@@ -16,6 +16,8 @@
 //! | [`Stage`] | `NodeStageVolume` (+ bind mounts in `NodePublishVolume`) | volume made available on the pod's node | needed to serve the node service |
 //! | [`Unstage`] | `NodeUnstageVolume` | last pod on the node using it gone | yes: nothing to undo |
 //! | [`Stats`] | `NodeGetVolumeStats` | kubelet's volume metrics and health events | yes: `statvfs` of the volume path |
+//! | [`Expand`] | `ControllerExpandVolume` | a bound claim's request grows (external-resizer) | yes: claims cannot grow |
+//! | [`NodeExpand`] | `NodeExpandVolume` | kubelet grows the filesystem where the volume is published | yes: nothing to grow on the node |
 //! | [`Provisioner::stage_on_publish`] | `NodePublishVolume` / `NodeUnpublishVolume` run Stage / Unstage | staging per client pod ([`PodInfo`]) | yes: default is per node |
 //! | [`CreateRequest::name`] | `CreateVolumeRequest.name` | `pvc-<uid>` | idempotency key |
 //! | [`Volume::handle`] | `volume_id` | `pv.spec.csi.volumeHandle` | |
@@ -258,11 +260,13 @@ mod volume_id;
 
 pub use async_trait::async_trait;
 pub use error::{Error, Result};
-pub use provisioner::{Create, Delete, Provisioner, Stage, Stats, Unstage, Validate};
+pub use provisioner::{
+    Create, Delete, Expand, Expansion, NodeExpand, Provisioner, Stage, Stats, Unstage, Validate,
+};
 pub use types::{
-    AccessMode, CapacityRange, Claim, CreateRequest, DeleteRequest, MountOptions, Parameters,
-    PodInfo, Secrets, StageRequest, Staged, StatsRequest, Topology, TopologyRequirement,
-    UnstageRequest, Usage, ValidateRequest, Volume, VolumeCondition, VolumeMode, VolumeStats,
-    build,
+    AccessMode, CapacityRange, Claim, CreateRequest, DeleteRequest, ExpandRequest, Expanded,
+    MountOptions, NodeExpandRequest, Parameters, PodInfo, Secrets, StageRequest, Staged,
+    StatsRequest, Topology, TopologyRequirement, UnstageRequest, Usage, ValidateRequest, Volume,
+    VolumeCondition, VolumeMode, VolumeStats, build,
 };
 pub use volume_id::{PathComponentError, VolumeId};

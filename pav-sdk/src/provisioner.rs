@@ -17,8 +17,9 @@ use async_trait::async_trait;
 use crate::Result;
 use crate::VolumeId;
 use crate::types::{
-    AccessMode, CreateRequest, DeleteRequest, StageRequest, Staged, StatsRequest, UnstageRequest,
-    ValidateRequest, Volume, VolumeMode, VolumeStats,
+    AccessMode, CreateRequest, DeleteRequest, ExpandRequest, Expanded, NodeExpandRequest,
+    StageRequest, Staged, StatsRequest, UnstageRequest, ValidateRequest, Volume, VolumeMode,
+    VolumeStats,
 };
 
 /// Checks a requested volume before it is created, or an existing one against
@@ -181,6 +182,59 @@ pub trait Stats: Send + Sync {
     async fn stats(&self, req: StatsRequest) -> Result<VolumeStats>;
 }
 
+/// Grows volumes on the storage side (Kubernetes volume expansion).
+#[async_trait]
+pub trait Expand: Send + Sync {
+    /// Grows the volume to at least `req.capacity.min_bytes`, never shrinks
+    /// it: a volume already that large (a retry) is answered with its size.
+    ///
+    /// **CSI call:** `ControllerExpandVolume`, from external-resizer, when
+    /// a bound claim's storage request grows (the StorageClass needs
+    /// `allowVolumeExpansion: true`). pav-csi has checked that the volume
+    /// exists (with [`Create::exists`]) and that the answer lies within
+    /// the requested range.
+    ///
+    /// **Codes:** [`NotFound`](crate::Error::NotFound) when the volume does
+    /// not exist; [`OutOfRange`](crate::Error::OutOfRange) when the size
+    /// can never be provided (external-resizer marks the resize failed);
+    /// [`ResourceExhausted`](crate::Error::ResourceExhausted) when there is
+    /// no room now. external-resizer retries every error with exponential
+    /// backoff; the claim shows a `VolumeResizeFailed` event.
+    async fn expand(&self, req: ExpandRequest) -> Result<Expanded>;
+}
+
+/// Grows what a node sees of a volume: its filesystem, online while pods
+/// use it.
+#[async_trait]
+pub trait NodeExpand: Send + Sync {
+    /// Grows the filesystem (or device) of the volume published at
+    /// `req.volume_path` to the volume's size, and returns that size in
+    /// bytes (0 when unknown). Called again when nothing is left to grow,
+    /// it must succeed.
+    ///
+    /// **CSI call:** `NodeExpandVolume`, from kubelet, after
+    /// [`Expand::expand`] answered
+    /// [`node_expansion_required`](crate::Expanded::node_expansion_required),
+    /// on the node where the volume is published (or staged). pav-csi has
+    /// checked that a volume is mounted at `req.volume_path`.
+    ///
+    /// **Codes:** [`NotFound`](crate::Error::NotFound) when the volume is
+    /// not there; anything else is retried by kubelet with exponential
+    /// backoff (a `FileSystemResizeFailed` event on the pod).
+    async fn node_expand(&self, req: NodeExpandRequest) -> Result<u64>;
+}
+
+/// Whether [`Expand`] can grow a volume that is in use (CSI plugin
+/// capability `VolumeExpansion`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expansion {
+    /// While published to pods (`ONLINE`).
+    Online,
+    /// Only while not published anywhere (`OFFLINE`): the CO unpublishes
+    /// it first.
+    Offline,
+}
+
 /// What a provisioner implements, bundled for serving.
 ///
 /// Built from one value that implements any subset of the touch points; each
@@ -195,6 +249,8 @@ pub trait Stats: Send + Sync {
 /// | `with_stage` | `STAGE_UNSTAGE_VOLUME` node capability, node service can be served |
 /// | `with_unstage` | `NodeUnstageVolume` calls it after unmounting |
 /// | `with_stats` | `NodeGetVolumeStats` calls it; `VOLUME_CONDITION` node capability |
+/// | `with_expand` | `EXPAND_VOLUME` controller capability, `ControllerExpandVolume` served; `VolumeExpansion` plugin capability (`ONLINE`, or [`offline_expansion`](Provisioner::offline_expansion)) |
+/// | `with_node_expand` | `EXPAND_VOLUME` node capability, `NodeExpandVolume` served |
 /// | `stage_on_publish` | no `STAGE_UNSTAGE_VOLUME`; Stage/Unstage run in `NodePublishVolume`/`NodeUnpublishVolume` |
 ///
 /// ```
@@ -217,6 +273,9 @@ pub struct Provisioner<P = ()> {
     stage: Option<Arc<dyn Stage>>,
     unstage: Option<Arc<dyn Unstage>>,
     stats: Option<Arc<dyn Stats>>,
+    expand: Option<Arc<dyn Expand>>,
+    node_expand: Option<Arc<dyn NodeExpand>>,
+    expansion: Expansion,
     volume_modes: BTreeSet<VolumeMode>,
     access_modes: BTreeSet<AccessMode>,
     stage_on_publish: bool,
@@ -236,6 +295,9 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             stage: None,
             unstage: None,
             stats: None,
+            expand: None,
+            node_expand: None,
+            expansion: Expansion::Online,
             volume_modes: BTreeSet::from([VolumeMode::Filesystem]),
             access_modes: AccessMode::ALL.into_iter().collect(),
             stage_on_publish: false,
@@ -301,6 +363,33 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         self
     }
 
+    /// Adds the [`Expand`] touch point; volumes grow online unless
+    /// [`offline_expansion`](Self::offline_expansion) says otherwise.
+    pub fn with_expand(mut self) -> Self
+    where
+        P: Expand,
+    {
+        self.expand = Some(self.inner.clone());
+        self
+    }
+
+    /// Adds the [`NodeExpand`] touch point.
+    pub fn with_node_expand(mut self) -> Self
+    where
+        P: NodeExpand,
+    {
+        self.node_expand = Some(self.inner.clone());
+        self
+    }
+
+    /// [`Expand`] grows only volumes that are not published: the plugin
+    /// capability becomes `VolumeExpansion` `OFFLINE`, and Kubernetes
+    /// resizes a claim only once no pod uses it.
+    pub fn offline_expansion(mut self) -> Self {
+        self.expansion = Expansion::Offline;
+        self
+    }
+
     /// Sets the volume modes this provisioner serves (checked before Validate).
     pub fn volume_modes(mut self, modes: impl IntoIterator<Item = VolumeMode>) -> Self {
         self.volume_modes = modes.into_iter().collect();
@@ -343,6 +432,9 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             stage: self.stage,
             unstage: self.unstage,
             stats: self.stats,
+            expand: self.expand,
+            node_expand: self.node_expand,
+            expansion: self.expansion,
             volume_modes: self.volume_modes,
             access_modes: self.access_modes,
             stage_on_publish: self.stage_on_publish,
@@ -381,6 +473,21 @@ impl<P> Provisioner<P> {
         self.stats.as_deref()
     }
 
+    /// The Expand touch point, if implemented.
+    pub fn expand(&self) -> Option<&dyn Expand> {
+        self.expand.as_deref()
+    }
+
+    /// The NodeExpand touch point, if implemented.
+    pub fn node_expand(&self) -> Option<&dyn NodeExpand> {
+        self.node_expand.as_deref()
+    }
+
+    /// Whether Expand grows volumes in use; meaningful with [`expand`](Self::expand).
+    pub fn expansion(&self) -> Expansion {
+        self.expansion
+    }
+
     /// True when Stage and Unstage run per client pod, in
     /// `NodePublishVolume` and `NodeUnpublishVolume`; see
     /// [`stage_on_publish`](Provisioner::stage_on_publish).
@@ -408,6 +515,9 @@ impl<P> fmt::Debug for Provisioner<P> {
             .field("stage", &self.stage.is_some())
             .field("unstage", &self.unstage.is_some())
             .field("stats", &self.stats.is_some())
+            .field("expand", &self.expand.is_some())
+            .field("node_expand", &self.node_expand.is_some())
+            .field("expansion", &self.expansion)
             .field("volume_modes", &self.volume_modes)
             .field("access_modes", &self.access_modes)
             .field("stage_on_publish", &self.stage_on_publish)

@@ -498,6 +498,70 @@ impl VolumeStats {
     }
 }
 
+/// Asks to grow a volume on the storage side (CSI
+/// `ControllerExpandVolume`, from external-resizer when a claim's request
+/// grows).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ExpandRequest {
+    /// The volume handle.
+    pub handle: VolumeId,
+    /// The size wanted: at least `min_bytes` (the claim's new request), at
+    /// most `max_bytes` when set.
+    pub capacity: CapacityRange,
+    /// Filesystem or block, when the CO says (CSI `volume_capability`).
+    pub volume_mode: Option<VolumeMode>,
+    /// Secrets for the operation.
+    pub secrets: Secrets,
+}
+
+/// A volume grown by [`Expand`](crate::Expand).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Expanded {
+    /// The volume's size now, in bytes: at least what was asked.
+    pub capacity_bytes: u64,
+    /// True when the node must grow something too (a filesystem, a loop
+    /// device): kubelet then calls [`NodeExpand`](crate::NodeExpand) where
+    /// the volume is published. Honoured only when the provisioner has
+    /// that touch point.
+    pub node_expansion_required: bool,
+}
+
+impl Expanded {
+    /// The volume now has `capacity_bytes`; nothing to do on the node.
+    pub fn new(capacity_bytes: u64) -> Self {
+        Self {
+            capacity_bytes,
+            node_expansion_required: false,
+        }
+    }
+
+    /// The node must grow its view of the volume too.
+    pub fn with_node_expansion(mut self) -> Self {
+        self.node_expansion_required = true;
+        self
+    }
+}
+
+/// Asks to grow what the node sees of a volume: its filesystem, or the
+/// device under it (CSI `NodeExpandVolume`, from kubelet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeExpandRequest {
+    /// The volume handle.
+    pub handle: VolumeId,
+    /// Where the volume is published (or staged): a mount point inside
+    /// kubelet's directory that pav-csi found mounted.
+    pub volume_path: PathBuf,
+    /// The volume's staging path, when the CO sent it.
+    pub staging_path: Option<PathBuf>,
+    /// Filesystem or block (a directory or a device at `volume_path`).
+    pub volume_mode: VolumeMode,
+    /// The size the volume was grown to, when the CO says.
+    pub capacity: CapacityRange,
+}
+
 /// Constructors for the request types, for pav-csi and for provisioner tests.
 ///
 /// Requests are `#[non_exhaustive]` so that fields can be added without a
@@ -590,6 +654,34 @@ pub mod build {
             staging_path: None,
             volume_mode: mode,
             measured: None,
+        }
+    }
+
+    /// An [`ExpandRequest`] for `handle` to at least `min_bytes`.
+    pub fn expand(handle: impl Into<VolumeId>, min_bytes: u64) -> ExpandRequest {
+        ExpandRequest {
+            handle: handle.into(),
+            capacity: CapacityRange {
+                min_bytes: Some(min_bytes),
+                max_bytes: None,
+            },
+            volume_mode: None,
+            secrets: Secrets::default(),
+        }
+    }
+
+    /// A [`NodeExpandRequest`] for the volume published at `volume_path`.
+    pub fn node_expand(
+        handle: impl Into<VolumeId>,
+        volume_path: impl Into<PathBuf>,
+        mode: VolumeMode,
+    ) -> NodeExpandRequest {
+        NodeExpandRequest {
+            handle: handle.into(),
+            volume_path: volume_path.into(),
+            staging_path: None,
+            volume_mode: mode,
+            capacity: CapacityRange::default(),
         }
     }
 

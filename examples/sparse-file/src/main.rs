@@ -61,6 +61,8 @@ async fn main() -> anyhow::Result<()> {
         .with_stage()
         .with_unstage()
         .with_stats()
+        .with_expand()
+        .with_node_expand()
         .volume_modes([VolumeMode::Filesystem, VolumeMode::Block]);
     let mut driver = pav_csi::Driver::builder(cli.driver_name)
         .version(env!("CARGO_PKG_VERSION"))

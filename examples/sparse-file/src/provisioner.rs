@@ -5,9 +5,10 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use pav_sdk::{
-    Create, CreateRequest, Delete, DeleteRequest, Error, Result, Stage, StageRequest, Staged,
-    Stats, StatsRequest, Unstage, UnstageRequest, Usage, Validate, ValidateRequest, Volume,
-    VolumeCondition, VolumeId, VolumeMode, VolumeStats, async_trait,
+    Create, CreateRequest, Delete, DeleteRequest, Error, Expand, ExpandRequest, Expanded,
+    NodeExpand, NodeExpandRequest, Result, Stage, StageRequest, Staged, Stats, StatsRequest,
+    Unstage, UnstageRequest, Usage, Validate, ValidateRequest, Volume, VolumeCondition, VolumeId,
+    VolumeMode, VolumeStats, async_trait,
 };
 use tokio::process::Command;
 
@@ -294,7 +295,8 @@ impl Stage for SparseFiles {
             return Ok(Staged::at(req.target_path));
         }
         let fs = fs_type(req.mount.fs_type.as_deref())?;
-        if filesystem_on(&device).await?.is_none() {
+        let formatted = filesystem_on(&device).await?.is_some();
+        if !formatted {
             run(&format!("mkfs.{fs}"), &["-q", "-F", &device]).await?;
         }
         std::fs::create_dir_all(&req.target_path)?;
@@ -309,7 +311,80 @@ impl Stage for SparseFiles {
             args.extend(["-o", &options]);
         }
         run("mount", &args).await?;
+        if formatted && !req.read_only {
+            // The image may have grown while it was not staged (offline
+            // expansion): grow the filesystem to it, online now that it is
+            // mounted (resize2fs does nothing when there is nothing to grow).
+            run("resize2fs", &[&device]).await?;
+        }
         Ok(Staged::at(req.target_path))
+    }
+}
+
+/// Grows the image file, never shrinks it. A staged volume's loop device
+/// and filesystem grow in [`NodeExpand`], online; an unstaged one's
+/// filesystem grows at its next stage.
+#[async_trait]
+impl Expand for SparseFiles {
+    async fn expand(&self, req: ExpandRequest) -> Result<Expanded> {
+        let image = self.existing_image(&req.handle)?;
+        let current = std::fs::metadata(&image)?.len();
+        if req.capacity.max_bytes.is_some_and(|max| max < current) {
+            return Err(Error::OutOfRange(format!(
+                "volume {} has {current} bytes, more than the limit: it cannot shrink",
+                req.handle
+            )));
+        }
+        let wanted = req.capacity.choose(current, GRANULARITY)?;
+        if wanted > current {
+            self.check_space(wanted - current)?;
+            grow_image(&image, wanted)?;
+            tracing::info!(handle = %req.handle, from = current, to = wanted, "grew sparse file");
+        }
+        Ok(Expanded::new(wanted.max(current)).with_node_expansion())
+    }
+}
+
+/// Sets `image`'s length to `size` (larger than it is), as `make_image`
+/// maps a size the filesystem cannot hold.
+fn grow_image(image: &Path, size: u64) -> Result<()> {
+    let result = std::fs::OpenOptions::new()
+        .write(true)
+        .open(image)
+        .and_then(|file| file.set_len(size));
+    result.map_err(|e| match e.kind() {
+        ErrorKind::FileTooLarge | ErrorKind::InvalidInput => Error::OutOfRange(format!(
+            "a file of {size} bytes is larger than {} supports: {e}",
+            image.parent().unwrap_or(image).display()
+        )),
+        ErrorKind::StorageFull | ErrorKind::QuotaExceeded => {
+            Error::ResourceExhausted(format!("growing {}: {e}", image.display()))
+        }
+        _ => Error::Internal(format!("growing {}: {e}", image.display())),
+    })
+}
+
+/// Tells the loop devices of the image its new size and grows the mounted
+/// filesystem on them: online, while pods use it.
+#[async_trait]
+impl NodeExpand for SparseFiles {
+    async fn node_expand(&self, req: NodeExpandRequest) -> Result<u64> {
+        let image = self.existing_image(&req.handle)?;
+        let devices = loop_devices(&image).await?;
+        if devices.is_empty() {
+            return Err(Error::NotFound(format!(
+                "volume {} is not staged on this node",
+                req.handle
+            )));
+        }
+        for device in &devices {
+            run("losetup", &["--set-capacity", device]).await?;
+        }
+        if req.volume_mode == VolumeMode::Filesystem {
+            // One loop device per image (Stage reuses it).
+            run("resize2fs", &[&devices[0]]).await?;
+        }
+        Ok(std::fs::metadata(&image)?.len())
     }
 }
 
@@ -521,6 +596,48 @@ mod tests {
         let delete = pav_sdk::build::delete(first.handle.clone());
         files.delete(delete.clone()).await.unwrap();
         files.delete(delete).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn expand_grows_the_image_and_never_shrinks_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = SparseFiles::new(dir.path().into());
+        let volume = files.create(create_request(5 << 20)).await.unwrap();
+        let image = files.existing_image(&volume.handle).unwrap();
+        let grown = files
+            .expand(pav_sdk::build::expand(
+                volume.handle.as_str(),
+                (7 << 20) + 1,
+            ))
+            .await
+            .unwrap();
+        assert_eq!(grown.capacity_bytes, 8 << 20, "rounded up to whole MiB");
+        assert!(grown.node_expansion_required);
+        assert_eq!(std::fs::metadata(&image).unwrap().len(), 8 << 20);
+        let smaller = files
+            .expand(pav_sdk::build::expand(volume.handle.as_str(), 6 << 20))
+            .await
+            .unwrap();
+        assert_eq!(smaller.capacity_bytes, 8 << 20);
+        assert_eq!(std::fs::metadata(&image).unwrap().len(), 8 << 20);
+        let mut capped = pav_sdk::build::expand(volume.handle.as_str(), 6 << 20);
+        capped.capacity.max_bytes = Some(6 << 20);
+        assert!(matches!(
+            files.expand(capped).await,
+            Err(Error::OutOfRange(_))
+        ));
+        let missing = pav_sdk::build::expand("sparse-0123456789abcdef", 1 << 20);
+        assert!(matches!(
+            files.expand(missing).await,
+            Err(Error::NotFound(_))
+        ));
+        // More than the filesystem holds: refused, the image unchanged.
+        let huge = pav_sdk::build::expand(volume.handle.as_str(), 1 << 60);
+        assert!(matches!(
+            files.expand(huge).await,
+            Err(Error::OutOfRange(_))
+        ));
+        assert_eq!(std::fs::metadata(&image).unwrap().len(), 8 << 20);
     }
 
     #[tokio::test]

@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use pav_csi::csi;
 use pav_sdk::{
-    AccessMode, Create, CreateRequest, Delete, DeleteRequest, Error, Provisioner, Result, Stage,
-    StageRequest, Staged, Stats, StatsRequest, Unstage, UnstageRequest, Usage, Validate,
-    ValidateRequest, Volume, VolumeCondition, VolumeId, VolumeMode, VolumeStats, async_trait,
+    AccessMode, Create, CreateRequest, Delete, DeleteRequest, Error, Expand, ExpandRequest,
+    Expanded, NodeExpand, NodeExpandRequest, Provisioner, Result, Stage, StageRequest, Staged,
+    Stats, StatsRequest, Unstage, UnstageRequest, Usage, Validate, ValidateRequest, Volume,
+    VolumeCondition, VolumeId, VolumeMode, VolumeStats, async_trait,
 };
 use tonic::transport::Channel;
 
@@ -183,6 +184,32 @@ impl Stats for Memory {
     }
 }
 
+#[async_trait]
+impl Expand for Memory {
+    /// Grows the stored volume to the request rounded up to whole MiB,
+    /// never shrinks it; asks for node expansion.
+    async fn expand(&self, req: ExpandRequest) -> Result<Expanded> {
+        self.record("expand");
+        let mut volumes = self.volumes.lock().unwrap();
+        let volume = (volumes.values_mut().find(|v| v.handle == req.handle))
+            .ok_or_else(|| Error::NotFound(req.handle.to_string()))?;
+        let wanted = req.capacity.choose(volume.capacity_bytes, 1 << 20)?;
+        volume.capacity_bytes = volume.capacity_bytes.max(wanted);
+        Ok(Expanded::new(volume.capacity_bytes).with_node_expansion())
+    }
+}
+
+#[async_trait]
+impl NodeExpand for Memory {
+    /// Answers the stored size of the volume, 0 for an unknown one.
+    async fn node_expand(&self, req: NodeExpandRequest) -> Result<u64> {
+        self.record("node_expand");
+        let volumes = self.volumes.lock().unwrap();
+        let volume = volumes.values().find(|v| v.handle == req.handle);
+        Ok(volume.map_or(0, |v| v.capacity_bytes))
+    }
+}
+
 /// A running driver and clients for it.
 pub struct Harness {
     pub dir: tempfile::TempDir,
@@ -212,6 +239,10 @@ pub struct Options {
     pub block: bool,
     /// The access modes served (default: all).
     pub access_modes: Option<Vec<AccessMode>>,
+    /// Expand and NodeExpand (online unless `offline_expansion`).
+    pub expand: bool,
+    /// With `expand`: only offline.
+    pub offline_expansion: bool,
 }
 
 impl Default for Options {
@@ -224,6 +255,8 @@ impl Default for Options {
             topology: true,
             block: true,
             access_modes: None,
+            expand: false,
+            offline_expansion: false,
         }
     }
 }
@@ -256,6 +289,12 @@ impl Harness {
         }
         if options.block {
             provisioner = provisioner.volume_modes([VolumeMode::Filesystem, VolumeMode::Block]);
+        }
+        if options.expand {
+            provisioner = provisioner.with_expand().with_node_expand();
+        }
+        if options.offline_expansion {
+            provisioner = provisioner.offline_expansion();
         }
         if let Some(modes) = options.access_modes {
             provisioner = provisioner.access_modes(modes);
