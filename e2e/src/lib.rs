@@ -5,12 +5,13 @@
 //!
 //! The suite runs against `$KUBECONFIG` (set by `scripts/cluster-up`) with
 //! pav installed from `pav manifests` and its image loaded into the node
-//! (`scripts/e2e` does both). The tests run on the cluster's only node, as
-//! root, so they can read `/proc/self/mountinfo` and `/var/lib/pav/pods`.
+//! (`scripts/e2e` does both). The tests run as root on the machine that
+//! holds every node of the cluster ([`local_nodes`]), so they can read each
+//! node's mount table and `/var/lib/pav/pods`.
 
 use std::fmt::Debug;
 use std::future::Future;
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -330,11 +331,62 @@ pub async fn volumes_of(client: &Client, provisioner: &str) -> anyhow::Result<Ve
         .collect())
 }
 
-/// Mount points on this node that belong to CSI volumes of client pods
+/// Where the test cluster (`scripts/cluster-up`) keeps its state.
+pub fn cluster_state_dir() -> PathBuf {
+    std::env::var_os("PAV_CLUSTER_STATE")
+        .map_or_else(|| PathBuf::from("/var/run/pav-cluster"), PathBuf::from)
+}
+
+/// A node of the test cluster as this machine holds it: node 1
+/// (`pav-node`) is this host; node K >= 2 (`pav-node-K`,
+/// `scripts/cluster/node`) has a mount namespace of its own, in which the
+/// kubelet dir and `/var/lib/pav` are its own directories.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalNode {
+    /// The Node's name.
+    pub name: String,
+    /// The mount table as the node's processes see it.
+    pub mountinfo: PathBuf,
+    /// The node's `/var/lib/pav/pods`, as this host sees it.
+    pub pods_dir: PathBuf,
+}
+
+/// The node on this host's own namespaces.
+pub const FIRST_NODE: &str = "pav-node";
+
+/// Every node of the test cluster, node 1 first.
+pub fn local_nodes() -> anyhow::Result<Vec<LocalNode>> {
+    let mut nodes = vec![LocalNode {
+        name: FIRST_NODE.to_owned(),
+        mountinfo: PathBuf::from("/proc/self/mountinfo"),
+        pods_dir: PathBuf::from(PAV_PODS_DIR),
+    }];
+    let extra = cluster_state_dir().join("nodes");
+    if extra.exists() {
+        let mut numbers: Vec<u32> = std::fs::read_dir(&extra)?
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        numbers.sort_unstable();
+        for k in numbers {
+            let holder = cluster_state_dir().join(format!("pids/node-{k}-holder.pid"));
+            let pid = std::fs::read_to_string(&holder)
+                .with_context(|| format!("node {k}: {}", holder.display()))?;
+            nodes.push(LocalNode {
+                name: format!("{FIRST_NODE}-{k}"),
+                mountinfo: PathBuf::from(format!("/proc/{}/mountinfo", pid.trim())),
+                pods_dir: PathBuf::from(format!("/var/lib/pav-cluster-nodes/{k}/pav/pods")),
+            });
+        }
+    }
+    Ok(nodes)
+}
+
+/// Mount points of `node` that belong to CSI volumes of client pods
 /// (published, or block volumes' global map paths) or to PaV pods' `/pav`
-/// directories.
-pub fn pav_mounts() -> anyhow::Result<Vec<String>> {
-    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
+/// directories, as paths inside the node.
+pub fn pav_mounts_of(node: &LocalNode) -> anyhow::Result<Vec<String>> {
+    let table = std::fs::read_to_string(&node.mountinfo)
+        .with_context(|| format!("{}: {}", node.name, node.mountinfo.display()))?;
     Ok(table
         .lines()
         .filter_map(|line| line.split(' ').nth(4))
@@ -348,13 +400,17 @@ pub fn pav_mounts() -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
-/// Directories left under `/var/lib/pav/pods`.
-pub fn pav_dirs() -> anyhow::Result<Vec<String>> {
-    let dir = Path::new(PAV_PODS_DIR);
-    if !dir.exists() {
+/// [`pav_mounts_of`] node 1, this host.
+pub fn pav_mounts() -> anyhow::Result<Vec<String>> {
+    pav_mounts_of(&local_nodes()?[0])
+}
+
+/// Directories left under `node`'s `/var/lib/pav/pods`.
+pub fn pav_dirs_of(node: &LocalNode) -> anyhow::Result<Vec<String>> {
+    if !node.pods_dir.exists() {
         return Ok(Vec::new());
     }
-    Ok(std::fs::read_dir(dir)?
+    Ok(std::fs::read_dir(&node.pods_dir)?
         .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
         .collect::<Result<_, _>>()?)
 }
@@ -366,9 +422,10 @@ pub struct Leaks {
     pub pods: Vec<String>,
     /// PersistentVolumes of the provisioner.
     pub volumes: Vec<String>,
-    /// Mounts of CSI volumes or under `/var/lib/pav/pods`.
+    /// Mounts of CSI volumes or under `/var/lib/pav/pods`, on any node
+    /// (`node: path`).
     pub mounts: Vec<String>,
-    /// Directories under `/var/lib/pav/pods`.
+    /// Directories under `/var/lib/pav/pods`, on any node (`node: name`).
     pub dirs: Vec<String>,
 }
 
@@ -388,11 +445,17 @@ impl Leaks {
                 )
             })
             .collect();
+        let (mut mounts, mut dirs) = (Vec::new(), Vec::new());
+        for node in local_nodes()? {
+            let on_node = |path: String| format!("{}: {path}", node.name);
+            mounts.extend(pav_mounts_of(&node)?.into_iter().map(on_node));
+            dirs.extend(pav_dirs_of(&node)?.into_iter().map(on_node));
+        }
         Ok(Leaks {
             pods,
             volumes: volumes_of(client, provisioner).await?,
-            mounts: pav_mounts()?,
-            dirs: pav_dirs()?,
+            mounts,
+            dirs,
         })
     }
 
@@ -403,8 +466,8 @@ impl Leaks {
 }
 
 /// The leak check every scenario ends with: no PaV pods of `provisioner`,
-/// no PersistentVolumes of it, no mounts of CSI volumes or under
-/// `/var/lib/pav/pods`, no directories under `/var/lib/pav/pods`. Waits up
+/// no PersistentVolumes of it, and on every node no mounts of CSI volumes
+/// or under `/var/lib/pav/pods` and no directories under `/var/lib/pav/pods`. Waits up
 /// to `timeout` for asynchronous cleanup to finish.
 pub async fn assert_no_leaks(client: &Client, provisioner: &str, timeout: Duration) {
     let start = Instant::now();

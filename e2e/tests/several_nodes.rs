@@ -1,0 +1,353 @@
+//! Scenarios only several nodes can show (`scripts/cluster-up --nodes 3`;
+//! `scripts/e2e` adds the nodes before it runs these):
+//!
+//! - a creation pod on a node other than the CSI controller's: the node
+//!   plugin of the creation pod's node collects what it wrote (`/pav/handle`),
+//!   not the controller's;
+//! - a ReadWriteMany claim used at once by client pods on two nodes: one
+//!   staging pod on each node, each client sees its own node's staging, and
+//!   each node unstages its own.
+//!
+//! Each ends with the leak check, on every node.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::ListParams;
+use kube::{Api, Client, ResourceExt};
+use pav_e2e::*;
+
+/// The nodes these scenarios need: this host's and two more.
+fn three_nodes() -> Vec<String> {
+    let nodes: Vec<String> = local_nodes()
+        .expect("reading the cluster's nodes")
+        .into_iter()
+        .map(|node| node.name)
+        .collect();
+    assert!(
+        nodes.len() >= 3,
+        "these scenarios need 3 nodes, the cluster has {nodes:?}: run scripts/cluster-up --nodes 3"
+    );
+    nodes
+}
+
+/// The node the pod named `name` in `namespace` runs on, once scheduled.
+async fn node_of(client: &Client, namespace: &str, name: &str) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let pod = wait_for(&pods, name, STEP, "scheduled", |p| {
+        p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+    })
+    .await
+    .unwrap();
+    pod.spec.and_then(|s| s.node_name).expect("scheduled")
+}
+
+/// The node of the running CSI controller pod of `provisioner`.
+async fn controller_node(client: &Client, provisioner: &str) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), PAV_NAMESPACE);
+    let listed = pods
+        .list(&ListParams::default().labels(&format!("{LABEL_PROVISIONER}={provisioner}")))
+        .await
+        .unwrap();
+    listed
+        .items
+        .iter()
+        .filter(|p| {
+            p.name_any()
+                .starts_with(&format!("pav-{provisioner}-controller-"))
+        })
+        .find(|p| pod_phase(p) == "Running")
+        .and_then(|p| p.spec.as_ref()?.node_name.clone())
+        .unwrap_or_else(|| panic!("no running CSI controller pod of {provisioner}"))
+}
+
+/// A client pod on `node` that reads `/data/greeting` of claim `claim`
+/// and keeps running until deleted.
+fn client_pod(namespace: &str, name: &str, node: &str, claim: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: {name}, namespace: {namespace} }}
+spec:
+  nodeName: {node}
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: read
+      image: busybox:stable
+      imagePullPolicy: IfNotPresent
+      command: [sh, -c, "cat /data/greeting; exec sleep 3600"]
+      volumeMounts: [{{ name: data, mountPath: /data }}]
+  volumes:
+    - name: data
+      persistentVolumeClaim: {{ claimName: {claim} }}
+"#
+    )
+}
+
+fn claim(namespace: &str, name: &str, class: &str, access_mode: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{ name: {name}, namespace: {namespace} }}
+spec:
+  storageClassName: {class}
+  accessModes: [{access_mode}]
+  resources: {{ requests: {{ storage: 1Mi }} }}
+"#
+    )
+}
+
+/// Waits until claim `name` is bound; returns its volume's name.
+async fn bound_volume(client: &Client, namespace: &str, name: &str) -> String {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    match wait_for(&claims, name, STEP, "Bound", |c| claim_phase(c) == "Bound").await {
+        Ok(pvc) => volume_name(&pvc).expect("a bound claim names its volume"),
+        Err(e) => panic!(
+            "{e}; claim events: {:#?}",
+            event_lines(client, namespace, name).await
+        ),
+    }
+}
+
+/// Waits until the first line of pod `name`'s log is there; returns it.
+async fn first_line(client: &Client, namespace: &str, name: &str) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    if let Err(e) = wait_for(&pods, name, STEP, "Running", |p| pod_phase(p) == "Running").await {
+        panic!(
+            "{e}; pod events: {:#?}",
+            event_lines(client, namespace, name).await
+        );
+    }
+    wait_until(&format!("a line in {name}'s log"), STEP, || async {
+        let log = logs(client, namespace, name).await?;
+        Ok(log.lines().next().map(str::to_owned))
+    })
+    .await
+    .unwrap()
+}
+
+/// Deletes the claim `name` and waits until its volume `volume` is gone.
+async fn delete_claim(client: &Client, namespace: &str, name: &str, volume: &str) {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    delete_and_wait(&claims, name, STEP).await.unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    if let Err(e) = wait_gone(&pvs, volume, STEP).await {
+        panic!(
+            "{e}; volume events: {:#?}",
+            event_lines(client, "default", volume).await
+        );
+    }
+}
+
+const CREATION: &str = "e2e-creation-elsewhere";
+
+/// The creation pod runs on the node the StorageClass names and writes
+/// that node's name into the handle it exports; staging writes a greeting.
+const CREATION_OBJECTS: &str = r#"
+apiVersion: pav.albertofaria.github.io/v1alpha1
+kind: PavProvisioner
+metadata:
+  name: e2e-creation-elsewhere
+spec:
+  provisioningModes: [Dynamic]
+  volumeCreation:
+    capacity: "{{ requestedMinCapacity }}"
+    podTemplate:
+      spec:
+        nodeSelector: { kubernetes.io/hostname: "{{ params.creationNode }}" }
+        containers:
+          - name: create
+            image: busybox:stable
+            imagePullPolicy: IfNotPresent
+            env:
+              - name: NODE
+                valueFrom: { fieldRef: { fieldPath: spec.nodeName } }
+            command: [sh, -c, 'printf "made-on-%s-%s" "$NODE" {{ pvc.metadata.uid | tobash }} > /pav/handle']
+  volumeStaging:
+    podTemplate:
+      spec:
+        restartPolicy: Never
+        containers:
+          - name: stage
+            image: busybox:stable
+            imagePullPolicy: IfNotPresent
+            command: [sh, -c, 'mkdir -p /pav/volume && echo {{ handle | tobash }} > /pav/volume/greeting']
+"#;
+
+const SHARED: &str = "e2e-shared-across-nodes";
+
+/// Each staging pod writes the name of the node it runs on.
+const SHARED_OBJECTS: &str = r#"
+apiVersion: pav.albertofaria.github.io/v1alpha1
+kind: PavProvisioner
+metadata:
+  name: e2e-shared-across-nodes
+spec:
+  provisioningModes: [Dynamic]
+  volumeValidation:
+    accessModes: [ReadWriteMany]
+  volumeCreation:
+    capacity: "{{ requestedMinCapacity }}"
+  volumeStaging:
+    podTemplate:
+      spec:
+        restartPolicy: Never
+        containers:
+          - name: stage
+            image: busybox:stable
+            imagePullPolicy: IfNotPresent
+            env:
+              - name: NODE
+                valueFrom: { fieldRef: { fieldPath: spec.nodeName } }
+            command: [sh, -c, 'mkdir -p /pav/volume && echo "staged on $NODE" > /pav/volume/greeting']
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: e2e-shared-across-nodes
+provisioner: e2e-shared-across-nodes
+"#;
+
+/// Named so that `--skip several_nodes::` leaves them out of a one-node run.
+mod several_nodes {
+    use super::*;
+
+    #[tokio::test]
+    #[ignore = "needs a cluster"]
+    async fn creation_pod_on_another_node_than_the_csi_controller() {
+        let nodes = three_nodes();
+        let client = cluster().await;
+        let started = Instant::now();
+        let ns = CREATION;
+        let observer = start_scenario(&client, ns, CREATION, CREATION_OBJECTS).await;
+
+        let controller = controller_node(&client, CREATION).await;
+        let elsewhere = nodes
+            .iter()
+            .find(|node| **node != controller)
+            .expect("three nodes")
+            .clone();
+        apply(
+            &client,
+            &format!(
+                "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {{ name: {CREATION} }}\n\
+                 provisioner: {CREATION}\nparameters: {{ creationNode: {elsewhere} }}\n"
+            ),
+        )
+        .await
+        .unwrap();
+        apply(&client, &claim(ns, "data", CREATION, "ReadWriteOnce"))
+            .await
+            .unwrap();
+        let volume = bound_volume(&client, ns, "data").await;
+        observer.assert_succeeded("creation");
+
+        // The handle came from the creation pod's node, through its node plugin.
+        let pvs: Api<PersistentVolume> = Api::all(client.clone());
+        let handle = pvs
+            .get(&volume)
+            .await
+            .unwrap()
+            .spec
+            .and_then(|s| s.csi)
+            .map(|csi| csi.volume_handle)
+            .expect("a CSI volume");
+        assert!(
+            handle.starts_with(&format!("made-on-{elsewhere}-")),
+            "handle {handle:?}: made on {elsewhere}, the controller runs on {controller}"
+        );
+
+        // And the volume is usable on the controller's node.
+        apply(&client, &client_pod(ns, "reader", &controller, "data"))
+            .await
+            .unwrap();
+        assert_eq!(first_line(&client, ns, "reader").await, handle);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        delete_and_wait(&pods, "reader", STEP).await.unwrap();
+        delete_claim(&client, ns, "data", &volume).await;
+
+        wait_no_pav_pods(&client, CREATION, STEP).await.unwrap();
+        delete(
+            &client,
+            &format!("apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {{ name: {CREATION} }}\n"),
+        )
+        .await
+        .unwrap();
+        delete_provisioner(&client, CREATION, STEP).await.unwrap();
+        assert_no_leaks(&client, CREATION, Duration::from_secs(120)).await;
+        eprintln!(
+            "creation_pod_on_another_node_than_the_csi_controller: created on {elsewhere}, controller on {controller}, {:.1}s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+
+    #[tokio::test]
+    #[ignore = "needs a cluster"]
+    async fn read_write_many_claim_on_two_nodes_at_once() {
+        let nodes = three_nodes();
+        let client = cluster().await;
+        let started = Instant::now();
+        let ns = SHARED;
+        let observer = start_scenario(&client, ns, SHARED, SHARED_OBJECTS).await;
+
+        apply(&client, &claim(ns, "shared", SHARED, "ReadWriteMany"))
+            .await
+            .unwrap();
+        let volume = bound_volume(&client, ns, "shared").await;
+        let (first, second) = (&nodes[1], &nodes[2]);
+        apply(&client, &client_pod(ns, "reader-a", first, "shared"))
+            .await
+            .unwrap();
+        apply(&client, &client_pod(ns, "reader-b", second, "shared"))
+            .await
+            .unwrap();
+        assert_eq!(node_of(&client, ns, "reader-a").await, *first);
+        // Both run at once, each on the staging of its own node.
+        assert_eq!(
+            first_line(&client, ns, "reader-a").await,
+            format!("staged on {first}")
+        );
+        assert_eq!(
+            first_line(&client, ns, "reader-b").await,
+            format!("staged on {second}")
+        );
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        for reader in ["reader-a", "reader-b"] {
+            let pod = pods.get(reader).await.unwrap();
+            assert_eq!(pod_phase(&pod), "Running", "{reader} still runs");
+        }
+        let staged = observer.pods("staging", "Succeeded");
+        assert_eq!(staged.len(), 2, "one staging pod per node: {staged:?}");
+
+        // Each node unstages its own when its client goes; the other keeps it.
+        delete_and_wait(&pods, "reader-a", STEP).await.unwrap();
+        let on_second = local_nodes()
+            .unwrap()
+            .into_iter()
+            .find(|node| node.name == *second)
+            .expect("the second node");
+        let mounts = pav_mounts_of(&on_second).unwrap();
+        assert!(
+            mounts.iter().any(|m| m.contains(&volume)),
+            "{second} still publishes {volume} while reader-b runs: {mounts:#?}"
+        );
+        delete_and_wait(&pods, "reader-b", STEP).await.unwrap();
+        delete_claim(&client, ns, "shared", &volume).await;
+
+        wait_no_pav_pods(&client, SHARED, STEP).await.unwrap();
+        delete(
+            &client,
+            SHARED_OBJECTS.split("---").nth(1).expect("a StorageClass"),
+        )
+        .await
+        .unwrap();
+        delete_provisioner(&client, SHARED, STEP).await.unwrap();
+        assert_no_leaks(&client, SHARED, Duration::from_secs(120)).await;
+        eprintln!(
+            "read_write_many_claim_on_two_nodes_at_once: {first} and {second}, {:.1}s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+}
