@@ -17,12 +17,13 @@
 use minijinja::syntax::SyntaxConfig;
 use std::cell::RefCell;
 
-use minijinja::value::{Kwargs, Rest, StringInput, Value, ValueKind, ValueOrKwargs};
+use minijinja::value::{Kwargs, StringInput, Value, ValueKind, ValueOrKwargs};
 use minijinja::{AutoEscape, Environment, Error as JinjaError, ErrorKind, Output, State};
 
 mod json;
 pub mod nesting;
 mod numbers;
+mod ordering;
 mod pyrepr;
 mod strings;
 
@@ -84,20 +85,24 @@ pub(crate) fn environment() -> Environment<'static> {
     env.add_filter("random", minijinja_contrib::filters::random);
     env.add_filter("indent", strings::indent_filter);
     env.add_filter("attr", attr_filter);
-    env.add_filter(
-        "unique",
-        |state: &State<'_, '_>, value: Value, positional: Rest<Value>, kwargs: Kwargs| {
-            let kwargs = keywords(&["case_sensitive", "attribute"], &positional, kwargs)?;
-            minijinja::filters::unique(state, value, kwargs)
-        },
-    );
-    env.add_filter(
-        "dictsort",
-        |value: &Value, positional: Rest<Value>, kwargs: Kwargs| {
-            let kwargs = keywords(&["case_sensitive", "by", "reverse"], &positional, kwargs)?;
-            minijinja::filters::dictsort(value, kwargs)
-        },
-    );
+    env.add_filter("sort", ordering::sort_filter);
+    env.add_filter("min", ordering::min_filter);
+    env.add_filter("max", ordering::max_filter);
+    env.add_filter("unique", ordering::unique_filter);
+    env.add_filter("dictsort", ordering::dictsort_filter);
+    for name in ["lt", "lessthan", "<"] {
+        env.add_test(name, ordering::is_lt);
+    }
+    for name in ["le", "<="] {
+        env.add_test(name, ordering::is_le);
+    }
+    for name in ["gt", "greaterthan", ">"] {
+        env.add_test(name, ordering::is_gt);
+    }
+    for name in ["ge", ">="] {
+        env.add_test(name, ordering::is_ge);
+    }
+    env.add_test("in", ordering::is_in);
     env.add_function("lipsum", minijinja_contrib::globals::lipsum);
     env.add_function("cycler", minijinja_contrib::globals::cycler);
     env.add_function("joiner", minijinja_contrib::globals::joiner);
