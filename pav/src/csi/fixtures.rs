@@ -203,6 +203,24 @@ impl ApiServer {
         });
     }
 
+    /// Puts `pod` (with its namespace and name) in the pod store as it is,
+    /// as if created earlier: no kubelet.
+    pub fn put_pod(&self, pod: Value) {
+        let mut state = self.state.lock().unwrap();
+        let pods = state.pods.as_mut().expect("serve_pods first");
+        let key = (
+            pod["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            pod["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+        pods.put(key, pod, "ADDED", &mut Vec::new());
+    }
+
     /// The pods the store holds now.
     pub fn pods(&self) -> Vec<Value> {
         let state = self.state.lock().unwrap();
