@@ -1119,7 +1119,7 @@ mod tests {
                 .await
                 .expect("staging");
             let created = server.created_pods();
-            assert_eq!(created, [expected_staging.clone()]);
+            assert_eq!(created, [expected_staging]);
             let staging = &created[0];
             assert_eq!(staging["spec"]["containers"][0]["args"], json!(["vol-1"]));
             assert_eq!(staging["spec"]["nodeName"], "n1");
