@@ -7,8 +7,10 @@
 //! grow without bound. Within that range every integer prints, converts and
 //! serialises exactly, as in Python.
 
-use minijinja::value::{Kwargs, Value, ValueKind};
+use minijinja::value::{Kwargs, Rest, Value, ValueKind};
 use minijinja::{Error as JinjaError, ErrorKind};
+
+use super::keywords;
 
 /// Python's `str()` of a number: integers in full, floats as `repr` does
 /// (`1.0`, `1e+16`, `1e-05`).
@@ -142,20 +144,14 @@ fn undefined_error(filter: &str) -> JinjaError {
 /// error, as in Jinja2.
 pub(crate) fn int_filter(
     value: &Value,
-    default: Option<Value>,
-    base: Option<u32>,
+    positional: Rest<Value>,
     kwargs: Kwargs,
 ) -> Result<Value, JinjaError> {
-    let default = match default {
-        Some(default) => default,
-        None => kwargs
-            .get::<Option<Value>>("default")?
-            .unwrap_or(Value::from(0)),
-    };
-    let base: u32 = match base {
-        Some(base) => base,
-        None => kwargs.get::<Option<u32>>("base")?.unwrap_or(10),
-    };
+    let kwargs = keywords(&["default", "base"], &positional, kwargs)?;
+    let default = kwargs
+        .get::<Option<Value>>("default")?
+        .unwrap_or(Value::from(0));
+    let base = kwargs.get::<Option<u32>>("base")?.unwrap_or(10);
     kwargs.assert_all_used()?;
     if base != 0 && !(2..=36).contains(&base) {
         return Err(JinjaError::new(
@@ -206,15 +202,13 @@ fn parse_float(text: &str) -> Option<f64> {
 /// `default` (0.0); undefined is an error, as in Jinja2.
 pub(crate) fn float_filter(
     value: &Value,
-    default: Option<Value>,
+    positional: Rest<Value>,
     kwargs: Kwargs,
 ) -> Result<Value, JinjaError> {
-    let default = match default {
-        Some(default) => default,
-        None => kwargs
-            .get::<Option<Value>>("default")?
-            .unwrap_or(Value::from(0.0)),
-    };
+    let kwargs = keywords(&["default"], &positional, kwargs)?;
+    let default = kwargs
+        .get::<Option<Value>>("default")?
+        .unwrap_or(Value::from(0.0));
     kwargs.assert_all_used()?;
     let parsed = match value.kind() {
         ValueKind::Undefined => return Err(undefined_error("float")),

@@ -8,8 +8,8 @@
 use minijinja::value::{Kwargs, Rest, Value, ValueKind, from_args};
 use minijinja::{Error as JinjaError, ErrorKind, State};
 
-use super::BYTES_PER_FUEL;
 use super::pyrepr::python_str;
+use super::{BYTES_PER_FUEL, keywords};
 
 /// Fails with the fuel error when `bytes` more of output cannot be paid for.
 fn afford(state: &State<'_, '_>, bytes: u64) -> Result<(), JinjaError> {
@@ -130,20 +130,10 @@ pub(crate) fn indent_filter(
     positional: Rest<Value>,
     kwargs: Kwargs,
 ) -> Result<String, JinjaError> {
-    let (width, first, blank): (Option<Value>, Option<bool>, Option<bool>) =
-        from_args(&positional)?;
-    let width = match width {
-        Some(width) => Some(width),
-        None => kwargs.get::<Option<Value>>("width")?,
-    };
-    let first = match first {
-        Some(first) => first,
-        None => kwargs.get::<Option<bool>>("first")?.unwrap_or(false),
-    };
-    let blank = match blank {
-        Some(blank) => blank,
-        None => kwargs.get::<Option<bool>>("blank")?.unwrap_or(false),
-    };
+    let kwargs = keywords(&["width", "first", "blank"], &positional, kwargs)?;
+    let width = kwargs.get::<Option<Value>>("width")?;
+    let first = kwargs.get::<Option<bool>>("first")?.unwrap_or(false);
+    let blank = kwargs.get::<Option<bool>>("blank")?.unwrap_or(false);
     kwargs.assert_all_used()?;
     let text = text_of("indent", value)?;
     let indentation = match width {
