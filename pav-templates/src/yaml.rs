@@ -9,6 +9,13 @@
 //! once it is spent. The budget covers any document without aliases (a
 //! node takes at least one byte of text) plus
 //! [`MAX_YAML_ALIAS_EXPANSION_BYTES`] for what aliases add.
+//!
+//! libyaml's scanner takes time in the product of tokens and open flow
+//! levels, so flow collections may nest at most [`MAX_YAML_FLOW_DEPTH`]
+//! deep, counted by libyaml's own parser as it goes (`yaml/nesting.rs`) and
+//! checked before serde_yaml parses the document.
+
+mod nesting;
 
 use std::cell::Cell;
 use std::fmt;
@@ -64,7 +71,8 @@ pub(crate) fn yaml_to_json_within(text: &str, allowance: usize) -> Result<(Json,
 /// have. libyaml's scanner checks every open level on every token, so
 /// parsing takes time in the product of the two: 100,000 levels of `[` took
 /// 22 s. serde_yaml refuses anything nested over 128 levels anyway, but
-/// only after libyaml has scanned it.
+/// only after libyaml has scanned it all; this limit is checked as libyaml
+/// goes, stopping it at the first level past it.
 pub const MAX_YAML_FLOW_DEPTH: usize = 256;
 
 /// A document whose flow collections may nest deeper than
@@ -74,54 +82,29 @@ pub const MAX_YAML_FLOW_DEPTH: usize = 256;
     "flow collections (`[` and `{{`) nested more than {MAX_YAML_FLOW_DEPTH} levels at byte {offset}"
 )]
 pub struct FlowTooDeep {
-    /// Where the opening bracket past the limit is.
+    /// The byte where the first collection past the limit starts (its
+    /// anchor or tag, if it has one).
     pub offset: usize,
 }
 
-/// Refuses, in linear time and before libyaml sees it, a document whose
-/// flow collections may nest deeper than [`MAX_YAML_FLOW_DEPTH`].
+/// Refuses, before serde_yaml parses it, a document whose flow
+/// collections nest deeper than [`MAX_YAML_FLOW_DEPTH`].
 ///
-/// Brackets are counted as flow indicators wherever they are, except that
-/// inside what may be a quoted scalar (a quote after whitespace, a line
-/// start or one of `[{,:?-`, to its closing quote) closing brackets never
-/// go below the depth at the quote: `"]"` closes nothing, `"[x]"` nets
-/// nothing, and a stray `"["` only over-estimates.
+/// A document with no more `[` and `{` bytes than that cannot, which a
+/// count shows for nearly every document. Any other is walked with
+/// libyaml's own event parser (`nesting`), which counts the nesting the
+/// real parse would see and stops at the first level past the limit, so
+/// libyaml never scans far at a quadratic cost. Documents libyaml cannot
+/// parse are left to serde_yaml, which reports the error as it always has.
 fn check_flow_nesting(text: &str) -> Result<(), FlowTooDeep> {
-    let bytes = text.as_bytes();
-    let mut depth = 0usize;
-    // The quote character of the scalar that may be open, and the depth at
-    // its opening quote.
-    let mut quote: Option<(u8, usize)> = None;
-    let mut previous = b'\n';
-    let mut at = 0;
-    while at < bytes.len() {
-        let byte = bytes[at];
-        match (quote, byte) {
-            (_, b'[' | b'{') => {
-                depth += 1;
-                if depth > MAX_YAML_FLOW_DEPTH {
-                    return Err(FlowTooDeep { offset: at });
-                }
-            }
-            (_, b']' | b'}') => {
-                let floor = quote.map_or(0, |(_, depth_at_quote)| depth_at_quote);
-                depth = depth.saturating_sub(1).max(floor);
-            }
-            (Some((b'"', _)), b'\\') => at += 1,
-            // `''` is a quote inside a single-quoted scalar.
-            (Some((b'\'', _)), b'\'') if bytes.get(at + 1) == Some(&b'\'') => at += 1,
-            (Some((open, _)), byte) if byte == open => quote = None,
-            (None, b'\'' | b'"')
-                if previous.is_ascii_whitespace() || b"[{,:?-".contains(&previous) =>
-            {
-                quote = Some((byte, depth));
-            }
-            _ => {}
-        }
-        previous = byte;
-        at += 1;
+    let openings = text.bytes().filter(|b| matches!(b, b'[' | b'{')).count();
+    if openings <= MAX_YAML_FLOW_DEPTH {
+        return Ok(());
     }
-    Ok(())
+    match nesting::first_flow_collection_deeper_than(text, MAX_YAML_FLOW_DEPTH) {
+        Some(offset) => Err(FlowTooDeep { offset }),
+        None => Ok(()),
+    }
 }
 
 struct Budget {
@@ -368,6 +351,95 @@ mod tests {
         assert!(yaml_to_json(&siblings).is_ok());
         // Apostrophes in plain scalars only over-estimate.
         assert!(yaml_to_json("a: don't [x]\nb: [y]\n").is_ok());
+    }
+
+    /// What fooled the byte-level pre-scan this check replaced: brackets
+    /// that look closed but are not, to libyaml. Each is 100,000 levels
+    /// deep (what took libyaml 22 s) and refused at the first level past
+    /// the limit.
+    #[test]
+    fn flow_nesting_is_counted_as_libyaml_sees_it() {
+        let levels = 100_000;
+        let at = |offset: usize| Err(FlowTooDeep { offset });
+        // An apostrophe in a plain scalar opens no quote, so the `"]"`
+        // strings close nothing and every `[` is a level.
+        let apostrophe = format!("x: [a 'b, {}", "[ \"]\", ".repeat(levels));
+        assert_eq!(
+            check_flow_nesting(&apostrophe),
+            at("x: [a 'b, ".len() + "[ \"]\", ".len() * (MAX_YAML_FLOW_DEPTH - 1))
+        );
+        // A `]` in a comment closes nothing either.
+        let comments = format!("x: {}", "[ # ]\n".repeat(levels));
+        assert_eq!(
+            check_flow_nesting(&comments),
+            at("x: ".len() + "[ # ]\n".len() * MAX_YAML_FLOW_DEPTH)
+        );
+        // A quote that begins after a plain scalar's apostrophe is real.
+        let requoted = format!("x: [a 'b, {}", "[ ']', ".repeat(levels));
+        assert_eq!(
+            check_flow_nesting(&requoted),
+            at("x: [a 'b, ".len() + "[ ']', ".len() * (MAX_YAML_FLOW_DEPTH - 1))
+        );
+        // The message, through the parse.
+        assert_eq!(
+            yaml_to_json(&comments).unwrap_err(),
+            format!(
+                "flow collections (`[` and `{{`) nested more than 256 levels at byte {}",
+                3 + 6 * 256
+            )
+        );
+    }
+
+    /// Exactly the limit passes the check; brackets that do not nest, or
+    /// that are text (quoted, commented, block scalars), count for nothing.
+    #[test]
+    fn flow_nesting_up_to_the_limit_passes() {
+        let limit = MAX_YAML_FLOW_DEPTH;
+        let deepest = format!("x: {}{}", "[".repeat(limit), "]".repeat(limit));
+        assert_eq!(check_flow_nesting(&deepest), Ok(()));
+        let mixed = format!("x: {}{}", "[{a: ".repeat(limit / 2), "}]".repeat(limit / 2));
+        assert_eq!(check_flow_nesting(&mixed), Ok(()));
+        let over = format!(
+            "x: {}{}",
+            "[{a: ".repeat(limit / 2 + 1),
+            "}]".repeat(limit / 2 + 1)
+        );
+        assert!(check_flow_nesting(&over).is_err());
+        // serde_yaml itself stops at 128 levels, within the limit.
+        let parsed = format!("x: {}{}", "[".repeat(100), "]".repeat(100));
+        assert!(yaml_to_json(&parsed).is_ok());
+        let wide = format!("[{}]", vec!["[x, {y: [z]}]"; 10 * limit].join(", "));
+        let text = "[".repeat(2 * limit);
+        let hidden = format!("a: '{text}'\n# {text}\nb: |\n  {text}\nc: \"{text}\"\nd: {text}\n");
+        for document in [wide, hidden] {
+            assert_eq!(check_flow_nesting(&document), Ok(()), "{document:.40}");
+            assert!(yaml_to_json(&document).is_ok(), "{document:.40}");
+        }
+        // Flow collections inside block ones count from the innermost
+        // block level.
+        let in_block = format!("a:\n  b:\n  - {}\n", "[".repeat(limit + 1));
+        assert_eq!(
+            check_flow_nesting(&in_block),
+            Err(FlowTooDeep {
+                offset: "a:\n  b:\n  - ".len() + limit
+            })
+        );
+    }
+
+    /// Offsets count bytes: of multi-byte characters and of a byte order
+    /// mark.
+    #[test]
+    fn flow_nesting_error_names_the_byte() {
+        let deep = "[".repeat(MAX_YAML_FLOW_DEPTH + 1);
+        for prefix in ["é: ", "\u{feff}x: ", "---\n# ünïcode\nx: "] {
+            assert_eq!(
+                check_flow_nesting(&format!("{prefix}{deep}")),
+                Err(FlowTooDeep {
+                    offset: prefix.len() + MAX_YAML_FLOW_DEPTH
+                }),
+                "{prefix:?}"
+            );
+        }
     }
 
     /// The densest alias-free documents (a node per two bytes, nested empty
