@@ -429,6 +429,51 @@ impl csi::controller_server::Controller for ControllerService {
         }))
     }
 
+    async fn get_capacity(
+        &self,
+        request: Request<csi::GetCapacityRequest>,
+    ) -> Result<Response<csi::GetCapacityResponse>, Status> {
+        let Some(reporter) = self.shared.provisioner.capacity() else {
+            return Err(Status::unimplemented(
+                "this provisioner does not report capacity (GET_CAPACITY is not advertised)",
+            ));
+        };
+        let req = request.into_inner();
+        limits::map("parameters", &req.parameters)?;
+        if let Some(t) = &req.accessible_topology {
+            limits::topology("accessible_topology", &t.segments)?;
+        }
+        let mut ask = pav_sdk::build::capacity();
+        if !req.volume_capabilities.is_empty() {
+            let capabilities =
+                convert::capability_list("volume_capabilities", &req.volume_capabilities)?;
+            // No volume can have modes the provisioner does not serve, or
+            // two volume modes at once: there is no room for one.
+            let Ok((mode, access_modes, _)) =
+                convert::one_mode("volume_capabilities", &capabilities)
+            else {
+                return Ok(Response::new(csi::GetCapacityResponse::default()));
+            };
+            if check_modes(&self.shared, mode, &access_modes).is_err() {
+                return Ok(Response::new(csi::GetCapacityResponse::default()));
+            }
+            ask.volume_mode = Some(mode);
+            ask.access_modes = access_modes;
+        }
+        ask.parameters = convert::split_parameters(&req.parameters).0;
+        ask.topology = req.accessible_topology.as_ref().map(convert::from_topology);
+        let available = reporter.capacity(ask).await.map_err(|e| {
+            tracing::warn!(error = e.message(), "GetCapacity failed");
+            status(e)
+        })?;
+        let bytes = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
+        Ok(Response::new(csi::GetCapacityResponse {
+            available_capacity: bytes(available.available_bytes),
+            maximum_volume_size: available.maximum_volume_size.map(bytes),
+            minimum_volume_size: available.minimum_volume_size.map(bytes),
+        }))
+    }
+
     async fn controller_get_capabilities(
         &self,
         _request: Request<csi::ControllerGetCapabilitiesRequest>,
@@ -439,6 +484,9 @@ impl csi::controller_server::Controller for ControllerService {
         }
         if self.shared.provisioner.expand().is_some() {
             rpcs.push(RpcType::ExpandVolume);
+        }
+        if self.shared.provisioner.capacity().is_some() {
+            rpcs.push(RpcType::GetCapacity);
         }
         let capabilities = rpcs
             .into_iter()

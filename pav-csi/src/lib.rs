@@ -112,6 +112,8 @@
 //! | Publishing | `NodePublishVolume` | bind mount of the staged directory (Filesystem) or device (Block, onto a file), read-only when asked |
 //! | Usage | `NodeGetVolumeStats` | the provisioner's [`pav_sdk::Stats`] answer when it has one (then `VOLUME_CONDITION` is advertised and a missing condition is reported healthy); otherwise, and as [`pav_sdk::StatsRequest::measured`], `statvfs` for filesystems, device size for blocks |
 //! | Expansion | `ControllerExpandVolume`, `NodeExpandVolume` | with [`pav_sdk::Expand`] / [`pav_sdk::NodeExpand`]: `capacity_range` required, an unknown volume or a path with no volume mounted is `NOT_FOUND`, an answer outside the range is `INTERNAL`; the `VolumeExpansion` plugin capability (`ONLINE`, or `OFFLINE`) |
+//! | Capacity | `GetCapacity` | with [`pav_sdk::Capacity`]: per topology segment; 0 without asking for volume capabilities the provisioner does not serve |
+//! | Topology | `NodeGetInfo`, `CreateVolume` | [`DriverBuilder::node_topology`] reported by the node and advertised; `accessibility_requirements` passed to Create (bounded), its `accessible_topology` checked and returned |
 //! | Everything else | snapshots, publish/attach, listing | `UNIMPLEMENTED`, not advertised |
 //! | Socket | [`DriverBuilder::run`] | stale socket replaced, mode `0600`, removed on SIGTERM/SIGINT; at most 256 connections at once, each asked to go after 10 minutes (an idle one closes then) |
 //! | Secrets | logs | CSI messages with secrets have no `Debug`; [`pav_sdk::Secrets`] redacts values |

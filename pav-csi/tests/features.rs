@@ -309,3 +309,95 @@ async fn node_expand_needs_a_published_volume() {
     );
     h.stop().await;
 }
+
+#[tokio::test]
+async fn capacity_is_reported_per_topology_segment() {
+    use csi::controller_service_capability::rpc::Type as Controller;
+    let mut plain = Harness::start().await;
+    assert!(
+        !controller_rpcs(&mut plain)
+            .await
+            .contains(&(Controller::GetCapacity as i32))
+    );
+    plain.stop().await;
+
+    let mut h = Harness::start_with(Options {
+        capacity: true,
+        access_modes: Some(vec![pav_sdk::AccessMode::SingleNodeWriter]),
+        block: false,
+        ..Default::default()
+    })
+    .await;
+    assert!(
+        controller_rpcs(&mut h)
+            .await
+            .contains(&(Controller::GetCapacity as i32))
+    );
+    let zone = |z: &str| csi::Topology {
+        segments: [("zone".to_owned(), z.to_owned())].into(),
+    };
+    let ask = |topology: Option<csi::Topology>, caps: Vec<csi::VolumeCapability>| {
+        csi::GetCapacityRequest {
+            volume_capabilities: caps,
+            accessible_topology: topology,
+            ..Default::default()
+        }
+    };
+    let everything = h
+        .controller
+        .get_capacity(ask(None, vec![]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(everything.available_capacity, 100 << 20);
+    assert_eq!(everything.maximum_volume_size, Some(64 << 20));
+    assert_eq!(everything.minimum_volume_size, None);
+    h.controller
+        .create_volume(create_request("pvc-cap"))
+        .await
+        .unwrap();
+    let filesystem = vec![capability(VolumeMode::Filesystem)];
+    let in_a = h
+        .controller
+        .get_capacity(ask(Some(zone("a")), filesystem.clone()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(in_a.available_capacity, 99 << 20, "the new volume counts");
+    let in_b = h
+        .controller
+        .get_capacity(ask(Some(zone("b")), filesystem))
+        .await
+        .unwrap();
+    assert_eq!(in_b.into_inner().available_capacity, 0);
+    // No room at all for volumes the provisioner cannot make: answered
+    // without asking it.
+    let asked = h
+        .provisioner
+        .calls()
+        .iter()
+        .filter(|c| **c == "capacity")
+        .count();
+    let block = h
+        .controller
+        .get_capacity(ask(None, vec![capability(VolumeMode::Block)]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (block.available_capacity, block.maximum_volume_size),
+        (0, None)
+    );
+    let asked_after = h
+        .provisioner
+        .calls()
+        .iter()
+        .filter(|c| **c == "capacity")
+        .count();
+    assert_eq!(asked, asked_after);
+    let mut huge = ask(None, vec![]);
+    huge.parameters = [("k".to_owned(), "v".repeat(5000))].into();
+    let error = h.controller.get_capacity(huge).await.unwrap_err();
+    assert_eq!(error.code(), Code::InvalidArgument);
+    h.stop().await;
+}

@@ -17,9 +17,9 @@ use async_trait::async_trait;
 use crate::Result;
 use crate::VolumeId;
 use crate::types::{
-    AccessMode, CreateRequest, DeleteRequest, ExpandRequest, Expanded, NodeExpandRequest,
-    StageRequest, Staged, StatsRequest, UnstageRequest, ValidateRequest, Volume, VolumeMode,
-    VolumeStats,
+    AccessMode, AvailableCapacity, CapacityRequest, CreateRequest, DeleteRequest, ExpandRequest,
+    Expanded, NodeExpandRequest, StageRequest, Staged, StatsRequest, UnstageRequest,
+    ValidateRequest, Volume, VolumeMode, VolumeStats,
 };
 
 /// Checks a requested volume before it is created, or an existing one against
@@ -224,6 +224,26 @@ pub trait NodeExpand: Send + Sync {
     async fn node_expand(&self, req: NodeExpandRequest) -> Result<u64>;
 }
 
+/// Reports free space, so the scheduler places claims where they fit.
+#[async_trait]
+pub trait Capacity: Send + Sync {
+    /// The room for new volumes like `req` describes, in the topology
+    /// segment `req.topology` (all the storage when `None`). Storage
+    /// outside that segment counts nothing: answer 0 for a segment this
+    /// provisioner does not serve.
+    ///
+    /// **CSI call:** `GetCapacity`, from external-provisioner with
+    /// `--enable-capacity`, once per StorageClass and topology segment
+    /// (the segments come from the nodes' `NodeGetInfo`), periodically;
+    /// it publishes each answer as a CSIStorageCapacity object, which the
+    /// scheduler compares with a `WaitForFirstConsumer` claim's request
+    /// before it picks a node. The CSIDriver needs `storageCapacity: true`.
+    ///
+    /// **Codes:** any error leaves the previous CSIStorageCapacity in
+    /// place until the next poll.
+    async fn capacity(&self, req: CapacityRequest) -> Result<AvailableCapacity>;
+}
+
 /// Whether [`Expand`] can grow a volume that is in use (CSI plugin
 /// capability `VolumeExpansion`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -250,6 +270,7 @@ pub enum Expansion {
 /// | `with_unstage` | `NodeUnstageVolume` calls it after unmounting |
 /// | `with_stats` | `NodeGetVolumeStats` calls it; `VOLUME_CONDITION` node capability |
 /// | `with_expand` | `EXPAND_VOLUME` controller capability, `ControllerExpandVolume` served; `VolumeExpansion` plugin capability (`ONLINE`, or [`offline_expansion`](Provisioner::offline_expansion)) |
+/// | `with_capacity` | `GET_CAPACITY` controller capability, `GetCapacity` served |
 /// | `with_node_expand` | `EXPAND_VOLUME` node capability, `NodeExpandVolume` served |
 /// | `stage_on_publish` | no `STAGE_UNSTAGE_VOLUME`; Stage/Unstage run in `NodePublishVolume`/`NodeUnpublishVolume` |
 ///
@@ -276,6 +297,7 @@ pub struct Provisioner<P = ()> {
     expand: Option<Arc<dyn Expand>>,
     node_expand: Option<Arc<dyn NodeExpand>>,
     expansion: Expansion,
+    capacity: Option<Arc<dyn Capacity>>,
     volume_modes: BTreeSet<VolumeMode>,
     access_modes: BTreeSet<AccessMode>,
     stage_on_publish: bool,
@@ -298,6 +320,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             expand: None,
             node_expand: None,
             expansion: Expansion::Online,
+            capacity: None,
             volume_modes: BTreeSet::from([VolumeMode::Filesystem]),
             access_modes: AccessMode::ALL.into_iter().collect(),
             stage_on_publish: false,
@@ -382,6 +405,15 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         self
     }
 
+    /// Adds the [`Capacity`] touch point.
+    pub fn with_capacity(mut self) -> Self
+    where
+        P: Capacity,
+    {
+        self.capacity = Some(self.inner.clone());
+        self
+    }
+
     /// [`Expand`] grows only volumes that are not published: the plugin
     /// capability becomes `VolumeExpansion` `OFFLINE`, and Kubernetes
     /// resizes a claim only once no pod uses it.
@@ -435,6 +467,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             expand: self.expand,
             node_expand: self.node_expand,
             expansion: self.expansion,
+            capacity: self.capacity,
             volume_modes: self.volume_modes,
             access_modes: self.access_modes,
             stage_on_publish: self.stage_on_publish,
@@ -483,6 +516,11 @@ impl<P> Provisioner<P> {
         self.node_expand.as_deref()
     }
 
+    /// The Capacity touch point, if implemented.
+    pub fn capacity(&self) -> Option<&dyn Capacity> {
+        self.capacity.as_deref()
+    }
+
     /// Whether Expand grows volumes in use; meaningful with [`expand`](Self::expand).
     pub fn expansion(&self) -> Expansion {
         self.expansion
@@ -518,6 +556,7 @@ impl<P> fmt::Debug for Provisioner<P> {
             .field("expand", &self.expand.is_some())
             .field("node_expand", &self.node_expand.is_some())
             .field("expansion", &self.expansion)
+            .field("capacity", &self.capacity.is_some())
             .field("volume_modes", &self.volume_modes)
             .field("access_modes", &self.access_modes)
             .field("stage_on_publish", &self.stage_on_publish)

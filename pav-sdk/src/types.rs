@@ -562,6 +562,57 @@ pub struct NodeExpandRequest {
     pub capacity: CapacityRange,
 }
 
+/// Asks how much room there is for new volumes (CSI `GetCapacity`, from
+/// external-provisioner for the scheduler's CSIStorageCapacity objects).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CapacityRequest {
+    /// The volume mode new volumes would have, when the CO says.
+    pub volume_mode: Option<VolumeMode>,
+    /// The access modes new volumes would have (may be empty).
+    pub access_modes: Vec<AccessMode>,
+    /// StorageClass parameters, without the `csi.storage.k8s.io/` keys.
+    pub parameters: Parameters,
+    /// The topology segment asked about (one per CSIStorageCapacity
+    /// object); `None` asks about all the storage.
+    pub topology: Option<Topology>,
+}
+
+/// Room for new volumes, as [`Capacity`](crate::Capacity) reports it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AvailableCapacity {
+    /// Bytes available for new volumes (CSI `available_capacity`).
+    pub available_bytes: u64,
+    /// The largest volume that could be created now, when it differs from
+    /// `available_bytes` (CSI `maximum_volume_size`).
+    pub maximum_volume_size: Option<u64>,
+    /// The smallest volume that can be created (CSI `minimum_volume_size`).
+    pub minimum_volume_size: Option<u64>,
+}
+
+impl AvailableCapacity {
+    /// `available_bytes` free; no size limits stated.
+    pub fn new(available_bytes: u64) -> Self {
+        Self {
+            available_bytes,
+            ..Self::default()
+        }
+    }
+
+    /// The largest volume that could be created now.
+    pub fn with_maximum_volume_size(mut self, bytes: u64) -> Self {
+        self.maximum_volume_size = Some(bytes);
+        self
+    }
+
+    /// The smallest volume that can be created.
+    pub fn with_minimum_volume_size(mut self, bytes: u64) -> Self {
+        self.minimum_volume_size = Some(bytes);
+        self
+    }
+}
+
 /// Constructors for the request types, for pav-csi and for provisioner tests.
 ///
 /// Requests are `#[non_exhaustive]` so that fields can be added without a
@@ -682,6 +733,16 @@ pub mod build {
             staging_path: None,
             volume_mode: mode,
             capacity: CapacityRange::default(),
+        }
+    }
+
+    /// A [`CapacityRequest`] about all the storage, for any volume.
+    pub fn capacity() -> CapacityRequest {
+        CapacityRequest {
+            volume_mode: None,
+            access_modes: Vec::new(),
+            parameters: Parameters::new(),
+            topology: None,
         }
     }
 

@@ -28,7 +28,10 @@ struct Cli {
     /// Directory holding the volumes' sparse files.
     #[arg(long, default_value = "/var/lib/sparse-file")]
     dir: PathBuf,
-    /// This node's id; without it only the controller service is served.
+    /// This node's id; without it only the controller service is served,
+    /// and volumes are accessible from every node (the directory is shared).
+    /// With it, volumes are accessible from this node only (topology key
+    /// `topology.<driver name>/node`).
     #[arg(long)]
     node_id: Option<String>,
     /// Serve only the controller service even when a node id is given.
@@ -54,7 +57,14 @@ async fn main() -> anyhow::Result<()> {
     let socket = PathBuf::from(cli.endpoint.trim_start_matches("unix://"));
     std::fs::create_dir_all(&cli.dir)?;
 
-    let provisioner = Provisioner::new(SparseFiles::new(cli.dir))
+    // Volumes are files on this node: accessible from it only, one
+    // topology segment per node under a key named after the driver.
+    let topology_key = format!("topology.{}/node", cli.driver_name);
+    let mut files = SparseFiles::new(cli.dir);
+    if let Some(node_id) = &cli.node_id {
+        files = files.on_node(&topology_key, node_id);
+    }
+    let provisioner = Provisioner::new(files)
         .with_validate()
         .with_create()
         .with_delete()
@@ -63,15 +73,22 @@ async fn main() -> anyhow::Result<()> {
         .with_stats()
         .with_expand()
         .with_node_expand()
+        .with_capacity()
         .volume_modes([VolumeMode::Filesystem, VolumeMode::Block]);
     let mut driver = pav_csi::Driver::builder(cli.driver_name)
         .version(env!("CARGO_PKG_VERSION"))
         .provisioner(provisioner)
         .serve_controller(&socket);
-    if let Some(node_id) = cli.node_id.filter(|_| !cli.controller_only) {
-        driver = driver
-            .serve_node(&socket, node_id)
-            .kubelet_dir(cli.kubelet_dir);
+    match cli.node_id {
+        Some(node_id) if !cli.controller_only => {
+            let topology = [(topology_key, node_id.clone())].into();
+            driver = driver
+                .serve_node(&socket, node_id)
+                .node_topology(topology)
+                .kubelet_dir(cli.kubelet_dir);
+        }
+        Some(_) => driver = driver.topology_aware(),
+        None => {}
     }
     driver.run().await?;
     Ok(())

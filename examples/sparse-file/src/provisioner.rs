@@ -5,9 +5,10 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use pav_sdk::{
-    Create, CreateRequest, Delete, DeleteRequest, Error, Expand, ExpandRequest, Expanded,
-    NodeExpand, NodeExpandRequest, Result, Stage, StageRequest, Staged, Stats, StatsRequest,
-    Unstage, UnstageRequest, Usage, Validate, ValidateRequest, Volume, VolumeCondition, VolumeId,
+    AvailableCapacity, Capacity, CapacityRequest, Create, CreateRequest, Delete, DeleteRequest,
+    Error, Expand, ExpandRequest, Expanded, NodeExpand, NodeExpandRequest, Result, Stage,
+    StageRequest, Staged, Stats, StatsRequest, Topology, TopologyRequirement, Unstage,
+    UnstageRequest, Usage, Validate, ValidateRequest, Volume, VolumeCondition, VolumeId,
     VolumeMode, VolumeStats, async_trait,
 };
 use tokio::process::Command;
@@ -28,12 +29,62 @@ const IMAGE_MODE: u32 = 0o600;
 #[derive(Debug)]
 pub struct SparseFiles {
     dir: PathBuf,
+    /// The node `dir` is on, as one topology segment (`key`, `node`):
+    /// volumes are accessible from there only. `None`: from everywhere
+    /// (the directory is shared, or the driver does not know its node).
+    node: Option<(String, String)>,
 }
 
 impl SparseFiles {
     /// Keeps volumes under `dir`.
     pub fn new(dir: PathBuf) -> Self {
-        Self { dir }
+        Self { dir, node: None }
+    }
+
+    /// The volumes live on one node, the topology segment `key` = `node`
+    /// (what that node's `NodeGetInfo` reports).
+    pub fn on_node(mut self, key: impl Into<String>, node: impl Into<String>) -> Self {
+        self.node = Some((key.into(), node.into()));
+        self
+    }
+
+    /// This node's topology segment, if the volumes are node-local.
+    fn node_topology(&self) -> Option<Topology> {
+        let (key, node) = self.node.as_ref()?;
+        Some(Topology::from([(key.clone(), node.clone())]))
+    }
+
+    /// Whether `topology` names this node (or the volumes are everywhere).
+    fn serves(&self, topology: &Topology) -> bool {
+        self.node
+            .as_ref()
+            .is_none_or(|(key, node)| topology.get(key) == Some(node))
+    }
+
+    /// Where a new volume is accessible from: this node, which must be one
+    /// of the requisite topologies when there are any (CSI: otherwise
+    /// RESOURCE_EXHAUSTED, the volume cannot be made there).
+    fn place(&self, requirement: &TopologyRequirement) -> Result<Option<Topology>> {
+        let Some(here) = self.node_topology() else {
+            return Ok(None);
+        };
+        if !requirement.requisite.is_empty()
+            && !requirement.requisite.iter().any(|t| self.serves(t))
+        {
+            return Err(Error::ResourceExhausted(format!(
+                "volumes are made on {here:?} only, which is not among the requisite topologies"
+            )));
+        }
+        Ok(Some(here))
+    }
+
+    /// A volume of `size` bytes, accessible from `place`.
+    fn volume(handle: String, size: u64, place: Option<Topology>) -> Volume {
+        let volume = Volume::new(handle, size);
+        match place {
+            Some(topology) => volume.accessible_from(topology),
+            None => volume,
+        }
     }
 
     /// The handle for a volume name: stable, short, and safe as a file name.
@@ -171,10 +222,11 @@ impl Create for SparseFiles {
     async fn create(&self, req: CreateRequest) -> Result<Volume> {
         let handle = Self::handle_for(&req.name);
         let image = self.image(&handle)?;
+        let place = self.place(&req.topology)?;
         if let Ok(meta) = std::fs::metadata(&image) {
             // Same name again: the same volume if its size still fits the request.
             return match req.capacity.contains(meta.len()) {
-                true => Ok(Volume::new(handle, meta.len())),
+                true => Ok(Self::volume(handle, meta.len(), place)),
                 false => Err(Error::AlreadyExists(format!(
                     "volume {:?} exists with {} bytes, outside the requested range",
                     req.name,
@@ -187,7 +239,7 @@ impl Create for SparseFiles {
         let partial = self.dir.join(format!("{handle}.partial"));
         make_image(&partial, &image, size)?;
         tracing::info!(name = %req.name, %handle, size, "created sparse file");
-        Ok(Volume::new(handle, size))
+        Ok(Self::volume(handle, size, place))
     }
 
     async fn exists(&self, id: &VolumeId) -> Result<bool> {
@@ -204,14 +256,8 @@ impl SparseFiles {
     /// one point where a request is set against real space; without it a
     /// 15 TiB volume on a 79 GB disk is created and fails once written.
     fn check_space(&self, size: u64) -> Result<()> {
-        let fs = rustix::fs::statvfs(&self.dir)
-            .map_err(|e| Error::Internal(format!("statvfs {}: {e}", self.dir.display())))?;
-        let block = u128::from(fs.f_frsize);
-        let total = u128::from(fs.f_blocks) * block;
-        // f_bavail, not f_bfree: the blocks reserved for root are the
-        // node's safety margin, not volume space.
-        let free = u128::from(fs.f_bavail) * block;
-        let size = u128::from(size);
+        let (total, free) = self.space()?;
+        let (total, free, size) = (u128::from(total), u128::from(free), u128::from(size));
         if size > total {
             return Err(Error::OutOfRange(format!(
                 "{size} bytes is more than the {total}-byte filesystem holding {} can ever provide",
@@ -225,6 +271,33 @@ impl SparseFiles {
             )));
         }
         Ok(())
+    }
+}
+
+impl SparseFiles {
+    /// The size of the filesystem holding the directory and its bytes free
+    /// for volumes: `f_bavail`, not `f_bfree`, as the blocks reserved for
+    /// root are the node's safety margin, not volume space.
+    fn space(&self) -> Result<(u64, u64)> {
+        let fs = rustix::fs::statvfs(&self.dir)
+            .map_err(|e| Error::Internal(format!("statvfs {}: {e}", self.dir.display())))?;
+        Ok((
+            fs.f_blocks.saturating_mul(fs.f_frsize),
+            fs.f_bavail.saturating_mul(fs.f_frsize),
+        ))
+    }
+}
+
+/// The directory's free space, on its node only: what Create's
+/// `check_space` will accept.
+#[async_trait]
+impl Capacity for SparseFiles {
+    async fn capacity(&self, req: CapacityRequest) -> Result<AvailableCapacity> {
+        if req.topology.as_ref().is_some_and(|t| !self.serves(t)) {
+            return Ok(AvailableCapacity::new(0));
+        }
+        let (_, free) = self.space()?;
+        Ok(AvailableCapacity::new(free).with_minimum_volume_size(GRANULARITY))
     }
 }
 
@@ -638,6 +711,37 @@ mod tests {
             Err(Error::OutOfRange(_))
         ));
         assert_eq!(std::fs::metadata(&image).unwrap().len(), 8 << 20);
+    }
+
+    #[tokio::test]
+    async fn node_local_volumes_and_capacity() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = "topology.sparse-file.pav.example.com/node";
+        let files = SparseFiles::new(dir.path().into()).on_node(key, "n1");
+        let node = |n: &str| Topology::from([(key.to_owned(), n.to_owned())]);
+        let mut req = create_request(1 << 20);
+        let volume = files.create(req.clone()).await.unwrap();
+        assert_eq!(volume.accessible_topology, vec![node("n1")]);
+        req.name = "pvc-2".into();
+        req.topology.requisite = vec![node("n2")];
+        assert!(matches!(
+            files.create(req.clone()).await,
+            Err(Error::ResourceExhausted(_))
+        ));
+        req.topology.requisite = vec![node("n2"), node("n1")];
+        let placed = files.create(req).await.unwrap();
+        assert_eq!(placed.accessible_topology, vec![node("n1")]);
+
+        let (_, free) = files.space().unwrap();
+        let mut ask = pav_sdk::build::capacity();
+        let all = files.capacity(ask.clone()).await.unwrap();
+        // Other tests write to the same filesystem: within a GiB of statvfs.
+        assert!(all.available_bytes.abs_diff(free) < 1 << 30, "{all:?}");
+        assert_eq!(all.minimum_volume_size, Some(GRANULARITY));
+        ask.topology = Some(node("n1"));
+        assert!(files.capacity(ask.clone()).await.unwrap().available_bytes > 0);
+        ask.topology = Some(node("n2"));
+        assert_eq!(files.capacity(ask).await.unwrap().available_bytes, 0);
     }
 
     #[tokio::test]

@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use pav_csi::csi;
 use pav_sdk::{
-    AccessMode, Create, CreateRequest, Delete, DeleteRequest, Error, Expand, ExpandRequest,
-    Expanded, NodeExpand, NodeExpandRequest, Provisioner, Result, Stage, StageRequest, Staged,
-    Stats, StatsRequest, Unstage, UnstageRequest, Usage, Validate, ValidateRequest, Volume,
-    VolumeCondition, VolumeId, VolumeMode, VolumeStats, async_trait,
+    AccessMode, AvailableCapacity, Capacity, CapacityRequest, Create, CreateRequest, Delete,
+    DeleteRequest, Error, Expand, ExpandRequest, Expanded, NodeExpand, NodeExpandRequest,
+    Provisioner, Result, Stage, StageRequest, Staged, Stats, StatsRequest, Unstage, UnstageRequest,
+    Usage, Validate, ValidateRequest, Volume, VolumeCondition, VolumeId, VolumeMode, VolumeStats,
+    async_trait,
 };
 use tonic::transport::Channel;
 
@@ -210,6 +211,25 @@ impl NodeExpand for Memory {
     }
 }
 
+#[async_trait]
+impl Capacity for Memory {
+    /// 100 MiB less what the volumes hold, in zone `a` only; volumes of at
+    /// most 64 MiB.
+    async fn capacity(&self, req: CapacityRequest) -> Result<AvailableCapacity> {
+        self.record("capacity");
+        if req
+            .topology
+            .is_some_and(|t| t.get("zone").map(String::as_str) != Some("a"))
+        {
+            return Ok(AvailableCapacity::new(0));
+        }
+        let used: u64 = (self.volumes.lock().unwrap().values())
+            .map(|v| v.capacity_bytes)
+            .sum();
+        Ok(AvailableCapacity::new((100 << 20) - used).with_maximum_volume_size(64 << 20))
+    }
+}
+
 /// A running driver and clients for it.
 pub struct Harness {
     pub dir: tempfile::TempDir,
@@ -243,6 +263,8 @@ pub struct Options {
     pub expand: bool,
     /// With `expand`: only offline.
     pub offline_expansion: bool,
+    /// Capacity.
+    pub capacity: bool,
 }
 
 impl Default for Options {
@@ -257,6 +279,7 @@ impl Default for Options {
             access_modes: None,
             expand: false,
             offline_expansion: false,
+            capacity: false,
         }
     }
 }
@@ -292,6 +315,9 @@ impl Harness {
         }
         if options.expand {
             provisioner = provisioner.with_expand().with_node_expand();
+        }
+        if options.capacity {
+            provisioner = provisioner.with_capacity();
         }
         if options.offline_expansion {
             provisioner = provisioner.offline_expansion();
