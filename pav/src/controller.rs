@@ -828,24 +828,34 @@ where
 }
 
 /// [`apply_one`] for a role binding, replacing one that refers to another
-/// role: the API server refuses to change `roleRef`, and drivers created
-/// before `pav manifests` installed the shared roles have bindings to roles
-/// of their own.
+/// role: the API server refuses to change `roleRef` (422, Invalid), and
+/// drivers created before `pav manifests` installed the shared roles have
+/// bindings to roles of their own. Whether the roleRef is the trouble is
+/// read from the existing binding, not from the refusal's message.
 async fn apply_binding<K>(api: &Api<K>, binding: &K) -> Result<K, Error>
 where
     K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
 {
     match apply_one(api, binding).await {
-        Err(Error::Kube(kube::Error::Api(status)))
-            if status.code == 422 && status.message.contains("roleRef") =>
-        {
+        Err(Error::Kube(kube::Error::Api(status))) if status.code == 422 => {
             let name = binding.meta().name.clone().unwrap_or_default();
+            let existing = api.get_opt(&name).await?;
+            if existing.is_none_or(|existing| role_ref(&existing) == role_ref(binding)) {
+                return Err(Error::Kube(kube::Error::Api(status)));
+            }
             tracing::info!(binding = %name, "replacing a binding to another role");
             delete_named(api, &name).await?;
             apply_one(api, binding).await
         }
         applied => applied,
     }
+}
+
+/// The `roleRef` of a RoleBinding or ClusterRoleBinding.
+fn role_ref<K: Serialize>(binding: &K) -> serde_json::Value {
+    serde_json::to_value(binding)
+        .map(|mut value| value["roleRef"].take())
+        .unwrap_or_default()
 }
 
 /// Server-side applies every object of a driver; returns the Deployment
@@ -1436,6 +1446,82 @@ mod tests {
                     .iter()
                     .any(|op| op["op"] == "remove" && op["path"] == "/metadata/finalizers/0"),
                 "{patch}"
+            );
+        }
+
+        #[tokio::test]
+        async fn a_binding_to_another_role_is_replaced_and_other_refusals_are_errors() {
+            let p = provisioner(valid(), json!({"finalizers": [FINALIZER]}));
+            let (server, ctx) = scenario(&p, json!({}));
+            let controller = driver::controller_name("p");
+            let binding = path_of::<ClusterRoleBinding>(None, &controller);
+            let ours = driver_objects(&p)
+                .into_iter()
+                .find(|(path, _)| *path == binding)
+                .unwrap()
+                .1;
+            // The binding made by an older pav binds a role of its own; the
+            // API server refuses to change roleRef until it is deleted.
+            let mut old = ours.clone();
+            old["roleRef"]["name"] = json!("pav-p-controller-own");
+            let deleted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (refusing, answering) = (deleted.clone(), binding.clone());
+            server.on(move |r: &Logged| {
+                if r.path != answering {
+                    return None;
+                }
+                let gone = refusing.load(std::sync::atomic::Ordering::SeqCst);
+                match (r.method.clone(), gone) {
+                    (Method::PATCH, false) => Some(crate::csi::fixtures::status(
+                        422,
+                        "Invalid",
+                        "the binding may not change",
+                    )),
+                    (Method::GET, _) => Some((200, old.clone())),
+                    (Method::DELETE, _) => {
+                        refusing.store(true, std::sync::atomic::Ordering::SeqCst);
+                        Some((200, old.clone()))
+                    }
+                    _ => None,
+                }
+            });
+            reconcile(Arc::new(p.clone()), ctx).await.unwrap();
+            let about_binding: Vec<String> = lines(&server)
+                .into_iter()
+                .filter(|line| line.ends_with(&binding))
+                .collect();
+            assert_eq!(
+                about_binding,
+                [
+                    format!("PATCH {binding}"),
+                    format!("GET {binding}"),
+                    format!("DELETE {binding}"),
+                    format!("PATCH {binding}"),
+                ]
+            );
+
+            // The same refusal of a binding that binds our role already is
+            // not about roleRef: an error, and nothing deleted.
+            let (server, ctx) = scenario(&p, json!({}));
+            let answering = binding.clone();
+            server.on(move |r: &Logged| {
+                (r.path == answering).then(|| match r.method {
+                    Method::GET => (200, ours.clone()),
+                    _ => crate::csi::fixtures::status(422, "Invalid", "roleRef: something else"),
+                })
+            });
+            let error = reconcile(Arc::new(p), ctx).await.unwrap_err();
+            assert!(
+                matches!(
+                    &error,
+                    finalizer::Error::ApplyFailed(Error::Kube(kube::Error::Api(s))) if s.code == 422
+                ),
+                "{error:?}"
+            );
+            assert!(
+                !lines(&server).iter().any(|l| l.starts_with("DELETE")),
+                "{:?}",
+                lines(&server)
             );
         }
     }
