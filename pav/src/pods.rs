@@ -18,7 +18,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    HostPathVolumeSource, PersistentVolumeClaim, Pod, PodSpec, PodTemplateSpec, Volume, VolumeMount,
+    HostPathVolumeSource, PersistentVolumeClaim, Pod, PodSpec, PodTemplateSpec, Toleration, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use pav_templates::Phase;
@@ -433,6 +434,16 @@ pub fn build_pod(template: &PodTemplateSpec, params: &PodParams<'_>) -> Pod {
     }
     if let Some(node) = target.node {
         spec.node_name = Some(node.to_owned());
+        // A phase pinned to the client's node must run there whatever its
+        // taints, as the node plugin's DaemonSet does: the kubelet refuses
+        // a pod that does not tolerate a NoExecute taint, and a client pod
+        // that tolerates one would otherwise never get its volume.
+        spec.tolerations
+            .get_or_insert_with(Vec::new)
+            .push(Toleration {
+                operator: Some("Exists".to_owned()),
+                ..Toleration::default()
+            });
     }
     spec.volumes.get_or_insert_with(Vec::new).push(Volume {
         name: PAV_VOLUME.to_owned(),
@@ -540,7 +551,10 @@ mod tests {
         assert_eq!(annotations[ANNOTATION_CLAIM], "apps/data");
         assert_eq!(annotations[ANNOTATION_TIMEOUT], "90");
         assert_eq!(timeout_of(&pod), Some(Duration::from_secs(90)));
-        assert_eq!(pod.spec.unwrap().node_name, None);
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.node_name, None);
+        // Scheduled, so the taints of nodes count, as for any pod.
+        assert_eq!(spec.tolerations, None);
 
         // A template naming its namespace keeps it; no owner, no timeout.
         let origin = PodOrigin {
@@ -620,6 +634,15 @@ mod tests {
         assert_eq!(labels[LABEL_NODE], "node-a");
         let spec = pod.spec.unwrap();
         assert_eq!(spec.node_name.as_deref(), Some("node-a"));
+        let tolerations = spec.tolerations.clone().unwrap_or_default();
+        assert!(
+            tolerations
+                .iter()
+                .any(|t| t.operator.as_deref() == Some("Exists")
+                    && t.key.is_none()
+                    && t.effect.is_none()),
+            "pinned to the client's node, it tolerates every taint: {tolerations:?}"
+        );
         let mount = &spec.containers[0].volume_mounts.as_ref().unwrap()[0];
         assert_eq!(mount.mount_propagation.as_deref(), Some("Bidirectional"));
 
