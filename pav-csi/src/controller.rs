@@ -80,6 +80,22 @@ fn check_created(volume: &pav_sdk::Volume) -> Result<(), Status> {
     Ok(())
 }
 
+/// The CSI form of a volume the provisioner returned (checked with
+/// [`check_created`]).
+fn csi_volume(volume: pav_sdk::Volume) -> csi::Volume {
+    csi::Volume {
+        capacity_bytes: i64::try_from(volume.capacity_bytes).unwrap_or(i64::MAX),
+        volume_context: convert::unsorted(&volume.context),
+        content_source: None,
+        accessible_topology: volume
+            .accessible_topology
+            .iter()
+            .map(convert::topology)
+            .collect(),
+        volume_id: volume.handle,
+    }
+}
+
 impl ControllerService {
     /// `NOT_FOUND` unless the volume exists; a provisioner without Create
     /// (static volumes only) cannot say, so every id passes.
@@ -241,18 +257,7 @@ impl csi::controller_server::Controller for ControllerService {
         if let Err(refused) = check_created(&volume) {
             return Err(self.delete_refused(name, volume, refused).await);
         }
-        let context = convert::unsorted(&volume.context);
-        let volume = csi::Volume {
-            capacity_bytes: i64::try_from(volume.capacity_bytes).unwrap_or(i64::MAX),
-            volume_id: volume.handle,
-            volume_context: context,
-            content_source: None,
-            accessible_topology: volume
-                .accessible_topology
-                .iter()
-                .map(convert::topology)
-                .collect(),
-        };
+        let volume = csi_volume(volume);
         tracing::info!(
             name,
             volume_id = volume.volume_id.as_str(),
@@ -474,6 +479,52 @@ impl csi::controller_server::Controller for ControllerService {
         }))
     }
 
+    async fn list_volumes(
+        &self,
+        request: Request<csi::ListVolumesRequest>,
+    ) -> Result<Response<csi::ListVolumesResponse>, Status> {
+        let Some(lister) = self.shared.provisioner.list() else {
+            return Err(Status::unimplemented(
+                "this provisioner does not list volumes (LIST_VOLUMES is not advertised)",
+            ));
+        };
+        let req = request.into_inner();
+        let volumes = lister.list().await.map_err(|e| {
+            tracing::warn!(error = e.message(), "ListVolumes failed");
+            status(e)
+        })?;
+        let mut entries = Vec::with_capacity(volumes.len());
+        for listed in volumes {
+            check_created(&listed.volume).map_err(|refused| {
+                Status::internal(format!(
+                    "the provisioner listed a volume CSI cannot return: {}",
+                    refused.message()
+                ))
+            })?;
+            let handle = listed.volume.handle.clone();
+            let status = listed
+                .condition
+                .map(|c| csi::list_volumes_response::VolumeStatus {
+                    published_node_ids: Vec::new(),
+                    volume_condition: Some(csi::VolumeCondition {
+                        abnormal: c.abnormal,
+                        message: c.message,
+                    }),
+                });
+            let entry = csi::list_volumes_response::Entry {
+                volume: Some(csi_volume(listed.volume)),
+                status,
+            };
+            entries.push((handle, entry));
+        }
+        let (entries, next_token) =
+            crate::pages::page(entries, &req.starting_token, req.max_entries)?;
+        Ok(Response::new(csi::ListVolumesResponse {
+            entries,
+            next_token,
+        }))
+    }
+
     async fn controller_get_capabilities(
         &self,
         _request: Request<csi::ControllerGetCapabilitiesRequest>,
@@ -487,6 +538,12 @@ impl csi::controller_server::Controller for ControllerService {
         }
         if self.shared.provisioner.capacity().is_some() {
             rpcs.push(RpcType::GetCapacity);
+        }
+        if let Some(lister) = self.shared.provisioner.list() {
+            rpcs.push(RpcType::ListVolumes);
+            if lister.reports_condition() {
+                rpcs.push(RpcType::VolumeCondition);
+            }
         }
         let capabilities = rpcs
             .into_iter()

@@ -114,7 +114,8 @@
 //! | Expansion | `ControllerExpandVolume`, `NodeExpandVolume` | with [`pav_sdk::Expand`] / [`pav_sdk::NodeExpand`]: `capacity_range` required, an unknown volume or a path with no volume mounted is `NOT_FOUND`, an answer outside the range is `INTERNAL`; the `VolumeExpansion` plugin capability (`ONLINE`, or `OFFLINE`) |
 //! | Capacity | `GetCapacity` | with [`pav_sdk::Capacity`]: per topology segment; 0 without asking for volume capabilities the provisioner does not serve |
 //! | Topology | `NodeGetInfo`, `CreateVolume` | [`DriverBuilder::node_topology`] reported by the node and advertised; `accessibility_requirements` passed to Create (bounded), its `accessible_topology` checked and returned |
-//! | Everything else | snapshots, publish/attach, listing | `UNIMPLEMENTED`, not advertised |
+//! | Listing | `ListVolumes` | with [`pav_sdk::List`]: sorted by handle, paged by tokens that name the last entry (a foreign token is `ABORTED`); conditions reported (and `VOLUME_CONDITION` advertised) when the provisioner says it has them |
+//! | Everything else | snapshots, publish/attach | `UNIMPLEMENTED`, not advertised |
 //! | Socket | [`DriverBuilder::run`] | stale socket replaced, mode `0600`, removed on SIGTERM/SIGINT; at most 256 connections at once, each asked to go after 10 minutes (an idle one closes then) |
 //! | Secrets | logs | CSI messages with secrets have no `Debug`; [`pav_sdk::Secrets`] redacts values |
 //! | Logs | every RPC | request strings are logged escaped (`Debug`), so a newline in a path or id cannot forge a line |
@@ -138,6 +139,7 @@ mod limits;
 pub mod mount;
 mod node;
 mod occupancy;
+mod pages;
 mod paths;
 mod shared;
 mod staged;

@@ -401,3 +401,90 @@ async fn capacity_is_reported_per_topology_segment() {
     assert_eq!(error.code(), Code::InvalidArgument);
     h.stop().await;
 }
+
+#[tokio::test]
+async fn list_volumes_pages_by_handle_with_conditions() {
+    use csi::controller_service_capability::rpc::Type as Controller;
+    let mut plain = Harness::start().await;
+    let rpcs = controller_rpcs(&mut plain).await;
+    assert!(!rpcs.contains(&(Controller::ListVolumes as i32)));
+    assert!(!rpcs.contains(&(Controller::VolumeCondition as i32)));
+    plain.stop().await;
+
+    let mut h = Harness::start_with(Options {
+        list: true,
+        ..Default::default()
+    })
+    .await;
+    let rpcs = controller_rpcs(&mut h).await;
+    assert!(rpcs.contains(&(Controller::ListVolumes as i32)));
+    assert!(rpcs.contains(&(Controller::VolumeCondition as i32)));
+    for handle in ["v-c", "v-a", "sick-b", "v-d"] {
+        let mut create = create_request(&format!("pvc-{handle}"));
+        create.parameters.insert("handle".into(), handle.into());
+        h.controller.create_volume(create).await.unwrap();
+    }
+    let list = |token: &str, max: i32| csi::ListVolumesRequest {
+        max_entries: max,
+        starting_token: token.into(),
+    };
+    let ids = |r: &csi::ListVolumesResponse| -> Vec<String> {
+        r.entries
+            .iter()
+            .map(|e| e.volume.as_ref().unwrap().volume_id.clone())
+            .collect()
+    };
+    let first = h
+        .controller
+        .list_volumes(list("", 2))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ids(&first), ["sick-b", "v-a"]);
+    let sick = first.entries[0]
+        .status
+        .as_ref()
+        .unwrap()
+        .volume_condition
+        .as_ref()
+        .unwrap();
+    assert!(sick.abnormal);
+    assert!(!first.next_token.is_empty());
+    // The page's last volume deleted: its token still leads on.
+    h.controller
+        .delete_volume(csi::DeleteVolumeRequest {
+            volume_id: "v-a".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let rest = h
+        .controller
+        .list_volumes(list(&first.next_token, 0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ids(&rest), ["v-c", "v-d"]);
+    assert_eq!(rest.next_token, "");
+    let all = h
+        .controller
+        .list_volumes(list("", 0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(ids(&all), ["sick-b", "v-c", "v-d"]);
+    let all = &all.entries[1];
+    assert_eq!(
+        all.volume.as_ref().unwrap().volume_context["origin"],
+        "memory"
+    );
+    let bad = h
+        .controller
+        .list_volumes(list("invalid-token", 0))
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::Aborted);
+    let negative = h.controller.list_volumes(list("", -1)).await.unwrap_err();
+    assert_eq!(negative.code(), Code::InvalidArgument);
+    h.stop().await;
+}

@@ -18,6 +18,7 @@
 //! | [`Stats`] | `NodeGetVolumeStats` | kubelet's volume metrics and health events | yes: `statvfs` of the volume path |
 //! | [`Expand`] | `ControllerExpandVolume` | a bound claim's request grows (external-resizer) | yes: claims cannot grow |
 //! | [`Capacity`] | `GetCapacity` | CSIStorageCapacity objects the scheduler places `WaitForFirstConsumer` claims by (external-provisioner `--enable-capacity`) | yes: the scheduler ignores space |
+//! | [`List`] | `ListVolumes` | the external-health-monitor's volume conditions; reconciling COs | yes |
 //! | [`NodeExpand`] | `NodeExpandVolume` | kubelet grows the filesystem where the volume is published | yes: nothing to grow on the node |
 //! | [`Provisioner::stage_on_publish`] | `NodePublishVolume` / `NodeUnpublishVolume` run Stage / Unstage | staging per client pod ([`PodInfo`]) | yes: default is per node |
 //! | [`CreateRequest::name`] | `CreateVolumeRequest.name` | `pvc-<uid>` | idempotency key |
@@ -262,13 +263,14 @@ mod volume_id;
 pub use async_trait::async_trait;
 pub use error::{Error, Result};
 pub use provisioner::{
-    Capacity, Create, Delete, Expand, Expansion, NodeExpand, Provisioner, Stage, Stats, Unstage,
-    Validate,
+    Capacity, Create, Delete, Expand, Expansion, List, NodeExpand, Provisioner, Stage, Stats,
+    Unstage, Validate,
 };
 pub use types::{
     AccessMode, AvailableCapacity, CapacityRange, CapacityRequest, Claim, CreateRequest,
-    DeleteRequest, ExpandRequest, Expanded, MountOptions, NodeExpandRequest, Parameters, PodInfo,
-    Secrets, StageRequest, Staged, StatsRequest, Topology, TopologyRequirement, UnstageRequest,
-    Usage, ValidateRequest, Volume, VolumeCondition, VolumeMode, VolumeStats, build,
+    DeleteRequest, ExpandRequest, Expanded, ListedVolume, MountOptions, NodeExpandRequest,
+    Parameters, PodInfo, Secrets, StageRequest, Staged, StatsRequest, Topology,
+    TopologyRequirement, UnstageRequest, Usage, ValidateRequest, Volume, VolumeCondition,
+    VolumeMode, VolumeStats, build,
 };
 pub use volume_id::{PathComponentError, VolumeId};

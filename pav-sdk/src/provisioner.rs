@@ -18,7 +18,7 @@ use crate::Result;
 use crate::VolumeId;
 use crate::types::{
     AccessMode, AvailableCapacity, CapacityRequest, CreateRequest, DeleteRequest, ExpandRequest,
-    Expanded, NodeExpandRequest, StageRequest, Staged, StatsRequest, UnstageRequest,
+    Expanded, ListedVolume, NodeExpandRequest, StageRequest, Staged, StatsRequest, UnstageRequest,
     ValidateRequest, Volume, VolumeMode, VolumeStats,
 };
 
@@ -244,6 +244,29 @@ pub trait Capacity: Send + Sync {
     async fn capacity(&self, req: CapacityRequest) -> Result<AvailableCapacity>;
 }
 
+/// Lists the volumes that exist.
+#[async_trait]
+pub trait List: Send + Sync {
+    /// Every volume that exists, in any order, from the storage (not from
+    /// memory: it must survive a restart).
+    ///
+    /// **CSI call:** `ListVolumes`; pav-csi sorts the answer by handle
+    /// and pages it (`starting_token`, `max_entries`). Kubernetes'
+    /// external-health-monitor controller lists volumes for their
+    /// condition; other COs reconcile with it.
+    ///
+    /// **Codes:** any error fails the listing; the caller asks again later.
+    async fn list(&self) -> Result<Vec<ListedVolume>>;
+
+    /// True when [`list`](Self::list) reports each volume's condition:
+    /// pav-csi then advertises the controller's `VOLUME_CONDITION`
+    /// capability. Only say so where checking is cheap: it runs for every
+    /// volume on every listing.
+    fn reports_condition(&self) -> bool {
+        false
+    }
+}
+
 /// Whether [`Expand`] can grow a volume that is in use (CSI plugin
 /// capability `VolumeExpansion`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,6 +294,7 @@ pub enum Expansion {
 /// | `with_stats` | `NodeGetVolumeStats` calls it; `VOLUME_CONDITION` node capability |
 /// | `with_expand` | `EXPAND_VOLUME` controller capability, `ControllerExpandVolume` served; `VolumeExpansion` plugin capability (`ONLINE`, or [`offline_expansion`](Provisioner::offline_expansion)) |
 /// | `with_capacity` | `GET_CAPACITY` controller capability, `GetCapacity` served |
+/// | `with_list` | `LIST_VOLUMES` controller capability (and `VOLUME_CONDITION` when [`List::reports_condition`]), `ListVolumes` served |
 /// | `with_node_expand` | `EXPAND_VOLUME` node capability, `NodeExpandVolume` served |
 /// | `stage_on_publish` | no `STAGE_UNSTAGE_VOLUME`; Stage/Unstage run in `NodePublishVolume`/`NodeUnpublishVolume` |
 ///
@@ -298,6 +322,7 @@ pub struct Provisioner<P = ()> {
     node_expand: Option<Arc<dyn NodeExpand>>,
     expansion: Expansion,
     capacity: Option<Arc<dyn Capacity>>,
+    list: Option<Arc<dyn List>>,
     volume_modes: BTreeSet<VolumeMode>,
     access_modes: BTreeSet<AccessMode>,
     stage_on_publish: bool,
@@ -321,6 +346,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             node_expand: None,
             expansion: Expansion::Online,
             capacity: None,
+            list: None,
             volume_modes: BTreeSet::from([VolumeMode::Filesystem]),
             access_modes: AccessMode::ALL.into_iter().collect(),
             stage_on_publish: false,
@@ -414,6 +440,15 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         self
     }
 
+    /// Adds the [`List`] touch point.
+    pub fn with_list(mut self) -> Self
+    where
+        P: List,
+    {
+        self.list = Some(self.inner.clone());
+        self
+    }
+
     /// [`Expand`] grows only volumes that are not published: the plugin
     /// capability becomes `VolumeExpansion` `OFFLINE`, and Kubernetes
     /// resizes a claim only once no pod uses it.
@@ -468,6 +503,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             node_expand: self.node_expand,
             expansion: self.expansion,
             capacity: self.capacity,
+            list: self.list,
             volume_modes: self.volume_modes,
             access_modes: self.access_modes,
             stage_on_publish: self.stage_on_publish,
@@ -521,6 +557,11 @@ impl<P> Provisioner<P> {
         self.capacity.as_deref()
     }
 
+    /// The List touch point, if implemented.
+    pub fn list(&self) -> Option<&dyn List> {
+        self.list.as_deref()
+    }
+
     /// Whether Expand grows volumes in use; meaningful with [`expand`](Self::expand).
     pub fn expansion(&self) -> Expansion {
         self.expansion
@@ -557,6 +598,7 @@ impl<P> fmt::Debug for Provisioner<P> {
             .field("node_expand", &self.node_expand.is_some())
             .field("expansion", &self.expansion)
             .field("capacity", &self.capacity.is_some())
+            .field("list", &self.list.is_some())
             .field("volume_modes", &self.volume_modes)
             .field("access_modes", &self.access_modes)
             .field("stage_on_publish", &self.stage_on_publish)

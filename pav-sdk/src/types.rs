@@ -613,6 +613,32 @@ impl AvailableCapacity {
     }
 }
 
+/// A volume as [`List`](crate::List) reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListedVolume {
+    /// The volume, as Create returned it.
+    pub volume: Volume,
+    /// Its health, when [`List::reports_condition`](crate::List::reports_condition).
+    pub condition: Option<VolumeCondition>,
+}
+
+impl ListedVolume {
+    /// A volume, its condition unknown.
+    pub fn new(volume: Volume) -> Self {
+        Self {
+            volume,
+            condition: None,
+        }
+    }
+
+    /// Adds the volume's condition.
+    pub fn with_condition(mut self, condition: VolumeCondition) -> Self {
+        self.condition = Some(condition);
+        self
+    }
+}
+
 /// Constructors for the request types, for pav-csi and for provisioner tests.
 ///
 /// Requests are `#[non_exhaustive]` so that fields can be added without a

@@ -74,6 +74,7 @@ async fn main() -> anyhow::Result<()> {
         .with_expand()
         .with_node_expand()
         .with_capacity()
+        .with_list()
         .volume_modes([VolumeMode::Filesystem, VolumeMode::Block]);
     let mut driver = pav_csi::Driver::builder(cli.driver_name)
         .version(env!("CARGO_PKG_VERSION"))

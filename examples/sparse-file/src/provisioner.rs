@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use pav_sdk::{
     AvailableCapacity, Capacity, CapacityRequest, Create, CreateRequest, Delete, DeleteRequest,
-    Error, Expand, ExpandRequest, Expanded, NodeExpand, NodeExpandRequest, Result, Stage,
-    StageRequest, Staged, Stats, StatsRequest, Topology, TopologyRequirement, Unstage,
-    UnstageRequest, Usage, Validate, ValidateRequest, Volume, VolumeCondition, VolumeId,
+    Error, Expand, ExpandRequest, Expanded, List, ListedVolume, NodeExpand, NodeExpandRequest,
+    Result, Stage, StageRequest, Staged, Stats, StatsRequest, Topology, TopologyRequirement,
+    Unstage, UnstageRequest, Usage, Validate, ValidateRequest, Volume, VolumeCondition, VolumeId,
     VolumeMode, VolumeStats, async_trait,
 };
 use tokio::process::Command;
@@ -486,21 +486,10 @@ impl Unstage for SparseFiles {
 #[async_trait]
 impl Stats for SparseFiles {
     async fn stats(&self, req: StatsRequest) -> Result<VolumeStats> {
-        use std::os::unix::fs::MetadataExt as _;
         let image = self.existing_image(&req.handle)?;
         let meta = std::fs::metadata(&image)?;
-        let allocated = meta.blocks().saturating_mul(512).min(meta.len());
-        let unbacked = meta.len() - allocated;
-        let fs = rustix::fs::statvfs(&self.dir)
-            .map_err(|e| Error::Internal(format!("statvfs {}: {e}", self.dir.display())))?;
-        let free = fs.f_bavail.saturating_mul(fs.f_frsize);
-        let condition = match free < unbacked {
-            true => VolumeCondition::abnormal(format!(
-                "the image may still need {unbacked} bytes but {} has {free} bytes free",
-                self.dir.display()
-            )),
-            false => VolumeCondition::healthy(),
-        };
+        let (allocated, unbacked) = backing(&meta);
+        let condition = self.condition(unbacked)?;
         let mut stats = req.measured.unwrap_or_default();
         if req.volume_mode == VolumeMode::Block {
             stats.bytes = Some(Usage {
@@ -511,6 +500,62 @@ impl Stats for SparseFiles {
         }
         stats.condition = Some(condition);
         Ok(stats)
+    }
+}
+
+/// Of an image's bytes, those backed by real blocks and those not yet.
+fn backing(meta: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt as _;
+    let allocated = meta.blocks().saturating_mul(512).min(meta.len());
+    (allocated, meta.len() - allocated)
+}
+
+impl SparseFiles {
+    /// Abnormal when the directory has less room than an image may still
+    /// need (`unbacked` bytes): writes to it will then fail with I/O errors.
+    fn condition(&self, unbacked: u64) -> Result<VolumeCondition> {
+        let (_, free) = self.space()?;
+        Ok(match free < unbacked {
+            true => VolumeCondition::abnormal(format!(
+                "the image may still need {unbacked} bytes but {} has {free} bytes free",
+                self.dir.display()
+            )),
+            false => VolumeCondition::healthy(),
+        })
+    }
+}
+
+/// Every `sparse-<hex>.img` of the directory, with its condition (one
+/// `stat` per image and one `statvfs`: cheap).
+#[async_trait]
+impl List for SparseFiles {
+    async fn list(&self) -> Result<Vec<ListedVolume>> {
+        let mut volumes = Vec::new();
+        for entry in std::fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let Some(handle) = name.to_str().and_then(|n| n.strip_suffix(".img")) else {
+                continue;
+            };
+            // Only what `image` accepts: not snapshots, partial files or strangers.
+            if self.image(handle).is_err() {
+                continue;
+            }
+            let meta = match entry.metadata() {
+                Ok(meta) if meta.is_file() => meta,
+                Ok(_) => continue,
+                Err(e) if e.kind() == ErrorKind::NotFound => continue, // deleted meanwhile
+                Err(e) => return Err(e.into()),
+            };
+            let (_, unbacked) = backing(&meta);
+            let volume = Self::volume(handle.to_owned(), meta.len(), self.node_topology());
+            volumes.push(ListedVolume::new(volume).with_condition(self.condition(unbacked)?));
+        }
+        Ok(volumes)
+    }
+
+    fn reports_condition(&self) -> bool {
+        true
     }
 }
 
@@ -742,6 +787,39 @@ mod tests {
         assert!(files.capacity(ask.clone()).await.unwrap().available_bytes > 0);
         ask.topology = Some(node("n2"));
         assert_eq!(files.capacity(ask).await.unwrap().available_bytes, 0);
+    }
+
+    #[tokio::test]
+    async fn list_reports_the_images_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = SparseFiles::new(dir.path().into()).on_node("k", "n1");
+        let a = files.create(create_request(1 << 20)).await.unwrap();
+        let mut req = create_request(2 << 20);
+        req.name = "pvc-2".into();
+        let b = files.create(req).await.unwrap();
+        for stranger in [
+            "x.img",
+            "sparse-0123.img",
+            "sparse-0123456789abcdef.partial",
+        ] {
+            std::fs::write(dir.path().join(stranger), "").unwrap();
+        }
+        let mut listed = files.list().await.unwrap();
+        listed.sort_by(|x, y| x.volume.handle.cmp(&y.volume.handle));
+        let mut expected = vec![a, b];
+        expected.sort_by(|x, y| x.handle.cmp(&y.handle));
+        let volumes: Vec<_> = listed.iter().map(|l| l.volume.clone()).collect();
+        assert_eq!(volumes, expected);
+        assert!(
+            listed
+                .iter()
+                .all(|l| l.condition == Some(VolumeCondition::healthy()))
+        );
+        files
+            .delete(pav_sdk::build::delete(expected[0].handle.as_str()))
+            .await
+            .unwrap();
+        assert_eq!(files.list().await.unwrap().len(), 1);
     }
 
     #[tokio::test]

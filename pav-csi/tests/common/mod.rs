@@ -11,10 +11,10 @@ use std::time::Duration;
 use pav_csi::csi;
 use pav_sdk::{
     AccessMode, AvailableCapacity, Capacity, CapacityRequest, Create, CreateRequest, Delete,
-    DeleteRequest, Error, Expand, ExpandRequest, Expanded, NodeExpand, NodeExpandRequest,
-    Provisioner, Result, Stage, StageRequest, Staged, Stats, StatsRequest, Unstage, UnstageRequest,
-    Usage, Validate, ValidateRequest, Volume, VolumeCondition, VolumeId, VolumeMode, VolumeStats,
-    async_trait,
+    DeleteRequest, Error, Expand, ExpandRequest, Expanded, List, ListedVolume, NodeExpand,
+    NodeExpandRequest, Provisioner, Result, Stage, StageRequest, Staged, Stats, StatsRequest,
+    Unstage, UnstageRequest, Usage, Validate, ValidateRequest, Volume, VolumeCondition, VolumeId,
+    VolumeMode, VolumeStats, async_trait,
 };
 use tonic::transport::Channel;
 
@@ -230,6 +230,29 @@ impl Capacity for Memory {
     }
 }
 
+#[async_trait]
+impl List for Memory {
+    /// The stored volumes; those whose handle starts with `sick` are abnormal.
+    async fn list(&self) -> Result<Vec<ListedVolume>> {
+        self.record("list");
+        let volumes = self.volumes.lock().unwrap();
+        Ok(volumes
+            .values()
+            .map(|v| {
+                let condition = match v.handle.starts_with("sick") {
+                    true => VolumeCondition::abnormal("test says so"),
+                    false => VolumeCondition::healthy(),
+                };
+                ListedVolume::new(v.clone()).with_condition(condition)
+            })
+            .collect())
+    }
+
+    fn reports_condition(&self) -> bool {
+        true
+    }
+}
+
 /// A running driver and clients for it.
 pub struct Harness {
     pub dir: tempfile::TempDir,
@@ -265,6 +288,8 @@ pub struct Options {
     pub offline_expansion: bool,
     /// Capacity.
     pub capacity: bool,
+    /// List.
+    pub list: bool,
 }
 
 impl Default for Options {
@@ -280,6 +305,7 @@ impl Default for Options {
             expand: false,
             offline_expansion: false,
             capacity: false,
+            list: false,
         }
     }
 }
@@ -315,6 +341,9 @@ impl Harness {
         }
         if options.expand {
             provisioner = provisioner.with_expand().with_node_expand();
+        }
+        if options.list {
+            provisioner = provisioner.with_list();
         }
         if options.capacity {
             provisioner = provisioner.with_capacity();
