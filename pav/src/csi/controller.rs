@@ -133,42 +133,113 @@ impl DeletedEntries {
     }
 }
 
-/// Why CreateVolume failed: the phase that failed (the reason of the
-/// claim's event: `ValidationFailed` for the evaluated rules and the
-/// validation pod, `CreationFailed` for the rest) and the CSI error.
-#[derive(Debug)]
-struct CreateFailure {
-    phase: Phase,
-    error: Error,
+/// Why CreateVolume failed: one variant per step. [`CreateError::phase`]
+/// names the phase for the claim's event and `From<CreateError> for
+/// pav_sdk::Error` is the one mapping to CSI codes. Steps that talk to the
+/// API server or run pods carry the driver's error (its code already
+/// decided by the status code or the pod run) as their source.
+#[derive(Debug, thiserror::Error)]
+enum CreateError {
+    /// external-provisioner passed no claim.
+    #[error("the claim is unknown: run external-provisioner with --extra-create-metadata")]
+    NoClaim,
+    /// Reading the claim or its StorageClass.
+    #[error("{}", .0.message())]
+    ReadObjects(#[source] Error),
+    /// The PavProvisioner is missing, not listed yet or invalid.
+    #[error("{}", .0.message())]
+    Provisioner(#[source] Error),
+    /// The PavProvisioner does not list `Dynamic`.
+    #[error("PavProvisioner {provisioner} does not do dynamic provisioning")]
+    NotDynamic {
+        /// Its name.
+        provisioner: String,
+    },
+    /// The claim and class do not make a template context.
+    #[error("{0}")]
+    Context(#[source] pav_templates::Error),
+    /// Evaluating a phase's templates.
+    #[error("{}", .source.message())]
+    Render {
+        /// The phase rendered.
+        phase: Phase,
+        #[source]
+        source: Error,
+    },
+    /// The claim asks for an access mode PaV does not know.
+    #[error("access mode {0} is not supported")]
+    AccessMode(String),
+    /// The evaluated validation rules refuse the request.
+    #[error("{0}")]
+    Refused(#[source] pav_templates::phase::Refusal),
+    /// Reading the pod cache.
+    #[error("{}", .0.message())]
+    PodCache(#[source] Error),
+    /// The validation pod failed (`INVALID_ARGUMENT`) or did not finish.
+    #[error("{}", .0.message())]
+    ValidationPod(#[source] Error),
+    /// The creation pod did not finish (the CO's retry picks it up).
+    #[error("{}", .0.message())]
+    CreationPod(#[source] Error),
+    /// The evaluated volume, or what the creation pod exported, is no
+    /// volume; the deletion pod ran to undo the creation (`undo`: how that
+    /// failed).
+    #[error("{message}{}", undo.as_ref().map(|e| format!("; then {}", e.message())).unwrap_or_default())]
+    Created {
+        /// What was wrong.
+        message: String,
+        /// The deletion pod's failure, if it failed.
+        undo: Option<Error>,
+    },
 }
 
-impl CreateFailure {
-    fn validation(error: Error) -> Self {
-        CreateFailure {
-            phase: Phase::Validation,
-            error,
+impl CreateError {
+    /// The phase that failed, the reason of the claim's event:
+    /// `ValidationFailed` for the evaluated rules and the validation pod,
+    /// `CreationFailed` for the rest.
+    fn phase(&self) -> Phase {
+        match self {
+            CreateError::Refused(_) | CreateError::ValidationPod(_) => Phase::Validation,
+            CreateError::NoClaim
+            | CreateError::ReadObjects(_)
+            | CreateError::Provisioner(_)
+            | CreateError::NotDynamic { .. }
+            | CreateError::Context(_)
+            | CreateError::Render { .. }
+            | CreateError::AccessMode(_)
+            | CreateError::PodCache(_)
+            | CreateError::CreationPod(_)
+            | CreateError::Created { .. } => Phase::Creation,
         }
     }
 }
 
-impl From<Error> for CreateFailure {
-    /// Anything not tagged otherwise failed the creation.
-    fn from(error: Error) -> Self {
-        CreateFailure {
-            phase: Phase::Creation,
-            error,
+impl From<CreateError> for Error {
+    /// The CSI code of each step: a capacity rule is `OUT_OF_RANGE`, other
+    /// refusals and bad input `INVALID_ARGUMENT`, a bad result `INTERNAL`;
+    /// the API and pod steps keep the code they were given.
+    fn from(error: CreateError) -> Self {
+        use pav_templates::phase::Refusal;
+        let message = error.to_string();
+        match error {
+            CreateError::NoClaim
+            | CreateError::NotDynamic { .. }
+            | CreateError::Context(_)
+            | CreateError::AccessMode(_)
+            | CreateError::Refused(Refusal::VolumeMode { .. } | Refusal::AccessMode { .. }) => {
+                Error::InvalidArgument(message)
+            }
+            CreateError::Refused(Refusal::AboveMaximum { .. } | Refusal::BelowMinimum { .. }) => {
+                Error::OutOfRange(message)
+            }
+            CreateError::ReadObjects(e)
+            | CreateError::Provisioner(e)
+            | CreateError::Render { source: e, .. }
+            | CreateError::PodCache(e)
+            | CreateError::ValidationPod(e)
+            | CreateError::CreationPod(e) => e,
+            CreateError::Created { .. } => Error::Internal(message),
         }
-    }
-}
-
-/// The CSI error of a refused request: a capacity rule is `OUT_OF_RANGE`,
-/// the others `INVALID_ARGUMENT`.
-fn refused(refusal: &pav_templates::phase::Refusal) -> Error {
-    use pav_templates::phase::Refusal;
-    let message = refusal.to_string();
-    match refusal {
-        Refusal::AboveMaximum { .. } | Refusal::BelowMinimum { .. } => Error::OutOfRange(message),
-        Refusal::VolumeMode { .. } | Refusal::AccessMode { .. } => Error::InvalidArgument(message),
     }
 }
 
@@ -205,22 +276,19 @@ impl PodController {
             .claim_pod(phase, template, timeout, &claim.pvc)
     }
 
-    async fn claim(&self, req: &CreateRequest) -> Result<Claim> {
+    async fn claim(&self, req: &CreateRequest) -> std::result::Result<Claim, CreateError> {
         let Some(claim) = &req.claim else {
-            return Err(Error::InvalidArgument(
-                "the claim is unknown: run external-provisioner with --extra-create-metadata"
-                    .into(),
-            ));
+            return Err(CreateError::NoClaim);
         };
         let client = self.cluster.client.clone();
         let pvc = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &claim.namespace)
             .get(&claim.name)
             .await
             .map_err(|e| {
-                api_error(
+                CreateError::ReadObjects(api_error(
                     &format!("PersistentVolumeClaim {}/{}", claim.namespace, claim.name),
                     e,
-                )
+                ))
             })?;
         let sc_name = pvc
             .spec
@@ -230,7 +298,9 @@ impl PodController {
         let sc = Api::<StorageClass>::all(client)
             .get(&sc_name)
             .await
-            .map_err(|e| api_error(&format!("StorageClass {sc_name:?}"), e))?;
+            .map_err(|e| {
+                CreateError::ReadObjects(api_error(&format!("StorageClass {sc_name:?}"), e))
+            })?;
         let uid = pvc.uid().unwrap_or_default();
         let reference = pvc.object_ref(&());
         Ok(Claim {
@@ -245,26 +315,33 @@ impl PodController {
         &self,
         req: &CreateRequest,
         claim: &Claim,
-    ) -> std::result::Result<Volume, CreateFailure> {
-        let (compiled, owner) = self.cluster.compiled().await?;
+    ) -> std::result::Result<Volume, CreateError> {
+        let (compiled, owner) = self
+            .cluster
+            .compiled()
+            .await
+            .map_err(CreateError::Provisioner)?;
         if !compiled
             .provisioning_modes()
             .contains(&ProvisioningMode::Dynamic)
         {
-            return Err(Error::InvalidArgument(format!(
-                "PavProvisioner {} does not do dynamic provisioning",
-                self.cluster.provisioner
-            ))
-            .into());
+            return Err(CreateError::NotDynamic {
+                provisioner: self.cluster.provisioner.clone(),
+            });
         }
         let lookup = self.cluster.lookup();
 
         // Validation: the evaluated rules, then the validation pod.
         let context = ValidationContext::dynamic(&claim.pvc, &claim.sc)
-            .map_err(|e| Error::InvalidArgument(e.to_string()))?
+            .map_err(CreateError::Context)?
             .with_pvc_lookup(lookup.clone());
         let compiled_v = compiled.clone();
-        let rules = Cluster::render(move || compiled_v.render_validation(&context)).await?;
+        let rules = Cluster::render(move || compiled_v.render_validation(&context))
+            .await
+            .map_err(|source| CreateError::Render {
+                phase: Phase::Validation,
+                source,
+            })?;
         let volume_mode = match req.volume_mode {
             pav_sdk::VolumeMode::Filesystem => pav_templates::VolumeMode::Filesystem,
             pav_sdk::VolumeMode::Block => pav_templates::VolumeMode::Block,
@@ -277,14 +354,19 @@ impl PodController {
                 req.capacity.min_bytes.unwrap_or(0),
                 req.capacity.max_bytes,
             )
-            .map_err(|refusal| CreateFailure::validation(refused(&refusal)))?;
+            .map_err(CreateError::Refused)?;
 
         let context = CreationContext::new(&claim.pvc, &claim.sc)
-            .map_err(|e| Error::InvalidArgument(e.to_string()))?
+            .map_err(CreateError::Context)?
             .with_pvc_lookup(lookup);
         let default_handle = context.default_handle().to_owned();
         let (compiled_c, context_c) = (compiled.clone(), context.clone());
-        let creation = Cluster::render(move || compiled_c.render_creation(&context_c)).await?;
+        let creation = Cluster::render(move || compiled_c.render_creation(&context_c))
+            .await
+            .map_err(|source| CreateError::Render {
+                phase: Phase::Creation,
+                source,
+            })?;
         let creation_pod = creation
             .pod_template
             .as_ref()
@@ -296,7 +378,8 @@ impl PodController {
             Some(pod) => self
                 .cluster
                 .cached_pod(&pod.namespace().unwrap_or_default(), &pod.name_any())
-                .await?
+                .await
+                .map_err(CreateError::PodCache)?
                 .is_some(),
             None => false,
         };
@@ -316,7 +399,7 @@ impl PodController {
                     Error::InvalidArgument,
                 )
                 .await
-                .map_err(CreateFailure::validation)?;
+                .map_err(CreateError::ValidationPod)?;
         }
 
         let Some(pod) = creation_pod else {
@@ -326,7 +409,10 @@ impl PodController {
                 None,
                 &default_handle,
             )
-            .map_err(Error::Internal)?;
+            .map_err(|message| CreateError::Created {
+                message,
+                undo: None,
+            })?;
             return Ok(volume(created, req));
         };
         let op = self.cluster.metrics.start(Phase::Creation);
@@ -335,7 +421,8 @@ impl PodController {
             .run_pod(Phase::Creation, &pod, PodFiles::Collected)
             .await;
         let result = match outcome {
-            Err(e) => Err(e), // timeout or API trouble: the pod carries on, retry picks it up
+            // A timeout or API trouble: the pod carries on, the retry picks it up.
+            Err(e) => Err(CreateError::CreationPod(e)),
             Ok(ran) => {
                 let checked = match ran.failure {
                     Some(message) => Err(message),
@@ -363,10 +450,10 @@ impl PodController {
                         if undo.is_ok() {
                             self.cluster.delete_quietly(&pod).await;
                         }
-                        Err(Error::Internal(match undo {
-                            Ok(()) => message,
-                            Err(e) => format!("{message}; then {}", e.message()),
-                        }))
+                        Err(CreateError::Created {
+                            message,
+                            undo: undo.err(),
+                        })
                     }
                 }
             }
@@ -517,7 +604,9 @@ fn volume(created: state::Created, req: &CreateRequest) -> Volume {
 }
 
 /// The claim's access modes in the guide's terms.
-fn claim_access_modes(pvc: &PersistentVolumeClaim) -> Result<Vec<pav_templates::AccessMode>> {
+fn claim_access_modes(
+    pvc: &PersistentVolumeClaim,
+) -> std::result::Result<Vec<pav_templates::AccessMode>, CreateError> {
     pvc.spec
         .as_ref()
         .and_then(|s| s.access_modes.as_ref())
@@ -527,9 +616,7 @@ fn claim_access_modes(pvc: &PersistentVolumeClaim) -> Result<Vec<pav_templates::
             pav_templates::AccessMode::ALL
                 .into_iter()
                 .find(|m| m.as_str() == mode)
-                .ok_or_else(|| {
-                    Error::InvalidArgument(format!("access mode {mode} is not supported"))
-                })
+                .ok_or_else(|| CreateError::AccessMode(mode.clone()))
         })
         .collect()
 }
@@ -575,7 +662,9 @@ impl Create for PodController {
         let claim = self.claim(&req).await?;
         match self.create_volume(&req, &claim).await {
             Ok(volume) => Ok(volume),
-            Err(CreateFailure { phase, error }) => {
+            Err(failure) => {
+                let phase = failure.phase();
+                let error = Error::from(failure);
                 self.cluster
                     .warn(&claim.reference, phase, error.message(), None)
                     .await;
@@ -838,9 +927,12 @@ mod tests {
             },
         ];
         for refusal in out_of_range {
-            let error = refused(&refusal);
+            let message = refusal.to_string();
+            let failure = CreateError::Refused(refusal);
+            assert_eq!(failure.phase(), Phase::Validation);
+            let error = Error::from(failure);
             assert!(matches!(error, Error::OutOfRange(_)), "{error:?}");
-            assert_eq!(error.message(), refusal.to_string());
+            assert_eq!(error.message(), message);
         }
         let invalid = [
             Refusal::VolumeMode {
@@ -854,15 +946,90 @@ mod tests {
             },
         ];
         for refusal in invalid {
-            assert!(matches!(refused(&refusal), Error::InvalidArgument(_)));
+            let error = Error::from(CreateError::Refused(refusal));
+            assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
         }
-        // Failures default to the creation phase; validation is tagged.
-        let failure: CreateFailure = Error::Internal("x".into()).into();
-        assert_eq!(failure.phase, Phase::Creation);
-        assert_eq!(
-            CreateFailure::validation(Error::Internal("creation".into())).phase,
-            Phase::Validation
-        );
+    }
+
+    /// Each step's code and event phase; the API and pod steps keep the
+    /// code they were given, whatever their message says.
+    #[test]
+    fn create_steps_map_to_csi_codes_and_phases() {
+        let unavailable = || Error::Unavailable("capacity validation".into());
+        /// A failure, the test of its CSI error, its event's phase.
+        type Case = (CreateError, fn(&Error) -> bool, Phase);
+        let cases: Vec<Case> = vec![
+            (
+                CreateError::NoClaim,
+                |e| matches!(e, Error::InvalidArgument(_)),
+                Phase::Creation,
+            ),
+            (
+                CreateError::NotDynamic {
+                    provisioner: "p".into(),
+                },
+                |e| matches!(e, Error::InvalidArgument(_)),
+                Phase::Creation,
+            ),
+            (
+                CreateError::AccessMode("ReadWriteSometimes".into()),
+                |e| matches!(e, Error::InvalidArgument(_)),
+                Phase::Creation,
+            ),
+            (
+                CreateError::ReadObjects(Error::NotFound("x".into())),
+                |e| matches!(e, Error::NotFound(_)),
+                Phase::Creation,
+            ),
+            (
+                CreateError::Provisioner(Error::FailedPrecondition("x".into())),
+                |e| matches!(e, Error::FailedPrecondition(_)),
+                Phase::Creation,
+            ),
+            (
+                CreateError::Render {
+                    phase: Phase::Validation,
+                    source: Error::InvalidArgument("x".into()),
+                },
+                |e| matches!(e, Error::InvalidArgument(_)),
+                Phase::Creation,
+            ),
+            (
+                CreateError::PodCache(unavailable()),
+                |e| matches!(e, Error::Unavailable(_)),
+                Phase::Creation,
+            ),
+            (
+                CreateError::ValidationPod(unavailable()),
+                |e| matches!(e, Error::Unavailable(_)),
+                Phase::Validation,
+            ),
+            (
+                CreateError::CreationPod(Error::Aborted("x".into())),
+                |e| matches!(e, Error::Aborted(_)),
+                Phase::Creation,
+            ),
+            (
+                CreateError::Created {
+                    message: "creation pod pav/x failed: no".into(),
+                    undo: Some(Error::Unavailable(
+                        "deletion pod pav/y did not finish".into(),
+                    )),
+                },
+                |e| {
+                    matches!(e, Error::Internal(_))
+                        && e.message()
+                            == "creation pod pav/x failed: no; then deletion pod pav/y did not finish"
+                },
+                Phase::Creation,
+            ),
+        ];
+        for (failure, expected, phase) in cases {
+            let debug = format!("{failure:?}");
+            assert_eq!(failure.phase(), phase, "{debug}");
+            let error = Error::from(failure);
+            assert!(expected(&error), "{debug} became {error:?}");
+        }
     }
 
     /// Scenarios of CreateVolume and DeleteVolume against the fake API server

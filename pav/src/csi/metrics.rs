@@ -81,7 +81,7 @@ pub struct Operation {
 
 impl Operation {
     /// Records the outcome and duration.
-    pub fn finish<T>(self, result: &pav_sdk::Result<T>) {
+    pub fn finish<T, E>(self, result: &Result<T, E>) {
         let outcome = if result.is_ok() { "success" } else { "failure" };
         self.metrics
             .operations
