@@ -20,6 +20,8 @@ use std::cell::RefCell;
 use minijinja::value::{Kwargs, StringInput, Value, ValueKind, ValueOrKwargs};
 use minijinja::{AutoEscape, Environment, Error as JinjaError, ErrorKind, Output, State};
 
+mod collections;
+mod globals;
 mod json;
 pub mod nesting;
 mod numbers;
@@ -87,6 +89,8 @@ pub(crate) fn environment() -> Environment<'static> {
     env.add_filter("attr", attr_filter);
     env.add_filter("sort", ordering::sort_filter);
     env.add_filter("min", ordering::min_filter);
+    env.add_filter("xmlattr", strings::xmlattr_filter);
+    env.add_filter("format", strings::format_filter);
     env.add_filter("max", ordering::max_filter);
     env.add_filter("unique", ordering::unique_filter);
     env.add_filter("dictsort", ordering::dictsort_filter);
@@ -103,8 +107,8 @@ pub(crate) fn environment() -> Environment<'static> {
         env.add_test(name, ordering::is_ge);
     }
     env.add_test("in", ordering::is_in);
-    env.add_function("lipsum", minijinja_contrib::globals::lipsum);
-    env.add_function("cycler", minijinja_contrib::globals::cycler);
+    env.add_function("lipsum", globals::lipsum);
+    env.add_function("cycler", globals::cycler);
     env.add_function("joiner", minijinja_contrib::globals::joiner);
     env.add_test("sequence", strings::is_sequence);
     env.add_filter("string", string_filter);
@@ -167,20 +171,8 @@ fn python_method(
     {
         return result;
     }
-    // The copies and lookups Jinja2's immutable sandbox allows on lists and
-    // dicts (values here are immutable: a copy is the value itself).
-    match (value.kind(), method) {
-        (ValueKind::Seq | ValueKind::Map, "copy") if args.is_empty() => return Ok(value.clone()),
-        (ValueKind::Seq, "index") if args.len() == 1 => {
-            return value
-                .try_iter()?
-                .position(|item| item == args[0])
-                .map(Value::from)
-                .ok_or_else(|| {
-                    JinjaError::new(ErrorKind::InvalidOperation, "value is not in list")
-                });
-        }
-        _ => {}
+    if let Some(result) = collections::collection_method(value, method, args) {
+        return result;
     }
     minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
 }

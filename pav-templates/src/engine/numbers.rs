@@ -7,7 +7,7 @@
 //! grow without bound. Within that range every integer prints, converts and
 //! serialises exactly, as in Python.
 
-use minijinja::value::{Kwargs, Rest, Value, ValueKind};
+use minijinja::value::{Kwargs, Rest, Value, ValueKind, from_args};
 use minijinja::{Error as JinjaError, ErrorKind};
 
 use super::keywords;
@@ -227,6 +227,15 @@ pub(crate) fn number_method(
     method: &str,
     args: &[Value],
 ) -> Option<Result<Value, JinjaError>> {
+    match method {
+        // Class methods, callable on any int or float.
+        "from_bytes" if value.is_integer() => return Some(int_from_bytes(args)),
+        "to_bytes" if value.is_integer() => return Some(int_to_bytes(value, args)),
+        "fromhex" if !value.is_integer() => {
+            return Some(from_args::<(&str,)>(args).and_then(|(text,)| float_from_hex(text)));
+        }
+        _ => {}
+    }
     if !args.is_empty() {
         return None;
     }
@@ -253,6 +262,169 @@ pub(crate) fn number_method(
         "as_integer_ratio" => Some(integer_ratio(float)),
         _ => None,
     }
+}
+
+/// The arguments Python's `int.to_bytes` and `int.from_bytes` share:
+/// `byteorder` (`'big'` by default) and the keyword `signed`.
+fn byte_order(byteorder: Option<&str>, kwargs: &Kwargs) -> Result<(bool, bool), JinjaError> {
+    let big = match byteorder.unwrap_or("big") {
+        "big" => true,
+        "little" => false,
+        _ => {
+            return Err(JinjaError::new(
+                ErrorKind::InvalidOperation,
+                "byteorder must be either 'little' or 'big'",
+            ));
+        }
+    };
+    let signed = kwargs.get::<Option<bool>>("signed")?.unwrap_or(false);
+    kwargs.assert_all_used()?;
+    Ok((big, signed))
+}
+
+/// Python's `int.from_bytes(bytes, byteorder='big', *, signed=False)`,
+/// for up to 16 bytes (pav's integers are at most 128 bits wide).
+fn int_from_bytes(args: &[Value]) -> Result<Value, JinjaError> {
+    let (bytes, byteorder, kwargs) = from_args::<(Value, Option<&str>, Kwargs)>(args)?;
+    let (big, signed) = byte_order(byteorder, &kwargs)?;
+    let mut bytes: Vec<u8> = match bytes.as_bytes() {
+        Some(bytes) => bytes.to_vec(),
+        None => bytes
+            .try_iter()?
+            .map(|byte| {
+                u8::try_from(byte).map_err(|_| {
+                    JinjaError::new(
+                        ErrorKind::InvalidOperation,
+                        "bytes must be in range(0, 256)",
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    if !big {
+        bytes.reverse();
+    }
+    if bytes.len() > 16 {
+        return Err(JinjaError::new(
+            ErrorKind::InvalidOperation,
+            "int.from_bytes(): more than 16 bytes is beyond the integers pav computes with (128 bits)",
+        ));
+    }
+    let negative = signed && bytes.first().is_some_and(|first| first & 0x80 != 0);
+    let mut padded = [if negative { 0xff } else { 0 }; 16];
+    padded[16 - bytes.len()..].copy_from_slice(&bytes);
+    Ok(if signed {
+        Value::from(i128::from_be_bytes(padded))
+    } else {
+        Value::from(u128::from_be_bytes(padded))
+    })
+}
+
+/// Python's `int.to_bytes(length=1, byteorder='big', *, signed=False)`.
+fn int_to_bytes(value: &Value, args: &[Value]) -> Result<Value, JinjaError> {
+    let (length, byteorder, kwargs) = from_args::<(Option<usize>, Option<&str>, Kwargs)>(args)?;
+    let (big, signed) = byte_order(byteorder, &kwargs)?;
+    let length = length.unwrap_or(1);
+    if length > super::MAX_OUTPUT_BYTES {
+        // Before allocating: no field may print more anyway.
+        return Err(JinjaError::new(
+            ErrorKind::InvalidOperation,
+            "int.to_bytes(): length beyond the output limit of a field",
+        ));
+    }
+    let overflow = || JinjaError::new(ErrorKind::InvalidOperation, "int too big to convert");
+    let (negative, mut bytes) = match i128::try_from(value.clone()) {
+        Ok(int) if int < 0 && !signed => {
+            return Err(JinjaError::new(
+                ErrorKind::InvalidOperation,
+                "can't convert negative int to unsigned",
+            ));
+        }
+        Ok(int) => (int < 0, int.to_be_bytes().to_vec()),
+        Err(_) => (false, u128::try_from(value.clone())?.to_be_bytes().to_vec()),
+    };
+    // Drop the leading bytes the sign fills, keeping one sign bit when
+    // signed.
+    let fill = if negative { 0xff } else { 0 };
+    while bytes.len() > length {
+        if bytes[0] != fill {
+            return Err(overflow());
+        }
+        bytes.remove(0);
+    }
+    if signed
+        && bytes
+            .first()
+            .is_some_and(|first| (first & 0x80 != 0) != negative)
+    {
+        return Err(overflow());
+    }
+    if signed && length == 0 && negative {
+        return Err(overflow());
+    }
+    let mut bytes = [vec![fill; length - bytes.len()], bytes].concat();
+    if !big {
+        bytes.reverse();
+    }
+    Ok(super::collections::python_bytes(&bytes))
+}
+
+/// Python's `float.fromhex(text)`: `[sign]['0x']digits['.'digits]['p'exponent]`,
+/// `inf` and `nan`.
+fn float_from_hex(text: &str) -> Result<Value, JinjaError> {
+    let invalid = || {
+        JinjaError::new(
+            ErrorKind::InvalidOperation,
+            format!("float.fromhex(): invalid hexadecimal floating-point string {text:?}"),
+        )
+    };
+    let trimmed = text.trim().to_ascii_lowercase();
+    let (negative, unsigned) = match trimmed.as_bytes().first() {
+        Some(b'-') => (true, &trimmed[1..]),
+        Some(b'+') => (false, &trimmed[1..]),
+        _ => (false, trimmed.as_str()),
+    };
+    let magnitude = match unsigned {
+        "inf" | "infinity" => f64::INFINITY,
+        "nan" => f64::NAN,
+        _ => {
+            let body = unsigned.strip_prefix("0x").unwrap_or(unsigned);
+            let (digits, exponent) = match body.split_once('p') {
+                Some((digits, exponent)) => {
+                    (digits, exponent.parse::<i32>().map_err(|_| invalid())?)
+                }
+                None => (body, 0),
+            };
+            let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+            if whole.is_empty() && fraction.is_empty() {
+                return Err(invalid());
+            }
+            // The significant hex digits (at most 30: 120 bits, more than a
+            // double holds) and the power of two they are scaled by.
+            let mut mantissa = 0u128;
+            let mut scale = exponent;
+            for (index, digit) in whole.chars().chain(fraction.chars()).enumerate() {
+                let digit = digit.to_digit(16).ok_or_else(invalid)?;
+                if mantissa >> 120 == 0 {
+                    mantissa = mantissa << 4 | u128::from(digit);
+                    if index >= whole.len() {
+                        scale -= 4;
+                    }
+                } else if index < whole.len() {
+                    scale += 4;
+                }
+            }
+            let float = mantissa as f64 * 2f64.powi(scale.clamp(-1100, 1100));
+            if float.is_infinite() {
+                return Err(JinjaError::new(
+                    ErrorKind::InvalidOperation,
+                    "float.fromhex(): hexadecimal value too large to represent as a float",
+                ));
+            }
+            float
+        }
+    };
+    Ok(Value::from(if negative { -magnitude } else { magnitude }))
 }
 
 /// Python's `float.hex()`: `0x1.8000000000000p+1` for 3.0.

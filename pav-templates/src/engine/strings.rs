@@ -5,10 +5,10 @@
 //! (`center(10**9)`, `zfill`, `expandtabs`) checks that size against the
 //! remaining fuel before allocating, as `super::python_method` does.
 
-use minijinja::value::{Kwargs, Rest, Value, ValueKind, from_args};
+use minijinja::value::{ArgType, Kwargs, Rest, Value, ValueKind, ValueOrKwargs, from_args};
 use minijinja::{Error as JinjaError, ErrorKind, State};
 
-use super::pyrepr::python_str;
+use super::pyrepr::{python_repr, python_str};
 use super::{BYTES_PER_FUEL, keywords};
 
 /// Fails with the fuel error when `bytes` more of output cannot be paid for.
@@ -64,7 +64,11 @@ pub(crate) fn escape_filter(value: &Value) -> Result<Value, JinjaError> {
     if value.is_safe() {
         return Ok(value.clone());
     }
-    let text = text_of("escape", value)?;
+    Ok(Value::from_safe_string(escape(&text_of("escape", value)?)))
+}
+
+/// MarkupSafe's `escape` of a text.
+fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -76,7 +80,165 @@ pub(crate) fn escape_filter(value: &Value) -> Result<Value, JinjaError> {
             c => out.push(c),
         }
     }
-    Ok(Value::from_safe_string(out))
+    out
+}
+
+/// Jinja2's `xmlattr(autospace=true)`: `key="value"` pairs, values escaped,
+/// none and undefined values left out, keys holding whitespace, `/`, `>`
+/// or `=` refused.
+pub(crate) fn xmlattr_filter(value: &Value, autospace: Option<bool>) -> Result<String, JinjaError> {
+    if value.kind() != ValueKind::Map {
+        return Err(JinjaError::new(
+            ErrorKind::InvalidOperation,
+            format!(
+                "filter 'xmlattr' expects a mapping, not {}",
+                super::kind_name(value.kind())
+            ),
+        ));
+    }
+    let mut pairs = Vec::new();
+    for key in value.try_iter()? {
+        let item = value.get_item(&key)?;
+        if matches!(item.kind(), ValueKind::None | ValueKind::Undefined) {
+            continue;
+        }
+        let key = python_str(&key);
+        if key
+            .chars()
+            .any(|c| c.is_ascii_whitespace() || "/>=".contains(c) || c == '\x0b')
+        {
+            return Err(JinjaError::new(
+                ErrorKind::InvalidOperation,
+                format!("filter 'xmlattr': invalid character in attribute name {key:?}"),
+            ));
+        }
+        pairs.push(format!(
+            "{}=\"{}\"",
+            escape(&key),
+            escape(&python_str(&item))
+        ));
+    }
+    let attributes = pairs.join(" ");
+    Ok(if autospace.unwrap_or(true) && !attributes.is_empty() {
+        format!(" {attributes}")
+    } else {
+        attributes
+    })
+}
+
+/// Jinja2's `format` (Python's `%` formatting) on minijinja's: `%r`
+/// conversions print the argument's Python `repr`, which minijinja's lacks.
+pub(crate) fn format_filter(
+    state: &mut State<'_, '_>,
+    value: &Value,
+    arguments: Rest<ValueOrKwargs>,
+) -> Result<Value, JinjaError> {
+    let Some(format) = value.as_str() else {
+        return minijinja::filters::format(state, value, arguments);
+    };
+    let Some((format, reprs)) = repr_conversions(format) else {
+        return minijinja::filters::format(state, value, arguments);
+    };
+    let shown = |item: Value, conversion: Conversion| {
+        if reprs.contains(&conversion) {
+            Value::from(python_repr(&item, false))
+        } else {
+            item
+        }
+    };
+    let mut position = 0usize;
+    let mut converted = Vec::new();
+    for argument in arguments.0 {
+        let argument = argument.into_value();
+        // Keyword arguments arrive as one value, minijinja's `Kwargs`.
+        converted.push(ValueOrKwargs::from(
+            match <Kwargs as ArgType>::from_value(Some(&argument)) {
+                Ok(kwargs) => {
+                    let mut pairs = Vec::new();
+                    for name in kwargs.args() {
+                        let item = kwargs.peek::<Value>(name)?;
+                        pairs.push((name, shown(item, Conversion::Name(name.to_owned()))));
+                    }
+                    Value::from(Kwargs::from_iter(pairs))
+                }
+                Err(_) => {
+                    position += 1;
+                    shown(argument, Conversion::Position(position - 1))
+                }
+            },
+        ));
+    }
+    minijinja::filters::format(state, &Value::from(format), Rest(converted))
+}
+
+/// Which argument a `%` conversion takes.
+#[derive(Debug, PartialEq)]
+enum Conversion {
+    Position(usize),
+    Name(String),
+}
+
+/// `format` with each `%r` written as `%s`, and the arguments those
+/// conversions take; `None` when it has no `%r`.
+fn repr_conversions(format: &str) -> Option<(String, Vec<Conversion>)> {
+    if !format.contains('%') {
+        return None;
+    }
+    let mut out = String::with_capacity(format.len());
+    let mut reprs = Vec::new();
+    let mut position = 0usize;
+    let mut chars = format.chars().peekable();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c != '%' {
+            continue;
+        }
+        let mut name = None;
+        if chars.peek() == Some(&'(') {
+            let mut key = String::new();
+            for c in chars.by_ref() {
+                out.push(c);
+                if c == ')' {
+                    break;
+                }
+                if c != '(' {
+                    key.push(c);
+                }
+            }
+            name = Some(key);
+        }
+        // Flags, width, precision and length; a `*` takes an argument.
+        while let Some(&c) = chars.peek() {
+            if !"#0- +.*hlL".contains(c) && !c.is_ascii_digit() {
+                break;
+            }
+            if c == '*' {
+                position += 1;
+            }
+            out.push(c);
+            chars.next();
+        }
+        match chars.next() {
+            Some('%') => out.push('%'),
+            Some(conversion) => {
+                let taken = match name {
+                    Some(name) => Conversion::Name(name),
+                    None => {
+                        position += 1;
+                        Conversion::Position(position - 1)
+                    }
+                };
+                if conversion == 'r' {
+                    out.push('s');
+                    reprs.push(taken);
+                } else {
+                    out.push(conversion);
+                }
+            }
+            None => {}
+        }
+    }
+    (!reprs.is_empty()).then_some((out, reprs))
 }
 
 /// Jinja2's `urlencode`: a string quoted with `/` kept, or a mapping (or
@@ -283,7 +445,7 @@ fn find(haystack: &[char], needle: &[char], from_end: bool) -> Option<usize> {
 /// The Python `str` methods pycompat does not provide, or `None` to leave
 /// `method` to it.
 pub(crate) fn str_method(
-    state: &State<'_, '_>,
+    state: &mut State<'_, '_>,
     text: &str,
     method: &str,
     args: &[Value],
@@ -495,7 +657,152 @@ pub(crate) fn str_method(
                     .all(|c| !c.is_control() && (c == ' ' || !c.is_whitespace())),
             )
         }),
+        "encode" => {
+            from_args::<(Option<&str>, Option<&str>)>(args).and_then(|(encoding, _)| match encoding
+                .map(|name| name.to_ascii_lowercase().replace(['-', '_'], ""))
+            {
+                None => Ok(super::collections::python_bytes(text.as_bytes())),
+                Some(name) if name == "utf8" => {
+                    Ok(super::collections::python_bytes(text.as_bytes()))
+                }
+                Some(name) if name == "ascii" && text.is_ascii() => {
+                    Ok(super::collections::python_bytes(text.as_bytes()))
+                }
+                Some(name) if name == "ascii" => Err(JinjaError::new(
+                    ErrorKind::InvalidOperation,
+                    "str.encode(): 'ascii' codec can't encode a character beyond 127",
+                )),
+                Some(_) => Err(JinjaError::new(
+                    ErrorKind::InvalidOperation,
+                    "str.encode(): pav encodes as UTF-8 or ASCII only",
+                )),
+            })
+        }
+        "format_map" => from_args::<(Value,)>(args).and_then(|(mapping,)| {
+            if mapping.kind() != ValueKind::Map {
+                return Err(JinjaError::new(
+                    ErrorKind::InvalidOperation,
+                    "str.format_map(): the argument must be a mapping",
+                ));
+            }
+            afford(
+                state,
+                super::format_size(text, std::slice::from_ref(&mapping)),
+            )?;
+            let mut pairs = Vec::new();
+            for key in mapping.try_iter()? {
+                let item = mapping.get_item(&key)?;
+                pairs.push((python_str(&key), item));
+            }
+            let kwargs =
+                Kwargs::from_iter(pairs.iter().map(|(key, item)| (key.as_str(), item.clone())));
+            minijinja_contrib::pycompat::unknown_method_callback(
+                state,
+                &Value::from(text),
+                "format",
+                &[Value::from(kwargs)],
+            )
+        }),
+        // `str.maketrans(x[, y[, z]])`, a static method: the receiver is
+        // not used.
+        "maketrans" => from_args::<(Value, Option<&str>, Option<&str>)>(args)
+            .and_then(|(from, to, delete)| maketrans(&from, to, delete)),
+        "translate" => {
+            from_args::<(Value,)>(args).and_then(|(table,)| translate(state, text, &table))
+        }
         _ => return None,
     };
     Some(result)
+}
+
+fn maketrans_error(message: &str) -> JinjaError {
+    JinjaError::new(
+        ErrorKind::InvalidOperation,
+        format!("str.maketrans(): {message}"),
+    )
+}
+
+/// Python's `str.maketrans`: a mapping of code points to what `translate`
+/// puts in their place (a code point, a string, or none to delete).
+fn maketrans(from: &Value, to: Option<&str>, delete: Option<&str>) -> Result<Value, JinjaError> {
+    let code = |c: char| Value::from(c as u32);
+    let mut pairs = Vec::new();
+    match (from.as_str(), to) {
+        (Some(from), Some(to)) => {
+            if from.chars().count() != to.chars().count() {
+                return Err(maketrans_error(
+                    "the first two arguments must have equal length",
+                ));
+            }
+            pairs.extend(
+                from.chars()
+                    .zip(to.chars())
+                    .map(|(a, b)| (code(a), code(b))),
+            );
+            pairs.extend(
+                delete
+                    .unwrap_or_default()
+                    .chars()
+                    .map(|c| (code(c), Value::from(()))),
+            );
+        }
+        (_, None) if from.kind() == ValueKind::Map && delete.is_none() => {
+            for key in from.try_iter()? {
+                let item = from.get_item(&key)?;
+                let key = match key.as_str() {
+                    Some(text) => {
+                        let mut chars = text.chars();
+                        match (chars.next(), chars.next()) {
+                            (Some(c), None) => code(c),
+                            _ => return Err(maketrans_error("string keys must be of length 1")),
+                        }
+                    }
+                    None if key.is_integer() => key,
+                    None => return Err(maketrans_error("keys must be strings or integers")),
+                };
+                pairs.push((key, item));
+            }
+        }
+        _ => return Err(maketrans_error("takes a dict, or two or three strings")),
+    }
+    Ok(super::collections::ordered_map(pairs))
+}
+
+/// Python's `str.translate(table)`: each character looked up by code point
+/// in `table`; a string or code point replaces it, none deletes it, no
+/// entry keeps it.
+fn translate(state: &State<'_, '_>, text: &str, table: &Value) -> Result<Value, JinjaError> {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let replacement = table.get_item(&Value::from(c as u32)).unwrap_or_default();
+        match replacement.kind() {
+            ValueKind::Undefined => out.push(c),
+            ValueKind::None => {}
+            ValueKind::String => {
+                let replacement = replacement.as_str().unwrap_or_default();
+                // A long replacement of every character multiplies the size.
+                afford(state, (out.len() + replacement.len()) as u64)?;
+                out.push_str(replacement);
+            }
+            ValueKind::Number => {
+                let replaced = u32::try_from(replacement.clone())
+                    .ok()
+                    .and_then(char::from_u32)
+                    .ok_or_else(|| {
+                        JinjaError::new(
+                            ErrorKind::InvalidOperation,
+                            "str.translate(): character mapping must be in range(0x110000)",
+                        )
+                    })?;
+                out.push(replaced);
+            }
+            _ => {
+                return Err(JinjaError::new(
+                    ErrorKind::InvalidOperation,
+                    "str.translate(): character mapping must return integer, None or str",
+                ));
+            }
+        }
+    }
+    Ok(Value::from(out))
 }
