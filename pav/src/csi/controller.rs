@@ -687,9 +687,52 @@ impl Create for PodController {
     }
 }
 
+/// Why DeleteVolume failed: one variant per step; `From<DeleteError> for
+/// pav_sdk::Error` is the one mapping to CSI codes.
+#[derive(Debug, thiserror::Error)]
+enum DeleteError {
+    /// Reading the volume's claim or its StorageClass.
+    #[error("{}", .0.message())]
+    ReadObjects(#[source] Error),
+    /// The PavProvisioner is missing, not listed yet or invalid.
+    #[error("{}", .0.message())]
+    Provisioner(#[source] Error),
+    /// The recorded claim and class make no template context.
+    #[error("{0}")]
+    Context(#[source] pav_templates::Error),
+    /// Evaluating `spec.volumeDeletion`.
+    #[error("{}", .0.message())]
+    Render(#[source] Error),
+    /// The deletion pod failed (`INTERNAL`) or did not finish.
+    #[error("{}", .0.message())]
+    DeletionPod(#[source] Error),
+}
+
+impl From<DeleteError> for Error {
+    /// A context that the volume's own records do not make is this
+    /// driver's fault (`INTERNAL`); the API, render and pod steps keep the
+    /// code they were given.
+    fn from(error: DeleteError) -> Self {
+        let message = error.to_string();
+        match error {
+            DeleteError::Context(_) => Error::Internal(message),
+            DeleteError::ReadObjects(e)
+            | DeleteError::Provisioner(e)
+            | DeleteError::Render(e)
+            | DeleteError::DeletionPod(e) => e,
+        }
+    }
+}
+
 #[pav_sdk::async_trait]
 impl Delete for PodController {
     async fn delete(&self, req: DeleteRequest) -> Result<()> {
+        self.delete_volume(&req).await.map_err(Error::from)
+    }
+}
+
+impl PodController {
+    async fn delete_volume(&self, req: &DeleteRequest) -> std::result::Result<(), DeleteError> {
         let _ = self.volumes.wait_until_ready().await;
         let provisioner = &self.cluster.provisioner;
         let Some(pv) = self.volumes.find(|pv| {
@@ -715,7 +758,7 @@ impl Delete for PodController {
             )
             .get_opt(r.name.as_deref().unwrap_or_default())
             .await
-            .map_err(|e| api_error("the volume's claim", e))?,
+            .map_err(|e| DeleteError::ReadObjects(api_error("the volume's claim", e)))?,
             None => None,
         };
         let Some(pvc) = claim_from_pv(&pv, live) else {
@@ -730,7 +773,7 @@ impl Delete for PodController {
         let sc = match Api::<StorageClass>::all(client)
             .get_opt(&sc_name)
             .await
-            .map_err(|e| api_error("the volume's StorageClass", e))?
+            .map_err(|e| DeleteError::ReadObjects(api_error("the volume's StorageClass", e)))?
         {
             Some(sc) => sc,
             None => StorageClass {
@@ -753,13 +796,17 @@ impl Delete for PodController {
             pvc,
             sc,
         };
-        let (compiled, owner) = self.cluster.compiled().await?;
+        let (compiled, owner) = self
+            .cluster
+            .compiled()
+            .await
+            .map_err(DeleteError::Provisioner)?;
         let context = CreationContext::new(&claim.pvc, &claim.sc)
-            .map_err(|e| Error::Internal(e.to_string()))?
+            .map_err(DeleteError::Context)?
             .with_pvc_lookup(self.cluster.lookup());
         let deletion = Cluster::render(move || compiled.render_deletion(&context)).await;
         let result = match deletion {
-            Err(e) => Err(e),
+            Err(e) => Err(DeleteError::Render(e)),
             Ok(deletion) => match deletion.pod_template {
                 None => Ok(()),
                 Some(template) => {
@@ -773,8 +820,9 @@ impl Delete for PodController {
                     let result = self
                         .cluster
                         .run_phase(Phase::Deletion, &pod, PodFiles::Collected, Error::Internal)
-                        .await;
-                    if let Err(e) = &result {
+                        .await
+                        .map_err(DeleteError::DeletionPod);
+                    if let Err(DeleteError::DeletionPod(e)) = &result {
                         self.cluster
                             .warn(
                                 &claim.reference,
@@ -1029,6 +1077,28 @@ mod tests {
             assert_eq!(failure.phase(), phase, "{debug}");
             let error = Error::from(failure);
             assert!(expected(&error), "{debug} became {error:?}");
+        }
+    }
+
+    /// DeleteVolume's steps keep the code they were given, except a
+    /// context the volume's own records cannot make: `INTERNAL`.
+    #[test]
+    fn delete_steps_map_to_csi_codes() {
+        let pvc = PersistentVolumeClaim::default(); // no UID: no context
+        let sc = StorageClass::default();
+        let context = CreationContext::new(&pvc, &sc).unwrap_err();
+        let message = context.to_string();
+        let error = Error::from(DeleteError::Context(context));
+        assert!(matches!(error, Error::Internal(_)), "{error:?}");
+        assert_eq!(error.message(), message);
+        let kept = [
+            DeleteError::ReadObjects(Error::Unavailable("x".into())),
+            DeleteError::Provisioner(Error::Unavailable("x".into())),
+            DeleteError::Render(Error::Unavailable("x".into())),
+            DeleteError::DeletionPod(Error::Unavailable("x".into())),
+        ];
+        for failure in kept {
+            assert!(matches!(Error::from(failure), Error::Unavailable(_)));
         }
     }
 
