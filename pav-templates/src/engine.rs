@@ -90,6 +90,7 @@ pub(crate) fn environment() -> Environment<'static> {
     env.add_filter("sort", ordering::sort_filter);
     env.add_filter("min", ordering::min_filter);
     env.add_filter("xmlattr", strings::xmlattr_filter);
+    env.add_filter("wordwrap", strings::wordwrap_filter);
     env.add_filter("format", strings::format_filter);
     env.add_filter("max", ordering::max_filter);
     env.add_filter("unique", ordering::unique_filter);

@@ -283,6 +283,185 @@ pub(crate) fn urlencode_filter(value: &Value) -> Result<String, JinjaError> {
     }
 }
 
+/// Jinja2's `wordwrap(width=79, break_long_words=true, wrapstring='\n',
+/// break_on_hyphens=true)`: each line of the text (Python's
+/// `splitlines`) wrapped by Python's `textwrap.wrap` (first fit, tabs and
+/// whitespace kept, whitespace dropped at line ends), all joined with
+/// `wrapstring`.
+pub(crate) fn wordwrap_filter(
+    state: &State<'_, '_>,
+    value: &Value,
+    positional: Rest<Value>,
+    kwargs: Kwargs,
+) -> Result<String, JinjaError> {
+    let kwargs = keywords(
+        &[
+            "width",
+            "break_long_words",
+            "wrapstring",
+            "break_on_hyphens",
+        ],
+        &positional,
+        kwargs,
+    )?;
+    let width = kwargs.get::<Option<i64>>("width")?.unwrap_or(79);
+    let break_long_words = kwargs
+        .get::<Option<bool>>("break_long_words")?
+        .unwrap_or(true);
+    let wrapstring = kwargs.get::<Option<String>>("wrapstring")?;
+    let break_on_hyphens = kwargs
+        .get::<Option<bool>>("break_on_hyphens")?
+        .unwrap_or(true);
+    kwargs.assert_all_used()?;
+    let wrapstring = wrapstring.as_deref().unwrap_or("\n");
+    let text = text_of("wordwrap", value)?;
+    if width <= 0 {
+        return Err(JinjaError::new(
+            ErrorKind::InvalidOperation,
+            format!("filter 'wordwrap': invalid width {width} (must be > 0)"),
+        ));
+    }
+    // At worst a line per character, each followed by `wrapstring`.
+    afford(
+        state,
+        (text.len() as u64 + 1).saturating_mul(wrapstring.len() as u64 + 1),
+    )?;
+    let width = usize::try_from(width).unwrap_or(usize::MAX);
+    let lines: Vec<String> = python_splitlines(&text)
+        .into_iter()
+        .map(|line| wrap_line(line, width, break_long_words, break_on_hyphens).join(wrapstring))
+        .collect();
+    Ok(lines.join(wrapstring))
+}
+
+/// Python's `str.splitlines()`: the lines without their endings.
+fn python_splitlines(text: &str) -> Vec<&str> {
+    let mut lines = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        match rest.find([
+            '\n', '\r', '\x0b', '\x0c', '\x1c', '\x1d', '\x1e', '\u{85}', '\u{2028}', '\u{2029}',
+        ]) {
+            Some(end) => {
+                lines.push(&rest[..end]);
+                let ending = if rest[end..].starts_with("\r\n") {
+                    2
+                } else {
+                    rest[end..].chars().next().map_or(1, char::len_utf8)
+                };
+                rest = &rest[end + ending..];
+            }
+            None => {
+                lines.push(rest);
+                break;
+            }
+        }
+    }
+    lines
+}
+
+/// `textwrap`'s whitespace (ASCII only).
+fn is_wrap_space(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\x0b' | '\x0c' | '\r' | ' ')
+}
+
+/// `textwrap`'s letters (`[^\d\W]`).
+fn is_wrap_letter(c: char) -> bool {
+    c.is_alphabetic() || c == '_'
+}
+
+/// `textwrap`'s chunks of `line`: runs of whitespace, and words, split
+/// after the hyphens of hyphenated words when `break_on_hyphens` (a hyphen
+/// after two letters, or after letter-hyphen-letter, and before a letter,
+/// an optional hyphen and a letter).
+fn wrap_chunks(line: &str, break_on_hyphens: bool) -> Vec<Vec<char>> {
+    let chars: Vec<char> = line.chars().collect();
+    let mut chunks = Vec::new();
+    let mut start = 0;
+    while start < chars.len() {
+        let space = is_wrap_space(chars[start]);
+        let mut end = start + 1;
+        while end < chars.len() && is_wrap_space(chars[end]) == space {
+            if !space && break_on_hyphens && chars[end - 1] == '-' && end - 1 > start {
+                let hyphen = end - 1;
+                // Python's lookbehind sees the whole line, before this
+                // chunk too.
+                let at = |back: usize| hyphen.checked_sub(back).and_then(|index| chars.get(index));
+                let letter = |c: Option<&char>| c.is_some_and(|c| is_wrap_letter(*c));
+                let behind = (letter(at(1)) && letter(at(2)))
+                    || (letter(at(1)) && at(2) == Some(&'-') && letter(at(3)));
+                let ahead = letter(chars.get(end))
+                    && (letter(chars.get(end + 1))
+                        || (chars.get(end + 1) == Some(&'-') && letter(chars.get(end + 2))));
+                if behind && ahead {
+                    break;
+                }
+            }
+            end += 1;
+        }
+        chunks.push(chars[start..end].to_vec());
+        start = end;
+    }
+    chunks
+}
+
+/// Python's `textwrap.wrap(line, width, expand_tabs=False,
+/// replace_whitespace=False, ...)`: chunks placed first fit.
+fn wrap_line(
+    line: &str,
+    width: usize,
+    break_long_words: bool,
+    break_on_hyphens: bool,
+) -> Vec<String> {
+    let is_space = |chunk: &[char]| chunk.iter().all(|c| is_wrap_space(*c));
+    let mut chunks = wrap_chunks(line, break_on_hyphens);
+    chunks.reverse();
+    let mut lines: Vec<String> = Vec::new();
+    while !chunks.is_empty() {
+        let mut current: Vec<Vec<char>> = Vec::new();
+        let mut length = 0;
+        if !lines.is_empty() && chunks.last().is_some_and(|chunk| is_space(chunk)) {
+            chunks.pop();
+        }
+        while let Some(chunk) = chunks.last() {
+            if length + chunk.len() > width {
+                break;
+            }
+            length += chunk.len();
+            current.push(chunks.pop().unwrap_or_default());
+        }
+        if let Some(chunk) = chunks.last_mut()
+            && chunk.len() > width
+        {
+            // textwrap's `_handle_long_word`.
+            let space_left = width.saturating_sub(length).max(1);
+            if break_long_words {
+                let mut end = space_left;
+                if break_on_hyphens && chunk.len() > space_left {
+                    let hyphen = chunk[..space_left].iter().rposition(|c| *c == '-');
+                    if let Some(hyphen) = hyphen
+                        && hyphen > 0
+                        && chunk[..hyphen].iter().any(|c| *c != '-')
+                    {
+                        end = hyphen + 1;
+                    }
+                }
+                current.push(chunk[..end].to_vec());
+                chunk.drain(..end);
+            } else if current.is_empty() {
+                current.push(chunks.pop().unwrap_or_default());
+            }
+        }
+        if current.last().is_some_and(|chunk| is_space(chunk)) {
+            current.pop();
+        }
+        if !current.is_empty() {
+            lines.push(current.concat().into_iter().collect());
+        }
+    }
+    lines
+}
+
 /// Jinja2's `indent(width=4, first=False, blank=False)`: lines after the
 /// first (all with `first`) prefixed, blank ones too with `blank`; the
 /// text's last newline is kept.
@@ -805,4 +984,51 @@ fn translate(state: &State<'_, '_>, text: &str, table: &Value) -> Result<Value, 
         }
     }
     Ok(Value::from(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wraps_as_python_textwrap() {
+        let wrap = |line, width, long, hyphens| wrap_line(line, width, long, hyphens).join("|");
+        assert_eq!(
+            wrap("the quick brown fox", 10, true, true),
+            "the quick|brown fox"
+        );
+        assert_eq!(wrap("abcdefghijkl mn", 5, false, true), "abcdefghijkl|mn");
+        assert_eq!(wrap("abcdefghijkl mn", 5, true, true), "abcde|fghij|kl mn");
+        assert_eq!(
+            wrap("a well-known x-ray", 7, true, true),
+            "a well-|known|x-ray"
+        );
+        assert_eq!(wrap("well-known", 6, true, false), "well-k|nown");
+        assert_eq!(wrap("  lead", 3, true, true), "  l|ead");
+    }
+
+    #[test]
+    fn splits_lines_as_python() {
+        assert_eq!(
+            python_splitlines("a\r\nb\rc\n\nd\u{2028}e\n"),
+            ["a", "b", "c", "", "d", "e"]
+        );
+        assert!(python_splitlines("").is_empty());
+    }
+
+    #[test]
+    fn finds_repr_conversions() {
+        assert_eq!(
+            repr_conversions("%r %%r %(k)r %5.2f %*r"),
+            Some((
+                "%s %%r %(k)s %5.2f %*s".to_owned(),
+                vec![
+                    Conversion::Position(0),
+                    Conversion::Name("k".to_owned()),
+                    Conversion::Position(3)
+                ]
+            ))
+        );
+        assert_eq!(repr_conversions("%s %d"), None);
+    }
 }
