@@ -86,12 +86,12 @@ pub(crate) fn environment() -> Environment<'static> {
     env.add_filter("striptags", minijinja_contrib::filters::striptags);
     env.add_filter("random", minijinja_contrib::filters::random);
     env.add_filter("indent", strings::indent_filter);
-    env.add_filter("attr", attr_filter);
-    env.add_filter("sort", ordering::sort_filter);
-    env.add_filter("min", ordering::min_filter);
     env.add_filter("xmlattr", strings::xmlattr_filter);
     env.add_filter("wordwrap", strings::wordwrap_filter);
     env.add_filter("format", strings::format_filter);
+    env.add_filter("attr", attr_filter);
+    env.add_filter("sort", ordering::sort_filter);
+    env.add_filter("min", ordering::min_filter);
     env.add_filter("max", ordering::max_filter);
     env.add_filter("unique", ordering::unique_filter);
     env.add_filter("dictsort", ordering::dictsort_filter);
