@@ -13,6 +13,7 @@
 
 pub mod cluster;
 pub mod controller;
+pub mod deleted_nodes;
 #[cfg(test)]
 pub mod fixtures;
 pub mod metrics;
@@ -136,6 +137,7 @@ pub async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
     cluster.start_pod_cache(None);
     cluster.start_provisioner_watch();
     tokio::spawn(controller::sweep(cluster.clone()));
+    tokio::spawn(deleted_nodes::release_periodically(cluster.clone()));
     let provisioner = controller_provisioner(cluster);
     pav_csi::Driver::builder(args.common.provisioner.clone())
         .version(env!("CARGO_PKG_VERSION"))

@@ -416,7 +416,9 @@ pub fn csi_controller_role() -> ClusterRole {
             // The selected node of a WaitForFirstConsumer claim.
             rule(&[""], &["nodes"], &["get"]),
             rule(&["storage.k8s.io"], &["volumeattributesclasses"], &["get"]),
-            rule(&[""], &["pods"], &["get", "list", "watch", "create", "delete"]),
+            // patch: the finalizer of a staging pod whose node was deleted
+            // (csi/deleted_nodes.rs).
+            rule(&[""], &["pods"], &["get", "list", "watch", "create", "delete", "patch"]),
             // Its own PavProvisioner, kept by a watch (field selector on
             // its name), compiled once per generation: never a GET.
             rule(&[pav_templates::model::GROUP], &["pavprovisioners"], &["list", "watch"]),
@@ -727,6 +729,7 @@ mod tests {
             ("", "events", "create"),
             ("", "pods", "create"),
             ("", "pods", "delete"),
+            ("", "pods", "patch"),
             ("pav.albertofaria.github.io", "pavprovisioners", "list"),
             ("pav.albertofaria.github.io", "pavprovisioners", "watch"),
         ] {
