@@ -165,3 +165,20 @@ pub fn pids_running(args: &[&str]) -> Vec<u32> {
         })
         .collect()
 }
+
+/// Runs `scripts/cluster/node ACTION K` (`stop`, `start`, `remove`) on
+/// extra node K of the test cluster: `stop` stops its kubelet and
+/// containerd (its containers keep running, as on a machine whose kubelet
+/// died), `start` brings them back and waits until the node is Ready.
+pub fn node(action: &str, k: u32) -> anyhow::Result<()> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/cluster/node");
+    let status = Command::new("bash")
+        .args([script, action, &k.to_string()])
+        .stdin(Stdio::null())
+        .status()
+        .with_context(|| format!("{script} {action} {k}"))?;
+    if !status.success() {
+        bail!("scripts/cluster/node {action} {k}: {status}");
+    }
+    Ok(())
+}

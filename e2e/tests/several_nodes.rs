@@ -12,8 +12,8 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::ListParams;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use pav_e2e::*;
 
@@ -210,6 +210,123 @@ metadata:
 provisioner: e2e-shared-across-nodes
 "#;
 
+const STALLED: &str = "e2e-node-stopped-mid-staging";
+
+/// Staging on the node the StorageClass names never finishes; elsewhere it
+/// writes `ok`.
+const STALLED_OBJECTS: &str = r#"
+apiVersion: pav.albertofaria.github.io/v1alpha1
+kind: PavProvisioner
+metadata:
+  name: e2e-node-stopped-mid-staging
+spec:
+  provisioningModes: [Dynamic]
+  volumeCreation:
+    capacity: "{{ requestedMinCapacity }}"
+  volumeStaging:
+    podTemplate:
+      spec:
+        restartPolicy: Never
+        terminationGracePeriodSeconds: 1
+        containers:
+          - name: stage
+            image: busybox:stable
+            imagePullPolicy: IfNotPresent
+            env:
+              - name: NODE
+                valueFrom: { fieldRef: { fieldPath: spec.nodeName } }
+            command:
+              - sh
+              - -c
+              - |
+                if [ "$NODE" = {{ params.stallOn | tobash }} ]; then exec sleep 3600; fi
+                mkdir -p /pav/volume && echo ok > /pav/volume/greeting
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: e2e-node-stopped-mid-staging
+provisioner: e2e-node-stopped-mid-staging
+parameters:
+  stallOn: pav-node-3
+"#;
+
+const DELETED: &str = "e2e-node-deleted";
+
+/// Staging writes `ok`.
+const DELETED_OBJECTS: &str = r#"
+apiVersion: pav.albertofaria.github.io/v1alpha1
+kind: PavProvisioner
+metadata:
+  name: e2e-node-deleted
+spec:
+  provisioningModes: [Dynamic]
+  volumeCreation:
+    capacity: "{{ requestedMinCapacity }}"
+  volumeStaging:
+    podTemplate:
+      spec:
+        restartPolicy: Never
+        containers:
+          - name: stage
+            image: busybox:stable
+            imagePullPolicy: IfNotPresent
+            command: [sh, -c, "mkdir -p /pav/volume && echo ok > /pav/volume/greeting"]
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: e2e-node-deleted
+provisioner: e2e-node-deleted
+"#;
+
+const TAINTED: &str = "e2e-tainted-node";
+
+/// Staging writes `ok`; the StorageClass is the same as [`DELETED`]'s.
+fn tainted_objects() -> String {
+    DELETED_OBJECTS.replace(DELETED, TAINTED)
+}
+
+/// Starts extra node K again when dropped, so a failing scenario does not
+/// leave it stopped for the next.
+struct StartAgain(u32);
+
+impl Drop for StartAgain {
+    fn drop(&mut self) {
+        if let Err(err) = faults::node("start", self.0) {
+            eprintln!("starting node {} again: {err:#}", self.0);
+        }
+    }
+}
+
+/// Uncordons and untaints node `.0` when dropped, even when the scenario
+/// fails.
+struct Untaint(String);
+
+impl Drop for Untaint {
+    fn drop(&mut self) {
+        let node = self.0.clone();
+        let patch = serde_json::json!({ "spec": { "unschedulable": null, "taints": null } });
+        // Drop is synchronous and the test's runtime is busy running it: a
+        // client of its own, on a runtime of its own.
+        let done = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime")
+                .block_on(async move {
+                    Api::<Node>::all(cluster().await)
+                        .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                })
+        })
+        .join();
+        if !matches!(done, Ok(Ok(_))) {
+            eprintln!("untainting {}: {done:?}", self.0);
+        }
+    }
+}
+
 /// Named so that `--skip several_nodes::` leaves them out of a one-node run.
 mod several_nodes {
     use super::*;
@@ -347,6 +464,190 @@ mod several_nodes {
         assert_no_leaks(&client, SHARED, Duration::from_secs(120)).await;
         eprintln!(
             "read_write_many_claim_on_two_nodes_at_once: {first} and {second}, {:.1}s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+
+    #[tokio::test]
+    #[ignore = "needs a cluster"]
+    async fn node_stopped_while_its_staging_pod_runs() {
+        let nodes = three_nodes();
+        let client = cluster().await;
+        let started = Instant::now();
+        let ns = STALLED;
+        let observer = start_scenario(&client, ns, STALLED, STALLED_OBJECTS).await;
+        let (healthy, stopped) = (&nodes[1], &nodes[2]);
+        assert_eq!(
+            stopped, "pav-node-3",
+            "the StorageClass stalls staging there"
+        );
+
+        apply(&client, &claim(ns, "data", STALLED, "ReadWriteOnce"))
+            .await
+            .unwrap();
+        let volume = bound_volume(&client, ns, "data").await;
+        apply(&client, &client_pod(ns, "reader", stopped, "data"))
+            .await
+            .unwrap();
+        observer.wait("staging", "Running", STEP).await.unwrap();
+
+        // The node's kubelet and containerd die mid-staging; the client pod
+        // is deleted by force (its node cannot confirm) and comes back on
+        // another node, where the volume is staged and usable.
+        faults::node("stop", 3).unwrap();
+        let stopped_node_back = StartAgain(3);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        pods.delete("reader", &DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+        wait_gone(&pods, "reader", STEP).await.unwrap();
+        apply(&client, &client_pod(ns, "reader-again", healthy, "data"))
+            .await
+            .unwrap();
+        assert_eq!(first_line(&client, ns, "reader-again").await, "ok");
+        delete_and_wait(&pods, "reader-again", STEP).await.unwrap();
+
+        // Once the node is back, what it was doing for the deleted client
+        // pod is undone: no staging pod left, nothing mounted, and the
+        // claim's volume can go.
+        drop(stopped_node_back);
+        wait_no_pav_pods(&client, STALLED, STEP).await.unwrap();
+        delete_claim(&client, ns, "data", &volume).await;
+        delete(
+            &client,
+            STALLED_OBJECTS.split("---").nth(1).expect("a StorageClass"),
+        )
+        .await
+        .unwrap();
+        delete_provisioner(&client, STALLED, STEP).await.unwrap();
+        assert_no_leaks(&client, STALLED, Duration::from_secs(120)).await;
+        eprintln!(
+            "node_stopped_while_its_staging_pod_runs: {:.1}s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+
+    #[tokio::test]
+    #[ignore = "needs a cluster"]
+    async fn node_deleted_while_it_holds_a_volume() {
+        let nodes = three_nodes();
+        let client = cluster().await;
+        let started = Instant::now();
+        let ns = DELETED;
+        start_scenario(&client, ns, DELETED, DELETED_OBJECTS).await;
+        let gone = &nodes[2];
+        assert_eq!(gone, "pav-node-3");
+
+        apply(&client, &claim(ns, "data", DELETED, "ReadWriteOnce"))
+            .await
+            .unwrap();
+        let volume = bound_volume(&client, ns, "data").await;
+        apply(&client, &client_pod(ns, "reader", gone, "data"))
+            .await
+            .unwrap();
+        assert_eq!(first_line(&client, ns, "reader").await, "ok");
+
+        // The machine goes away, then its Node object: the cluster forgets
+        // the pods bound to it, and the volume can be deleted.
+        faults::node("stop", 3).unwrap();
+        let machines = Api::<Node>::all(client.clone());
+        machines
+            .delete(gone, &DeleteParams::default())
+            .await
+            .unwrap();
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        if let Err(e) = wait_gone(&pods, "reader", Duration::from_secs(180)).await {
+            panic!("{e}: the client pod of a deleted node stays");
+        }
+        wait_no_pav_pods(&client, DELETED, STEP).await.unwrap();
+        delete_claim(&client, ns, "data", &volume).await;
+        let plugins: Api<Pod> = Api::namespaced(client.clone(), PAV_NAMESPACE);
+        let on_gone_node: Vec<String> = plugins
+            .list(&ListParams::default().fields(&format!("spec.nodeName={gone}")))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|p| p.name_any())
+            .collect();
+        assert!(
+            on_gone_node.is_empty(),
+            "pav's pods of the deleted node stay: {on_gone_node:?}"
+        );
+        delete(
+            &client,
+            DELETED_OBJECTS.split("---").nth(1).expect("a StorageClass"),
+        )
+        .await
+        .unwrap();
+        delete_provisioner(&client, DELETED, STEP).await.unwrap();
+        assert_no_leaks(&client, DELETED, Duration::from_secs(120)).await;
+
+        // A new machine of the same name joins, for the scenarios after.
+        faults::node("remove", 3).unwrap();
+        faults::node("add", 3).unwrap();
+        eprintln!(
+            "node_deleted_while_it_holds_a_volume: {:.1}s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+
+    #[tokio::test]
+    #[ignore = "needs a cluster"]
+    async fn cordoned_and_tainted_node() {
+        let nodes = three_nodes();
+        let client = cluster().await;
+        let started = Instant::now();
+        let ns = TAINTED;
+        let observer = start_scenario(&client, ns, TAINTED, &tainted_objects()).await;
+        let tainted = nodes[1].clone();
+
+        // Nothing new may be scheduled there, and what runs there without
+        // tolerating `e2e=tainted:NoExecute` is evicted.
+        let machines = Api::<Node>::all(client.clone());
+        let taint = serde_json::json!({
+            "spec": {
+                "unschedulable": true,
+                "taints": [{ "key": "e2e", "value": "tainted", "effect": "NoExecute" }]
+            }
+        });
+        machines
+            .patch(&tainted, &PatchParams::default(), &Patch::Merge(&taint))
+            .await
+            .unwrap();
+        let untaint = Untaint(tainted.clone());
+
+        apply(&client, &claim(ns, "data", TAINTED, "ReadWriteOnce"))
+            .await
+            .unwrap();
+        let volume = bound_volume(&client, ns, "data").await;
+        // A client pod that tolerates the taint runs there: its staging pod
+        // must run there too.
+        let tolerating = client_pod(ns, "reader", &tainted, "data").replace(
+            "  terminationGracePeriodSeconds: 1\n",
+            "  terminationGracePeriodSeconds: 1\n  tolerations: [{ key: e2e, operator: Exists }]\n",
+        );
+        apply(&client, &tolerating).await.unwrap();
+        assert_eq!(first_line(&client, ns, "reader").await, "ok");
+        observer.assert_succeeded("staging");
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        delete_and_wait(&pods, "reader", STEP).await.unwrap();
+        delete_claim(&client, ns, "data", &volume).await;
+        wait_no_pav_pods(&client, TAINTED, STEP).await.unwrap();
+        drop(untaint);
+        delete(
+            &client,
+            tainted_objects()
+                .split("---")
+                .nth(1)
+                .expect("a StorageClass"),
+        )
+        .await
+        .unwrap();
+        delete_provisioner(&client, TAINTED, STEP).await.unwrap();
+        assert_no_leaks(&client, TAINTED, Duration::from_secs(120)).await;
+        eprintln!(
+            "cordoned_and_tainted_node: {:.1}s",
             started.elapsed().as_secs_f64()
         );
     }
