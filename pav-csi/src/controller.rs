@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use pav_sdk::{CapacityRange, TopologyRequirement, VolumeId, VolumeMode};
+use pav_sdk::{CapacityRange, ContentSource, TopologyRequirement, VolumeId, VolumeMode};
 use tonic::{Request, Response, Status};
 
 use crate::convert;
@@ -96,7 +96,138 @@ fn csi_volume(volume: pav_sdk::Volume) -> csi::Volume {
     }
 }
 
+/// The CSI form of a snapshot the provisioner returned, or `INTERNAL` when
+/// CSI cannot carry it.
+fn csi_snapshot(snapshot: pav_sdk::SnapshotInfo) -> Result<csi::Snapshot, Status> {
+    limits::name("snapshot_id", &snapshot.handle).map_err(|refused| {
+        Status::internal(format!(
+            "the provisioner returned a snapshot CSI cannot carry: {}",
+            refused.message()
+        ))
+    })?;
+    Ok(csi::Snapshot {
+        size_bytes: i64::try_from(snapshot.size_bytes).unwrap_or(i64::MAX),
+        snapshot_id: snapshot.handle,
+        source_volume_id: snapshot.source,
+        creation_time: Some(prost_types::Timestamp::from(snapshot.created)),
+        ready_to_use: snapshot.ready,
+        group_snapshot_id: String::new(),
+    })
+}
+
 impl ControllerService {
+    /// The content source of a `CreateVolume`, refused (`INVALID_ARGUMENT`)
+    /// unless the provisioner takes snapshots (for a snapshot source) or
+    /// clones volumes (for a volume source).
+    fn content_source(
+        &self,
+        source: Option<&csi::VolumeContentSource>,
+    ) -> Result<Option<ContentSource>, Status> {
+        use csi::volume_content_source::Type;
+        let Some(source) = source else {
+            return Ok(None);
+        };
+        let provisioner = &self.shared.provisioner;
+        match &source.r#type {
+            Some(Type::Snapshot(snapshot)) if provisioner.snapshot().is_some() => {
+                let id = limits::required(
+                    "volume_content_source.snapshot.snapshot_id",
+                    &snapshot.snapshot_id,
+                )?;
+                Ok(Some(ContentSource::Snapshot(VolumeId::new(id))))
+            }
+            Some(Type::Volume(volume)) if provisioner.clones() => {
+                let id =
+                    limits::required("volume_content_source.volume.volume_id", &volume.volume_id)?;
+                Ok(Some(ContentSource::Volume(VolumeId::new(id))))
+            }
+            Some(Type::Snapshot(_)) => Err(Status::invalid_argument(
+                "volume_content_source: this driver does not restore snapshots (CREATE_DELETE_SNAPSHOT is not advertised)",
+            )),
+            Some(Type::Volume(_)) => Err(Status::invalid_argument(
+                "volume_content_source: this driver does not clone volumes (CLONE_VOLUME is not advertised)",
+            )),
+            None => Err(Status::invalid_argument(
+                "volume_content_source: a snapshot or a volume is required",
+            )),
+        }
+    }
+
+    /// The size of `source`, when the provisioner can say: a snapshot's
+    /// from [`pav_sdk::Snapshot::list_snapshots`], a volume's from
+    /// [`pav_sdk::List`] if it has one. `NOT_FOUND` when it does not exist.
+    async fn source_size(&self, source: &ContentSource) -> Result<Option<u64>, Status> {
+        match source {
+            ContentSource::Snapshot(id) => {
+                let snapshots = self.list_snapshots_of_provisioner().await?;
+                match snapshots.into_iter().find(|s| s.handle == *id) {
+                    Some(snapshot) => Ok(Some(snapshot.size_bytes)),
+                    None => Err(Status::not_found(format!(
+                        "volume_content_source: snapshot {id:?} does not exist"
+                    ))),
+                }
+            }
+            ContentSource::Volume(id) => {
+                self.check_exists(id.as_str())
+                    .await
+                    .map_err(|e| match e.code() {
+                        tonic::Code::NotFound => Status::not_found(format!(
+                            "volume_content_source: volume {id:?} does not exist"
+                        )),
+                        _ => e,
+                    })?;
+                let Some(lister) = self.shared.provisioner.list() else {
+                    return Ok(None);
+                };
+                let volumes = lister.list().await.map_err(status)?;
+                Ok(volumes
+                    .into_iter()
+                    .find(|v| v.volume.handle == *id)
+                    .map(|v| v.volume.capacity_bytes))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// `NOT_FOUND` for a source that does not exist, `OUT_OF_RANGE` when
+    /// the requested limit is below the source's size (a volume made from
+    /// it cannot hold its data).
+    async fn check_source(
+        &self,
+        source: &ContentSource,
+        capacity: CapacityRange,
+    ) -> Result<(), Status> {
+        let size = self.source_size(source).await?;
+        if let (Some(size), Some(max)) = (size, capacity.max_bytes)
+            && max < size
+        {
+            return Err(Status::out_of_range(format!(
+                "capacity_range.limit_bytes {max} is below the {size} bytes of the volume_content_source"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The provisioner's snapshots (it has the touch point: callers check).
+    async fn list_snapshots_of_provisioner(&self) -> Result<Vec<pav_sdk::SnapshotInfo>, Status> {
+        let Some(snapshotter) = self.shared.provisioner.snapshot() else {
+            return Ok(Vec::new());
+        };
+        snapshotter.list_snapshots().await.map_err(|e| {
+            tracing::warn!(error = e.message(), "listing snapshots failed");
+            status(e)
+        })
+    }
+
+    /// `UNIMPLEMENTED` unless the provisioner takes snapshots.
+    fn snapshotter(&self) -> Result<&dyn pav_sdk::Snapshot, Status> {
+        self.shared.provisioner.snapshot().ok_or_else(|| {
+            Status::unimplemented(
+                "this provisioner does not take snapshots (CREATE_DELETE_SNAPSHOT is not advertised)",
+            )
+        })
+    }
+
     /// `NOT_FOUND` unless the volume exists; a provisioner without Create
     /// (static volumes only) cannot say, so every id passes.
     async fn check_exists(&self, volume_id: &str) -> Result<(), Status> {
@@ -181,11 +312,7 @@ impl csi::controller_server::Controller for ControllerService {
                 }
             }
         }
-        if req.volume_content_source.is_some() {
-            return Err(Status::invalid_argument(
-                "volume_content_source: cloning and snapshots are not supported",
-            ));
-        }
+        let source = self.content_source(req.volume_content_source.as_ref())?;
         if !req.mutable_parameters.is_empty() {
             return Err(Status::invalid_argument(
                 "mutable_parameters: volume attribute classes are not supported",
@@ -212,12 +339,20 @@ impl csi::controller_server::Controller for ControllerService {
         create.mount = mount;
         create.claim = claim;
         create.topology = topology;
+        create.source = source.clone();
         create.secrets = convert::secrets(&req.secrets);
 
         let _guard = self
             .shared
             .in_flight
             .claim(format!("volume name {name:?}"))?;
+        // The source volume is not deleted or changed while it is copied.
+        let _source_guard = match &source {
+            Some(ContentSource::Volume(id)) => {
+                Some(self.shared.in_flight.claim(format!("volume {id}"))?)
+            }
+            _ => None,
+        };
         tracing::info!(name, ?volume_mode, ?capacity, secrets = ?create.secrets, "CreateVolume");
         let mut fingerprint = create.clone();
         fingerprint.secrets = Default::default();
@@ -244,6 +379,9 @@ impl csi::controller_server::Controller for ControllerService {
         if let (Some(lookup), Some(claim)) = (&self.shared.claims, create.claim.as_mut()) {
             crate::claims::complete(&lookup.0, claim).await?;
         }
+        if let Some(source) = &source {
+            self.check_source(source, capacity).await?;
+        }
         if let Some(validator) = self.shared.provisioner.validate() {
             validator
                 .validate(pav_sdk::build::validate_for(&create))
@@ -257,7 +395,8 @@ impl csi::controller_server::Controller for ControllerService {
         if let Err(refused) = check_created(&volume) {
             return Err(self.delete_refused(name, volume, refused).await);
         }
-        let volume = csi_volume(volume);
+        let mut volume = csi_volume(volume);
+        volume.content_source = req.volume_content_source;
         tracing::info!(
             name,
             volume_id = volume.volume_id.as_str(),
@@ -525,6 +664,128 @@ impl csi::controller_server::Controller for ControllerService {
         }))
     }
 
+    async fn create_snapshot(
+        &self,
+        request: Request<csi::CreateSnapshotRequest>,
+    ) -> Result<Response<csi::CreateSnapshotResponse>, Status> {
+        let snapshotter = self.snapshotter()?;
+        let req = request.into_inner();
+        let name = limits::name("name", &req.name)?;
+        let source = limits::required("source_volume_id", &req.source_volume_id)?;
+        limits::map("parameters", &req.parameters)?;
+        limits::map("secrets", &req.secrets)?;
+        let mut snapshot = pav_sdk::build::snapshot(name, source);
+        snapshot.parameters = convert::split_parameters(&req.parameters).0;
+        snapshot.secrets = convert::secrets(&req.secrets);
+
+        let _guard = (self.shared.in_flight).claim(format!("snapshot name {name:?}"))?;
+        let _source_guard = self.shared.in_flight.claim(format!("volume {source}"))?;
+        tracing::info!(name, source, secrets = ?snapshot.secrets, "CreateSnapshot");
+        let mut fingerprint = snapshot.clone();
+        fingerprint.secrets = Default::default();
+        {
+            let cache = (self.shared.snapshot_cache.lock()).unwrap_or_else(|e| e.into_inner());
+            if let Some((earlier, answer)) = cache.get(name) {
+                if earlier.source != fingerprint.source {
+                    return Err(Status::already_exists(format!(
+                        "snapshot {name:?} exists of volume {:?}, not of {source:?}",
+                        earlier.source.as_str()
+                    )));
+                }
+                if *earlier == fingerprint {
+                    return Ok(Response::new(csi::CreateSnapshotResponse {
+                        snapshot: Some(answer.clone()),
+                    }));
+                }
+                return Err(Status::already_exists(format!(
+                    "snapshot {name:?} exists with different parameters"
+                )));
+            }
+        }
+        self.check_exists(source).await?;
+        let taken = snapshotter.create_snapshot(snapshot).await.map_err(|e| {
+            tracing::warn!(name, error = e.message(), "CreateSnapshot failed");
+            status(e)
+        })?;
+        if taken.source != source {
+            return Err(Status::internal(format!(
+                "the provisioner answered a snapshot of volume {:?}, not of {source:?}",
+                taken.source
+            )));
+        }
+        let ready = taken.ready;
+        let answer = csi_snapshot(taken)?;
+        tracing::info!(
+            name,
+            snapshot_id = answer.snapshot_id.as_str(),
+            "snapshot taken"
+        );
+        // A snapshot still being cut is asked about again: only a final
+        // answer may be replayed.
+        if ready {
+            (self.shared.snapshot_cache.lock())
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(name, fingerprint, answer.clone());
+        }
+        Ok(Response::new(csi::CreateSnapshotResponse {
+            snapshot: Some(answer),
+        }))
+    }
+
+    async fn delete_snapshot(
+        &self,
+        request: Request<csi::DeleteSnapshotRequest>,
+    ) -> Result<Response<csi::DeleteSnapshotResponse>, Status> {
+        let snapshotter = self.snapshotter()?;
+        let req = request.into_inner();
+        let snapshot_id = limits::required("snapshot_id", &req.snapshot_id)?;
+        limits::map("secrets", &req.secrets)?;
+        let _guard = (self.shared.in_flight).claim(format!("snapshot {snapshot_id}"))?;
+        tracing::info!(snapshot_id, "DeleteSnapshot");
+        let mut delete = pav_sdk::build::delete_snapshot(snapshot_id);
+        delete.secrets = convert::secrets(&req.secrets);
+        match snapshotter.delete_snapshot(delete).await {
+            Ok(()) | Err(pav_sdk::Error::NotFound(_)) => {}
+            Err(e) => {
+                tracing::warn!(snapshot_id, error = e.message(), "DeleteSnapshot failed");
+                return Err(status(e));
+            }
+        }
+        (self.shared.snapshot_cache.lock())
+            .unwrap_or_else(|e| e.into_inner())
+            .forget_snapshot(snapshot_id);
+        Ok(Response::new(csi::DeleteSnapshotResponse {}))
+    }
+
+    async fn list_snapshots(
+        &self,
+        request: Request<csi::ListSnapshotsRequest>,
+    ) -> Result<Response<csi::ListSnapshotsResponse>, Status> {
+        self.snapshotter()?;
+        let req = request.into_inner();
+        limits::limited("snapshot_id", &req.snapshot_id)?;
+        limits::limited("source_volume_id", &req.source_volume_id)?;
+        limits::map("secrets", &req.secrets)?;
+        let mut entries = Vec::new();
+        for snapshot in self.list_snapshots_of_provisioner().await? {
+            let wanted = (req.snapshot_id.is_empty() || snapshot.handle == req.snapshot_id)
+                && (req.source_volume_id.is_empty() || snapshot.source == req.source_volume_id);
+            if wanted {
+                let handle = snapshot.handle.clone();
+                let entry = csi::list_snapshots_response::Entry {
+                    snapshot: Some(csi_snapshot(snapshot)?),
+                };
+                entries.push((handle, entry));
+            }
+        }
+        let (entries, next_token) =
+            crate::pages::page(entries, &req.starting_token, req.max_entries)?;
+        Ok(Response::new(csi::ListSnapshotsResponse {
+            entries,
+            next_token,
+        }))
+    }
+
     async fn controller_get_capabilities(
         &self,
         _request: Request<csi::ControllerGetCapabilitiesRequest>,
@@ -538,6 +799,13 @@ impl csi::controller_server::Controller for ControllerService {
         }
         if self.shared.provisioner.capacity().is_some() {
             rpcs.push(RpcType::GetCapacity);
+        }
+        if self.shared.provisioner.snapshot().is_some() {
+            rpcs.push(RpcType::CreateDeleteSnapshot);
+            rpcs.push(RpcType::ListSnapshots);
+        }
+        if self.shared.provisioner.clones() {
+            rpcs.push(RpcType::CloneVolume);
         }
         if let Some(lister) = self.shared.provisioner.list() {
             rpcs.push(RpcType::ListVolumes);

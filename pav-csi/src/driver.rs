@@ -208,6 +208,7 @@ impl DriverBuilder {
             provisioner,
             in_flight: InFlight::default(),
             create_cache: Mutex::default(),
+            snapshot_cache: Mutex::default(),
             topology_aware: self.topology_aware,
             #[cfg(feature = "kube")]
             claims: self.claims,

@@ -107,7 +107,7 @@
 //! | Other volumes | node RPCs | a new stage or publish refuses a path that holds mounts (it would hide them) or lies inside a staged or published volume, and a target holding another volume; one operation per target path; unpublish removes only the empty file or directory it made; a failed stage forgets its record |
 //! | One operation per volume | every mutating RPC | a concurrent call for the same volume (or name) is `ABORTED` |
 //! | Claim | `CreateVolume` | [`pav_sdk::Claim`] from external-provisioner's `--extra-create-metadata` parameters; with the `kube` cargo feature and `DriverBuilder::claim_lookup`, also the claim's labels, annotations and selected node, read from the API server |
-//! | Idempotency | `CreateVolume` | the 1024 most recent answers cached by name; an incompatible repeat is `ALREADY_EXISTS` |
+//! | Idempotency | `CreateVolume`, `CreateSnapshot` | the 1024 most recent answers of each cached by name; an incompatible repeat is `ALREADY_EXISTS` |
 //! | Idempotency | `DeleteVolume`, `NodeUnstageVolume`, `NodeUnpublishVolume` | what is gone is success; checked against `/proc/self/mountinfo` |
 //! | Publishing | `NodePublishVolume` | bind mount of the staged directory (Filesystem) or device (Block, onto a file), read-only when asked |
 //! | Usage | `NodeGetVolumeStats` | the provisioner's [`pav_sdk::Stats`] answer when it has one (then `VOLUME_CONDITION` is advertised and a missing condition is reported healthy); otherwise, and as [`pav_sdk::StatsRequest::measured`], `statvfs` for filesystems, device size for blocks |
@@ -115,7 +115,9 @@
 //! | Capacity | `GetCapacity` | with [`pav_sdk::Capacity`]: per topology segment; 0 without asking for volume capabilities the provisioner does not serve |
 //! | Topology | `NodeGetInfo`, `CreateVolume` | [`DriverBuilder::node_topology`] reported by the node and advertised; `accessibility_requirements` passed to Create (bounded), its `accessible_topology` checked and returned |
 //! | Listing | `ListVolumes` | with [`pav_sdk::List`]: sorted by handle, paged by tokens that name the last entry (a foreign token is `ABORTED`); conditions reported (and `VOLUME_CONDITION` advertised) when the provisioner says it has them |
-//! | Everything else | snapshots, publish/attach | `UNIMPLEMENTED`, not advertised |
+//! | Snapshots | `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` | with [`pav_sdk::Snapshot`]: name and source required, an unknown source volume `NOT_FOUND`, one call per name and source volume, recent answers cached by name (another source is `ALREADY_EXISTS`), listing filtered, sorted and paged |
+//! | Content sources | `CreateVolume` | a snapshot (with [`pav_sdk::Snapshot`]) or a volume (with [`pav_sdk::Provisioner::clones_volumes`]), else `INVALID_ARGUMENT`; a missing source `NOT_FOUND`, a limit below its size `OUT_OF_RANGE`, the source volume guarded while copied |
+//! | Everything else | publish/attach, group snapshots, modify | `UNIMPLEMENTED`, not advertised |
 //! | Socket | [`DriverBuilder::run`] | stale socket replaced, mode `0600`, removed on SIGTERM/SIGINT; at most 256 connections at once, each asked to go after 10 minutes (an idle one closes then) |
 //! | Secrets | logs | CSI messages with secrets have no `Debug`; [`pav_sdk::Secrets`] redacts values |
 //! | Logs | every RPC | request strings are logged escaped (`Debug`), so a newline in a path or id cannot forge a line |

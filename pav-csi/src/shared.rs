@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use pav_sdk::Provisioner;
 
-use crate::create_cache::CreateCache;
+use crate::create_cache::{CreateCache, SnapshotCache};
 use crate::guard::InFlight;
 
 /// State shared by all services of one driver.
@@ -16,6 +16,7 @@ pub(crate) struct Shared {
     pub(crate) provisioner: Provisioner,
     pub(crate) in_flight: InFlight,
     pub(crate) create_cache: Mutex<CreateCache>,
+    pub(crate) snapshot_cache: Mutex<SnapshotCache>,
     pub(crate) topology_aware: bool,
     /// Where Create's claim is completed from (feature `kube`).
     #[cfg(feature = "kube")]

@@ -488,3 +488,290 @@ async fn list_volumes_pages_by_handle_with_conditions() {
     assert_eq!(negative.code(), Code::InvalidArgument);
     h.stop().await;
 }
+
+fn snapshot_request(name: &str, source: &str) -> csi::CreateSnapshotRequest {
+    csi::CreateSnapshotRequest {
+        name: name.into(),
+        source_volume_id: source.into(),
+        ..Default::default()
+    }
+}
+
+fn from_source(name: &str, source: csi::volume_content_source::Type) -> csi::CreateVolumeRequest {
+    let mut create = create_request(name);
+    create.volume_content_source = Some(csi::VolumeContentSource {
+        r#type: Some(source),
+    });
+    create
+}
+
+fn of_snapshot(id: &str) -> csi::volume_content_source::Type {
+    csi::volume_content_source::Type::Snapshot(csi::volume_content_source::SnapshotSource {
+        snapshot_id: id.into(),
+    })
+}
+
+fn of_volume(id: &str) -> csi::volume_content_source::Type {
+    csi::volume_content_source::Type::Volume(csi::volume_content_source::VolumeSource {
+        volume_id: id.into(),
+    })
+}
+
+#[tokio::test]
+async fn without_snapshots_content_sources_are_refused() {
+    use csi::controller_service_capability::rpc::Type as Controller;
+    let mut h = Harness::start().await;
+    let rpcs = controller_rpcs(&mut h).await;
+    for rpc in [
+        Controller::CreateDeleteSnapshot,
+        Controller::ListSnapshots,
+        Controller::CloneVolume,
+    ] {
+        assert!(!rpcs.contains(&(rpc as i32)), "{rpc:?}");
+    }
+    for source in [of_snapshot("snap-x"), of_volume("vol-x")] {
+        let error = h
+            .controller
+            .create_volume(from_source("pvc-s", source))
+            .await
+            .unwrap_err();
+        assert_eq!(error.code(), Code::InvalidArgument);
+    }
+    let list = h
+        .controller
+        .list_snapshots(csi::ListSnapshotsRequest::default())
+        .await;
+    assert_eq!(list.unwrap_err().code(), Code::Unimplemented);
+    let delete = h
+        .controller
+        .delete_snapshot(csi::DeleteSnapshotRequest::default())
+        .await;
+    assert_eq!(delete.unwrap_err().code(), Code::Unimplemented);
+    assert!(!h.provisioner.calls().contains(&"create"));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn snapshots_are_checked_cached_listed_and_restored() {
+    use csi::controller_service_capability::rpc::Type as Controller;
+    let mut h = Harness::start_with(Options {
+        snapshots: true,
+        list: true,
+        ..Default::default()
+    })
+    .await;
+    let rpcs = controller_rpcs(&mut h).await;
+    for rpc in [
+        Controller::CreateDeleteSnapshot,
+        Controller::ListSnapshots,
+        Controller::CloneVolume,
+    ] {
+        assert!(rpcs.contains(&(rpc as i32)), "{rpc:?}");
+    }
+    let mut big = create_request("pvc-src");
+    big.capacity_range.as_mut().unwrap().required_bytes = 4 << 20;
+    let source = h
+        .controller
+        .create_volume(big)
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    let id = source.volume_id.clone();
+    let c = &mut h.controller;
+    let code = |r: Result<tonic::Response<csi::CreateSnapshotResponse>, tonic::Status>| {
+        r.unwrap_err().code()
+    };
+    assert_eq!(
+        code(c.create_snapshot(snapshot_request("", &id)).await),
+        Code::InvalidArgument
+    );
+    assert_eq!(
+        code(c.create_snapshot(snapshot_request("s1", "")).await),
+        Code::InvalidArgument
+    );
+    assert_eq!(
+        code(c.create_snapshot(snapshot_request("s1", "vol-nope")).await),
+        Code::NotFound
+    );
+    let taken = c
+        .create_snapshot(snapshot_request("s1", &id))
+        .await
+        .unwrap()
+        .into_inner();
+    let taken = taken.snapshot.unwrap();
+    assert_eq!(
+        (taken.snapshot_id.as_str(), taken.source_volume_id.as_str()),
+        ("snap-s1", id.as_str())
+    );
+    assert_eq!(taken.size_bytes, 4 << 20);
+    assert!(taken.ready_to_use);
+    assert_eq!(
+        taken.creation_time.as_ref().map(|t| t.seconds),
+        Some(1_700_000_000)
+    );
+    // The repeat is answered from the cache; another source is refused.
+    let again = c
+        .create_snapshot(snapshot_request("s1", &id))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again.snapshot.unwrap(), taken);
+    let other = c
+        .create_volume(create_request("pvc-other"))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(
+        code(
+            c.create_snapshot(snapshot_request("s1", &other.volume_id))
+                .await
+        ),
+        Code::AlreadyExists
+    );
+    c.create_snapshot(snapshot_request("s2", &other.volume_id))
+        .await
+        .unwrap();
+    let calls = h.provisioner.calls();
+    assert_eq!(calls.iter().filter(|c| **c == "create_snapshot").count(), 2);
+
+    let list = |snapshot_id: &str, source: &str, max: i32, token: &str| csi::ListSnapshotsRequest {
+        max_entries: max,
+        starting_token: token.into(),
+        source_volume_id: source.into(),
+        snapshot_id: snapshot_id.into(),
+        ..Default::default()
+    };
+    let ids = |r: csi::ListSnapshotsResponse| -> (Vec<String>, String) {
+        let ids = r
+            .entries
+            .into_iter()
+            .map(|e| e.snapshot.unwrap().snapshot_id)
+            .collect();
+        (ids, r.next_token)
+    };
+    let c = &mut h.controller;
+    let all = ids(c
+        .list_snapshots(list("", "", 0, ""))
+        .await
+        .unwrap()
+        .into_inner());
+    assert_eq!(
+        all,
+        (
+            vec!["snap-s1".to_owned(), "snap-s2".to_owned()],
+            String::new()
+        )
+    );
+    let (first, token) = ids(c
+        .list_snapshots(list("", "", 1, ""))
+        .await
+        .unwrap()
+        .into_inner());
+    assert_eq!(first, ["snap-s1"]);
+    let (rest, _) = ids(c
+        .list_snapshots(list("", "", 0, &token))
+        .await
+        .unwrap()
+        .into_inner());
+    assert_eq!(rest, ["snap-s2"]);
+    let (by_id, _) = ids(c
+        .list_snapshots(list("snap-s2", "", 0, ""))
+        .await
+        .unwrap()
+        .into_inner());
+    assert_eq!(by_id, ["snap-s2"]);
+    let (by_source, _) = ids(c
+        .list_snapshots(list("", &id, 0, ""))
+        .await
+        .unwrap()
+        .into_inner());
+    assert_eq!(by_source, ["snap-s1"]);
+    let (none, _) = ids(c
+        .list_snapshots(list("snap-nope", "", 0, ""))
+        .await
+        .unwrap()
+        .into_inner());
+    assert!(none.is_empty());
+    let bad = c
+        .list_snapshots(list("", "", 0, "invalid-token"))
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), Code::Aborted);
+
+    // Restore and clone: sources checked, their size against the limit.
+    let restore = from_source("pvc-restored", of_snapshot("snap-s1"));
+    let restored = c
+        .create_volume(restore.clone())
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(restored.content_source, restore.volume_content_source);
+    let clone = from_source("pvc-clone", of_volume(&id));
+    let cloned = c
+        .create_volume(clone.clone())
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(cloned.content_source, clone.volume_content_source);
+    let volume_code = |r: Result<tonic::Response<csi::CreateVolumeResponse>, tonic::Status>| {
+        r.unwrap_err().code()
+    };
+    assert_eq!(
+        volume_code(
+            c.create_volume(from_source("pvc-x", of_snapshot("snap-nope")))
+                .await
+        ),
+        Code::NotFound
+    );
+    assert_eq!(
+        volume_code(
+            c.create_volume(from_source("pvc-x", of_volume("vol-nope")))
+                .await
+        ),
+        Code::NotFound
+    );
+    assert_eq!(
+        volume_code(c.create_volume(from_source("pvc-x", of_snapshot(""))).await),
+        Code::InvalidArgument
+    );
+    for source in [of_snapshot("snap-s1"), of_volume(&id)] {
+        let mut small = from_source("pvc-small", source);
+        small.capacity_range.as_mut().unwrap().limit_bytes = 2 << 20;
+        assert_eq!(volume_code(c.create_volume(small).await), Code::OutOfRange);
+    }
+    // The same name from another source is another volume: refused.
+    let moved = from_source("pvc-restored", of_volume(&id));
+    assert_eq!(
+        volume_code(c.create_volume(moved).await),
+        Code::AlreadyExists
+    );
+
+    // Delete is idempotent and forgets the cached answer.
+    for _ in 0..2 {
+        c.delete_snapshot(csi::DeleteSnapshotRequest {
+            snapshot_id: "snap-s1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    let missing = c
+        .delete_snapshot(csi::DeleteSnapshotRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), Code::InvalidArgument);
+    c.create_snapshot(snapshot_request("s1", &id))
+        .await
+        .unwrap();
+    let calls = h.provisioner.calls();
+    assert_eq!(calls.iter().filter(|c| **c == "create_snapshot").count(), 3);
+    h.stop().await;
+}

@@ -19,6 +19,8 @@
 //! | [`Expand`] | `ControllerExpandVolume` | a bound claim's request grows (external-resizer) | yes: claims cannot grow |
 //! | [`Capacity`] | `GetCapacity` | CSIStorageCapacity objects the scheduler places `WaitForFirstConsumer` claims by (external-provisioner `--enable-capacity`) | yes: the scheduler ignores space |
 //! | [`List`] | `ListVolumes` | the external-health-monitor's volume conditions; reconciling COs | yes |
+//! | [`Snapshot`] | `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` | VolumeSnapshot (csi-snapshotter sidecar, snapshot-controller) | yes |
+//! | [`CreateRequest::source`], [`Provisioner::clones_volumes`] | `CreateVolume.volume_content_source` | a claim's `dataSource`: a VolumeSnapshot (restore) or a claim (clone) | yes: refused |
 //! | [`NodeExpand`] | `NodeExpandVolume` | kubelet grows the filesystem where the volume is published | yes: nothing to grow on the node |
 //! | [`Provisioner::stage_on_publish`] | `NodePublishVolume` / `NodeUnpublishVolume` run Stage / Unstage | staging per client pod ([`PodInfo`]) | yes: default is per node |
 //! | [`CreateRequest::name`] | `CreateVolumeRequest.name` | `pvc-<uid>` | idempotency key |
@@ -263,14 +265,14 @@ mod volume_id;
 pub use async_trait::async_trait;
 pub use error::{Error, Result};
 pub use provisioner::{
-    Capacity, Create, Delete, Expand, Expansion, List, NodeExpand, Provisioner, Stage, Stats,
-    Unstage, Validate,
+    Capacity, Create, Delete, Expand, Expansion, List, NodeExpand, Provisioner, Snapshot, Stage,
+    Stats, Unstage, Validate,
 };
 pub use types::{
-    AccessMode, AvailableCapacity, CapacityRange, CapacityRequest, Claim, CreateRequest,
-    DeleteRequest, ExpandRequest, Expanded, ListedVolume, MountOptions, NodeExpandRequest,
-    Parameters, PodInfo, Secrets, StageRequest, Staged, StatsRequest, Topology,
-    TopologyRequirement, UnstageRequest, Usage, ValidateRequest, Volume, VolumeCondition,
-    VolumeMode, VolumeStats, build,
+    AccessMode, AvailableCapacity, CapacityRange, CapacityRequest, Claim, ContentSource,
+    CreateRequest, DeleteRequest, DeleteSnapshotRequest, ExpandRequest, Expanded, ListedVolume,
+    MountOptions, NodeExpandRequest, Parameters, PodInfo, Secrets, SnapshotInfo, SnapshotRequest,
+    StageRequest, Staged, StatsRequest, Topology, TopologyRequirement, UnstageRequest, Usage,
+    ValidateRequest, Volume, VolumeCondition, VolumeMode, VolumeStats, build,
 };
 pub use volume_id::{PathComponentError, VolumeId};

@@ -17,9 +17,10 @@ use async_trait::async_trait;
 use crate::Result;
 use crate::VolumeId;
 use crate::types::{
-    AccessMode, AvailableCapacity, CapacityRequest, CreateRequest, DeleteRequest, ExpandRequest,
-    Expanded, ListedVolume, NodeExpandRequest, StageRequest, Staged, StatsRequest, UnstageRequest,
-    ValidateRequest, Volume, VolumeMode, VolumeStats,
+    AccessMode, AvailableCapacity, CapacityRequest, CreateRequest, DeleteRequest,
+    DeleteSnapshotRequest, ExpandRequest, Expanded, ListedVolume, NodeExpandRequest, SnapshotInfo,
+    SnapshotRequest, StageRequest, Staged, StatsRequest, UnstageRequest, ValidateRequest, Volume,
+    VolumeMode, VolumeStats,
 };
 
 /// Checks a requested volume before it is created, or an existing one against
@@ -267,6 +268,43 @@ pub trait List: Send + Sync {
     }
 }
 
+/// Takes, deletes and lists snapshots; volumes are restored from them by
+/// [`Create`] ([`CreateRequest::source`](crate::CreateRequest::source)).
+#[async_trait]
+pub trait Snapshot: Send + Sync {
+    /// Takes a snapshot of `req.source` named `req.name`, or returns it if
+    /// it already exists; a snapshot of that name of another volume is
+    /// [`AlreadyExists`](crate::Error::AlreadyExists).
+    ///
+    /// **CSI call:** `CreateSnapshot`, from the csi-snapshotter sidecar for
+    /// each VolumeSnapshot of a VolumeSnapshotClass whose `driver` is this
+    /// one. pav-csi has checked that the source volume exists (with
+    /// [`Create::exists`]), runs no other call on it meanwhile, and
+    /// answers repeats from a cache of recent answers.
+    ///
+    /// **Codes:** [`NotFound`](crate::Error::NotFound) when the volume does
+    /// not exist, [`ResourceExhausted`](crate::Error::ResourceExhausted)
+    /// when there is no room. csi-snapshotter retries every error with
+    /// exponential backoff; a snapshot that is not
+    /// [`ready`](crate::SnapshotInfo::ready) is asked about again.
+    async fn create_snapshot(&self, req: SnapshotRequest) -> Result<SnapshotInfo>;
+
+    /// Deletes the snapshot; one that does not exist is already deleted.
+    ///
+    /// **CSI call:** `DeleteSnapshot`, from csi-snapshotter when a
+    /// VolumeSnapshotContent with `deletionPolicy: Delete` is released.
+    /// Any error is retried with exponential backoff.
+    async fn delete_snapshot(&self, req: DeleteSnapshotRequest) -> Result<()>;
+
+    /// Every snapshot that exists, in any order, from the storage.
+    ///
+    /// **CSI call:** `ListSnapshots` (pav-csi filters by id or source,
+    /// sorts by handle and pages), and the source lookup of a
+    /// `CreateVolume` from a snapshot (`NOT_FOUND` when it is not listed,
+    /// `OUT_OF_RANGE` when the requested limit is below its size).
+    async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>>;
+}
+
 /// Whether [`Expand`] can grow a volume that is in use (CSI plugin
 /// capability `VolumeExpansion`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -295,6 +333,8 @@ pub enum Expansion {
 /// | `with_expand` | `EXPAND_VOLUME` controller capability, `ControllerExpandVolume` served; `VolumeExpansion` plugin capability (`ONLINE`, or [`offline_expansion`](Provisioner::offline_expansion)) |
 /// | `with_capacity` | `GET_CAPACITY` controller capability, `GetCapacity` served |
 /// | `with_list` | `LIST_VOLUMES` controller capability (and `VOLUME_CONDITION` when [`List::reports_condition`]), `ListVolumes` served |
+/// | `with_snapshot` | `CREATE_DELETE_SNAPSHOT` and `LIST_SNAPSHOTS` controller capabilities; `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` served; `CreateVolume` from a snapshot accepted |
+/// | `clones_volumes` | `CLONE_VOLUME` controller capability; `CreateVolume` from a volume accepted |
 /// | `with_node_expand` | `EXPAND_VOLUME` node capability, `NodeExpandVolume` served |
 /// | `stage_on_publish` | no `STAGE_UNSTAGE_VOLUME`; Stage/Unstage run in `NodePublishVolume`/`NodeUnpublishVolume` |
 ///
@@ -323,6 +363,8 @@ pub struct Provisioner<P = ()> {
     expansion: Expansion,
     capacity: Option<Arc<dyn Capacity>>,
     list: Option<Arc<dyn List>>,
+    snapshot: Option<Arc<dyn Snapshot>>,
+    clones: bool,
     volume_modes: BTreeSet<VolumeMode>,
     access_modes: BTreeSet<AccessMode>,
     stage_on_publish: bool,
@@ -347,6 +389,8 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             expansion: Expansion::Online,
             capacity: None,
             list: None,
+            snapshot: None,
+            clones: false,
             volume_modes: BTreeSet::from([VolumeMode::Filesystem]),
             access_modes: AccessMode::ALL.into_iter().collect(),
             stage_on_publish: false,
@@ -449,6 +493,24 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         self
     }
 
+    /// Adds the [`Snapshot`] touch point.
+    pub fn with_snapshot(mut self) -> Self
+    where
+        P: Snapshot,
+    {
+        self.snapshot = Some(self.inner.clone());
+        self
+    }
+
+    /// [`Create`] makes volumes from other volumes
+    /// ([`ContentSource::Volume`](crate::ContentSource::Volume)): pav-csi
+    /// advertises `CLONE_VOLUME` and passes such requests on (after
+    /// checking the source exists) instead of refusing them.
+    pub fn clones_volumes(mut self) -> Self {
+        self.clones = true;
+        self
+    }
+
     /// [`Expand`] grows only volumes that are not published: the plugin
     /// capability becomes `VolumeExpansion` `OFFLINE`, and Kubernetes
     /// resizes a claim only once no pod uses it.
@@ -504,6 +566,8 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             expansion: self.expansion,
             capacity: self.capacity,
             list: self.list,
+            snapshot: self.snapshot,
+            clones: self.clones,
             volume_modes: self.volume_modes,
             access_modes: self.access_modes,
             stage_on_publish: self.stage_on_publish,
@@ -562,6 +626,16 @@ impl<P> Provisioner<P> {
         self.list.as_deref()
     }
 
+    /// The Snapshot touch point, if implemented.
+    pub fn snapshot(&self) -> Option<&dyn Snapshot> {
+        self.snapshot.as_deref()
+    }
+
+    /// True when Create clones volumes; see [`clones_volumes`](Provisioner::clones_volumes).
+    pub fn clones(&self) -> bool {
+        self.clones
+    }
+
     /// Whether Expand grows volumes in use; meaningful with [`expand`](Self::expand).
     pub fn expansion(&self) -> Expansion {
         self.expansion
@@ -599,6 +673,8 @@ impl<P> fmt::Debug for Provisioner<P> {
             .field("expansion", &self.expansion)
             .field("capacity", &self.capacity.is_some())
             .field("list", &self.list.is_some())
+            .field("snapshot", &self.snapshot.is_some())
+            .field("clones", &self.clones)
             .field("volume_modes", &self.volume_modes)
             .field("access_modes", &self.access_modes)
             .field("stage_on_publish", &self.stage_on_publish)

@@ -271,8 +271,22 @@ pub struct CreateRequest {
     pub claim: Option<Claim>,
     /// Where the volume must or should be accessible from.
     pub topology: TopologyRequirement,
+    /// What the new volume starts with: a snapshot's or another volume's
+    /// data; `None` for an empty volume.
+    pub source: Option<ContentSource>,
     /// Secrets for the operation.
     pub secrets: Secrets,
+}
+
+/// Where a new volume's data comes from (CSI `volume_content_source`;
+/// Kubernetes: the claim's `dataSource`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ContentSource {
+    /// Restore this snapshot (its handle, as [`Snapshot`](crate::Snapshot) returned it).
+    Snapshot(VolumeId),
+    /// Clone this volume (its handle).
+    Volume(VolumeId),
 }
 
 /// A volume that exists, as returned by [`Create`](crate::Create).
@@ -639,6 +653,68 @@ impl ListedVolume {
     }
 }
 
+/// Asks for a snapshot of a volume. `name` is the idempotency key, as for
+/// [`CreateRequest`]: the same name and source again is the same snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SnapshotRequest {
+    /// Unique name chosen by the CO, at most 128 bytes (`snapshot-<uid>`).
+    pub name: String,
+    /// The volume to take the snapshot of; pav-csi checked it exists.
+    pub source: VolumeId,
+    /// VolumeSnapshotClass parameters, without the `csi.storage.k8s.io/` keys.
+    pub parameters: Parameters,
+    /// Secrets for the operation.
+    pub secrets: Secrets,
+}
+
+/// A snapshot that exists, as [`Snapshot`](crate::Snapshot) returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SnapshotInfo {
+    /// The handle (CSI `snapshot_id`, VolumeSnapshotContent
+    /// `snapshotHandle`), at most 128 bytes: all that deleting, listing
+    /// and restoring it will get.
+    pub handle: String,
+    /// The handle of the volume it was taken of.
+    pub source: String,
+    /// Bytes a volume restored from it needs at least.
+    pub size_bytes: u64,
+    /// When it was taken.
+    pub created: std::time::SystemTime,
+    /// True when it can be restored from (a snapshot still being cut or
+    /// uploaded is not: the snapshotter asks again).
+    pub ready: bool,
+}
+
+impl SnapshotInfo {
+    /// A ready snapshot `handle` of volume `source`.
+    pub fn new(
+        handle: impl Into<String>,
+        source: impl Into<String>,
+        size_bytes: u64,
+        created: std::time::SystemTime,
+    ) -> Self {
+        Self {
+            handle: handle.into(),
+            source: source.into(),
+            size_bytes,
+            created,
+            ready: true,
+        }
+    }
+}
+
+/// Asks to delete a snapshot. Deleting one that is already gone must succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeleteSnapshotRequest {
+    /// The snapshot handle, untrusted as a [`VolumeId`] is.
+    pub handle: VolumeId,
+    /// Secrets for the operation.
+    pub secrets: Secrets,
+}
+
 /// Constructors for the request types, for pav-csi and for provisioner tests.
 ///
 /// Requests are `#[non_exhaustive]` so that fields can be added without a
@@ -657,6 +733,7 @@ pub mod build {
             mount: MountOptions::default(),
             claim: None,
             topology: TopologyRequirement::default(),
+            source: None,
             secrets: Secrets::default(),
         }
     }
@@ -769,6 +846,24 @@ pub mod build {
             access_modes: Vec::new(),
             parameters: Parameters::new(),
             topology: None,
+        }
+    }
+
+    /// A [`SnapshotRequest`] named `name` of volume `source`.
+    pub fn snapshot(name: impl Into<String>, source: impl Into<VolumeId>) -> SnapshotRequest {
+        SnapshotRequest {
+            name: name.into(),
+            source: source.into(),
+            parameters: Parameters::new(),
+            secrets: Secrets::default(),
+        }
+    }
+
+    /// A [`DeleteSnapshotRequest`] for `handle`.
+    pub fn delete_snapshot(handle: impl Into<VolumeId>) -> DeleteSnapshotRequest {
+        DeleteSnapshotRequest {
+            handle: handle.into(),
+            secrets: Secrets::default(),
         }
     }
 

@@ -75,6 +75,8 @@ async fn main() -> anyhow::Result<()> {
         .with_node_expand()
         .with_capacity()
         .with_list()
+        .with_snapshot()
+        .clones_volumes()
         .volume_modes([VolumeMode::Filesystem, VolumeMode::Block]);
     let mut driver = pav_csi::Driver::builder(cli.driver_name)
         .version(env!("CARGO_PKG_VERSION"))

@@ -5,12 +5,13 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use pav_sdk::{
-    AvailableCapacity, Capacity, CapacityRequest, Create, CreateRequest, Delete, DeleteRequest,
-    Error, Expand, ExpandRequest, Expanded, List, ListedVolume, NodeExpand, NodeExpandRequest,
-    Result, Stage, StageRequest, Staged, Stats, StatsRequest, Topology, TopologyRequirement,
-    Unstage, UnstageRequest, Usage, Validate, ValidateRequest, Volume, VolumeCondition, VolumeId,
-    VolumeMode, VolumeStats, async_trait,
+    AvailableCapacity, Capacity, CapacityRequest, ContentSource, Create, CreateRequest, Delete,
+    DeleteRequest, Error, Expand, ExpandRequest, Expanded, List, ListedVolume, NodeExpand,
+    NodeExpandRequest, Result, Stage, StageRequest, Staged, Stats, StatsRequest, Topology,
+    TopologyRequirement, Unstage, UnstageRequest, Usage, Validate, ValidateRequest, Volume,
+    VolumeCondition, VolumeId, VolumeMode, VolumeStats, async_trait,
 };
+use pav_sdk::{DeleteSnapshotRequest, Snapshot, SnapshotInfo, SnapshotRequest};
 use tokio::process::Command;
 
 /// Size of a volume whose claim requests none.
@@ -89,11 +90,44 @@ impl SparseFiles {
 
     /// The handle for a volume name: stable, short, and safe as a file name.
     fn handle_for(name: &str) -> String {
-        // FNV-1a: deterministic across runs and Rust versions, unlike std's hasher.
-        let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
-        format!("sparse-{hash:016x}")
+        format!("sparse-{:016x}", fnv(name))
+    }
+
+    /// The handle of snapshot `name` of volume `source` (a volume handle,
+    /// `sparse-<hex>`): `snap-<hash of name>-<hex>`, so the handle alone
+    /// says which volume it was taken of.
+    fn snapshot_handle_for(name: &str, source: &str) -> String {
+        let volume = source.strip_prefix("sparse-").unwrap_or_default();
+        format!("snap-{:016x}-{volume}", fnv(name))
+    }
+
+    /// The image of snapshot `handle` and the handle of its volume,
+    /// refusing handles we never issued.
+    fn snapshot_image(&self, handle: &str) -> Result<(PathBuf, String)> {
+        let hex16 = |h: &str| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit());
+        match handle
+            .strip_prefix("snap-")
+            .and_then(|rest| rest.split_once('-'))
+        {
+            Some((name, volume)) if hex16(name) && hex16(volume) => Ok((
+                self.dir.join(format!("{handle}.img")),
+                format!("sparse-{volume}"),
+            )),
+            _ => Err(Error::NotFound(format!(
+                "{handle:?} is not a sparse-file snapshot"
+            ))),
+        }
+    }
+
+    /// What a snapshot image says about the snapshot.
+    fn snapshot_info(handle: &str, source: String, image: &Path) -> Result<SnapshotInfo> {
+        let meta = std::fs::metadata(image)?;
+        Ok(SnapshotInfo::new(
+            handle,
+            source,
+            meta.len(),
+            meta.modified()?,
+        ))
     }
 
     /// The backing file of `handle`, refusing handles we never issued.
@@ -115,6 +149,13 @@ impl SparseFiles {
             false => Err(Error::NotFound(format!("volume {handle} does not exist"))),
         }
     }
+}
+
+/// FNV-1a: deterministic across runs and Rust versions, unlike std's hasher.
+fn fnv(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Runs a command, returning its trimmed stdout, or `Internal` with its stderr.
@@ -234,11 +275,44 @@ impl Create for SparseFiles {
                 ))),
             };
         }
-        let size = req.capacity.choose(DEFAULT_SIZE, GRANULARITY)?;
-        self.check_space(size)?;
         let partial = self.dir.join(format!("{handle}.partial"));
-        make_image(&partial, &image, size)?;
-        tracing::info!(name = %req.name, %handle, size, "created sparse file");
+        let Some(source) = &req.source else {
+            let size = req.capacity.choose(DEFAULT_SIZE, GRANULARITY)?;
+            self.check_space(size)?;
+            make_image(&partial, &image, size)?;
+            tracing::info!(name = %req.name, %handle, size, "created sparse file");
+            return Ok(Self::volume(handle, size, place));
+        };
+        // Restore or clone: a copy of the source image, grown to the size
+        // asked for (its filesystem grows at the first stage).
+        let from = match source {
+            ContentSource::Snapshot(id) => {
+                let (from, _) = self.snapshot_image(id)?;
+                if !from.is_file() {
+                    return Err(Error::NotFound(format!("snapshot {id} does not exist")));
+                }
+                from
+            }
+            ContentSource::Volume(id) => self.existing_image(id)?,
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "content source {other:?} is not supported"
+                )));
+            }
+        };
+        let source_size = std::fs::metadata(&from)?.len();
+        if req.capacity.max_bytes.is_some_and(|max| max < source_size) {
+            return Err(Error::OutOfRange(format!(
+                "the source has {source_size} bytes, more than the limit"
+            )));
+        }
+        let size = req
+            .capacity
+            .choose(source_size, GRANULARITY)?
+            .max(source_size);
+        self.check_space(size)?;
+        copy_image(&from, &partial, &image, size).await?;
+        tracing::info!(name = %req.name, %handle, size, from = %from.display(), "created sparse file from a source");
         Ok(Self::volume(handle, size, place))
     }
 
@@ -299,6 +373,86 @@ impl Capacity for SparseFiles {
         let (_, free) = self.space()?;
         Ok(AvailableCapacity::new(free).with_minimum_volume_size(GRANULARITY))
     }
+}
+
+/// Copies `from` to `image` (mode 0600) and sizes the copy to `size` bytes
+/// when that is larger: a reflink (`FICLONE`, sharing blocks until written)
+/// where the filesystem has them, else a copy of the data regions only, so
+/// the copy stays as sparse as the source. Built under the name `partial`
+/// and renamed, and removed again if any step fails, as [`make_image`].
+async fn copy_image(from: &Path, partial: &Path, image: &Path, size: u64) -> Result<()> {
+    // A mounted volume's filesystem may hold writes not yet in its image.
+    rustix::fs::sync();
+    let (from, partial_path, image) = (from.to_owned(), partial.to_owned(), image.to_owned());
+    let copied = tokio::task::spawn_blocking(move || {
+        match std::fs::remove_file(&partial_path) {
+            Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let result = copy_file(&from, &partial_path, size)
+            .and_then(|()| std::fs::rename(&partial_path, &image));
+        if result.is_err() {
+            let _ = std::fs::remove_file(&partial_path);
+        }
+        result
+    })
+    .await
+    .map_err(|e| Error::Internal(format!("copy task: {e}")))?;
+    copied.map_err(|e| match e.kind() {
+        ErrorKind::StorageFull | ErrorKind::QuotaExceeded => {
+            Error::ResourceExhausted(format!("copying into {}: {e}", partial.display()))
+        }
+        _ => Error::Internal(format!("copying into {}: {e}", partial.display())),
+    })
+}
+
+/// Makes `to` (which must not exist) a copy of `from` of at least `size`
+/// bytes; see [`copy_image`].
+fn copy_file(from: &Path, to: &Path, size: u64) -> std::io::Result<()> {
+    let source = std::fs::File::open(from)?;
+    let copy = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(IMAGE_MODE)
+        .open(to)?;
+    let len = source.metadata()?.len();
+    if rustix::fs::ioctl_ficlone(&copy, &source).is_err() {
+        // No reflinks here (or across filesystems): copy what is data.
+        copy_data(&source, &copy, len)?;
+    }
+    copy.set_len(len.max(size))?;
+    copy.sync_all()
+}
+
+/// Copies the data regions of `source` (`SEEK_DATA`/`SEEK_HOLE`) into
+/// `copy` at the same offsets; holes stay holes.
+fn copy_data(source: &std::fs::File, copy: &std::fs::File, len: u64) -> std::io::Result<()> {
+    use rustix::fs::{SeekFrom, seek};
+    use std::os::unix::fs::FileExt as _;
+    let mut buffer = vec![0u8; 1 << 20];
+    let mut offset = 0;
+    while offset < len {
+        let start = match seek(source, SeekFrom::Data(offset)) {
+            Ok(start) => start,
+            Err(rustix::io::Errno::NXIO) => break, // only a hole is left
+            Err(e) => return Err(e.into()),
+        };
+        let end = seek(source, SeekFrom::Hole(start))?.min(len);
+        let mut at = start;
+        while at < end {
+            let want = usize::try_from(end - at)
+                .unwrap_or(usize::MAX)
+                .min(buffer.len());
+            let read = source.read_at(&mut buffer[..want], at)?;
+            if read == 0 {
+                break; // the source shrank meanwhile
+            }
+            copy.write_all_at(&buffer[..read], at)?;
+            at += read as u64;
+        }
+        offset = end;
+    }
+    Ok(())
 }
 
 /// Makes `image` a sparse file of `size` bytes, mode 0600: sized under the
@@ -391,6 +545,77 @@ impl Stage for SparseFiles {
             run("resize2fs", &[&device]).await?;
         }
         Ok(Staged::at(req.target_path))
+    }
+}
+
+/// A snapshot is a copy of the volume's image, `snap-<name hash>-<volume
+/// hex>.img` next to the volumes: a reflink where the filesystem has them,
+/// else a sparse copy. It is independent of its volume, which may be
+/// deleted before it.
+#[async_trait]
+impl Snapshot for SparseFiles {
+    async fn create_snapshot(&self, req: SnapshotRequest) -> Result<SnapshotInfo> {
+        if let Some(key) = req.parameters.keys().next() {
+            return Err(Error::InvalidArgument(format!("unknown parameter {key:?}")));
+        }
+        let from = self.existing_image(&req.source)?;
+        let handle = Self::snapshot_handle_for(&req.name, &req.source);
+        let (image, source) = self.snapshot_image(&handle)?;
+        // The name is taken by a snapshot of another volume?
+        let (name_part, _) = handle.rsplit_once('-').unwrap_or_default();
+        for entry in std::fs::read_dir(&self.dir)? {
+            let file = entry?.file_name();
+            let file = file.to_string_lossy();
+            if let Some(other) = file.strip_suffix(".img")
+                && other != handle
+                && other.starts_with(&format!("{name_part}-"))
+                && self.snapshot_image(other).is_ok()
+            {
+                return Err(Error::AlreadyExists(format!(
+                    "snapshot {:?} exists of another volume ({other})",
+                    req.name
+                )));
+            }
+        }
+        if image.is_file() {
+            return Self::snapshot_info(&handle, source, &image); // a retry
+        }
+        let meta = std::fs::metadata(&from)?;
+        let (allocated, _) = backing(&meta);
+        self.check_space(allocated)?;
+        let partial = self.dir.join(format!("{handle}.partial"));
+        copy_image(&from, &partial, &image, 0).await?;
+        tracing::info!(name = %req.name, %handle, "took snapshot");
+        Self::snapshot_info(&handle, source, &image)
+    }
+
+    async fn delete_snapshot(&self, req: DeleteSnapshotRequest) -> Result<()> {
+        let Ok((image, _)) = self.snapshot_image(&req.handle) else {
+            return Ok(()); // never ours: nothing to delete
+        };
+        match std::fs::remove_file(&image) {
+            Err(e) if e.kind() != ErrorKind::NotFound => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+
+    async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        let mut snapshots = Vec::new();
+        for entry in std::fs::read_dir(&self.dir)? {
+            let file = entry?.file_name();
+            let Some(handle) = file.to_str().and_then(|f| f.strip_suffix(".img")) else {
+                continue;
+            };
+            let Ok((image, source)) = self.snapshot_image(handle) else {
+                continue;
+            };
+            match Self::snapshot_info(handle, source, &image) {
+                Ok(info) => snapshots.push(info),
+                Err(Error::Internal(_)) if !image.exists() => {} // deleted meanwhile
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(snapshots)
     }
 }
 
@@ -820,6 +1045,154 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(files.list().await.unwrap().len(), 1);
+    }
+
+    /// Writes `data` at `offset` of volume `handle`'s image.
+    fn write_at(dir: &Path, handle: &str, offset: u64, data: &[u8]) {
+        use std::os::unix::fs::FileExt as _;
+        let image = dir.join(format!("{handle}.img"));
+        let file = std::fs::OpenOptions::new().write(true).open(image).unwrap();
+        file.write_all_at(data, offset).unwrap();
+    }
+
+    fn read_at(path: &Path, offset: u64, len: usize) -> Vec<u8> {
+        use std::os::unix::fs::FileExt as _;
+        let mut buffer = vec![0; len];
+        std::fs::File::open(path)
+            .unwrap()
+            .read_exact_at(&mut buffer, offset)
+            .unwrap();
+        buffer
+    }
+
+    #[tokio::test]
+    async fn snapshots_copy_the_image_and_restore_and_clone_from_it() {
+        use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+        let dir = tempfile::tempdir().unwrap();
+        let files = SparseFiles::new(dir.path().into());
+        let volume = files.create(create_request(4 << 20)).await.unwrap();
+        write_at(dir.path(), &volume.handle, 3 << 20, b"kept");
+        let ask = pav_sdk::build::snapshot("snap-1", volume.handle.as_str());
+        let taken = files.create_snapshot(ask.clone()).await.unwrap();
+        assert_eq!(
+            (taken.source.as_str(), taken.size_bytes),
+            (volume.handle.as_str(), 4 << 20)
+        );
+        assert!(taken.ready);
+        let (image, _) = files.snapshot_image(&taken.handle).unwrap();
+        let meta = std::fs::metadata(&image).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert!(
+            meta.blocks() * 512 < 4 << 20,
+            "still sparse: {} blocks",
+            meta.blocks()
+        );
+        // Written after the snapshot: not in it.
+        write_at(dir.path(), &volume.handle, 3 << 20, b"lost");
+        assert_eq!(files.create_snapshot(ask).await.unwrap(), taken, "a retry");
+        let mut other = create_request(1 << 20);
+        other.name = "pvc-other".into();
+        let other = files.create(other).await.unwrap();
+        let taken_elsewhere = pav_sdk::build::snapshot("snap-1", other.handle.as_str());
+        assert!(matches!(
+            files.create_snapshot(taken_elsewhere).await,
+            Err(Error::AlreadyExists(_))
+        ));
+        let missing = pav_sdk::build::snapshot("snap-2", "sparse-0123456789abcdef");
+        assert!(matches!(
+            files.create_snapshot(missing).await,
+            Err(Error::NotFound(_))
+        ));
+        assert_eq!(files.list_snapshots().await.unwrap(), vec![taken.clone()]);
+        assert_eq!(
+            files.list().await.unwrap().len(),
+            2,
+            "snapshots are no volumes"
+        );
+
+        // Restore, larger than the snapshot: its data, the size asked for.
+        let mut restore = create_request(6 << 20);
+        restore.name = "pvc-restored".into();
+        restore.source = Some(ContentSource::Snapshot(taken.handle.as_str().into()));
+        let restored = files.create(restore.clone()).await.unwrap();
+        assert_eq!(restored.capacity_bytes, 6 << 20);
+        let restored_image = files.existing_image(&restored.handle).unwrap();
+        assert_eq!(read_at(&restored_image, 3 << 20, 4), b"kept");
+        // Clone: the volume's data now.
+        let mut clone = create_request(1 << 20);
+        clone.name = "pvc-clone".into();
+        clone.source = Some(ContentSource::Volume(volume.handle.as_str().into()));
+        let cloned = files.create(clone.clone()).await.unwrap();
+        assert_eq!(
+            cloned.capacity_bytes,
+            4 << 20,
+            "never smaller than the source"
+        );
+        let cloned_image = files.existing_image(&cloned.handle).unwrap();
+        assert_eq!(read_at(&cloned_image, 3 << 20, 4), b"lost");
+        // Sources that do not exist, and limits below the source's size.
+        for (name, source) in [
+            (
+                "pvc-a",
+                ContentSource::Snapshot("snap-0123456789abcdef-0123456789abcdef".into()),
+            ),
+            ("pvc-b", ContentSource::Snapshot("../x".into())),
+            (
+                "pvc-c",
+                ContentSource::Volume("sparse-0123456789abcdef".into()),
+            ),
+        ] {
+            let mut req = create_request(1 << 20);
+            req.name = name.into();
+            req.source = Some(source);
+            assert!(
+                matches!(files.create(req).await, Err(Error::NotFound(_))),
+                "{name}"
+            );
+        }
+        let mut small = clone;
+        small.name = "pvc-small".into();
+        small.capacity.max_bytes = Some(2 << 20);
+        assert!(matches!(
+            files.create(small).await,
+            Err(Error::OutOfRange(_))
+        ));
+        let mut huge = restore;
+        huge.name = "pvc-huge".into();
+        huge.capacity.min_bytes = Some(1 << 60);
+        assert!(matches!(
+            files.create(huge).await,
+            Err(Error::OutOfRange(_))
+        ));
+        assert!(
+            entries(dir.path()).iter().all(|e| !e.ends_with(".partial")),
+            "{:?}",
+            entries(dir.path())
+        );
+
+        let delete = pav_sdk::build::delete_snapshot(taken.handle.as_str());
+        files.delete_snapshot(delete.clone()).await.unwrap();
+        files.delete_snapshot(delete).await.unwrap();
+        files
+            .delete_snapshot(pav_sdk::build::delete_snapshot("../victim"))
+            .await
+            .unwrap();
+        assert_eq!(files.list_snapshots().await.unwrap(), vec![]);
+    }
+
+    /// A copy that fails part way leaves no partial file.
+    #[tokio::test]
+    async fn a_failed_copy_removes_the_partial_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = dir.path().join("from.img");
+        std::fs::write(&from, b"data").unwrap();
+        let partial = dir.path().join("to.partial");
+        // The target is a directory, so the rename fails after the copy.
+        let image = dir.path().join("to.img");
+        std::fs::create_dir(&image).unwrap();
+        std::fs::write(image.join("x"), b"").unwrap();
+        assert!(copy_image(&from, &partial, &image, 0).await.is_err());
+        assert!(!partial.exists());
     }
 
     #[tokio::test]

@@ -16,6 +16,7 @@ use pav_sdk::{
     Unstage, UnstageRequest, Usage, Validate, ValidateRequest, Volume, VolumeCondition, VolumeId,
     VolumeMode, VolumeStats, async_trait,
 };
+use pav_sdk::{DeleteSnapshotRequest, Snapshot, SnapshotInfo, SnapshotRequest};
 use tonic::transport::Channel;
 
 /// Volumes kept in memory; staging hands out directories and files under
@@ -27,6 +28,8 @@ pub struct Memory {
     pub creates: AtomicUsize,
     pub unstages: AtomicUsize,
     pub calls: Mutex<Vec<&'static str>>,
+    /// Snapshots by name.
+    pub snapshots: Mutex<HashMap<String, SnapshotInfo>>,
 }
 
 impl Memory {
@@ -38,6 +41,7 @@ impl Memory {
             creates: AtomicUsize::new(0),
             unstages: AtomicUsize::new(0),
             calls: Mutex::default(),
+            snapshots: Mutex::default(),
         }
     }
 
@@ -253,6 +257,49 @@ impl List for Memory {
     }
 }
 
+#[async_trait]
+impl Snapshot for Memory {
+    /// Snapshot `snap-<name>` of the volume, its size; a name taken for
+    /// another volume is `AlreadyExists`.
+    async fn create_snapshot(&self, req: SnapshotRequest) -> Result<SnapshotInfo> {
+        self.record("create_snapshot");
+        let size = (self.volumes.lock().unwrap().values())
+            .find(|v| v.handle == req.source)
+            .map(|v| v.capacity_bytes)
+            .ok_or_else(|| Error::NotFound(req.source.to_string()))?;
+        let mut snapshots = self.snapshots.lock().unwrap();
+        if let Some(taken) = snapshots.get(&req.name) {
+            return match taken.source == req.source.as_str() {
+                true => Ok(taken.clone()),
+                false => Err(Error::AlreadyExists(req.name)),
+            };
+        }
+        let created = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let taken = SnapshotInfo::new(
+            format!("snap-{}", req.name),
+            req.source.as_str(),
+            size,
+            created,
+        );
+        snapshots.insert(req.name, taken.clone());
+        Ok(taken)
+    }
+
+    async fn delete_snapshot(&self, req: DeleteSnapshotRequest) -> Result<()> {
+        self.record("delete_snapshot");
+        self.snapshots
+            .lock()
+            .unwrap()
+            .retain(|_, s| s.handle != req.handle);
+        Ok(())
+    }
+
+    async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        self.record("list_snapshots");
+        Ok(self.snapshots.lock().unwrap().values().cloned().collect())
+    }
+}
+
 /// A running driver and clients for it.
 pub struct Harness {
     pub dir: tempfile::TempDir,
@@ -290,6 +337,8 @@ pub struct Options {
     pub capacity: bool,
     /// List.
     pub list: bool,
+    /// Snapshot and clones.
+    pub snapshots: bool,
 }
 
 impl Default for Options {
@@ -306,6 +355,7 @@ impl Default for Options {
             offline_expansion: false,
             capacity: false,
             list: false,
+            snapshots: false,
         }
     }
 }
@@ -341,6 +391,9 @@ impl Harness {
         }
         if options.expand {
             provisioner = provisioner.with_expand().with_node_expand();
+        }
+        if options.snapshots {
+            provisioner = provisioner.with_snapshot().clones_volumes();
         }
         if options.list {
             provisioner = provisioner.with_list();
