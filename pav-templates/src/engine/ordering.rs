@@ -67,24 +67,61 @@ pub(crate) fn python_order(
     left: &Value,
     right: &Value,
 ) -> Result<Ordering, JinjaError> {
+    Ok(first_difference(operator, left, right)?.unwrap_or(Ordering::Equal))
+}
+
+/// [`python_order`], or `None` for two sequences equal item by item.
+///
+/// Python skips the items that are equal and orders the first pair that
+/// is not. Testing a pair of sequences for equality and then ordering them
+/// walks their items twice, and again at every level below: quadratic in
+/// the depth (`[l, [l]] | sort` of a 3,000-deep list took 10 s, and the
+/// fuel builds 130,000 levels). Here each pair of nested sequences is
+/// walked once, equality and order together.
+fn first_difference(
+    operator: &str,
+    left: &Value,
+    right: &Value,
+) -> Result<Option<Ordering>, JinjaError> {
     let numeric = |value: &Value| matches!(value.kind(), ValueKind::Number | ValueKind::Bool);
+    let same_sequence_type = |a: &Value, b: &Value| {
+        a.kind() == ValueKind::Seq && b.kind() == ValueKind::Seq && a.is_tuple() == b.is_tuple()
+    };
     match (left.kind(), right.kind()) {
         (ValueKind::Undefined, _) | (_, ValueKind::Undefined) => Err(undefined_error()),
-        _ if numeric(left) && numeric(right) => Ok(left.cmp(right)),
-        (ValueKind::String, ValueKind::String) => Ok(left.cmp(right)),
-        (ValueKind::Seq, ValueKind::Seq) if left.is_tuple() == right.is_tuple() => {
+        _ if numeric(left) && numeric(right) => Ok(Some(left.cmp(right))),
+        (ValueKind::String, ValueKind::String) => Ok(Some(left.cmp(right))),
+        _ if same_sequence_type(left, right) => {
             let left_items: Vec<Value> = left.try_iter()?.collect();
             let right_items: Vec<Value> = right.try_iter()?.collect();
-            // Python: the first pair of items that are not equal decides;
-            // without one, the shorter sequence is the smaller.
             for (a, b) in left_items.iter().zip(&right_items) {
-                if a != b {
-                    return python_order(operator, a, b);
+                if same_sequence_type(a, b) && !same_list(a, b) {
+                    if let Some(order) = first_difference(operator, a, b)? {
+                        return Ok(Some(order));
+                    }
+                } else if a != b {
+                    return python_order(operator, a, b).map(Some);
                 }
             }
-            Ok(left_items.len().cmp(&right_items.len()))
+            // Without an unequal pair, the shorter sequence is the smaller.
+            Ok(match left_items.len().cmp(&right_items.len()) {
+                Ordering::Equal => None,
+                order => Some(order),
+            })
         }
         _ => Err(unorderable(operator, left, right)),
+    }
+}
+
+/// Whether `a` and `b` are the same list object (equal without a walk, as
+/// `==` finds them).
+fn same_list(a: &Value, b: &Value) -> bool {
+    match (
+        a.downcast_object_ref::<Vec<Value>>(),
+        b.downcast_object_ref::<Vec<Value>>(),
+    ) {
+        (Some(a), Some(b)) => std::ptr::eq(a, b),
+        _ => false,
     }
 }
 
