@@ -8,7 +8,11 @@
 #
 # Needs root (mounts; loop devices for sparse-file), Go (to install
 # csi-sanity if absent), cargo, and for sparse-file losetup/mount/mountpoint
-# (util-linux), blkid and mkfs.ext4 (e2fsprogs).
+# (util-linux), blkid, mkfs.ext4 and resize2fs (e2fsprogs).
+# csi-sanity runs the tests of every capability a driver advertises: for
+# sparse-file also expansion (to --csi.testvolumeexpandsize), capacity,
+# ListVolumes, snapshots, restores and clones; hostdir advertises only the
+# basic ones.
 # Non-interactive; exits non-zero when any spec fails or anything outside a
 # driver's directories changed.
 #
@@ -36,7 +40,7 @@ if [[ $(id -u) -ne 0 ]]; then
     echo "csi-sanity.sh: must run as root (loop devices and mounts)" >&2
     exit 1
 fi
-for tool in cargo losetup mount umount mountpoint blkid mkfs.ext4; do
+for tool in cargo losetup mount umount mountpoint blkid mkfs.ext4 resize2fs; do
     command -v "$tool" >/dev/null || { echo "csi-sanity.sh: $tool not found" >&2; exit 1; }
 done
 
