@@ -13,6 +13,9 @@
 //!   refuse values nested deeper than [`MAX_VALUE_DEPTH`], cyclic ones
 //!   included; namespaces are emptied after each render
 //!   (`NamespaceTracking`), so a namespace holding itself is not leaked.
+//! - Every render has [`RENDER_STACK_BYTES`] of stack, enough for
+//!   minijinja's own recursive operations on the deepest value the fuel
+//!   can build ([`MAX_BUILT_DEPTH`]).
 
 use minijinja::syntax::SyntaxConfig;
 use std::cell::RefCell;
@@ -27,9 +30,12 @@ pub mod nesting;
 mod numbers;
 mod ordering;
 mod pyrepr;
+mod stack;
 mod strings;
 
 use numbers::python_number;
+pub(crate) use stack::on_render_stack;
+pub use stack::{MAX_BUILT_DEPTH, RENDER_STACK_BYTES};
 
 /// Evaluation budget of one field's template, in minijinja fuel units
 /// (roughly one per instruction). The encryption example's largest field
@@ -48,10 +54,11 @@ pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
 pub const MAX_PHASE_OUTPUT_BYTES: usize = 4 << 20;
 
 /// Deepest nesting of lists and mappings that `tojson`, `string`, `pprint`
-/// and `join` accept. They recurse once per level: a 20,000-deep list (a
-/// loop of `{% set ns.l = [ns.l] %}` builds one within the fuel) overflowed
-/// a 2 MiB stack, and `pprint`'s indentation grows with the square of the
-/// depth (35 s at 2,000 levels). Kubernetes objects nest about 15 levels.
+/// and `join` accept: they would also refuse a value containing itself
+/// only after an endless walk, and `pprint`'s indentation grows with the
+/// square of the depth (35 s at 2,000 levels). Kubernetes objects nest
+/// about 15 levels. (The stack is not what this guards: every render has
+/// [`RENDER_STACK_BYTES`], enough for any depth the fuel can build.)
 pub const MAX_VALUE_DEPTH: usize = 128;
 
 /// Builds an environment with PaV's syntax, filters, formatter and limits.
@@ -609,11 +616,13 @@ impl Drop for NamespaceTracking {
 
 /// Drops `values` without recursing into the lists only they hold.
 ///
-/// Dropping a list drops its items, recursively: a list 20,000 deep (a
-/// loop of `{% set ns.l = [ns.l] %}` builds one within the fuel) overflowed
-/// the stack when its namespace was dropped. Lists are taken apart here
-/// one level at a time instead. (Mappings cannot be: minijinja does not
-/// expose their type.)
+/// Dropping a list drops its items, recursively: 368 bytes of stack per
+/// level in a debug build. Lists held by namespaces are taken apart here
+/// one level at a time instead, so emptying them touches no more stack
+/// than a shallow value. (Mappings cannot be: minijinja does not expose
+/// their type. Nor can values the render dropped itself. Both drop by
+/// recursion within [`RENDER_STACK_BYTES`], which `tests/deep_values.rs`
+/// checks at the deepest the fuel allows.)
 fn release_iteratively(mut values: Vec<Value>) {
     while let Some(value) = values.pop() {
         let Some(list) = value.downcast_object::<Vec<Value>>() else {

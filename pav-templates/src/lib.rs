@@ -7,6 +7,13 @@
 //! evaluate one phase for one volume, in a sandbox bounded by fuel,
 //! recursion depth and output size.
 //!
+//! Rendering asks no particular stack of its caller: each render runs with
+//! [`engine::RENDER_STACK_BYTES`] of stack, enough for the deepest value
+//! its fuel can build, on the calling thread's own stack when that has so
+//! much left, else on one mapped for the call. Threads that render often
+//! (the pav drivers' runtime threads) are best made that large, which
+//! costs address space only.
+//!
 //! ```
 //! use pav_templates::{CompiledProvisioner, samples};
 //!

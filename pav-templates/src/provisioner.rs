@@ -241,7 +241,10 @@ impl CompiledProvisioner {
     pub fn render_raw(&self, phase: Phase, context: &Value) -> Result<Json> {
         match &self.phases[phase.index()] {
             None => Ok(Json::Object(Map::new())),
-            Some(node) => self.render_node(node, context, &Cell::new(MAX_PHASE_OUTPUT_BYTES)),
+            // Everything a template makes is made and dropped in here.
+            Some(node) => engine::on_render_stack(|| {
+                self.render_node(node, context, &Cell::new(MAX_PHASE_OUTPUT_BYTES))
+            }),
         }
     }
 
