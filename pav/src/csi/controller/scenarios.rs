@@ -1,0 +1,570 @@
+//! Scenarios of CreateVolume and DeleteVolume against the fake API server
+//! ([`fixtures`](super::super::fixtures)), through pav-csi's gRPC
+//! service as external-provisioner calls it.
+
+use std::time::Duration;
+
+use super::*;
+use crate::csi::fixtures::{ApiServer, Logged, list};
+use http::Method;
+use kube::Client;
+use pav_csi::csi;
+use serde_json::json;
+
+const PROVISIONERS: &str = "/apis/pav.albertofaria.github.io/v1alpha1/pavprovisioners";
+const CLAIM: &str = "/api/v1/namespaces/apps/persistentvolumeclaims/data";
+const CLASS: &str = "/apis/storage.k8s.io/v1/storageclasses/sc";
+const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/apps/events";
+
+fn claim() -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data", "namespace": "apps", "uid": "u-data",
+                     "resourceVersion": "1"},
+        "spec": {"storageClassName": "sc", "accessModes": ["ReadWriteOnce"],
+                 "resources": {"requests": {"storage": "1Mi"}}},
+    })
+}
+
+fn class() -> serde_json::Value {
+    json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": "sc"}, "provisioner": "p",
+    })
+}
+
+/// The fake, answering for provisioner `p` with `spec`, claim
+/// `apps/data` of class `sc`, no PersistentVolumes and no pods.
+fn scenario(spec: serde_json::Value) -> (ApiServer, Client) {
+    let (server, client) = ApiServer::start();
+    let provisioner = json!({
+        "apiVersion": "pav.albertofaria.github.io/v1alpha1", "kind": "PavProvisioner",
+        "metadata": {"name": "p", "uid": "u-p", "generation": 1, "resourceVersion": "1"},
+        "spec": spec,
+    });
+    server.route(
+        Method::GET,
+        PROVISIONERS,
+        list("PavProvisioner", vec![provisioner]),
+    );
+    server.route(
+        Method::GET,
+        "/api/v1/persistentvolumes",
+        list("PersistentVolume", vec![]),
+    );
+    server.route(Method::GET, "/api/v1/pods", list("Pod", vec![]));
+    server.route(Method::GET, CLAIM, (200, claim()));
+    server.route(
+        Method::GET,
+        "/api/v1/namespaces/apps/persistentvolumeclaims",
+        list("PersistentVolumeClaim", vec![claim()]),
+    );
+    server.route(Method::GET, CLASS, (200, class()));
+    server.on(|r: &Logged| {
+        (r.method == Method::POST && r.path.ends_with("/events"))
+            .then(|| (201, r.body.clone().unwrap_or_default()))
+    });
+    (server, client)
+}
+
+fn request(required_bytes: i64) -> csi::CreateVolumeRequest {
+    csi::CreateVolumeRequest {
+        name: "pvc-u-data".into(),
+        capacity_range: Some(csi::CapacityRange {
+            required_bytes,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![csi::VolumeCapability {
+            access_type: Some(csi::volume_capability::AccessType::Mount(
+                csi::volume_capability::MountVolume::default(),
+            )),
+            access_mode: Some(csi::volume_capability::AccessMode {
+                mode: csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
+            }),
+        }],
+        parameters: [
+            ("csi.storage.k8s.io/pvc/name".to_owned(), "data".to_owned()),
+            (
+                "csi.storage.k8s.io/pvc/namespace".to_owned(),
+                "apps".to_owned(),
+            ),
+        ]
+        .into(),
+        ..Default::default()
+    }
+}
+
+/// Serves the CSI controller of `p` over `client` and sends `request`.
+async fn create_volume(
+    client: Client,
+    request: csi::CreateVolumeRequest,
+) -> std::result::Result<csi::CreateVolumeResponse, tonic::Status> {
+    with_controller(client, async |mut controller| {
+        controller
+            .create_volume(request)
+            .await
+            .map(|r| r.into_inner())
+    })
+    .await
+}
+
+/// Serves the CSI controller of `p` over `client` while `calls`
+/// runs with a gRPC client of it.
+async fn with_controller<T>(
+    client: Client,
+    calls: impl AsyncFnOnce(csi::controller_client::ControllerClient<tonic::transport::Channel>) -> T,
+) -> T {
+    let cluster = Arc::new(Cluster::new(
+        client,
+        "p".into(),
+        "pav".into(),
+        Duration::from_secs(30),
+        Arc::new(crate::csi::metrics::Metrics::default()),
+        None,
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("csi.sock");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let driver = pav_csi::Driver::builder("p")
+        .provisioner(crate::csi::controller_provisioner(cluster))
+        .serve_controller(&socket)
+        .run_until(async {
+            let _ = stopped.await;
+        });
+    let server = tokio::spawn(driver);
+    for _ in 0..100 {
+        if socket.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let channel = pav_csi::client::connect(&socket).await.unwrap();
+    let answer = calls(csi::controller_client::ControllerClient::new(channel)).await;
+    let _ = stop.send(());
+    let _ = server.await;
+    answer
+}
+
+/// What a scenario asked of the API server, caches' lists and
+/// watches aside, in order.
+fn asked(server: &ApiServer) -> Vec<String> {
+    server
+        .requests()
+        .into_iter()
+        .filter(|r| !r.is_watch() && !r.query.contains("limit="))
+        .map(|r| r.line())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_volume_without_pods_is_the_evaluated_one() {
+    let (server, client) = scenario(json!({
+        "provisioningModes": ["Dynamic"],
+        "volumeCreation": {"capacity": "{{ requestedMinCapacity }}"},
+        "volumeStaging": {"podTemplate": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
+    }));
+    let volume = create_volume(client, request(1 << 20))
+        .await
+        .expect("CreateVolume")
+        .volume
+        .unwrap();
+    let pvc: PersistentVolumeClaim = serde_json::from_value(claim()).unwrap();
+    let sc: StorageClass = serde_json::from_value(class()).unwrap();
+    let context = CreationContext::new(&pvc, &sc).unwrap();
+    assert_eq!(volume.volume_id, context.default_handle());
+    assert_eq!(volume.capacity_bytes, 1 << 20);
+    assert_eq!(
+        asked(&server),
+        [format!("GET {CLAIM}"), format!("GET {CLASS}")]
+    );
+}
+
+#[tokio::test]
+async fn a_capacity_over_the_maximum_is_out_of_range_with_a_validation_event() {
+    let (server, client) = scenario(json!({
+        "provisioningModes": ["Dynamic"],
+        "volumeValidation": {"maxCapacity": "1Ki"},
+        "volumeCreation": {"capacity": "{{ requestedMinCapacity }}"},
+        "volumeStaging": {"podTemplate": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
+    }));
+    let status = create_volume(client, request(1 << 20)).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    assert_eq!(
+        status.message(),
+        "requested capacity 1048576 bytes exceeds the maximum of 1024 bytes"
+    );
+    assert_eq!(
+        asked(&server),
+        [
+            format!("GET {CLAIM}"),
+            format!("GET {CLASS}"),
+            format!("POST {EVENTS}")
+        ]
+    );
+    let event = server
+        .requests()
+        .into_iter()
+        .find(|r| r.method == Method::POST)
+        .and_then(|r| r.body)
+        .unwrap();
+    assert_eq!(event["reason"], "ValidationFailed");
+    assert_eq!(event["regarding"]["name"], "data");
+    assert_eq!(event["note"], status.message());
+}
+
+/// The PersistentVolume of claim `apps/data`, handle `vol-1`.
+fn volume() -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": "pvc-u-data", "uid": "u-pv", "resourceVersion": "1"},
+        "spec": {
+            "csi": {"driver": "p", "volumeHandle": "vol-1"},
+            "claimRef": {"name": "data", "namespace": "apps", "uid": "u-data"},
+            "storageClassName": "sc",
+            "accessModes": ["ReadWriteOnce"],
+            "capacity": {"storage": "1Mi"},
+        },
+    })
+}
+
+#[tokio::test]
+async fn a_volume_without_a_deletion_pod_is_deleted_once_and_its_pods_cleaned_up() {
+    let (server, client) = scenario(json!({
+        "provisioningModes": ["Dynamic"],
+        "volumeCreation": {"capacity": "{{ requestedMinCapacity }}"},
+        "volumeStaging": {"podTemplate": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
+    }));
+    server.route(
+        Method::GET,
+        "/api/v1/persistentvolumes",
+        list("PersistentVolume", vec![volume()]),
+    );
+    let delete = |id: &str| csi::DeleteVolumeRequest {
+        volume_id: id.into(),
+        ..Default::default()
+    };
+    let answers = with_controller(client, async |mut controller| {
+        let mut answers = Vec::new();
+        for id in ["vol-1", "vol-1", "vol-unknown"] {
+            answers.push(controller.delete_volume(delete(id)).await.map(|_| ()));
+        }
+        answers
+    })
+    .await;
+    for answer in answers {
+        answer.expect("DeleteVolume");
+    }
+    let pods = "GET /api/v1/pods".to_owned();
+    // The claim and its class for the deletion context, then the
+    // claim's pods; the repeat and the unknown handle ask nothing.
+    assert_eq!(
+        asked(&server),
+        [format!("GET {CLAIM}"), format!("GET {CLASS}"), pods]
+    );
+    let listed = server
+        .requests()
+        .into_iter()
+        .find(|r| r.line() == "GET /api/v1/pods" && !r.query.contains("limit="))
+        .unwrap();
+    assert!(
+        listed.query.contains("volume%3Du-data") || listed.query.contains("volume=u-data"),
+        "{listed:?}"
+    );
+}
+
+/// A provisioner whose creation and deletion are pods; the creation
+/// pod is given the requested capacity as an argument.
+fn spec_with_pods() -> serde_json::Value {
+    json!({
+        "provisioningModes": ["Dynamic"],
+        "volumeCreation": {"podTemplate": {"spec": {"containers": [{
+            "name": "create", "image": "creator:1",
+            "args": ["{{ requestedMinCapacity }}"],
+        }]}}},
+        "volumeDeletion": {"podTemplate": {"spec": {"containers": [{
+            "name": "delete", "image": "deleter:1",
+        }]}}},
+        "volumeStaging": {"podTemplate": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
+    })
+}
+
+/// The kubelet and node plugin of a scenario: every pod runs, then
+/// ends as `end` says for its phase label.
+fn kubelet(
+    end: impl Fn(&str) -> serde_json::Value + Send + 'static,
+) -> impl Fn(&serde_json::Value) -> Vec<serde_json::Value> + Send + 'static {
+    move |pod| {
+        let phase = pod["metadata"]["labels"][LABEL_PHASE]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        vec![json!({"status": {"phase": "Running"}}), end(&phase)]
+    }
+}
+
+/// A pod that succeeded, its `/pav` files collected.
+fn succeeded(files: state::Collected) -> serde_json::Value {
+    json!({
+        "metadata": {"annotations": files.annotations()},
+        "status": {"phase": "Succeeded"},
+    })
+}
+
+/// A pod whose container `container` was killed for `reason`, no
+/// `/pav/error` written.
+fn failed(container: &str, reason: &str) -> serde_json::Value {
+    json!({
+        "metadata": {"annotations": state::Collected::default().annotations()},
+        "status": {"phase": "Failed", "containerStatuses": [{
+            "name": container, "image": "x", "imageID": "", "ready": false,
+            "restartCount": 0,
+            "state": {"terminated": {"exitCode": 137, "reason": reason}},
+        }]},
+    })
+}
+
+/// The pod the driver must create for `phase` of claim
+/// `apps/data`: the template of `spec` rendered and built as
+/// `pav render` builds it.
+fn expected_pod(spec: &serde_json::Value, phase: Phase) -> serde_json::Value {
+    let provisioner: pav_templates::PavProvisioner = serde_json::from_value(json!({
+        "apiVersion": "pav.albertofaria.github.io/v1alpha1", "kind": "PavProvisioner",
+        "metadata": {"name": "p", "uid": "u-p", "generation": 1, "resourceVersion": "1"},
+        "spec": spec,
+    }))
+    .unwrap();
+    let compiled = pav_templates::CompiledProvisioner::new(&provisioner).unwrap();
+    let pvc: PersistentVolumeClaim = serde_json::from_value(claim()).unwrap();
+    let sc: StorageClass = serde_json::from_value(class()).unwrap();
+    let context = CreationContext::new(&pvc, &sc).unwrap();
+    let (template, timeout) = match phase {
+        Phase::Creation => {
+            let creation = compiled.render_creation(&context).unwrap();
+            (creation.pod_template.unwrap(), creation.timeout)
+        }
+        Phase::Deletion => {
+            let deletion = compiled.render_deletion(&context).unwrap();
+            (deletion.pod_template.unwrap(), deletion.timeout)
+        }
+        _ => unreachable!("claim pods only"),
+    };
+    let owner = provisioner.owner_ref(&());
+    let origin = crate::pods::PodOrigin {
+        provisioner: "p",
+        owner: owner.as_ref(),
+        default_namespace: "pav",
+    };
+    let pod = origin.claim_pod(phase, &template, timeout, &pvc);
+    serde_json::to_value(pod).unwrap()
+}
+
+fn pod_path(pod: &serde_json::Value) -> String {
+    format!(
+        "/api/v1/namespaces/{}/pods/{}",
+        pod["metadata"]["namespace"].as_str().unwrap(),
+        pod["metadata"]["name"].as_str().unwrap()
+    )
+}
+
+const PODS_OF_PAV: &str = "/api/v1/namespaces/pav/pods";
+
+#[tokio::test]
+async fn a_creation_pod_runs_to_completion_and_its_files_make_the_volume() {
+    let (server, client) = scenario(spec_with_pods());
+    server.serve_pods(kubelet(|phase| {
+        assert_eq!(phase, "creation", "only the creation pod runs");
+        succeeded(state::Collected {
+            handle: Some("vol-from-pod".into()),
+            capacity: Some("2Mi".into()),
+            error: None,
+        })
+    }));
+    let volume = create_volume(client, request(1 << 20))
+        .await
+        .expect("CreateVolume")
+        .volume
+        .unwrap();
+    assert_eq!(volume.volume_id, "vol-from-pod");
+    assert_eq!(volume.capacity_bytes, 2 << 20);
+
+    let created = server.created_pods();
+    assert_eq!(created.len(), 1, "{created:#?}");
+    let pod = &created[0];
+    assert_eq!(*pod, expected_pod(&spec_with_pods(), Phase::Creation));
+    assert_eq!(pod["spec"]["containers"][0]["args"], json!(["1048576"]));
+    assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], "u-p");
+    // The pod stays, its files recorded, until the claim is bound
+    // (external-provisioner may call again before it writes the
+    // PersistentVolume); then it goes.
+    assert_eq!(
+        asked(&server),
+        [
+            format!("GET {CLAIM}"),
+            format!("GET {CLASS}"),
+            format!("POST {PODS_OF_PAV}"),
+        ]
+    );
+    assert_eq!(server.pods().len(), 1);
+    let claims = "/api/v1/namespaces/apps/persistentvolumeclaims";
+    wait_until(|| {
+        server
+            .requests()
+            .iter()
+            .any(|r| r.is_watch() && r.path == claims)
+    })
+    .await;
+    let mut bound = claim();
+    bound["spec"]["volumeName"] = json!("pvc-u-data");
+    bound["metadata"]["resourceVersion"] = json!("2");
+    server.route(Method::GET, CLAIM, (200, bound.clone()));
+    server.send(claims, "MODIFIED", &bound);
+    wait_until(|| server.pods().is_empty()).await;
+    let mut after_binding = asked(&server);
+    assert_eq!(
+        after_binding.split_off(3),
+        [
+            format!("GET {CLAIM}"),
+            "GET /api/v1/pods".to_owned(),
+            format!("DELETE {}", pod_path(pod)),
+        ]
+    );
+}
+
+/// Waits, at most 10 s, until `done`.
+async fn wait_until(done: impl Fn() -> bool) {
+    for _ in 0..1000 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("waited 10 s in vain");
+}
+
+#[tokio::test]
+async fn a_failed_creation_pod_is_an_error_with_its_reason_an_event_and_an_undo() {
+    let (server, client) = scenario(spec_with_pods());
+    server.serve_pods(kubelet(|phase| match phase {
+        "creation" => failed("create", "OOMKilled"),
+        _ => succeeded(state::Collected::default()),
+    }));
+    let status = create_volume(client, request(1 << 20)).await.unwrap_err();
+
+    let created = server.created_pods();
+    let phases: Vec<_> = created
+        .iter()
+        .map(|p| p["metadata"]["labels"][LABEL_PHASE].clone())
+        .collect();
+    assert_eq!(phases, [json!("creation"), json!("deletion")]);
+    let (creation, deletion) = (&created[0], &created[1]);
+    assert_eq!(*deletion, expected_pod(&spec_with_pods(), Phase::Deletion));
+    assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+    assert_eq!(
+        status.message(),
+        format!(
+            "creation pod pav/{} failed: container create: OOMKilled (exit code 137)",
+            creation["metadata"]["name"].as_str().unwrap()
+        )
+    );
+    // The deletion pod undoes what the creation did (no volume
+    // leaks), then both pods go, then the claim is told.
+    assert_eq!(
+        asked(&server),
+        [
+            format!("GET {CLAIM}"),
+            format!("GET {CLASS}"),
+            format!("POST {PODS_OF_PAV}"),
+            format!("POST {PODS_OF_PAV}"),
+            format!("DELETE {}", pod_path(deletion)),
+            format!("DELETE {}", pod_path(creation)),
+            format!("POST {EVENTS}"),
+        ]
+    );
+    let event = server
+        .requests()
+        .into_iter()
+        .find(|r| r.path == EVENTS)
+        .and_then(|r| r.body)
+        .unwrap();
+    assert_eq!(event["reason"], "CreationFailed");
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["regarding"]["name"], "data");
+    assert_eq!(event["note"], status.message());
+    assert!(server.pods().is_empty(), "{:#?}", server.pods());
+}
+
+#[tokio::test]
+async fn a_deletion_pod_runs_and_a_failed_one_is_reported_and_retried() {
+    let (server, client) = scenario(spec_with_pods());
+    server.route(
+        Method::GET,
+        "/api/v1/persistentvolumes",
+        list("PersistentVolume", vec![volume()]),
+    );
+    // The first deletion pod fails, the second succeeds.
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = runs.clone();
+    server.serve_pods(kubelet(move |phase| {
+        assert_eq!(phase, "deletion");
+        match counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 => failed("delete", "Error"),
+            _ => succeeded(state::Collected::default()),
+        }
+    }));
+    let delete = csi::DeleteVolumeRequest {
+        volume_id: "vol-1".into(),
+        ..Default::default()
+    };
+    let answers = with_controller(client, async |mut controller| {
+        let mut answers = Vec::new();
+        for _ in 0..3 {
+            answers.push(controller.delete_volume(delete.clone()).await.map(|_| ()));
+        }
+        answers
+    })
+    .await;
+    let created = server.created_pods();
+    assert_eq!(created.len(), 2, "a deleted volume ran a third pod");
+    assert_eq!(created[0], expected_pod(&spec_with_pods(), Phase::Deletion));
+    let path = pod_path(&created[0]);
+    let status = answers[0].as_ref().unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+    assert_eq!(
+        status.message(),
+        format!(
+            "deletion pod pav/{} failed: container delete: Error (exit code 137)",
+            created[0]["metadata"]["name"].as_str().unwrap()
+        )
+    );
+    answers[1].as_ref().expect("the retry");
+    answers[2].as_ref().expect("the repeat");
+    let pods = "GET /api/v1/pods".to_owned();
+    assert_eq!(
+        asked(&server),
+        [
+            // The failed run: its pod goes, the volume is told.
+            format!("GET {CLAIM}"),
+            format!("GET {CLASS}"),
+            format!("POST {PODS_OF_PAV}"),
+            format!("DELETE {path}"),
+            "POST /apis/events.k8s.io/v1/namespaces/default/events".to_owned(),
+            // The retry runs the pod again, then cleans up the
+            // claim's pods; the repeat asks nothing.
+            format!("GET {CLAIM}"),
+            format!("GET {CLASS}"),
+            format!("POST {PODS_OF_PAV}"),
+            format!("DELETE {path}"),
+            pods,
+        ]
+    );
+    let event = server
+        .requests()
+        .into_iter()
+        .find(|r| r.path.ends_with("/events"))
+        .and_then(|r| r.body)
+        .unwrap();
+    assert_eq!(event["reason"], "DeletionFailed");
+    assert_eq!(event["regarding"]["kind"], "PersistentVolume");
+    assert_eq!(event["note"], status.message());
+    assert!(server.pods().is_empty(), "{:#?}", server.pods());
+}
