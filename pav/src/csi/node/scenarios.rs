@@ -1,0 +1,348 @@
+//! Scenarios of staging and unstaging against the fake API server
+//! ([`fixtures`](super::super::fixtures)): the pods, the requests, the
+//! `/pav` directories on this node.
+
+use std::time::Duration;
+
+use super::*;
+use crate::csi::fixtures::{ApiServer, Logged, list};
+use crate::csi::metrics::Metrics;
+use http::Method;
+use serde_json::{Value, json};
+
+const PROVISIONERS: &str = "/apis/pav.albertofaria.github.io/v1alpha1/pavprovisioners";
+const CLIENT: &str = "/api/v1/namespaces/apps/pods/client";
+const CLAIM: &str = "/api/v1/namespaces/apps/persistentvolumeclaims/data";
+const PV: &str = "/api/v1/persistentvolumes/pvc-u-data";
+const NODE: &str = "/api/v1/nodes/n1";
+const PODS_OF_PAV: &str = "/api/v1/namespaces/pav/pods";
+const TARGET: &str = "/var/lib/kubelet/pods/u-client/volumes/kubernetes.io~csi/pvc-u-data/mount";
+
+fn spec() -> Value {
+    json!({
+        "provisioningModes": ["Dynamic"],
+        "volumeCreation": {"capacity": "{{ requestedMinCapacity }}"},
+        "volumeStaging": {"podTemplate": {"spec": {"containers": [{
+            "name": "stage", "image": "stager:1",
+            "args": ["{{ pv.spec.csi.volumeHandle }}"],
+        }]}}},
+        "volumeUnstaging": {"podTemplate": {"spec": {"containers": [{
+            "name": "unstage", "image": "unstager:1",
+        }]}}},
+    })
+}
+
+fn provisioner() -> Value {
+    json!({
+        "apiVersion": "pav.albertofaria.github.io/v1alpha1", "kind": "PavProvisioner",
+        "metadata": {"name": "p", "uid": "u-p", "generation": 1, "resourceVersion": "1"},
+        "spec": spec(),
+    })
+}
+
+fn claim() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data", "namespace": "apps", "uid": "u-data",
+                     "resourceVersion": "1"},
+        "spec": {"storageClassName": "sc", "accessModes": ["ReadWriteOnce"],
+                 "volumeName": "pvc-u-data",
+                 "resources": {"requests": {"storage": "1Mi"}}},
+    })
+}
+
+fn volume() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": "pvc-u-data", "uid": "u-pv", "resourceVersion": "1"},
+        "spec": {
+            "csi": {"driver": "p", "volumeHandle": "vol-1"},
+            "claimRef": {"name": "data", "namespace": "apps", "uid": "u-data"},
+            "storageClassName": "sc",
+            "accessModes": ["ReadWriteOnce"],
+            "capacity": {"storage": "1Mi"},
+        },
+    })
+}
+
+fn node() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "n1", "uid": "u-n1", "labels": {"zone": "a"}},
+    })
+}
+
+fn client_pod() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "client", "namespace": "apps", "uid": "u-client"},
+        "spec": {
+            "containers": [{"name": "app", "image": "app"}],
+            "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}],
+        },
+    })
+}
+
+/// What the kubelet and the pods do on this node: `staging` and
+/// `unstaging` give each pod's patches, given its `/pav` directory.
+type Pods = fn(&Path) -> Vec<Value>;
+
+/// The fake with the objects above, pods served by `staging` and
+/// `unstaging`, and a node plugin of `p` on node `n1`.
+fn scenario(staging: Pods, unstaging: Pods) -> (ApiServer, PodNode, tempfile::TempDir) {
+    let (server, client) = ApiServer::start();
+    server.route(
+        Method::GET,
+        PROVISIONERS,
+        list("PavProvisioner", vec![provisioner()]),
+    );
+    server.route(Method::GET, CLAIM, (200, claim()));
+    server.route(Method::GET, PV, (200, volume()));
+    server.route(Method::GET, NODE, (200, node()));
+    server.on(|r: &Logged| {
+        (r.method == Method::POST && r.path.ends_with("/events"))
+            .then(|| (201, r.body.clone().unwrap_or_default()))
+    });
+    let pods_dir = tempfile::tempdir().unwrap();
+    let dir = pods_dir.path().to_owned();
+    server.serve_pods(move |pod| {
+        let name = pod["metadata"]["name"].as_str().unwrap();
+        let pod_dir = dir.join(name);
+        match pod["metadata"]["labels"][LABEL_PHASE].as_str() {
+            Some("staging") => staging(&pod_dir),
+            Some("unstaging") => unstaging(&pod_dir),
+            other => panic!("a {other:?} pod on the node"),
+        }
+    });
+    server.put_pod(client_pod());
+    let cluster = Arc::new(Cluster::new(
+        client,
+        "p".into(),
+        "pav".into(),
+        Duration::from_secs(30),
+        Arc::new(Metrics::default()),
+        None,
+    ));
+    cluster.start_pod_cache(Some("n1"));
+    let node = PodNode::new(cluster, "n1".into(), pods_dir.path().to_owned());
+    (server, node, pods_dir)
+}
+
+/// A staging pod that mounts its volume and says it is ready.
+fn ready(dir: &Path) -> Vec<Value> {
+    std::fs::create_dir_all(dir.join("volume")).unwrap();
+    std::fs::write(dir.join("ready"), "").unwrap();
+    vec![json!({"status": {"phase": "Running"}})]
+}
+
+/// A staging pod that fails, writing `/pav/error`.
+fn refused(dir: &Path) -> Vec<Value> {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("error"), "export /data is not shared\n").unwrap();
+    vec![json!({"status": {"phase": "Failed"}})]
+}
+
+/// An unstaging pod that runs to completion.
+fn done(dir: &Path) -> Vec<Value> {
+    std::fs::create_dir_all(dir).unwrap();
+    vec![
+        json!({"status": {"phase": "Running"}}),
+        json!({"status": {"phase": "Succeeded"}}),
+    ]
+}
+
+fn publishing() -> Publishing<'static> {
+    Publishing {
+        handle: "vol-1",
+        target_path: Path::new(TARGET),
+        read_only: false,
+        block: false,
+    }
+}
+
+fn client_info() -> PodInfo {
+    PodInfo {
+        name: "client".into(),
+        namespace: "apps".into(),
+        uid: "u-client".into(),
+        ..PodInfo::default()
+    }
+}
+
+/// The staging and unstaging pods `pav render` builds for the
+/// client pod.
+fn expected_pods() -> (Value, Value) {
+    let provisioner: pav_templates::PavProvisioner = serde_json::from_value(provisioner()).unwrap();
+    let compiled = pav_templates::CompiledProvisioner::new(&provisioner).unwrap();
+    let pvc: PersistentVolumeClaim = serde_json::from_value(claim()).unwrap();
+    let pv: PersistentVolume = serde_json::from_value(volume()).unwrap();
+    let node: Node = serde_json::from_value(node()).unwrap();
+    let context = StagingContext::new(&pvc, &pv, &node, false).unwrap();
+    let staging = compiled.render_staging(&context).unwrap();
+    let unstaging = compiled.render_unstaging(&context).unwrap();
+    let owner = provisioner.owner_ref(&());
+    let origin = crate::pods::PodOrigin {
+        provisioner: "p",
+        owner: owner.as_ref(),
+        default_namespace: "pav",
+    };
+    let staging_pod = origin.staging_pod(
+        &staging,
+        Some(&unstaging),
+        &Publication {
+            handle: "vol-1",
+            target_path: TARGET,
+            node: "n1",
+            claim: "apps/data",
+            pv: "pvc-u-data",
+            client: ("apps", "client", "u-client"),
+            read_only: false,
+        },
+    );
+    let key = staging_pod.labels()[LABEL_VOLUME].clone();
+    let unstaging_pod = origin.unstaging_pod(
+        unstaging.pod_template.as_ref().unwrap(),
+        &key,
+        "n1",
+        "apps/data",
+    );
+    (
+        serde_json::to_value(staging_pod).unwrap(),
+        serde_json::to_value(unstaging_pod).unwrap(),
+    )
+}
+
+fn pod_path(pod: &Value) -> String {
+    format!(
+        "{PODS_OF_PAV}/{}",
+        pod["metadata"]["name"].as_str().unwrap()
+    )
+}
+
+/// The requests so far, watches and the pod cache's list aside.
+fn asked(server: &ApiServer) -> Vec<String> {
+    server
+        .requests()
+        .into_iter()
+        .filter(|r| !r.is_watch() && !r.query.contains("limit="))
+        .map(|r| r.line())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_volume_is_staged_by_its_pod_and_unstaged_by_another() {
+    let (server, node, pods_dir) = scenario(ready, done);
+    let (expected_staging, expected_unstaging) = expected_pods();
+    let staged = node
+        .stage_for(&publishing(), &client_info())
+        .await
+        .expect("staging");
+    let created = server.created_pods();
+    assert_eq!(created, [expected_staging]);
+    let staging = &created[0];
+    assert_eq!(staging["spec"]["containers"][0]["args"], json!(["vol-1"]));
+    assert_eq!(staging["spec"]["nodeName"], "n1");
+    assert_eq!(
+        staging["metadata"]["finalizers"],
+        json!([FINALIZER_UNSTAGE])
+    );
+    let name = staging["metadata"]["name"].as_str().unwrap();
+    assert_eq!(staged.path, pods_dir.path().join(name).join("volume"));
+    assert_eq!(
+        asked(&server),
+        [
+            format!("GET {CLIENT}"),
+            format!("GET {CLAIM}"),
+            format!("GET {PV}"),
+            format!("GET {NODE}"),
+            format!("POST {PODS_OF_PAV}"),
+        ]
+    );
+
+    let before = server.requests().len();
+    node.unstage_at("vol-1", Path::new(TARGET))
+        .await
+        .expect("unstaging");
+    let created = server.created_pods();
+    assert_eq!(created.len(), 2);
+    assert_eq!(created[1], expected_unstaging);
+    let unstaging = &created[1];
+    assert_eq!(unstaging["spec"]["nodeName"], "n1");
+    let unstage_asked: Vec<String> = server.requests()[before..]
+        .iter()
+        .filter(|r| !r.is_watch())
+        .map(Logged::line)
+        .collect();
+    assert_eq!(
+        unstage_asked,
+        [
+            // This node's staging pods of the volume and target.
+            "GET /api/v1/pods".to_owned(),
+            // The unstaging phase rendered from the live objects.
+            format!("GET {CLAIM}"),
+            format!("GET {PV}"),
+            format!("GET {NODE}"),
+            // Stop the staging pod (its finalizer keeps it), run
+            // the unstaging pod, then let the staging pod go.
+            format!("DELETE {}", pod_path(staging)),
+            format!("POST {PODS_OF_PAV}"),
+            format!("DELETE {}", pod_path(unstaging)),
+            format!("GET {}", pod_path(staging)),
+            format!("PATCH {}", pod_path(staging)),
+        ]
+    );
+    let listed = server
+        .requests()
+        .into_iter()
+        .skip(before)
+        .find(|r| r.line() == "GET /api/v1/pods")
+        .unwrap();
+    assert!(listed.query.contains("staging"), "{listed:?}");
+    // Only the client pod is left, and no /pav directory.
+    let left: Vec<Value> = server.pods();
+    assert_eq!(left.len(), 1, "{left:#?}");
+    assert_eq!(left[0]["metadata"]["name"], "client");
+    assert_eq!(std::fs::read_dir(pods_dir.path()).unwrap().count(), 0);
+    // Unstaging again finds nothing to do.
+    node.unstage_at("vol-1", Path::new(TARGET))
+        .await
+        .expect("unstaging again");
+    assert_eq!(server.created_pods().len(), 2);
+}
+
+#[tokio::test]
+async fn a_failed_staging_pod_is_reported_on_the_client_and_unstaged() {
+    let (server, node, pods_dir) = scenario(refused, done);
+    let error = node
+        .stage_for(&publishing(), &client_info())
+        .await
+        .unwrap_err();
+    let created = server.created_pods();
+    let phases: Vec<&Value> = created
+        .iter()
+        .map(|p| &p["metadata"]["labels"][LABEL_PHASE])
+        .collect();
+    assert_eq!(phases, [&json!("staging"), &json!("unstaging")]);
+    let staging = &created[0];
+    assert!(matches!(error, Error::Internal(_)), "{error:?}");
+    assert_eq!(
+        error.message(),
+        format!(
+            "staging pod pav/{} failed: export /data is not shared",
+            staging["metadata"]["name"].as_str().unwrap()
+        )
+    );
+    let event = server
+        .requests()
+        .into_iter()
+        .find(|r| r.path.ends_with("/events"))
+        .and_then(|r| r.body)
+        .expect("an event");
+    assert_eq!(event["reason"], "StagingFailed");
+    assert_eq!(event["regarding"]["kind"], "Pod");
+    assert_eq!(event["regarding"]["name"], "client");
+    assert_eq!(event["note"], error.message());
+    let left = server.pods();
+    assert_eq!(left.len(), 1, "{left:#?}");
+    assert_eq!(std::fs::read_dir(pods_dir.path()).unwrap().count(), 0);
+}
