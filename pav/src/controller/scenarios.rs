@@ -1,0 +1,427 @@
+//! Reconciles against the fake API server
+//! ([`fixtures`](crate::csi::fixtures)): what the operator applies,
+//! deletes and writes for one PavProvisioner.
+
+use super::*;
+use crate::csi::fixtures::{ApiServer, Logged, list};
+use http::Method;
+use serde_json::{Value, json};
+
+const PROVISIONER: &str = "/apis/pav.albertofaria.github.io/v1alpha1/pavprovisioners/p";
+const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
+
+fn provisioner(spec: Value, metadata: Value) -> PavProvisioner {
+    let mut object = json!({
+        "apiVersion": "pav.albertofaria.github.io/v1alpha1", "kind": "PavProvisioner",
+        "metadata": {"name": "p", "uid": "u-p", "generation": 3, "resourceVersion": "7"},
+        "spec": spec,
+    });
+    crate::csi::fixtures::merge(&mut object, &json!({ "metadata": metadata }));
+    serde_json::from_value(object).unwrap()
+}
+
+fn valid() -> Value {
+    json!({
+        "provisioningModes": ["Dynamic"],
+        "volumeCreation": {"capacity": "{{ requestedMinCapacity }}"},
+        "volumeStaging": {"podTemplate": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
+    })
+}
+
+/// Stores that have listed nothing (the watches' first lists are
+/// done), as the controller's watches give them.
+fn empty_stores() -> Stores {
+    fn listed<K>() -> Store<K>
+    where
+        K: Resource + Clone + 'static,
+        K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    {
+        let (store, mut writer) = reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        store
+    }
+    Stores {
+        deployments: listed(),
+        daemon_sets: listed(),
+        csi_drivers: listed(),
+        volumes: listed(),
+    }
+}
+
+/// The fake: every PATCH of the provisioner answers `p`, every other
+/// PATCH (server-side apply) answers the applied object with
+/// `statuses` merged in by kind; events are accepted.
+fn scenario(p: &PavProvisioner, statuses: Value) -> (ApiServer, Arc<Context>) {
+    let (server, client) = ApiServer::start();
+    let object = serde_json::to_value(p).unwrap();
+    server.on(move |r: &Logged| {
+        if r.method != Method::PATCH {
+            return None;
+        }
+        if r.path.starts_with(PROVISIONER) {
+            return Some((200, object.clone()));
+        }
+        let mut applied = r.body.clone().unwrap_or_default();
+        let kind = applied["kind"].as_str().unwrap_or_default().to_owned();
+        if let Some(status) = statuses.get(&kind) {
+            applied["status"] = status.clone();
+        }
+        Some((200, applied))
+    });
+    server.on(|r: &Logged| {
+        (r.method == Method::POST && r.path == EVENTS)
+            .then(|| (201, r.body.clone().unwrap_or_default()))
+    });
+    let context = Context::new(
+        client,
+        Settings::default(),
+        Arc::new(Metrics::default()),
+        empty_stores(),
+    );
+    (server, Arc::new(context))
+}
+
+fn lines(server: &ApiServer) -> Vec<String> {
+    server.requests().iter().map(Logged::line).collect()
+}
+
+fn body(server: &ApiServer, line: &str) -> Value {
+    server
+        .requests()
+        .into_iter()
+        .find(|r| r.line() == line)
+        .and_then(|r| r.body)
+        .unwrap_or_else(|| panic!("no {line}"))
+}
+
+fn path_of<K: Resource<DynamicType = ()>>(namespace: Option<&str>, name: &str) -> String {
+    format!("{}/{name}", K::url_path(&(), namespace))
+}
+
+/// Every object of the driver, with the path it is applied at, in
+/// the order of [`apply_driver`].
+fn driver_objects(p: &PavProvisioner) -> Vec<(String, Value)> {
+    let objects = driver::objects(p, &Settings::default());
+    let ns = Some("pav");
+    let mut out = vec![(
+        path_of::<CSIDriver>(None, &objects.csi_driver.name_any()),
+        serde_json::to_value(&objects.csi_driver).unwrap(),
+    )];
+    for account in &objects.service_accounts {
+        out.push((
+            path_of::<ServiceAccount>(ns, &account.name_any()),
+            serde_json::to_value(account).unwrap(),
+        ));
+    }
+    for binding in &objects.cluster_role_bindings {
+        out.push((
+            path_of::<ClusterRoleBinding>(None, &binding.name_any()),
+            serde_json::to_value(binding).unwrap(),
+        ));
+    }
+    for binding in &objects.role_bindings {
+        out.push((
+            path_of::<RoleBinding>(ns, &binding.name_any()),
+            serde_json::to_value(binding).unwrap(),
+        ));
+    }
+    out.push((
+        path_of::<Deployment>(ns, &objects.deployment.name_any()),
+        serde_json::to_value(&objects.deployment).unwrap(),
+    ));
+    out.push((
+        path_of::<DaemonSet>(ns, &objects.daemon_set.name_any()),
+        serde_json::to_value(&objects.daemon_set).unwrap(),
+    ));
+    out
+}
+
+#[tokio::test]
+async fn a_new_provisioner_gets_the_finalizer_then_its_driver_and_a_ready_status() {
+    let p = provisioner(valid(), json!({}));
+    let (server, ctx) = scenario(
+        &p,
+        json!({
+            "Deployment": {"availableReplicas": 1},
+            "DaemonSet": {"numberReady": 2, "desiredNumberScheduled": 2,
+                          "currentNumberScheduled": 2, "numberMisscheduled": 0},
+        }),
+    );
+    // First the finalizer, and nothing else.
+    reconcile(Arc::new(p.clone()), ctx.clone()).await.unwrap();
+    assert_eq!(lines(&server), [format!("PATCH {PROVISIONER}")]);
+    let patch = body(&server, &format!("PATCH {PROVISIONER}"));
+    assert!(
+        patch
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|op| op["op"] == "add" && op["value"] == json!([FINALIZER])),
+        "{patch}"
+    );
+
+    // Then the driver, server-side applied, and the status.
+    let p = provisioner(valid(), json!({"finalizers": [FINALIZER]}));
+    let before = server.requests().len();
+    reconcile(Arc::new(p.clone()), ctx).await.unwrap();
+    let requests = server.requests().split_off(before);
+    let expected = driver_objects(&p);
+    let applied: Vec<(String, Value)> = requests
+        .iter()
+        .filter(|r| r.method == Method::PATCH && !r.path.starts_with(PROVISIONER))
+        .map(|r| (r.path.clone(), r.body.clone().unwrap()))
+        .collect();
+    assert_eq!(applied, expected);
+    assert!(
+        requests
+            .iter()
+            .filter(|r| !r.path.starts_with(PROVISIONER) && r.path != EVENTS)
+            .all(|r| r.query.contains("fieldManager=pav-controller")
+                && r.query.contains("force=true")),
+        "{requests:#?}"
+    );
+    let rest: Vec<String> = requests[expected.len()..]
+        .iter()
+        .map(Logged::line)
+        .collect();
+    assert_eq!(
+        rest,
+        [
+            format!("POST {EVENTS}"),
+            format!("PATCH {PROVISIONER}/status")
+        ]
+    );
+    let status = body(&server, &format!("PATCH {PROVISIONER}/status"))["status"].clone();
+    assert_eq!(status["observedGeneration"], 3);
+    assert_eq!(status["volumes"], 0);
+    let ready = &status["conditions"][0];
+    assert_eq!(ready["type"], READY);
+    assert_eq!(ready["status"], "True");
+    assert_eq!(ready["reason"], reason::DRIVER_READY);
+    assert_eq!(
+        ready["message"],
+        "CSI driver p: controller 1/1 available, node plugin ready on 2/2 nodes"
+    );
+    let event = body(&server, &format!("POST {EVENTS}"));
+    assert_eq!(event["reason"], reason::DRIVER_READY);
+    assert_eq!(event["type"], "Normal");
+    assert_eq!(event["regarding"]["name"], "p");
+}
+
+#[tokio::test]
+async fn an_invalid_provisioner_deploys_nothing_and_says_why() {
+    let mut spec = valid();
+    spec["volumeStaging"]["podTemplate"]["spec"]["containers"][0]["image"] = json!("{{ oops");
+    let p = provisioner(spec, json!({"finalizers": [FINALIZER]}));
+    let (server, ctx) = scenario(&p, json!({}));
+    reconcile(Arc::new(p), ctx).await.unwrap();
+    assert_eq!(
+        lines(&server),
+        [
+            format!("POST {EVENTS}"),
+            format!("PATCH {PROVISIONER}/status")
+        ]
+    );
+    let status = body(&server, &format!("PATCH {PROVISIONER}/status"))["status"].clone();
+    let ready = &status["conditions"][0];
+    assert_eq!(ready["status"], "False");
+    assert_eq!(ready["reason"], reason::INVALID_SPEC);
+    let message = ready["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.volumeStaging.podTemplate.spec.containers[0].image"),
+        "{message}"
+    );
+    let event = body(&server, &format!("POST {EVENTS}"));
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["note"], message);
+}
+
+/// A provisioner being deleted: its finalizer and a deletion time.
+fn deleted() -> PavProvisioner {
+    provisioner(
+        valid(),
+        json!({"finalizers": [FINALIZER], "deletionTimestamp": "2026-01-01T00:00:00Z"}),
+    )
+}
+
+const PVS: &str = "/api/v1/persistentvolumes";
+
+/// Lists of what could use the provisioner: `pvs` volumes, no
+/// classes, claims or pods.
+fn uses(server: &ApiServer, pvs: Vec<Value>) {
+    server.route(Method::GET, PVS, list("PersistentVolume", pvs));
+    server.route(
+        Method::GET,
+        "/apis/storage.k8s.io/v1/storageclasses",
+        list("StorageClass", vec![]),
+    );
+    server.route(
+        Method::GET,
+        "/api/v1/persistentvolumeclaims",
+        list("PersistentVolumeClaim", vec![]),
+    );
+    server.route(Method::GET, "/api/v1/pods", list("Pod", vec![]));
+    server.route(
+        Method::GET,
+        "/api/v1/namespaces/pav/pods",
+        list("Pod", vec![]),
+    );
+}
+
+#[tokio::test]
+async fn deletion_is_refused_while_volumes_exist() {
+    let p = deleted();
+    let (server, ctx) = scenario(&p, json!({}));
+    let volume = json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": "pvc-1"},
+        "spec": {"csi": {"driver": "p", "volumeHandle": "h"}},
+    });
+    uses(&server, vec![volume]);
+    let error = reconcile(Arc::new(p), ctx).await.unwrap_err();
+    let finalizer::Error::CleanupFailed(Error::InUse(in_use)) = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!((in_use.volumes, in_use.claims, in_use.staged), (1, 0, 0));
+    assert_eq!(
+        lines(&server),
+        [
+            format!("GET {PVS}"),
+            "GET /apis/storage.k8s.io/v1/storageclasses".to_owned(),
+            "GET /api/v1/persistentvolumeclaims".to_owned(),
+            "GET /api/v1/pods".to_owned(),
+            format!("POST {EVENTS}"),
+            format!("PATCH {PROVISIONER}/status"),
+        ]
+    );
+    let status = body(&server, &format!("PATCH {PROVISIONER}/status"))["status"].clone();
+    let ready = &status["conditions"][0];
+    assert_eq!(ready["reason"], reason::DELETION_BLOCKED);
+    assert_eq!(ready["message"], in_use.to_string());
+    assert_eq!(status["volumes"], 1);
+    let event = body(&server, &format!("POST {EVENTS}"));
+    assert_eq!(event["reason"], reason::DELETION_BLOCKED);
+    assert_eq!(event["type"], "Warning");
+}
+
+#[tokio::test]
+async fn an_unused_provisioner_loses_its_driver_lease_and_finalizer() {
+    let p = deleted();
+    let (server, ctx) = scenario(&p, json!({}));
+    uses(&server, vec![]);
+    reconcile(Arc::new(p), ctx).await.unwrap();
+    let controller = driver::controller_name("p");
+    let node = driver::node_name("p");
+    let ns = Some("pav");
+    assert_eq!(
+        lines(&server),
+        [
+            format!("GET {PVS}"),
+            "GET /apis/storage.k8s.io/v1/storageclasses".to_owned(),
+            "GET /api/v1/persistentvolumeclaims".to_owned(),
+            "GET /api/v1/pods".to_owned(),
+            format!("DELETE {}", path_of::<Deployment>(ns, &controller)),
+            format!("DELETE {}", path_of::<DaemonSet>(ns, &node)),
+            format!("DELETE {}", path_of::<RoleBinding>(ns, &controller)),
+            format!("DELETE {}", path_of::<ServiceAccount>(ns, &controller)),
+            format!(
+                "DELETE {}",
+                path_of::<ClusterRoleBinding>(None, &controller)
+            ),
+            format!("DELETE {}", path_of::<ServiceAccount>(ns, &node)),
+            format!("DELETE {}", path_of::<ClusterRoleBinding>(None, &node)),
+            format!("DELETE {}", path_of::<CSIDriver>(None, "p")),
+            // The CSI controller is gone: its Lease may go.
+            "GET /api/v1/namespaces/pav/pods".to_owned(),
+            format!("DELETE {}", path_of::<Lease>(ns, &driver::lease_name("p"))),
+            // Then the finalizer.
+            format!("PATCH {PROVISIONER}"),
+        ]
+    );
+    let patch = body(&server, &format!("PATCH {PROVISIONER}"));
+    assert!(
+        patch
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|op| op["op"] == "remove" && op["path"] == "/metadata/finalizers/0"),
+        "{patch}"
+    );
+}
+
+#[tokio::test]
+async fn a_binding_to_another_role_is_replaced_and_other_refusals_are_errors() {
+    let p = provisioner(valid(), json!({"finalizers": [FINALIZER]}));
+    let (server, ctx) = scenario(&p, json!({}));
+    let controller = driver::controller_name("p");
+    let binding = path_of::<ClusterRoleBinding>(None, &controller);
+    let ours = driver_objects(&p)
+        .into_iter()
+        .find(|(path, _)| *path == binding)
+        .unwrap()
+        .1;
+    // The binding made by an older pav binds a role of its own; the
+    // API server refuses to change roleRef until it is deleted.
+    let mut old = ours.clone();
+    old["roleRef"]["name"] = json!("pav-p-controller-own");
+    let deleted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (refusing, answering) = (deleted.clone(), binding.clone());
+    server.on(move |r: &Logged| {
+        if r.path != answering {
+            return None;
+        }
+        let gone = refusing.load(std::sync::atomic::Ordering::SeqCst);
+        match (r.method.clone(), gone) {
+            (Method::PATCH, false) => Some(crate::csi::fixtures::status(
+                422,
+                "Invalid",
+                "the binding may not change",
+            )),
+            (Method::GET, _) => Some((200, old.clone())),
+            (Method::DELETE, _) => {
+                refusing.store(true, std::sync::atomic::Ordering::SeqCst);
+                Some((200, old.clone()))
+            }
+            _ => None,
+        }
+    });
+    reconcile(Arc::new(p.clone()), ctx).await.unwrap();
+    let about_binding: Vec<String> = lines(&server)
+        .into_iter()
+        .filter(|line| line.ends_with(&binding))
+        .collect();
+    assert_eq!(
+        about_binding,
+        [
+            format!("PATCH {binding}"),
+            format!("GET {binding}"),
+            format!("DELETE {binding}"),
+            format!("PATCH {binding}"),
+        ]
+    );
+
+    // The same refusal of a binding that binds our role already is
+    // not about roleRef: an error, and nothing deleted.
+    let (server, ctx) = scenario(&p, json!({}));
+    let answering = binding.clone();
+    server.on(move |r: &Logged| {
+        (r.path == answering).then(|| match r.method {
+            Method::GET => (200, ours.clone()),
+            _ => crate::csi::fixtures::status(422, "Invalid", "roleRef: something else"),
+        })
+    });
+    let error = reconcile(Arc::new(p), ctx).await.unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            finalizer::Error::ApplyFailed(Error::Kube(kube::Error::Api(s))) if s.code == 422
+        ),
+        "{error:?}"
+    );
+    assert!(
+        !lines(&server).iter().any(|l| l.starts_with("DELETE")),
+        "{:?}",
+        lines(&server)
+    );
+}
