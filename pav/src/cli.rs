@@ -173,8 +173,13 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The drivers' runtime. Its threads, the blocking ones where templates
+/// are rendered included, have the stack a render needs and 2 MiB (tokio's
+/// default) for the rest, so renders run on them without mapping a stack
+/// each time. Only the pages a thread touches take memory.
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
+        .thread_stack_size(pav_templates::engine::RENDER_STACK_BYTES + (2 << 20))
         .enable_all()
         .build()?)
 }
