@@ -232,6 +232,12 @@ async fn filesystem_on(device: &str) -> Result<Option<String>> {
     }
 }
 
+/// Whether the kernel grows `fs` while it is mounted: ext3 and ext4 do,
+/// ext2 does not (its volumes keep their filesystem's size).
+fn grows_online(fs: &str) -> bool {
+    matches!(fs, "ext3" | "ext4")
+}
+
 /// Checks a filesystem type and returns the one to use.
 fn fs_type(requested: Option<&str>) -> Result<&str> {
     match requested.unwrap_or(DEFAULT_FS) {
@@ -522,7 +528,8 @@ impl Stage for SparseFiles {
             return Ok(Staged::at(req.target_path));
         }
         let fs = fs_type(req.mount.fs_type.as_deref())?;
-        let formatted = filesystem_on(&device).await?.is_some();
+        let found = filesystem_on(&device).await?;
+        let formatted = found.is_some();
         if !formatted {
             run(&format!("mkfs.{fs}"), &["-q", "-F", &device]).await?;
         }
@@ -538,7 +545,7 @@ impl Stage for SparseFiles {
             args.extend(["-o", &options]);
         }
         run("mount", &args).await?;
-        if formatted && !req.read_only {
+        if found.as_deref().is_some_and(grows_online) && !req.read_only {
             // The image may have grown while it was not staged (offline
             // expansion): grow the filesystem to it, online now that it is
             // mounted (resize2fs does nothing when there is nothing to grow).
@@ -680,7 +687,17 @@ impl NodeExpand for SparseFiles {
         }
         if req.volume_mode == VolumeMode::Filesystem {
             // One loop device per image (Stage reuses it).
-            run("resize2fs", &[&devices[0]]).await?;
+            match filesystem_on(&devices[0]).await? {
+                Some(fs) if grows_online(&fs) => {
+                    run("resize2fs", &[&devices[0]]).await?;
+                }
+                found => {
+                    return Err(Error::FailedPrecondition(format!(
+                        "volume {} holds {found:?}, which cannot grow while mounted",
+                        req.handle
+                    )));
+                }
+            }
         }
         Ok(std::fs::metadata(&image)?.len())
     }
