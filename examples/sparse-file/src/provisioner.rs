@@ -549,7 +549,11 @@ impl Stage for SparseFiles {
             // The image may have grown while it was not staged (offline
             // expansion): grow the filesystem to it, online now that it is
             // mounted (resize2fs does nothing when there is nothing to grow).
-            run("resize2fs", &[&device]).await?;
+            // Growing needs CAP_SYS_RESOURCE; without it the volume is still
+            // usable at its old size, and kubelet's NodeExpand reports why.
+            if let Err(e) = run("resize2fs", &[&device]).await {
+                tracing::warn!(handle = %req.handle, error = %e, "growing the filesystem at stage failed");
+            }
         }
         Ok(Staged::at(req.target_path))
     }
@@ -1195,6 +1199,94 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(files.list_snapshots().await.unwrap(), vec![]);
+    }
+
+    /// Unmounts and detaches what a test staged, also when it panics.
+    struct Staging<'a>(&'a Path, PathBuf);
+
+    impl Drop for Staging<'_> {
+        fn drop(&mut self) {
+            use std::process::Command;
+            let _ = Command::new("umount").arg("-l").arg(self.0).status();
+            let listing = Command::new("losetup")
+                .arg("--associated")
+                .arg(&self.1)
+                .output();
+            let listing = listing.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+            for line in listing.unwrap_or_default().lines() {
+                if let Some(device) = line.split(':').next() {
+                    let _ = Command::new("losetup").args(["--detach", device]).status();
+                }
+            }
+        }
+    }
+
+    /// Effective capability `bit` of this process.
+    fn capable(bit: u32) -> bool {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let eff = status.lines().find_map(|l| l.strip_prefix("CapEff:"));
+        eff.and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+            .is_some_and(|caps| caps & (1 << bit) != 0)
+    }
+
+    /// Needs root, loop devices and e2fsprogs. With CAP_SYS_RESOURCE (which
+    /// the kernel asks for to grow a mounted ext4) the filesystem grows
+    /// online, and a volume grown while unstaged grows at its next stage;
+    /// without it NodeExpand fails, and the volume still stages at its old
+    /// size.
+    #[tokio::test]
+    async fn filesystems_grow_online_and_at_the_next_stage() {
+        const CAP_SYS_ADMIN: u32 = 21;
+        const CAP_SYS_RESOURCE: u32 = 24;
+        if !capable(CAP_SYS_ADMIN) || !Path::new("/dev/loop-control").exists() {
+            println!("SKIPPED: needs root and loop devices");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let files = SparseFiles::new(dir.path().join("volumes"));
+        std::fs::create_dir(dir.path().join("volumes")).unwrap();
+        let volume = files.create(create_request(32 << 20)).await.unwrap();
+        let target = dir.path().join("staging");
+        let image = files.existing_image(&volume.handle).unwrap();
+        let _cleanup = Staging(&target, image);
+        let stage = pav_sdk::build::stage(
+            volume.handle.as_str(),
+            "n1",
+            &target,
+            VolumeMode::Filesystem,
+        );
+        let size = |path: &Path| {
+            let fs = rustix::fs::statvfs(path).unwrap();
+            fs.f_blocks * fs.f_frsize
+        };
+        files.stage(stage.clone()).await.unwrap();
+        let before = size(&target);
+        let expand = pav_sdk::build::expand(volume.handle.as_str(), 64 << 20);
+        assert_eq!(files.expand(expand).await.unwrap().capacity_bytes, 64 << 20);
+        assert_eq!(size(&target), before, "not yet on the node");
+        let ask =
+            pav_sdk::build::node_expand(volume.handle.as_str(), &target, VolumeMode::Filesystem);
+        let grown = files.node_expand(ask).await;
+        if !capable(CAP_SYS_RESOURCE) {
+            println!("SKIPPED: growth itself: no CAP_SYS_RESOURCE here");
+            assert!(matches!(grown, Err(Error::Internal(_))), "{grown:?}");
+            let unstage = pav_sdk::build::unstage(volume.handle.as_str(), "n1", &target);
+            files.unstage(unstage).await.unwrap();
+            files.stage(stage).await.unwrap();
+            assert_eq!(size(&target), before, "staged again at its old size");
+            return;
+        }
+        assert_eq!(grown.unwrap(), 64 << 20);
+        let online = size(&target);
+        assert!(online > before + (24 << 20), "{before} -> {online}");
+        // Offline: grown while unstaged, the filesystem follows at stage.
+        let unstage = pav_sdk::build::unstage(volume.handle.as_str(), "n1", &target);
+        files.unstage(unstage).await.unwrap();
+        let expand = pav_sdk::build::expand(volume.handle.as_str(), 96 << 20);
+        files.expand(expand).await.unwrap();
+        files.stage(stage).await.unwrap();
+        let offline = size(&target);
+        assert!(offline > online + (24 << 20), "{online} -> {offline}");
     }
 
     /// A copy that fails part way leaves no partial file.
