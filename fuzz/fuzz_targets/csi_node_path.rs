@@ -62,7 +62,11 @@ fn tree() -> &'static Tree {
         let root = root.canonicalize().unwrap();
         let kubelet = root.join("kubelet");
         let state = kubelet.join("plugins/driver");
-        for dir in ["kubelet/pods/a/volumes", "kubelet/plugins/driver/staged", "elsewhere/x"] {
+        for dir in [
+            "kubelet/pods/a/volumes",
+            "kubelet/plugins/driver/staged",
+            "elsewhere/x",
+        ] {
             std::fs::create_dir_all(root.join(dir)).unwrap();
         }
         std::fs::write(root.join("kubelet/pods/a/file"), "").unwrap();
@@ -114,12 +118,19 @@ fn check_path(tree: &Tree, confinement: &Confinement, value: &str) {
     const FIELD: &str = "staging_target_path";
     let lookup = confinement.lookup(value);
     if let Some(found) = &lookup {
-        assert!(inside(found, &tree.kubelet), "{value:?}: lookup found {found:?}");
+        assert!(
+            inside(found, &tree.kubelet),
+            "{value:?}: lookup found {found:?}"
+        );
     }
     let resolved = match confinement.path(FIELD, value) {
         Ok(resolved) => resolved,
         Err(status) => {
-            assert_eq!(status.code(), Code::InvalidArgument, "{value:?}: {status:?}");
+            assert_eq!(
+                status.code(),
+                Code::InvalidArgument,
+                "{value:?}: {status:?}"
+            );
             assert!(status.message().starts_with(FIELD), "{value:?}: {status:?}");
             return;
         }
@@ -166,9 +177,15 @@ fn check_path(tree: &Tree, confinement: &Confinement, value: &str) {
             );
         }
     }
-    // Resolving again changes nothing, and lookup agrees.
+    // Resolving again changes nothing (unless following a symlink made
+    // it longer than a path may be given), and lookup agrees.
     let again = resolved.to_str().expect("UTF-8 in, UTF-8 out");
-    assert_eq!(confinement.path(FIELD, again).ok().as_ref(), Some(&resolved));
+    if again.len() <= MAX_PATH {
+        assert_eq!(
+            confinement.path(FIELD, again).ok().as_ref(),
+            Some(&resolved)
+        );
+    }
     assert_eq!(lookup.as_ref(), Some(&resolved), "{value:?}");
 }
 

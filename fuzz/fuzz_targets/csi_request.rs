@@ -175,7 +175,10 @@ fn check_capabilities(caps: &[csi::VolumeCapability]) {
     // The first capability's mount options, an empty fs_type as none.
     match &first.access_type {
         Some(AccessType::Mount(m)) => {
-            assert_eq!(mount.fs_type.as_deref(), Some(m.fs_type.as_str()).filter(|t| !t.is_empty()));
+            assert_eq!(
+                mount.fs_type.as_deref(),
+                Some(m.fs_type.as_str()).filter(|t| !t.is_empty())
+            );
             assert_eq!(mount.mount_flags, m.mount_flags);
         }
         _ => assert_eq!(mount, Default::default()),
@@ -194,7 +197,10 @@ fn check_split_parameters(map: &HashMap<String, String>) {
             assert_eq!(parameters.get(key), Some(value), "{key:?} lost");
         }
     }
-    assert_eq!(parameters.len(), map.keys().filter(|k| !k.starts_with(RESERVED)).count());
+    assert_eq!(
+        parameters.len(),
+        map.keys().filter(|k| !k.starts_with(RESERVED)).count()
+    );
     let name = map.get(convert::PVC_NAME);
     let namespace = map.get(convert::PVC_NAMESPACE);
     match claim {
