@@ -410,7 +410,7 @@ mod tests {
         assert!(yaml_to_json(&parsed).is_ok());
         let wide = format!("[{}]", vec!["[x, {y: [z]}]"; 10 * limit].join(", "));
         let text = "[".repeat(2 * limit);
-        let hidden = format!("a: '{text}'\n# {text}\nb: |\n  {text}\nc: \"{text}\"\nd: {text}\n");
+        let hidden = format!("a: '{text}'\n# {text}\nb: |\n  {text}\nc: \"{text}\"\nd: x{text}\n");
         for document in [wide, hidden] {
             assert_eq!(check_flow_nesting(&document), Ok(()), "{document:.40}");
             assert!(yaml_to_json(&document).is_ok(), "{document:.40}");
