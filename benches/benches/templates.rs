@@ -14,7 +14,7 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_group};
 use pav_benches::Example;
 use pav_templates::CompiledProvisioner;
 
@@ -78,4 +78,10 @@ criterion_group! {
         .measurement_time(Duration::from_secs(2));
     targets = templates
 }
-criterion_main!(benches);
+// criterion_main!, on a thread with pav's stack (pav_benches::on_pav_thread).
+fn main() {
+    pav_benches::on_pav_thread(|| {
+        benches();
+        Criterion::default().configure_from_args().final_summary();
+    });
+}

@@ -500,3 +500,19 @@ pub fn render_probe(
         .map_err(|err| err.to_string())?;
     Ok(rendered["podTemplate"]["metadata"]["annotations"]["probe"].clone())
 }
+
+/// Runs `work` on a thread with the stack pav's own threads have
+/// ([`pav_templates::engine::RENDER_STACK_BYTES`] and 2 MiB more, as
+/// `pav/src/cli.rs` gives its runtime), so renders are timed as the drivers
+/// run them. On a smaller stack every render maps a stack of its own first
+/// (see `pav_templates::engine`), which costs more than a small render;
+/// docs/performance.md gives both figures.
+pub fn on_pav_thread<R: Send + 'static>(work: impl FnOnce() -> R + Send + 'static) -> R {
+    std::thread::Builder::new()
+        .name("bench".into())
+        .stack_size(pav_templates::engine::RENDER_STACK_BYTES + (2 << 20))
+        .spawn(work)
+        .expect("a thread with pav's stack size")
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}

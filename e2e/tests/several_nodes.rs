@@ -555,6 +555,8 @@ mod several_nodes {
             .delete(gone, &DeleteParams::default())
             .await
             .unwrap();
+        // The machine is gone for good: its containers and mounts with it.
+        faults::node("remove", 3).unwrap();
         let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
         if let Err(e) = wait_gone(&pods, "reader", Duration::from_secs(180)).await {
             panic!("{e}: the client pod of a deleted node stays");
@@ -584,7 +586,6 @@ mod several_nodes {
         assert_no_leaks(&client, DELETED, Duration::from_secs(120)).await;
 
         // A new machine of the same name joins, for the scenarios after.
-        faults::node("remove", 3).unwrap();
         faults::node("add", 3).unwrap();
         eprintln!(
             "node_deleted_while_it_holds_a_volume: {:.1}s",

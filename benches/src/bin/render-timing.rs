@@ -105,6 +105,11 @@ fn timing_json(name: &str, (median, min): (f64, f64)) -> String {
 }
 
 fn main() {
+    // Timed as the drivers render: on a thread with pav's stack.
+    pav_benches::on_pav_thread(timed_main);
+}
+
+fn timed_main() {
     let options = match parse_args() {
         Ok(options) => options,
         Err(message) => {
