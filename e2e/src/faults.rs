@@ -10,15 +10,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
-/// State directory of `scripts/cluster-up` (`$PAV_CLUSTER_STATE` or its default).
-fn state_dir() -> PathBuf {
-    std::env::var_os("PAV_CLUSTER_STATE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/run/pav-cluster"))
-}
-
 fn pid_file(component: &str) -> PathBuf {
-    state_dir().join("pids").join(format!("{component}.pid"))
+    crate::cluster_state_dir()
+        .join("pids")
+        .join(format!("{component}.pid"))
 }
 
 /// Process id of a cluster component (`etcd`, `kube-apiserver`, ...).
@@ -92,10 +87,11 @@ pub fn restart(component: &str) -> anyhow::Result<u32> {
         std::thread::sleep(Duration::from_millis(100));
     }
 
-    let log = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(state_dir().join("logs").join(format!("{component}.log")))?;
+    let log = OpenOptions::new().create(true).append(true).open(
+        crate::cluster_state_dir()
+            .join("logs")
+            .join(format!("{component}.log")),
+    )?;
     let child = Command::new(program)
         .args(args)
         .env_clear()

@@ -13,6 +13,7 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use pav_e2e::*;
@@ -99,8 +100,18 @@ spec:
     )
 }
 
-/// Waits until claim `name` is bound; returns its volume's name.
-async fn bound_volume(client: &Client, namespace: &str, name: &str) -> String {
+/// Creates claim `name` of `class` with `access_mode` and waits until it
+/// is bound; returns its volume's name.
+async fn bound_claim(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    class: &str,
+    access_mode: &str,
+) -> String {
+    apply(client, &claim(namespace, name, class, access_mode))
+        .await
+        .unwrap();
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
     match wait_for(&claims, name, STEP, "Bound", |c| claim_phase(c) == "Bound").await {
         Ok(pvc) => volume_name(&pvc).expect("a bound claim names its volume"),
@@ -126,6 +137,17 @@ async fn first_line(client: &Client, namespace: &str, name: &str) -> String {
     })
     .await
     .unwrap()
+}
+
+/// The end of every scenario here: once no PaV pod of `provisioner` is
+/// left, its StorageClass (named after it) and the provisioner go, then
+/// the leak check on every node.
+async fn end_scenario(client: &Client, provisioner: &str) {
+    wait_no_pav_pods(client, provisioner, STEP).await.unwrap();
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    delete_and_wait(&classes, provisioner, STEP).await.unwrap();
+    delete_provisioner(client, provisioner, STEP).await.unwrap();
+    assert_no_leaks(client, provisioner, Duration::from_secs(120)).await;
 }
 
 /// Deletes the claim `name` and waits until its volume `volume` is gone.
@@ -355,10 +377,7 @@ mod several_nodes {
         )
         .await
         .unwrap();
-        apply(&client, &claim(ns, "data", CREATION, "ReadWriteOnce"))
-            .await
-            .unwrap();
-        let volume = bound_volume(&client, ns, "data").await;
+        let volume = bound_claim(&client, ns, "data", CREATION, "ReadWriteOnce").await;
         observer.assert_succeeded("creation");
 
         // The handle came from the creation pod's node, through its node plugin.
@@ -385,15 +404,7 @@ mod several_nodes {
         delete_and_wait(&pods, "reader", STEP).await.unwrap();
         delete_claim(&client, ns, "data", &volume).await;
 
-        wait_no_pav_pods(&client, CREATION, STEP).await.unwrap();
-        delete(
-            &client,
-            &format!("apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {{ name: {CREATION} }}\n"),
-        )
-        .await
-        .unwrap();
-        delete_provisioner(&client, CREATION, STEP).await.unwrap();
-        assert_no_leaks(&client, CREATION, Duration::from_secs(120)).await;
+        end_scenario(&client, CREATION).await;
         eprintln!(
             "creation_pod_on_another_node_than_the_csi_controller: created on {elsewhere}, controller on {controller}, {:.1}s",
             started.elapsed().as_secs_f64()
@@ -409,10 +420,7 @@ mod several_nodes {
         let ns = SHARED;
         let observer = start_scenario(&client, ns, SHARED, SHARED_OBJECTS).await;
 
-        apply(&client, &claim(ns, "shared", SHARED, "ReadWriteMany"))
-            .await
-            .unwrap();
-        let volume = bound_volume(&client, ns, "shared").await;
+        let volume = bound_claim(&client, ns, "shared", SHARED, "ReadWriteMany").await;
         let (first, second) = (&nodes[1], &nodes[2]);
         apply(&client, &client_pod(ns, "reader-a", first, "shared"))
             .await
@@ -453,15 +461,7 @@ mod several_nodes {
         delete_and_wait(&pods, "reader-b", STEP).await.unwrap();
         delete_claim(&client, ns, "shared", &volume).await;
 
-        wait_no_pav_pods(&client, SHARED, STEP).await.unwrap();
-        delete(
-            &client,
-            SHARED_OBJECTS.split("---").nth(1).expect("a StorageClass"),
-        )
-        .await
-        .unwrap();
-        delete_provisioner(&client, SHARED, STEP).await.unwrap();
-        assert_no_leaks(&client, SHARED, Duration::from_secs(120)).await;
+        end_scenario(&client, SHARED).await;
         eprintln!(
             "read_write_many_claim_on_two_nodes_at_once: {first} and {second}, {:.1}s",
             started.elapsed().as_secs_f64()
@@ -482,10 +482,7 @@ mod several_nodes {
             "the StorageClass stalls staging there"
         );
 
-        apply(&client, &claim(ns, "data", STALLED, "ReadWriteOnce"))
-            .await
-            .unwrap();
-        let volume = bound_volume(&client, ns, "data").await;
+        let volume = bound_claim(&client, ns, "data", STALLED, "ReadWriteOnce").await;
         apply(&client, &client_pod(ns, "reader", stopped, "data"))
             .await
             .unwrap();
@@ -513,14 +510,7 @@ mod several_nodes {
         drop(stopped_node_back);
         wait_no_pav_pods(&client, STALLED, STEP).await.unwrap();
         delete_claim(&client, ns, "data", &volume).await;
-        delete(
-            &client,
-            STALLED_OBJECTS.split("---").nth(1).expect("a StorageClass"),
-        )
-        .await
-        .unwrap();
-        delete_provisioner(&client, STALLED, STEP).await.unwrap();
-        assert_no_leaks(&client, STALLED, Duration::from_secs(120)).await;
+        end_scenario(&client, STALLED).await;
         eprintln!(
             "node_stopped_while_its_staging_pod_runs: {:.1}s",
             started.elapsed().as_secs_f64()
@@ -538,10 +528,7 @@ mod several_nodes {
         let gone = &nodes[2];
         assert_eq!(gone, "pav-node-3");
 
-        apply(&client, &claim(ns, "data", DELETED, "ReadWriteOnce"))
-            .await
-            .unwrap();
-        let volume = bound_volume(&client, ns, "data").await;
+        let volume = bound_claim(&client, ns, "data", DELETED, "ReadWriteOnce").await;
         apply(&client, &client_pod(ns, "reader", gone, "data"))
             .await
             .unwrap();
@@ -576,14 +563,7 @@ mod several_nodes {
             on_gone_node.is_empty(),
             "pav's pods of the deleted node stay: {on_gone_node:?}"
         );
-        delete(
-            &client,
-            DELETED_OBJECTS.split("---").nth(1).expect("a StorageClass"),
-        )
-        .await
-        .unwrap();
-        delete_provisioner(&client, DELETED, STEP).await.unwrap();
-        assert_no_leaks(&client, DELETED, Duration::from_secs(120)).await;
+        end_scenario(&client, DELETED).await;
 
         // A new machine of the same name joins, for the scenarios after.
         faults::node("add", 3).unwrap();
@@ -618,10 +598,7 @@ mod several_nodes {
             .unwrap();
         let untaint = Untaint(tainted.clone());
 
-        apply(&client, &claim(ns, "data", TAINTED, "ReadWriteOnce"))
-            .await
-            .unwrap();
-        let volume = bound_volume(&client, ns, "data").await;
+        let volume = bound_claim(&client, ns, "data", TAINTED, "ReadWriteOnce").await;
         // A client pod that tolerates the taint runs there: its staging pod
         // must run there too.
         let tolerating = client_pod(ns, "reader", &tainted, "data").replace(
@@ -636,17 +613,7 @@ mod several_nodes {
         delete_claim(&client, ns, "data", &volume).await;
         wait_no_pav_pods(&client, TAINTED, STEP).await.unwrap();
         drop(untaint);
-        delete(
-            &client,
-            tainted_objects()
-                .split("---")
-                .nth(1)
-                .expect("a StorageClass"),
-        )
-        .await
-        .unwrap();
-        delete_provisioner(&client, TAINTED, STEP).await.unwrap();
-        assert_no_leaks(&client, TAINTED, Duration::from_secs(120)).await;
+        end_scenario(&client, TAINTED).await;
         eprintln!(
             "cordoned_and_tainted_node: {:.1}s",
             started.elapsed().as_secs_f64()
