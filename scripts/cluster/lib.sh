@@ -214,3 +214,38 @@ containerd_addresses() {
   for d in "$STATE"/nodes/*/; do [ -S "$d/containerd/containerd.sock" ] && echo "$d/containerd/containerd.sock"; done
   return 0
 }
+
+# ---------------------------------------------------------------- stopping
+# Processes by their pid files in $PIDS (node 1's components by name, extra
+# nodes' as node-K-COMPONENT).
+term_pid() { local f="$PIDS/$1.pid"; [ -f "$f" ] && kill -TERM "$(cat "$f")" 2>/dev/null || true; }
+stop_pid() {  # stop_pid NAME [GRACE_SECONDS]
+  local name="$1" grace="${2:-10}" f="$PIDS/$1.pid" pid
+  [ -f "$f" ] || return 0
+  pid="$(cat "$f")"
+  if kill -0 "$pid" 2>/dev/null; then
+    log "stopping $name (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null
+    for _ in $(seq $((grace * 5))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -0 "$pid" 2>/dev/null && { log "killing $name (pid $pid)"; kill -KILL "$pid" 2>/dev/null; }
+  fi
+  rm -f "$f"
+}
+
+# kill_containers SOCKET STATE_DIR: kills and deletes every task of the
+# containerd at SOCKET (namespace k8s.io) while it still runs, then the
+# shims it started (their pids are in its STATE_DIR), so they exit too.
+kill_containers() {
+  local tasks t f
+  tasks="$(ctr --address "$1" -n k8s.io tasks ls -q 2>/dev/null || true)"
+  if [ -n "$tasks" ]; then
+    log "stopping $(echo "$tasks" | wc -l) container(s)"
+    for t in $tasks; do ctr --address "$1" -n k8s.io tasks kill -s SIGKILL "$t" >/dev/null 2>&1 || true; done
+    sleep 1
+    for t in $tasks; do ctr --address "$1" -n k8s.io tasks delete -f "$t" >/dev/null 2>&1 || true; done
+  fi
+  for f in "$2"/io.containerd.runtime.v2.task/*/*/shim.pid; do
+    [ -f "$f" ] && kill -TERM "$(cat "$f")" 2>/dev/null || true
+  done
+  return 0
+}
