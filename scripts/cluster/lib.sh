@@ -122,6 +122,32 @@ KC
   chmod 600 "$1"
 }
 
+# cni_config FILE IPAM_DIR SUBNET GATEWAY: the pod network of one node, a
+# bridge $BRIDGE in the node's network namespace.
+cni_config() {
+  cat > "$1" <<CNI
+{
+  "cniVersion": "1.0.0",
+  "name": "pav",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$BRIDGE",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "$2",
+        "ranges": [[{"subnet": "$3", "gateway": "$4"}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    }
+  ]
+}
+CNI
+}
+
 # containerd_config FILE ROOT STATE_DIR SOCKET RUNC_ROOT CNI_CONF_DIR
 containerd_config() {
   cat > "$1" <<TOML
