@@ -176,6 +176,12 @@ impl Cluster {
         Ok(self.pod_cache().await?.get(namespace, name))
     }
 
+    /// Every pod the pod cache holds now, once it has listed them (no
+    /// request).
+    pub async fn cached_pods(&self) -> pav_sdk::Result<Vec<Arc<Pod>>> {
+        Ok(self.pod_cache().await?.store.state())
+    }
+
     /// Starts the watch of this driver's PavProvisioner unless it runs
     /// already (needs a tokio runtime); the first [`Cluster::compiled`]
     /// starts it otherwise.

@@ -19,8 +19,8 @@ use super::cluster::{Cluster, pod_ref};
 use crate::pods::{ANNOTATION_PV, FINALIZER_UNSTAGE};
 
 /// How often the CSI controller looks for staging pods of deleted nodes.
-/// Nodes are deleted rarely, and each look costs one list of the
-/// provisioner's PaV pods plus one GET per node holding a staging pod.
+/// Nodes are deleted rarely, and each look costs a scan of the pod cache
+/// plus one GET per node holding a staging pod.
 pub const RELEASE_EVERY: Duration = Duration::from_secs(30);
 
 /// Releases the staging pods of deleted nodes every [`RELEASE_EVERY`].
@@ -40,7 +40,7 @@ pub async fn release_once(cluster: &Cluster) -> pav_sdk::Result<Vec<String>> {
     let nodes: Api<Node> = Api::all(cluster.client.clone());
     let mut node_exists: HashMap<String, bool> = HashMap::new();
     let mut released = Vec::new();
-    for pod in cluster.list_pods(&[]).await? {
+    for pod in cluster.cached_pods().await? {
         if !pod.finalizers().iter().any(|f| f == FINALIZER_UNSTAGE) {
             continue;
         }
@@ -189,7 +189,14 @@ mod tests {
             assert!(note.contains("node gone was deleted"), "{note}");
         }
 
-        // Nothing left to do the next time.
+        // Nothing left to do the next time, once the pod cache has seen the
+        // deletions.
+        for _ in 0..500 {
+            if cluster.cached_pods().await.unwrap().len() == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         assert_eq!(release_once(&cluster).await.unwrap(), Vec::<String>::new());
     }
 }
