@@ -17,6 +17,9 @@ KUBECONFIG_PATH="$STATE/kubeconfig"
 K8S_BIN="$CACHE/bin/kubernetes-$KUBERNETES_VERSION"
 ETCD_BIN="$CACHE/bin/etcd-$ETCD_VERSION"
 CSI_PROVISIONER_BIN="$CACHE/bin/csi-provisioner-$CSI_PROVISIONER_VERSION"
+CSI_RESIZER_BIN="$CACHE/bin/csi-resizer-$CSI_RESIZER_VERSION"
+# csi-snapshotter and snapshot-controller, built together from one module.
+CSI_SNAPSHOTTER_BIN="$CACHE/bin/external-snapshotter-$CSI_SNAPSHOTTER_VERSION"
 REGISTRAR_SRC_HASH="$(cat "$CLUSTER_DIR"/node-driver-registrar/{main.go,go.mod,go.sum,fakecsi/main.go} | sha256sum | cut -c1-12)"
 REGISTRAR_BIN="$CACHE/bin/csi-node-driver-registrar-$CSI_NODE_DRIVER_REGISTRAR_VERSION-$REGISTRAR_SRC_HASH"
 IMAGES_DIR="$CACHE/images"
@@ -35,6 +38,9 @@ busybox_image_tar() {
   echo "$IMAGES_DIR/busybox-$v-$(sha256sum "$CLUSTER_DIR/mkimage.py" "$CLUSTER_DIR/build-images" | sha256sum | cut -c1-8).tar"
 }
 provisioner_image_tar() { echo "$IMAGES_DIR/csi-provisioner-$CSI_PROVISIONER_VERSION.tar"; }
+resizer_image_tar() { echo "$IMAGES_DIR/csi-resizer-$CSI_RESIZER_VERSION.tar"; }
+snapshotter_image_tar() { echo "$IMAGES_DIR/csi-snapshotter-$CSI_SNAPSHOTTER_VERSION.tar"; }
+snapshot_controller_image_tar() { echo "$IMAGES_DIR/snapshot-controller-$CSI_SNAPSHOTTER_VERSION.tar"; }
 fakecsi_image_tar() { echo "$IMAGES_DIR/fakecsi-$REGISTRAR_SRC_HASH.tar"; }
 # Test-only image: a do-nothing CSI node plugin for the smoke test.
 FAKECSI_IMAGE=pav.local/cluster-fake-csi:dev
@@ -221,7 +227,8 @@ YAML
 # built (pav:dev, kept under $CACHE/extra-images), into that containerd.
 import_images() {
   local tarball
-  for tarball in "$(pause_image_tar)" "$(busybox_image_tar)" "$(provisioner_image_tar)" "$(registrar_image_tar)" "$(fakecsi_image_tar)"; do
+  for tarball in "$(pause_image_tar)" "$(busybox_image_tar)" "$(provisioner_image_tar)" "$(registrar_image_tar)" "$(fakecsi_image_tar)" \
+      "$(resizer_image_tar)" "$(snapshotter_image_tar)" "$(snapshot_controller_image_tar)"; do
     ctr "$@" -n k8s.io images import "$tarball" >/dev/null 2>"$LOGS/ctr-import.log" ||
       { cat "$LOGS/ctr-import.log" >&2; die "ctr import $tarball failed"; }
   done

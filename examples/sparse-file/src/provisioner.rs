@@ -20,8 +20,8 @@ const DEFAULT_SIZE: u64 = 1 << 30;
 const GRANULARITY: u64 = 1 << 20;
 /// Filesystem made when the request names none.
 const DEFAULT_FS: &str = "ext4";
-/// Filesystems we know how to make (all via e2fsprogs).
-const FILESYSTEMS: [&str; 3] = ["ext2", "ext3", "ext4"];
+/// Filesystems we know how to make (e2fsprogs and xfsprogs).
+const FILESYSTEMS: [&str; 4] = ["ext2", "ext3", "ext4", "xfs"];
 /// Mode of a volume's image: it holds the volume's data, which only root
 /// (the driver) may read, not every local user.
 const IMAGE_MODE: u32 = 0o600;
@@ -232,10 +232,32 @@ async fn filesystem_on(device: &str) -> Result<Option<String>> {
     }
 }
 
-/// Whether the kernel grows `fs` while it is mounted: ext3 and ext4 do,
-/// ext2 does not (its volumes keep their filesystem's size).
+/// Whether the kernel grows `fs` while it is mounted: ext3, ext4 and xfs
+/// do, ext2 does not (its volumes keep their filesystem's size).
 fn grows_online(fs: &str) -> bool {
-    matches!(fs, "ext3" | "ext4")
+    matches!(fs, "ext3" | "ext4" | "xfs")
+}
+
+/// Grows the filesystem `fs` on `device`, mounted at `mount_point`, to the
+/// device's size; does nothing when there is nothing to grow. The kernel
+/// asks for CAP_SYS_RESOURCE to grow ext3/ext4 and CAP_SYS_ADMIN for xfs.
+async fn grow_filesystem(fs: &str, device: &str, mount_point: &Path) -> Result<()> {
+    if fs == "xfs" {
+        run("xfs_growfs", &[&mount_point.to_string_lossy()]).await?;
+    } else {
+        run("resize2fs", &[device]).await?;
+    }
+    Ok(())
+}
+
+/// Arguments that make `mkfs.<fs>` format without asking (each tool has
+/// its own flag for "even if something is there").
+fn mkfs_args(fs: &str) -> [&'static str; 2] {
+    if fs == "xfs" {
+        ["-q", "-f"]
+    } else {
+        ["-q", "-F"]
+    }
 }
 
 /// Checks a filesystem type and returns the one to use.
@@ -531,7 +553,8 @@ impl Stage for SparseFiles {
         let found = filesystem_on(&device).await?;
         let formatted = found.is_some();
         if !formatted {
-            run(&format!("mkfs.{fs}"), &["-q", "-F", &device]).await?;
+            let [quiet, force] = mkfs_args(fs);
+            run(&format!("mkfs.{fs}"), &[quiet, force, &device]).await?;
         }
         std::fs::create_dir_all(&req.target_path)?;
         let mut options = req.mount.mount_flags.clone();
@@ -545,13 +568,16 @@ impl Stage for SparseFiles {
             args.extend(["-o", &options]);
         }
         run("mount", &args).await?;
-        if found.as_deref().is_some_and(grows_online) && !req.read_only {
+        if let Some(fs) = found
+            .as_deref()
+            .filter(|fs| grows_online(fs) && !req.read_only)
+        {
             // The image may have grown while it was not staged (offline
             // expansion): grow the filesystem to it, online now that it is
-            // mounted (resize2fs does nothing when there is nothing to grow).
-            // Growing needs CAP_SYS_RESOURCE; without it the volume is still
-            // usable at its old size, and kubelet's NodeExpand reports why.
-            if let Err(e) = run("resize2fs", &[&device]).await {
+            // mounted. Without the capability growing needs, the volume is
+            // still usable at its old size, and kubelet's NodeExpand reports
+            // why.
+            if let Err(e) = grow_filesystem(fs, &device, &req.target_path).await {
                 tracing::warn!(handle = %req.handle, error = %e, "growing the filesystem at stage failed");
             }
         }
@@ -693,7 +719,8 @@ impl NodeExpand for SparseFiles {
             // One loop device per image (Stage reuses it).
             match filesystem_on(&devices[0]).await? {
                 Some(fs) if grows_online(&fs) => {
-                    run("resize2fs", &[&devices[0]]).await?;
+                    let mount_point = req.staging_path.as_deref().unwrap_or(&req.volume_path);
+                    grow_filesystem(&fs, &devices[0], mount_point).await?;
                 }
                 found => {
                     return Err(Error::FailedPrecondition(format!(
@@ -1287,6 +1314,54 @@ mod tests {
         files.stage(stage).await.unwrap();
         let offline = size(&target);
         assert!(offline > online + (24 << 20), "{online} -> {offline}");
+    }
+
+    /// Needs root, loop devices and xfsprogs. XFS grows online with
+    /// CAP_SYS_ADMIN alone (ext4 also needs CAP_SYS_RESOURCE), so this is
+    /// the filesystem the end-to-end suite grows while a pod uses it.
+    #[tokio::test]
+    async fn xfs_grows_online_and_at_the_next_stage() {
+        const CAP_SYS_ADMIN: u32 = 21;
+        if !capable(CAP_SYS_ADMIN) || !Path::new("/dev/loop-control").exists() {
+            println!("SKIPPED: needs root and loop devices");
+            return;
+        }
+        // mkfs.xfs refuses filesystems under 300 MB; the images are sparse.
+        const MIB: u64 = 1 << 20;
+        let dir = tempfile::tempdir().unwrap();
+        let files = SparseFiles::new(dir.path().join("volumes"));
+        std::fs::create_dir(dir.path().join("volumes")).unwrap();
+        let volume = files.create(create_request(320 * MIB)).await.unwrap();
+        let target = dir.path().join("staging");
+        let image = files.existing_image(&volume.handle).unwrap();
+        let _cleanup = Staging(&target, image);
+        let mut stage = pav_sdk::build::stage(
+            volume.handle.as_str(),
+            "n1",
+            &target,
+            VolumeMode::Filesystem,
+        );
+        stage.mount.fs_type = Some("xfs".into());
+        let size = |path: &Path| {
+            let fs = rustix::fs::statvfs(path).unwrap();
+            fs.f_blocks * fs.f_frsize
+        };
+        files.stage(stage.clone()).await.unwrap();
+        let before = size(&target);
+        let expand = pav_sdk::build::expand(volume.handle.as_str(), 480 * MIB);
+        files.expand(expand).await.unwrap();
+        let ask =
+            pav_sdk::build::node_expand(volume.handle.as_str(), &target, VolumeMode::Filesystem);
+        assert_eq!(files.node_expand(ask).await.unwrap(), 480 * MIB);
+        let online = size(&target);
+        assert!(online > before + 128 * MIB, "{before} -> {online}");
+        let unstage = pav_sdk::build::unstage(volume.handle.as_str(), "n1", &target);
+        files.unstage(unstage).await.unwrap();
+        let expand = pav_sdk::build::expand(volume.handle.as_str(), 640 * MIB);
+        files.expand(expand).await.unwrap();
+        files.stage(stage).await.unwrap();
+        let offline = size(&target);
+        assert!(offline > online + 128 * MIB, "{online} -> {offline}");
     }
 
     /// A copy that fails part way leaves no partial file.
