@@ -5,13 +5,13 @@
 //! |---|---|
 //! | [`controller`] | Create (validation + creation pods) and Delete (deletion pod) |
 //! | [`node`] | Stage / Unstage per client pod (staging and unstaging pods), collection of `/pav` files |
-//! | [`cluster`] | API access: running pods by watch, events, `get_pvc` |
+//! | [`context`] | the per-driver context: API access, the PavProvisioner watch, pod runs by watch, events, `get_pvc` |
 //! | `pod_cache` | the one watch of this provisioner's pods, and waits on it |
 //! | [`phase_run`] | one phase pod run: create, wait, failure, deletion |
 //! | [`state`] | pure parts: pod states, exported files, messages |
 //! | [`metrics`] | Prometheus `/metrics` and `/healthz` |
 
-pub mod cluster;
+pub mod context;
 pub mod controller;
 pub mod deleted_nodes;
 #[cfg(test)]
@@ -32,7 +32,7 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
-use self::cluster::Cluster;
+use self::context::DriverContext;
 use self::metrics::Metrics;
 
 /// Flags shared by both commands.
@@ -86,7 +86,10 @@ pub struct NodeArgs {
     pub kubelet_dir: PathBuf,
 }
 
-async fn cluster(common: &CommonArgs, component: &str) -> anyhow::Result<Arc<Cluster>> {
+async fn driver_context(
+    common: &CommonArgs,
+    component: &str,
+) -> anyhow::Result<Arc<DriverContext>> {
     let client = crate::client::client(common.api, component).await?;
     let metrics = Arc::new(Metrics::default());
     let addr = common.metrics_addr;
@@ -96,7 +99,7 @@ async fn cluster(common: &CommonArgs, component: &str) -> anyhow::Result<Arc<Clu
             tracing::error!(error = %e, "metrics server failed");
         }
     });
-    Ok(Arc::new(Cluster::new(
+    Ok(Arc::new(DriverContext::new(
         client,
         common.provisioner.clone(),
         common.namespace.clone(),
@@ -108,10 +111,10 @@ async fn cluster(common: &CommonArgs, component: &str) -> anyhow::Result<Arc<Clu
 
 /// The pav-sdk provisioner of the controller: Create and Delete by pods.
 pub fn controller_provisioner(
-    cluster: Arc<Cluster>,
+    driver: Arc<DriverContext>,
 ) -> pav_sdk::Provisioner<controller::PodController> {
     let (store, writer) = reflector::store();
-    let pvs: Api<PersistentVolume> = Api::all(cluster.client.clone());
+    let pvs: Api<PersistentVolume> = Api::all(driver.client.clone());
     let stream = reflector(writer, watcher(pvs, watcher::Config::default()))
         .default_backoff()
         .touched_objects();
@@ -123,7 +126,7 @@ pub fn controller_provisioner(
             }
         }
     });
-    pav_sdk::Provisioner::new(controller::PodController::new(cluster, store))
+    pav_sdk::Provisioner::new(controller::PodController::new(driver, store))
         .with_create()
         .with_delete()
         .volume_modes([pav_sdk::VolumeMode::Filesystem, pav_sdk::VolumeMode::Block])
@@ -132,13 +135,13 @@ pub fn controller_provisioner(
 /// Serves the CSI controller service until SIGTERM.
 pub async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
     crate::telemetry::init_tracing();
-    let cluster = cluster(&args.common, "csi-controller").await?;
+    let driver = driver_context(&args.common, "csi-controller").await?;
     // Listed at startup, so the first CreateVolume does not wait for them.
-    cluster.start_pod_cache(None);
-    cluster.start_provisioner_watch();
-    tokio::spawn(controller::sweep(cluster.clone()));
-    tokio::spawn(deleted_nodes::release_periodically(cluster.clone()));
-    let provisioner = controller_provisioner(cluster);
+    driver.start_pod_cache(None);
+    driver.start_provisioner_watch();
+    tokio::spawn(controller::sweep(driver.clone()));
+    tokio::spawn(deleted_nodes::release_periodically(driver.clone()));
+    let provisioner = controller_provisioner(driver);
     pav_csi::Driver::builder(args.common.provisioner.clone())
         .version(env!("CARGO_PKG_VERSION"))
         .provisioner(provisioner)
@@ -151,18 +154,18 @@ pub async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
 /// Serves the CSI node service until SIGTERM.
 pub async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     crate::telemetry::init_tracing();
-    let cluster = cluster(&args.common, "csi-node").await?;
+    let driver = driver_context(&args.common, "csi-node").await?;
     // Only this node's staging and unstaging pods.
-    cluster.start_pod_cache(Some(&args.node_id));
-    cluster.start_provisioner_watch();
-    tokio::spawn(node::collect(cluster.clone(), args.pods_dir.clone()));
+    driver.start_pod_cache(Some(&args.node_id));
+    driver.start_provisioner_watch();
+    tokio::spawn(node::collect(driver.clone(), args.pods_dir.clone()));
     tokio::spawn(node::sweep_dirs(
-        cluster.clone(),
+        driver.clone(),
         args.node_id.clone(),
         args.pods_dir.clone(),
     ));
     let provisioner = pav_sdk::Provisioner::new(node::PodNode::new(
-        cluster,
+        driver,
         args.node_id.clone(),
         args.pods_dir,
     ))

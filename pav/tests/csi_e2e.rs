@@ -22,7 +22,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client, ResourceExt};
-use pav::csi::cluster::Cluster;
+use pav::csi::context::DriverContext;
 use pav::csi::metrics::Metrics;
 use pav_csi::csi;
 use pav_templates::PavProvisioner;
@@ -233,7 +233,7 @@ async fn create_and_delete_through_pods() {
     // The node plugin's collector (this process runs on the node) and the
     // controller served on a socket. They share one pod cache, of every
     // node's pods: there is one node.
-    let cluster = Arc::new(Cluster::new(
+    let cluster = Arc::new(DriverContext::new(
         client.clone(),
         NAME.into(),
         "pav".into(),

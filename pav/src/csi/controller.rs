@@ -16,7 +16,7 @@ use pav_sdk::{Create, CreateRequest, Delete, DeleteRequest, Error, Result, Volum
 use pav_templates::{CreationContext, Phase, ProvisioningMode, ValidationContext};
 
 use self::deleted::Deleted;
-use super::cluster::{Cluster, api_error, pod_ref};
+use super::context::{DriverContext, api_error, pod_ref};
 use super::phase_run::PodFiles;
 use super::state::{self, PodState};
 use crate::pods::{ANNOTATION_CLAIM, LABEL_PHASE, LABEL_VOLUME};
@@ -26,7 +26,7 @@ pub mod deleted;
 /// The pav-sdk Create and Delete of a PavProvisioner.
 #[derive(Debug)]
 pub struct PodController {
-    cluster: Arc<Cluster>,
+    driver: Arc<DriverContext>,
     volumes: Store<PersistentVolume>,
     deleted: Deleted,
 }
@@ -150,11 +150,11 @@ struct Claim {
 }
 
 impl PodController {
-    /// Serves `cluster`'s provisioner; `volumes` is a reflector store of
+    /// Serves `driver`'s provisioner; `volumes` is a reflector store of
     /// PersistentVolumes, to find a volume's claim from its handle.
-    pub fn new(cluster: Arc<Cluster>, volumes: Store<PersistentVolume>) -> Self {
+    pub fn new(driver: Arc<DriverContext>, volumes: Store<PersistentVolume>) -> Self {
         PodController {
-            cluster,
+            driver,
             volumes,
             deleted: Deleted::default(),
         }
@@ -169,7 +169,7 @@ impl PodController {
         claim: &Claim,
         owner: Option<&OwnerReference>,
     ) -> Pod {
-        self.cluster
+        self.driver
             .origin(owner)
             .claim_pod(phase, template, timeout, &claim.pvc)
     }
@@ -178,7 +178,7 @@ impl PodController {
         let Some(claim) = &req.claim else {
             return Err(CreateError::NoClaim);
         };
-        let client = self.cluster.client.clone();
+        let client = self.driver.client.clone();
         let pvc = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &claim.namespace)
             .get(&claim.name)
             .await
@@ -215,7 +215,7 @@ impl PodController {
         claim: &Claim,
     ) -> std::result::Result<Volume, CreateError> {
         let (compiled, owner) = self
-            .cluster
+            .driver
             .compiled()
             .await
             .map_err(CreateError::Provisioner)?;
@@ -224,17 +224,17 @@ impl PodController {
             .contains(&ProvisioningMode::Dynamic)
         {
             return Err(CreateError::NotDynamic {
-                provisioner: self.cluster.provisioner.clone(),
+                provisioner: self.driver.provisioner.clone(),
             });
         }
-        let lookup = self.cluster.lookup();
+        let lookup = self.driver.lookup();
 
         // Validation: the evaluated rules, then the validation pod.
         let context = ValidationContext::dynamic(&claim.pvc, &claim.sc)
             .map_err(CreateError::Context)?
             .with_pvc_lookup(lookup.clone());
         let compiled_v = compiled.clone();
-        let rules = Cluster::render(move || compiled_v.render_validation(&context))
+        let rules = DriverContext::render(move || compiled_v.render_validation(&context))
             .await
             .map_err(|source| CreateError::Render {
                 phase: Phase::Validation,
@@ -259,7 +259,7 @@ impl PodController {
             .with_pvc_lookup(lookup);
         let default_handle = context.default_handle().to_owned();
         let (compiled_c, context_c) = (compiled.clone(), context.clone());
-        let creation = Cluster::render(move || compiled_c.render_creation(&context_c))
+        let creation = DriverContext::render(move || compiled_c.render_creation(&context_c))
             .await
             .map_err(|source| CreateError::Render {
                 phase: Phase::Creation,
@@ -274,7 +274,7 @@ impl PodController {
         // (validation passed before a restart).
         let creation_started = match &creation_pod {
             Some(pod) => self
-                .cluster
+                .driver
                 .cached_pod(&pod.namespace().unwrap_or_default(), &pod.name_any())
                 .await
                 .map_err(CreateError::PodCache)?
@@ -289,7 +289,7 @@ impl PodController {
                 claim,
                 owner.as_ref(),
             );
-            self.cluster
+            self.driver
                 .run_phase(
                     Phase::Validation,
                     &pod,
@@ -313,9 +313,9 @@ impl PodController {
             })?;
             return Ok(volume(created, req));
         };
-        let op = self.cluster.metrics.start(Phase::Creation);
+        let op = self.driver.metrics.start(Phase::Creation);
         let outcome = self
-            .cluster
+            .driver
             .run_pod(Phase::Creation, &pod, PodFiles::Collected)
             .await;
         let result = match outcome {
@@ -346,7 +346,7 @@ impl PodController {
                             .undo_creation(&compiled, &context, claim, owner.as_ref())
                             .await;
                         if undo.is_ok() {
-                            self.cluster.delete_quietly(&pod).await;
+                            self.driver.delete_quietly(&pod).await;
                         }
                         Err(CreateError::Created {
                             message,
@@ -371,12 +371,12 @@ impl PodController {
         owner: Option<&OwnerReference>,
     ) -> Result<()> {
         let (compiled, context) = (compiled.clone(), context.clone());
-        let deletion = Cluster::render(move || compiled.render_deletion(&context)).await?;
+        let deletion = DriverContext::render(move || compiled.render_deletion(&context)).await?;
         let Some(template) = deletion.pod_template else {
             return Ok(());
         };
         let pod = self.pod(&template, Phase::Deletion, deletion.timeout, claim, owner);
-        self.cluster
+        self.driver
             .run_phase(Phase::Deletion, &pod, PodFiles::Collected, Error::Internal)
             .await
     }
@@ -384,7 +384,7 @@ impl PodController {
     /// Deletes the claim's validation and creation pods once the claim is
     /// bound (their results are then recorded in the PersistentVolume) or gone.
     fn clean_up_when_bound(&self, claim: &Claim) {
-        let cluster = self.cluster.clone();
+        let driver = self.driver.clone();
         let (namespace, name, uid) = (
             claim.pvc.namespace().unwrap_or_default(),
             claim.pvc.name_any(),
@@ -392,7 +392,7 @@ impl PodController {
         );
         tokio::spawn(async move {
             let api: Api<PersistentVolumeClaim> =
-                Api::namespaced(cluster.client.clone(), &namespace);
+                Api::namespaced(driver.client.clone(), &namespace);
             let bound = kube::runtime::wait::await_condition(
                 api,
                 &name,
@@ -406,9 +406,9 @@ impl PodController {
             {
                 return; // the startup sweep of a later run cleans up
             }
-            let uid = claim_uid_label(&cluster, &namespace, &name).await;
+            let uid = claim_uid_label(&driver, &namespace, &name).await;
             if let Some(uid) = uid {
-                clean_claim_pods(&cluster, &uid, &[Phase::Validation, Phase::Creation]).await;
+                clean_claim_pods(&driver, &uid, &[Phase::Validation, Phase::Creation]).await;
             }
         });
     }
@@ -416,8 +416,8 @@ impl PodController {
 
 /// The claim's UID label value for cleanup (the claim may be gone: then
 /// whatever pods the sweep finds are cleaned up by it).
-async fn claim_uid_label(cluster: &Cluster, namespace: &str, name: &str) -> Option<String> {
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(cluster.client.clone(), namespace);
+async fn claim_uid_label(driver: &DriverContext, namespace: &str, name: &str) -> Option<String> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(driver.client.clone(), namespace);
     api.get_opt(name).await.ok().flatten().and_then(|p| p.uid())
 }
 
@@ -433,13 +433,13 @@ fn claim_settled(pvc: &PersistentVolumeClaim, uid: &str) -> bool {
 }
 
 /// Deletes this provisioner's pods of claim `uid` in `phases`.
-async fn clean_claim_pods(cluster: &Cluster, uid: &str, phases: &[Phase]) {
-    match cluster.list_pods(&[(LABEL_VOLUME, uid)]).await {
+async fn clean_claim_pods(driver: &DriverContext, uid: &str, phases: &[Phase]) {
+    match driver.list_pods(&[(LABEL_VOLUME, uid)]).await {
         Ok(pods) => {
             for pod in pods {
                 let phase = pod.labels().get(LABEL_PHASE).cloned().unwrap_or_default();
                 if phases.iter().any(|p| p.name() == phase)
-                    && let Err(e) = cluster
+                    && let Err(e) = driver
                         .delete_pod(&pod.namespace().unwrap_or_default(), &pod.name_any())
                         .await
                 {
@@ -453,8 +453,8 @@ async fn clean_claim_pods(cluster: &Cluster, uid: &str, phases: &[Phase]) {
 
 /// At startup: deletes validation and creation pods whose claim is bound
 /// or gone (left by a run that stopped before cleaning up).
-pub async fn sweep(cluster: Arc<Cluster>) {
-    let pods = match cluster.list_pods(&[]).await {
+pub async fn sweep(driver: Arc<DriverContext>) {
+    let pods = match driver.list_pods(&[]).await {
         Ok(pods) => pods,
         Err(e) => {
             tracing::warn!(error = %e, "startup sweep: cannot list PaV pods");
@@ -478,7 +478,7 @@ pub async fn sweep(cluster: Arc<Cluster>) {
         let Some((namespace, name)) = state::parse_claim(&claim) else {
             continue;
         };
-        let api: Api<PersistentVolumeClaim> = Api::namespaced(cluster.client.clone(), namespace);
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(driver.client.clone(), namespace);
         let settled = match api.get_opt(name).await {
             Ok(None) => true,
             Ok(Some(pvc)) => claim_settled(&pvc, &uid),
@@ -486,7 +486,7 @@ pub async fn sweep(cluster: Arc<Cluster>) {
         };
         if settled {
             tracing::info!(pod = %pod.name_any(), "startup sweep: deleting a finished PaV pod");
-            let _ = cluster
+            let _ = driver
                 .delete_pod(&pod.namespace().unwrap_or_default(), &pod.name_any())
                 .await;
         }
@@ -563,7 +563,7 @@ impl Create for PodController {
             Err(failure) => {
                 let phase = failure.phase();
                 let error = Error::from(failure);
-                self.cluster
+                self.driver
                     .warn(&claim.reference, phase, error.message(), None)
                     .await;
                 Err(error)
@@ -574,7 +574,7 @@ impl Create for PodController {
     /// A volume exists while a PersistentVolume of this driver has its handle.
     async fn exists(&self, volume: &pav_sdk::VolumeId) -> Result<bool> {
         let _ = self.volumes.wait_until_ready().await;
-        let provisioner = &self.cluster.provisioner;
+        let provisioner = &self.driver.provisioner;
         let found = self.volumes.find(|pv| {
             pv.spec
                 .as_ref()
@@ -632,7 +632,7 @@ impl Delete for PodController {
 impl PodController {
     async fn delete_volume(&self, req: &DeleteRequest) -> std::result::Result<(), DeleteError> {
         let _ = self.volumes.wait_until_ready().await;
-        let provisioner = &self.cluster.provisioner;
+        let provisioner = &self.driver.provisioner;
         let Some(pv) = self.volumes.find(|pv| {
             pv.spec
                 .as_ref()
@@ -647,7 +647,7 @@ impl PodController {
             tracing::debug!(handle = %req.handle, "deleted already: no second deletion pod");
             return Ok(());
         }
-        let client = self.cluster.client.clone();
+        let client = self.driver.client.clone();
         let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.clone());
         let live = match &claim_ref {
             Some(r) => Api::<PersistentVolumeClaim>::namespaced(
@@ -695,14 +695,14 @@ impl PodController {
             sc,
         };
         let (compiled, owner) = self
-            .cluster
+            .driver
             .compiled()
             .await
             .map_err(DeleteError::Provisioner)?;
         let context = CreationContext::new(&claim.pvc, &claim.sc)
             .map_err(DeleteError::Context)?
-            .with_pvc_lookup(self.cluster.lookup());
-        let deletion = Cluster::render(move || compiled.render_deletion(&context)).await;
+            .with_pvc_lookup(self.driver.lookup());
+        let deletion = DriverContext::render(move || compiled.render_deletion(&context)).await;
         let result = match deletion {
             Err(e) => Err(DeleteError::Render(e)),
             Ok(deletion) => match deletion.pod_template {
@@ -716,12 +716,12 @@ impl PodController {
                         owner.as_ref(),
                     );
                     let result = self
-                        .cluster
+                        .driver
                         .run_phase(Phase::Deletion, &pod, PodFiles::Collected, Error::Internal)
                         .await
                         .map_err(DeleteError::DeletionPod);
                     if let Err(DeleteError::DeletionPod(e)) = &result {
-                        self.cluster
+                        self.driver
                             .warn(
                                 &claim.reference,
                                 Phase::Deletion,
@@ -736,7 +736,7 @@ impl PodController {
         };
         if result.is_ok() {
             self.deleted.record(&req.handle, &pv_uid, Instant::now());
-            clean_claim_pods(&self.cluster, &claim.uid, &Phase::ALL).await;
+            clean_claim_pods(&self.driver, &claim.uid, &Phase::ALL).await;
         }
         result
     }

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::{Api, ResourceExt};
 use pav_templates::Phase;
 
-use super::cluster::{Cluster, pod_ref};
+use super::context::{DriverContext, pod_ref};
 use crate::pods::{ANNOTATION_PV, FINALIZER_UNSTAGE};
 
 /// How often the CSI controller looks for staging pods of deleted nodes.
@@ -24,9 +24,9 @@ use crate::pods::{ANNOTATION_PV, FINALIZER_UNSTAGE};
 pub const RELEASE_EVERY: Duration = Duration::from_secs(30);
 
 /// Releases the staging pods of deleted nodes every [`RELEASE_EVERY`].
-pub async fn release_periodically(cluster: Arc<Cluster>) {
+pub async fn release_periodically(driver: Arc<DriverContext>) {
     loop {
-        if let Err(err) = release_once(&cluster).await {
+        if let Err(err) = release_once(&driver).await {
             tracing::warn!(error = %err, "looking for staging pods of deleted nodes");
         }
         tokio::time::sleep(RELEASE_EVERY).await;
@@ -36,11 +36,11 @@ pub async fn release_periodically(cluster: Arc<Cluster>) {
 /// Removes [`FINALIZER_UNSTAGE`] from this provisioner's pods whose node
 /// no longer exists, deletes them, and says so in a Warning event on their
 /// volume; returns the names of the pods released.
-pub async fn release_once(cluster: &Cluster) -> pav_sdk::Result<Vec<String>> {
-    let nodes: Api<Node> = Api::all(cluster.client.clone());
+pub async fn release_once(driver: &DriverContext) -> pav_sdk::Result<Vec<String>> {
+    let nodes: Api<Node> = Api::all(driver.client.clone());
     let mut node_exists: HashMap<String, bool> = HashMap::new();
     let mut released = Vec::new();
-    for pod in cluster.cached_pods().await? {
+    for pod in driver.cached_pods().await? {
         if !pod.finalizers().iter().any(|f| f == FINALIZER_UNSTAGE) {
             continue;
         }
@@ -63,30 +63,30 @@ pub async fn release_once(cluster: &Cluster) -> pav_sdk::Result<Vec<String>> {
             }
         };
         if !exists {
-            release(cluster, &pod, &node).await?;
+            release(driver, &pod, &node).await?;
             released.push(pod.name_any());
         }
     }
     Ok(released)
 }
 
-async fn release(cluster: &Cluster, pod: &Pod, node: &str) -> pav_sdk::Result<()> {
+async fn release(driver: &DriverContext, pod: &Pod, node: &str) -> pav_sdk::Result<()> {
     let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
     tracing::warn!(pod = %format!("{namespace}/{name}"), %node, "node deleted: releasing its staging pod without unstaging");
-    cluster.remove_finalizer(pod, FINALIZER_UNSTAGE).await?;
-    cluster.delete_pod(&namespace, &name).await?;
+    driver.remove_finalizer(pod, FINALIZER_UNSTAGE).await?;
+    driver.delete_pod(&namespace, &name).await?;
     if let Some(volume) = pod.annotations().get(ANNOTATION_PV) {
         let message = format!(
             "node {node} was deleted while it had this volume staged: its staging pod {namespace}/{name} was released without unstaging (nothing is left to unstage on a node that is gone)"
         );
-        // Cluster-scoped: no namespace (the recorder files it in default).
+        // DriverContext-scoped: no namespace (the recorder files it in default).
         let regarding = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("PersistentVolume".into()),
             name: Some(volume.clone()),
             ..ObjectReference::default()
         };
-        cluster
+        driver
             .warn(&regarding, Phase::Unstaging, &message, Some(pod_ref(pod)))
             .await;
     }
@@ -145,7 +145,7 @@ mod tests {
             (r.method == Method::POST && r.path.ends_with("/events"))
                 .then(|| (201, r.body.clone().unwrap_or_default()))
         });
-        let cluster = Cluster::new(
+        let driver = DriverContext::new(
             client,
             "p".into(),
             "pav".into(),
@@ -154,7 +154,7 @@ mod tests {
             None,
         );
 
-        let mut released = release_once(&cluster).await.unwrap();
+        let mut released = release_once(&driver).await.unwrap();
         released.sort();
         assert_eq!(released, ["on-gone-1", "on-gone-2"]);
         let left: Vec<String> = server
@@ -192,11 +192,11 @@ mod tests {
         // Nothing left to do the next time, once the pod cache has seen the
         // deletions.
         for _ in 0..500 {
-            if cluster.cached_pods().await.unwrap().len() == 1 {
+            if driver.cached_pods().await.unwrap().len() == 1 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        assert_eq!(release_once(&cluster).await.unwrap(), Vec::<String>::new());
+        assert_eq!(release_once(&driver).await.unwrap(), Vec::<String>::new());
     }
 }

@@ -11,7 +11,7 @@ use kube::{Api, Resource, ResourceExt};
 use pav_sdk::{Error, PodInfo, Result, Stage, StageRequest, Staged, Unstage, UnstageRequest};
 use pav_templates::{Phase, StagingContext};
 
-use super::cluster::{Cluster, api_error, core_ref, pod_ref};
+use super::context::{DriverContext, api_error, core_ref, pod_ref};
 use super::phase_run::PodFiles;
 use super::state::{self, Collected, PodState};
 use crate::pods::{
@@ -22,7 +22,7 @@ use crate::pods::{
 /// The pav-sdk Stage and Unstage of a PavProvisioner on one node.
 #[derive(Debug)]
 pub struct PodNode {
-    cluster: Arc<Cluster>,
+    driver: Arc<DriverContext>,
     node: String,
     pods_dir: PathBuf,
     unmount_failures: ReportedMounts,
@@ -31,9 +31,9 @@ pub struct PodNode {
 impl PodNode {
     /// Stages on `node`; `pods_dir` is where this process sees the nodes'
     /// `/var/lib/pav/pods`.
-    pub fn new(cluster: Arc<Cluster>, node: String, pods_dir: PathBuf) -> Self {
+    pub fn new(driver: Arc<DriverContext>, node: String, pods_dir: PathBuf) -> Self {
         PodNode {
-            cluster,
+            driver,
             node,
             pods_dir,
             unmount_failures: ReportedMounts::default(),
@@ -54,8 +54,8 @@ impl PodNode {
     ) -> Result<(PersistentVolumeClaim, PersistentVolume)> {
         let namespace = client_pod.namespace().unwrap_or_default();
         let pvcs: Api<PersistentVolumeClaim> =
-            Api::namespaced(self.cluster.client.clone(), &namespace);
-        let pvs: Api<PersistentVolume> = Api::all(self.cluster.client.clone());
+            Api::namespaced(self.driver.client.clone(), &namespace);
+        let pvs: Api<PersistentVolume> = Api::all(self.driver.client.clone());
         let volumes = client_pod
             .spec
             .as_ref()
@@ -89,7 +89,7 @@ impl PodNode {
                 .spec
                 .as_ref()
                 .and_then(|s| s.csi.as_ref())
-                .is_some_and(|c| c.driver == self.cluster.provisioner && c.volume_handle == handle);
+                .is_some_and(|c| c.driver == self.driver.provisioner && c.volume_handle == handle);
             if matches {
                 return Ok((pvc, pv));
             }
@@ -97,12 +97,12 @@ impl PodNode {
         Err(Error::NotFound(format!(
             "pod {namespace}/{} uses no claim bound to volume {handle:?} of {}",
             client_pod.name_any(),
-            self.cluster.provisioner
+            self.driver.provisioner
         )))
     }
 
     async fn node_object(&self) -> Result<Node> {
-        Api::<Node>::all(self.cluster.client.clone())
+        Api::<Node>::all(self.driver.client.clone())
             .get(&self.node)
             .await
             .map_err(|e| api_error(&format!("Node {}", self.node), e))
@@ -116,20 +116,20 @@ impl PodNode {
     ) -> Result<Staged> {
         let (pvc, pv) = self.find_volume(client_pod, req.handle).await?;
         let node = self.node_object().await?;
-        let (compiled, owner) = self.cluster.compiled().await?;
+        let (compiled, owner) = self.driver.compiled().await?;
         let context = StagingContext::new(&pvc, &pv, &node, req.read_only)
             .map_err(|e| Error::InvalidArgument(e.to_string()))?
-            .with_pvc_lookup(self.cluster.lookup());
+            .with_pvc_lookup(self.driver.lookup());
         let (compiled_u, context_u) = (compiled.clone(), context.clone());
-        let staging = Cluster::render(move || compiled.render_staging(&context)).await?;
+        let staging = DriverContext::render(move || compiled.render_staging(&context)).await?;
         // Kept on the staging pod for unstaging after the claim is gone.
-        let unstaging = Cluster::render(move || compiled_u.render_unstaging(&context_u))
+        let unstaging = DriverContext::render(move || compiled_u.render_unstaging(&context_u))
             .await
             .ok();
         let target_path = req.target_path.display().to_string();
         let claim = crate::pods::claim_name(&pvc);
         let pv_name = pv.name_any();
-        let pod = self.cluster.origin(owner.as_ref()).staging_pod(
+        let pod = self.driver.origin(owner.as_ref()).staging_pod(
             &staging,
             unstaging.as_ref(),
             &Publication {
@@ -144,11 +144,11 @@ impl PodNode {
         );
         let namespace = pod.namespace().unwrap_or_default();
         let name = pod.name_any();
-        self.cluster.ensure_pod(&pod).await?;
+        self.driver.ensure_pod(&pod).await?;
         let dir = self.dir(&name);
         let block = req.block;
         let finished = self
-            .cluster
+            .driver
             .wait_pod(Phase::Staging, &namespace, &name, |pod| {
                 let state = PodState::of(pod);
                 let volume = dir.join("volume");
@@ -206,7 +206,7 @@ impl PodNode {
         // Render the unstaging phase while the objects are certainly there;
         // when the claim or volume is gone already (a terminated client
         // pod does not keep them), use what was rendered when staging.
-        let (compiled, owner) = self.cluster.compiled().await?;
+        let (compiled, owner) = self.driver.compiled().await?;
         let unstaging = match self
             .render_unstaging(&claim, &pv_name, read_only, compiled)
             .await
@@ -228,7 +228,7 @@ impl PodNode {
         //    state) until unstaging is done.
         if staging.metadata.deletion_timestamp.is_none() {
             match self
-                .cluster
+                .driver
                 .pods(&namespace)
                 .delete(&name, &Default::default())
                 .await
@@ -243,7 +243,7 @@ impl PodNode {
                 }
             }
         }
-        self.cluster
+        self.driver
             .wait_pod(Phase::Unstaging, &namespace, &name, |pod| {
                 let stopped = PodState::of(pod).is_terminated()
                     || pod
@@ -266,11 +266,11 @@ impl PodNode {
         // 2. The unstaging pod, on this node.
         if let Some(template) = unstaging {
             let pod = self
-                .cluster
+                .driver
                 .origin(owner.as_ref())
                 .unstaging_pod(&template, &key, &self.node, &claim);
             let dir = self.dir(&pod.name_any());
-            self.cluster
+            self.driver
                 .run_phase(
                     Phase::Unstaging,
                     &pod,
@@ -294,7 +294,7 @@ impl PodNode {
             return Err(Error::Internal(message));
         }
         self.unmount_failures.forget(&uid);
-        self.cluster
+        self.driver
             .remove_finalizer(staging, FINALIZER_UNSTAGE)
             .await?;
         Ok(())
@@ -308,7 +308,7 @@ impl PodNode {
             return;
         };
         let reference = core_ref("PersistentVolumeClaim", namespace, name, None);
-        self.cluster
+        self.driver
             .warn(
                 &reference,
                 Phase::Unstaging,
@@ -328,26 +328,28 @@ impl PodNode {
         compiled: Arc<pav_templates::CompiledProvisioner>,
     ) -> Result<Option<k8s_openapi::api::core::v1::PodTemplateSpec>> {
         let (pvc_ns, pvc_name) = state::parse_claim(claim).unwrap_or_default();
-        let pvc = Api::<PersistentVolumeClaim>::namespaced(self.cluster.client.clone(), pvc_ns)
+        let pvc = Api::<PersistentVolumeClaim>::namespaced(self.driver.client.clone(), pvc_ns)
             .get(pvc_name)
             .await
             .map_err(|e| api_error(&format!("PersistentVolumeClaim {claim}"), e))?;
-        let pv = Api::<PersistentVolume>::all(self.cluster.client.clone())
+        let pv = Api::<PersistentVolume>::all(self.driver.client.clone())
             .get(pv_name)
             .await
             .map_err(|e| api_error(&format!("PersistentVolume {pv_name}"), e))?;
         let node = self.node_object().await?;
         let context = StagingContext::new(&pvc, &pv, &node, read_only)
             .map_err(|e| Error::InvalidArgument(e.to_string()))?
-            .with_pvc_lookup(self.cluster.lookup());
-        Ok(Cluster::render(move || compiled.render_unstaging(&context))
-            .await?
-            .pod_template)
+            .with_pvc_lookup(self.driver.lookup());
+        Ok(
+            DriverContext::render(move || compiled.render_unstaging(&context))
+                .await?
+                .pod_template,
+        )
     }
 
     /// The staging pods of `key` on this node (normally one).
     async fn staging_pods(&self, key: &str) -> Result<Vec<Pod>> {
-        self.cluster
+        self.driver
             .list_pods(&[
                 (LABEL_PHASE, Phase::Staging.name()),
                 (LABEL_VOLUME, key),
@@ -474,15 +476,15 @@ impl Unstage for PodNode {
 impl PodNode {
     /// Stages `req` for client pod `info`; a failure is an event on it.
     async fn stage_for(&self, req: &Publishing<'_>, info: &PodInfo) -> Result<Staged> {
-        let client_pod = Api::<Pod>::namespaced(self.cluster.client.clone(), &info.namespace)
+        let client_pod = Api::<Pod>::namespaced(self.driver.client.clone(), &info.namespace)
             .get(&info.name)
             .await
             .map_err(|e| api_error(&format!("pod {}/{}", info.namespace, info.name), e))?;
-        let op = self.cluster.metrics.start(Phase::Staging);
+        let op = self.driver.metrics.start(Phase::Staging);
         let result = self.stage_volume(req, info, &client_pod).await;
         op.finish(&result);
         if let Err(e) = &result {
-            self.cluster
+            self.driver
                 .warn(
                     &client_pod.object_ref(&()),
                     Phase::Staging,
@@ -505,7 +507,7 @@ impl PodNode {
                 let client = pod.annotations().get(ANNOTATION_CLIENT).cloned();
                 if let Some((ns, name, uid)) = client.as_deref().and_then(state::parse_client) {
                     let reference = core_ref("Pod", ns, name, Some(uid));
-                    self.cluster
+                    self.driver
                         .warn(
                             &reference,
                             Phase::Unstaging,
@@ -526,8 +528,8 @@ impl PodNode {
 /// are older than a minute: the collector removes them when it sees the
 /// pod terminate or go, but misses pods whose events fell into a watch
 /// gap or came while no node plugin ran.
-pub async fn sweep_dirs(cluster: Arc<Cluster>, node: String, pods_dir: PathBuf) {
-    let api: Api<Pod> = Api::all(cluster.client.clone());
+pub async fn sweep_dirs(driver: Arc<DriverContext>, node: String, pods_dir: PathBuf) {
+    let api: Api<Pod> = Api::all(driver.client.clone());
     let params = kube::api::ListParams::default()
         .labels(LABEL_PHASE)
         .fields(&format!("spec.nodeName={node}"));
@@ -649,8 +651,8 @@ impl Collection {
 /// removes the directories of such pods once they are gone. Reads the pod
 /// cache (no watch of its own): scans it after each change, and every 5 s
 /// to retry what failed.
-pub async fn collect(cluster: Arc<Cluster>, pods_dir: PathBuf) {
-    let (store, mut changed) = cluster.pod_updates();
+pub async fn collect(driver: Arc<DriverContext>, pods_dir: PathBuf) {
+    let (store, mut changed) = driver.pod_updates();
     let mut retry = tokio::time::interval(std::time::Duration::from_secs(5));
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut collection = Collection::default();
@@ -667,7 +669,7 @@ pub async fn collect(cluster: Arc<Cluster>, pods_dir: PathBuf) {
             let _ = remove_pod_dir(&pods_dir.join(name));
         }
         for pod in scan.to_collect {
-            if collect_pod(&cluster, &pods_dir, &pod).await {
+            if collect_pod(&driver, &pods_dir, &pod).await {
                 collection.mark_collected(&pod);
             }
         }
@@ -676,7 +678,7 @@ pub async fn collect(cluster: Arc<Cluster>, pods_dir: PathBuf) {
 
 /// Annotates `pod` with its `/pav` files and removes its directory; false
 /// if the annotation failed (the files stay for the next try).
-async fn collect_pod(cluster: &Cluster, pods_dir: &Path, pod: &Pod) -> bool {
+async fn collect_pod(driver: &DriverContext, pods_dir: &Path, pod: &Pod) -> bool {
     let dir = pods_dir.join(pod.name_any());
     let files = Collected {
         handle: state::read_exported(&dir, "handle"),
@@ -685,7 +687,7 @@ async fn collect_pod(cluster: &Cluster, pods_dir: &Path, pod: &Pod) -> bool {
     };
     let patch = serde_json::json!({"metadata": {"annotations": files.annotations()}});
     let namespace = pod.namespace().unwrap_or_default();
-    let patched = cluster
+    let patched = driver
         .pods(&namespace)
         .patch(
             &pod.name_any(),

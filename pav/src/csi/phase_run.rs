@@ -5,7 +5,7 @@
 //! A run creates the pod unless it exists (a restarted driver picks up its
 //! pod), waits for it to terminate (and for the node plugin to collect its
 //! `/pav` files when it ran elsewhere), and turns a failure into the
-//! phase's error. [`Cluster::run_phase`] also counts it in the metrics and
+//! phase's error. [`DriverContext::run_phase`] also counts it in the metrics and
 //! deletes the pod afterwards, unless the run is `Unavailable`: then the
 //! pod carries on and the CO's retry picks it up.
 
@@ -16,7 +16,7 @@ use kube::ResourceExt;
 use pav_sdk::{Error, Result};
 use pav_templates::Phase;
 
-use super::cluster::{Cluster, Finished};
+use super::context::{DriverContext, Finished};
 use super::state::{self, Collected, PodState};
 
 /// Where a pod's `/pav/error` is read from.
@@ -42,7 +42,7 @@ pub struct Ran {
     pub failure: Option<String>,
 }
 
-impl Cluster {
+impl DriverContext {
     /// Creates `pod` for `phase` unless it exists and waits until it
     /// terminated (and, for [`PodFiles::Collected`], was collected).
     pub async fn run_pod(&self, phase: Phase, pod: &Pod, files: PodFiles<'_>) -> Result<Ran> {

@@ -1,6 +1,6 @@
 //! The process-wide cache of one provisioner's PaV pods: a reflector store
 //! kept by a single watch, and the waits for a pod that read it (no request
-//! of their own). See [`Cluster::start_pod_cache`](super::cluster::Cluster::start_pod_cache).
+//! of their own). See [`DriverContext::start_pod_cache`](super::context::DriverContext::start_pod_cache).
 
 use std::pin::pin;
 use std::sync::Arc;
@@ -103,7 +103,7 @@ impl PodCache {
         self.store.get(&ObjectRef::new(name).within(namespace))
     }
 
-    /// [`Cluster::wait_pod`] on this cache. A pod not (yet) in the cache is
+    /// [`DriverContext::wait_pod`] on this cache. A pod not (yet) in the cache is
     /// not taken as deleted: a pod created just now shows up a moment
     /// later. Only a pod once seen and then gone was deleted, or one still
     /// not seen after `unseen_grace` that `absent` (asking the API server)
@@ -183,7 +183,7 @@ impl PodCache {
         }
     }
 
-    /// [`Cluster::wait_gone`] on this cache.
+    /// [`DriverContext::wait_gone`] on this cache.
     pub(super) async fn wait_gone(
         &self,
         namespace: &str,

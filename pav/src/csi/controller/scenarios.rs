@@ -114,7 +114,7 @@ async fn with_controller<T>(
     client: Client,
     calls: impl AsyncFnOnce(csi::controller_client::ControllerClient<tonic::transport::Channel>) -> T,
 ) -> T {
-    let cluster = Arc::new(Cluster::new(
+    let driver = Arc::new(DriverContext::new(
         client,
         "p".into(),
         "pav".into(),
@@ -125,13 +125,13 @@ async fn with_controller<T>(
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("csi.sock");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let driver = pav_csi::Driver::builder("p")
-        .provisioner(crate::csi::controller_provisioner(cluster))
+    let serving = pav_csi::Driver::builder("p")
+        .provisioner(crate::csi::controller_provisioner(driver))
         .serve_controller(&socket)
         .run_until(async {
             let _ = stopped.await;
         });
-    let server = tokio::spawn(driver);
+    let server = tokio::spawn(serving);
     for _ in 0..100 {
         if socket.exists() {
             break;

@@ -115,7 +115,7 @@ fn scenario(staging: Pods, unstaging: Pods) -> (ApiServer, PodNode, tempfile::Te
         }
     });
     server.put_pod(client_pod());
-    let cluster = Arc::new(Cluster::new(
+    let driver = Arc::new(DriverContext::new(
         client,
         "p".into(),
         "pav".into(),
@@ -123,8 +123,8 @@ fn scenario(staging: Pods, unstaging: Pods) -> (ApiServer, PodNode, tempfile::Te
         Arc::new(Metrics::default()),
         None,
     ));
-    cluster.start_pod_cache(Some("n1"));
-    let node = PodNode::new(cluster, "n1".into(), pods_dir.path().to_owned());
+    driver.start_pod_cache(Some("n1"));
+    let node = PodNode::new(driver, "n1".into(), pods_dir.path().to_owned());
     (server, node, pods_dir)
 }
 

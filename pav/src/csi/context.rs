@@ -1,9 +1,11 @@
-//! Talking to the API server: the PavProvisioner, `get_pvc`, running PaV
-//! pods to completion, deleting them, and events.
+//! The per-driver context ([`DriverContext`]): what every operation of one
+//! PavProvisioner's driver shares. The API client, the watched and compiled
+//! PavProvisioner, `get_pvc`, running PaV pods to completion, deleting
+//! them, and events.
 //!
 //! Every wait for a pod reads one process-wide cache of this provisioner's
 //! pods (a reflector store kept by a single watch, see
-//! [`Cluster::start_pod_cache`]), so waiting costs no request of its own.
+//! [`DriverContext::start_pod_cache`]), so waiting costs no request of its own.
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -34,8 +36,9 @@ const COLLECT_GRACE: Duration = Duration::from_secs(30);
 /// up with `Unavailable` (the CO retries).
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The API client and what every operation of one provisioner shares.
-pub struct Cluster {
+/// The API client and what every operation of one provisioner's driver
+/// shares (one per `pav csi-controller` or `pav csi-node` process).
+pub struct DriverContext {
     /// The API client.
     pub client: Client,
     /// The PavProvisioner's name (the CSI driver name).
@@ -48,16 +51,16 @@ pub struct Cluster {
     pub metrics: Arc<Metrics>,
     recorder: Recorder,
     /// This provisioner's pods, started on first use or by
-    /// [`Cluster::start_pod_cache`].
+    /// [`DriverContext::start_pod_cache`].
     pod_cache: OnceLock<PodCache>,
     /// This provisioner's PavProvisioner and its compiled form, started on
-    /// first use or by [`Cluster::start_provisioner_watch`].
+    /// first use or by [`DriverContext::start_provisioner_watch`].
     provisioner_cache: OnceLock<ProvisionerCache>,
 }
 
-impl std::fmt::Debug for Cluster {
+impl std::fmt::Debug for DriverContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cluster")
+        f.debug_struct("DriverContext")
             .field("provisioner", &self.provisioner)
             .field("namespace", &self.namespace)
             .field("timeout", &self.timeout)
@@ -66,7 +69,7 @@ impl std::fmt::Debug for Cluster {
 }
 
 /// A [`PvcLookup`] reading through the API server; blocks, so templates are
-/// rendered on a blocking thread (see [`Cluster::render`]).
+/// rendered on a blocking thread (see [`DriverContext::render`]).
 struct KubeLookup {
     client: Client,
     runtime: tokio::runtime::Handle,
@@ -108,8 +111,8 @@ pub struct Finished {
     pub state: PodState,
 }
 
-impl Cluster {
-    /// A cluster handle for `provisioner`; events are reported as
+impl DriverContext {
+    /// The context of `provisioner`'s driver; events are reported as
     /// `pav-<provisioner>` by `instance` (the pod name).
     pub fn new(
         client: Client,
@@ -126,7 +129,7 @@ impl Cluster {
                 instance,
             },
         );
-        Cluster {
+        DriverContext {
             client,
             provisioner,
             namespace,
@@ -183,7 +186,7 @@ impl Cluster {
     }
 
     /// Starts the watch of this driver's PavProvisioner unless it runs
-    /// already (needs a tokio runtime); the first [`Cluster::compiled`]
+    /// already (needs a tokio runtime); the first [`DriverContext::compiled`]
     /// starts it otherwise.
     pub fn start_provisioner_watch(&self) {
         self.provisioner_cache
@@ -605,7 +608,7 @@ mod tests {
         })
     }
 
-    fn fake_cluster() -> (super::super::fixtures::ApiServer, Cluster) {
+    fn fake_driver() -> (super::super::fixtures::ApiServer, DriverContext) {
         use super::super::fixtures::{ApiServer, list};
         let (server, client) = ApiServer::start();
         server.route(
@@ -616,7 +619,7 @@ mod tests {
                 vec![provisioner_object(1, "1", "busybox:1")],
             ),
         );
-        let cluster = Cluster::new(
+        let driver = DriverContext::new(
             client,
             "p".into(),
             "pav".into(),
@@ -624,7 +627,7 @@ mod tests {
             Arc::new(Metrics::default()),
             None,
         );
-        (server, cluster)
+        (server, driver)
     }
 
     /// The image of the compiled staging pod, to tell generations apart.
@@ -643,12 +646,12 @@ mod tests {
     /// generation is compiled once more, a status change not at all.
     #[tokio::test]
     async fn the_provisioner_is_watched_and_compiled_once_per_generation() {
-        let (server, cluster) = fake_cluster();
-        let cluster = Arc::new(cluster);
+        let (server, driver) = fake_driver();
+        let driver = Arc::new(driver);
         let burst: Vec<_> = (0..50)
             .map(|_| {
-                let cluster = cluster.clone();
-                tokio::spawn(async move { cluster.compiled().await })
+                let driver = driver.clone();
+                tokio::spawn(async move { driver.compiled().await })
             })
             .collect();
         for rpc in burst {
@@ -656,7 +659,7 @@ mod tests {
             assert_eq!(staging_image(&compiled), "busybox:1");
             assert_eq!(owner.unwrap().uid, "u-p");
         }
-        assert_eq!(cluster.compilations(), 1);
+        assert_eq!(driver.compilations(), 1);
         let requests = server.requests();
         let gets = requests
             .iter()
@@ -682,12 +685,12 @@ mod tests {
             "MODIFIED",
             &provisioner_object(2, "2", "busybox:2"),
         );
-        let compiled = wait_for_image(&cluster, "busybox:2").await;
+        let compiled = wait_for_image(&driver, "busybox:2").await;
         for _ in 0..20 {
-            let (again, _) = cluster.compiled().await.unwrap();
+            let (again, _) = driver.compiled().await.unwrap();
             assert!(Arc::ptr_eq(&compiled, &again));
         }
-        assert_eq!(cluster.compilations(), 2);
+        assert_eq!(driver.compilations(), 2);
 
         // A change that leaves the generation (a status update): no compilation.
         server.send(
@@ -696,8 +699,8 @@ mod tests {
             &provisioner_object(2, "3", "busybox:2"),
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
-        cluster.compiled().await.unwrap();
-        assert_eq!(cluster.compilations(), 2);
+        driver.compiled().await.unwrap();
+        assert_eq!(driver.compilations(), 2);
 
         // Gone: NotFound, as a GET answered.
         server.send(
@@ -706,7 +709,7 @@ mod tests {
             &provisioner_object(2, "4", "busybox:2"),
         );
         let err = loop {
-            match cluster.compiled().await {
+            match driver.compiled().await {
                 Err(e) => break e,
                 Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
             }
@@ -730,9 +733,9 @@ mod tests {
         panic!("no watch request");
     }
 
-    async fn wait_for_image(cluster: &Cluster, image: &str) -> Arc<CompiledProvisioner> {
+    async fn wait_for_image(driver: &DriverContext, image: &str) -> Arc<CompiledProvisioner> {
         for _ in 0..500 {
-            let (compiled, _) = cluster.compiled().await.unwrap();
+            let (compiled, _) = driver.compiled().await.unwrap();
             if staging_image(&compiled) == image {
                 return compiled;
             }
