@@ -218,6 +218,9 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
 serializeImagePulls: false
+# Volume usage (NodeGetVolumeStats for CSI volumes) every 10 s rather than
+# every minute, so tests see a volume's stats soon after it is mounted.
+volumeStatsAggPeriod: 10s
 rotateCertificates: false
 serverTLSBootstrap: false
 YAML

@@ -561,6 +561,11 @@ impl Stage for SparseFiles {
         if req.read_only {
             options.push("ro".into());
         }
+        if fs == "xfs" {
+            // A snapshot or clone is a byte copy with the same filesystem
+            // UUID, which XFS refuses to mount twice on one host otherwise.
+            options.push("nouuid".into());
+        }
         let target = req.target_path.to_string_lossy().into_owned();
         let mut args = vec!["-t", fs, &device, &target];
         let options = options.join(",");
@@ -1359,9 +1364,24 @@ mod tests {
         files.unstage(unstage).await.unwrap();
         let expand = pav_sdk::build::expand(volume.handle.as_str(), 640 * MIB);
         files.expand(expand).await.unwrap();
-        files.stage(stage).await.unwrap();
+        files.stage(stage.clone()).await.unwrap();
         let offline = size(&target);
         assert!(offline > online + 128 * MIB, "{online} -> {offline}");
+
+        // A clone is a copy with the same filesystem UUID: it mounts beside
+        // its source all the same.
+        let mut clone = create_request(640 * MIB);
+        clone.name = "pvc-clone".into();
+        clone.source = Some(ContentSource::Volume(volume.handle.as_str().into()));
+        let clone = files.create(clone).await.unwrap();
+        let clone_target = dir.path().join("clone-staging");
+        let clone_image = files.existing_image(&clone.handle).unwrap();
+        let _clone_cleanup = Staging(&clone_target, clone_image);
+        let mut stage_clone = stage;
+        stage_clone.handle = clone.handle.as_str().into();
+        stage_clone.target_path = clone_target.clone();
+        files.stage(stage_clone).await.unwrap();
+        assert_eq!(size(&clone_target), offline);
     }
 
     /// A copy that fails part way leaves no partial file.

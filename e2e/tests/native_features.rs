@@ -1,0 +1,430 @@
+//! Scenario: what pav-sdk's optional touch points give a driver on a real
+//! cluster, with the real sidecars. examples/sparse-file is deployed from
+//! examples/sparse-file/deploy/ with external-provisioner (capacity
+//! tracking on), external-resizer and external-snapshotter; the cluster runs
+//! snapshot-controller (scripts/cluster-up installs it). One xfs claim,
+//! bound where its pod runs, then:
+//!
+//! - capacity: CSIStorageCapacity objects appear for the node, and a claim
+//!   larger than the node's free space keeps its pod Pending with the
+//!   scheduler's reason, and no volume is made for it;
+//! - stats: the kubelet's volume stats for the claim report the volume's
+//!   size, not the host filesystem's;
+//! - expansion: the claim grows while its pod runs, and the pod sees the new
+//!   size;
+//! - snapshots: a VolumeSnapshot restored into a new claim holds the data;
+//! - clones: a claim cloned from the first holds the data;
+//!
+//! and after deleting everything, no image or snapshot file is left.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::CSIStorageCapacity;
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::{Api, Client};
+use pav_e2e::*;
+
+const DRIVER: &str = "sparse-file.pav.example.com";
+const DRIVER_NS: &str = "sparse-file";
+const NS: &str = "e2e-native-features";
+const CLASS: &str = "sparse-file-xfs";
+const TOPOLOGY_KEY: &str = "topology.sparse-file.pav.example.com/node";
+/// Where the driver keeps volume and snapshot images on the node.
+const VOLUMES_DIR: &str = "/var/lib/sparse-file";
+const MIB: u64 = 1 << 20;
+/// mkfs.xfs makes no filesystem under 300 MB.
+const FIRST_SIZE: u64 = 320 * MIB;
+const GROWN_SIZE: u64 = 480 * MIB;
+
+fn deploy_file(file: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/sparse-file/deploy")
+        .join(file);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A claim of the xfs class, optionally restored or cloned from `source`
+/// (`(kind, name)`).
+fn claim(name: &str, bytes: u64, source: Option<(&str, &str)>) -> String {
+    let source = match source {
+        Some(("VolumeSnapshot", from)) => format!(
+            "  dataSource: {{ apiGroup: snapshot.storage.k8s.io, kind: VolumeSnapshot, name: {from} }}\n"
+        ),
+        Some((kind, from)) => format!("  dataSource: {{ kind: {kind}, name: {from} }}\n"),
+        None => String::new(),
+    };
+    format!(
+        r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: {name}
+  namespace: {NS}
+spec:
+  storageClassName: {CLASS}
+  accessModes: [ReadWriteOnce]
+  resources:
+    requests:
+      storage: "{bytes}"
+{source}"#
+    )
+}
+
+fn pod(name: &str, claim: &str, script: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: {NS}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: client
+      image: busybox:stable
+      imagePullPolicy: IfNotPresent
+      command: [sh, -c, {script:?}]
+      volumeMounts:
+        - {{ name: data, mountPath: /data }}
+  volumes:
+    - name: data
+      persistentVolumeClaim: {{ claimName: {claim} }}
+"#
+    )
+}
+
+/// Runs a pod on `claim` to completion and returns its output.
+async fn run_pod(client: &Client, name: &str, claim: &str, script: &str) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    apply(client, &pod(name, claim, script)).await.unwrap();
+    let done = wait_for(&pods, name, STEP, "finished", |p| {
+        matches!(pod_phase(p), "Succeeded" | "Failed")
+    })
+    .await;
+    let pod = match done {
+        Ok(pod) => pod,
+        Err(e) => panic!("{e}; events: {:#?}", event_lines(client, NS, name).await),
+    };
+    let output = logs(client, NS, name).await.unwrap();
+    assert_eq!(pod_phase(&pod), "Succeeded", "{name}: {output}");
+    delete_and_wait(&pods, name, STEP).await.unwrap();
+    output
+}
+
+async fn wait_driver_deployed(client: &Client) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), DRIVER_NS);
+    wait_for(
+        &deployments,
+        "sparse-file-controller",
+        STEP,
+        "available",
+        |d| d.status.as_ref().and_then(|s| s.available_replicas) >= Some(1),
+    )
+    .await
+    .unwrap();
+    let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), DRIVER_NS);
+    wait_for(&daemon_sets, "sparse-file-node", STEP, "ready", |d| {
+        d.status.as_ref().is_some_and(|s| {
+            s.desired_number_scheduled > 0 && s.number_ready == s.desired_number_scheduled
+        })
+    })
+    .await
+    .unwrap();
+    wait_driver_registered(client, DRIVER, STEP).await.unwrap();
+}
+
+async fn remove_driver(client: &Client) {
+    for file in ["snapshotclass.yaml", "storageclass-xfs.yaml", "driver.yaml"] {
+        delete(client, &deploy_file(file)).await.unwrap();
+    }
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    wait_gone(&namespaces, DRIVER_NS, STEP).await.unwrap();
+}
+
+/// The claim's size as its status reports it, in bytes.
+fn status_capacity(claim: &PersistentVolumeClaim) -> Option<u64> {
+    let quantity = claim.status.as_ref()?.capacity.as_ref()?.get("storage")?;
+    quantity.0.parse().ok().or_else(|| {
+        let mebibytes = quantity.0.strip_suffix("Mi")?.parse::<u64>().ok()?;
+        Some(mebibytes * MIB)
+    })
+}
+
+/// The kubelet's stats of volume `volume` of pod `pod` (Summary API):
+/// (capacityBytes, usedBytes), once it has measured them.
+async fn kubelet_volume_stats(client: &Client, pod: &str, volume: &str) -> Option<(u64, u64)> {
+    let request = http::Request::get(format!("/api/v1/nodes/{FIRST_NODE}/proxy/stats/summary"))
+        .body(Vec::new())
+        .unwrap();
+    let summary: serde_json::Value = client.request(request).await.ok()?;
+    let pods = summary["pods"].as_array()?;
+    let pod = pods
+        .iter()
+        .find(|p| p["podRef"]["name"] == pod && p["podRef"]["namespace"] == NS)?;
+    let stats = pod["volume"]
+        .as_array()?
+        .iter()
+        .find(|v| v["name"] == volume)?;
+    Some((
+        stats["capacityBytes"].as_u64()?,
+        stats["usedBytes"].as_u64()?,
+    ))
+}
+
+/// Sizes in bytes the pod `name` printed (lines `size=<bytes>`), last first.
+async fn printed_sizes(client: &Client, name: &str) -> Vec<u64> {
+    let output = logs(client, NS, name).await.unwrap_or_default();
+    let mut sizes: Vec<u64> = output
+        .lines()
+        .filter_map(|l| l.strip_prefix("size=")?.trim().parse().ok())
+        .collect();
+    sizes.reverse();
+    sizes
+}
+
+/// Files of the driver on the node (volume and snapshot images).
+fn driver_files() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(VOLUMES_DIR)
+        .map(|dir| {
+            dir.filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster"]
+async fn sparse_file_grows_snapshots_clones_and_reports_capacity_and_stats() {
+    let client = cluster().await;
+    let started = Instant::now();
+    reset(&client, NS, DRIVER).await.unwrap();
+    remove_driver(&client).await;
+    namespace(&client, NS).await.unwrap();
+    let files_before = driver_files();
+    for file in ["driver.yaml", "storageclass-xfs.yaml", "snapshotclass.yaml"] {
+        apply(&client, &deploy_file(file)).await.unwrap();
+    }
+    wait_driver_deployed(&client).await;
+
+    // Capacity: external-provisioner asks GetCapacity for the node's
+    // segment and publishes the answer for the scheduler.
+    let capacities: Api<CSIStorageCapacity> = Api::namespaced(client.clone(), DRIVER_NS);
+    let free = wait_until("a CSIStorageCapacity for the node", STEP, || async {
+        let list = capacities.list(&ListParams::default()).await?;
+        Ok(list.items.into_iter().find_map(|c| {
+            let for_node = c
+                .node_topology
+                .as_ref()?
+                .match_labels
+                .as_ref()?
+                .get(TOPOLOGY_KEY)
+                .is_some_and(|node| node == FIRST_NODE);
+            let bytes = c.capacity?.0.parse::<u64>().ok()?;
+            (for_node && c.storage_class_name == CLASS && bytes > 0).then_some(bytes)
+        }))
+    })
+    .await
+    .unwrap();
+
+    // A claim larger than the node's free space: its pod stays Pending with
+    // the scheduler's reason, and no volume is made.
+    let too_large = (free + (1 << 40)).to_string();
+    apply(
+        &client,
+        &claim("too-large", too_large.parse().unwrap(), None),
+    )
+    .await
+    .unwrap();
+    apply(&client, &pod("too-large", "too-large", "true"))
+        .await
+        .unwrap();
+    let reason = wait_until("the scheduler to refuse too-large", STEP, || async {
+        let lines = event_lines(&client, NS, "too-large").await;
+        Ok(lines
+            .into_iter()
+            .find(|l| l.contains("FailedScheduling") && l.contains("enough free storage")))
+    })
+    .await;
+    if let Err(e) = reason {
+        panic!(
+            "{e}; events: {:#?}",
+            event_lines(&client, NS, "too-large").await
+        );
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    assert_eq!(pod_phase(&pods.get("too-large").await.unwrap()), "Pending");
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    assert_eq!(
+        claim_phase(&claims.get("too-large").await.unwrap()),
+        "Pending"
+    );
+    delete_and_wait(&pods, "too-large", STEP).await.unwrap();
+    delete_and_wait(&claims, "too-large", STEP).await.unwrap();
+
+    // The claim the rest uses, with a pod that writes a token and then
+    // prints the size of its filesystem every second.
+    apply(&client, &claim("data", FIRST_SIZE, None))
+        .await
+        .unwrap();
+    let script = "set -e; grep ' /data xfs ' /proc/mounts; echo kept-token > /data/token; sync; \
+                  while true; do echo size=$(( $(stat -f -c %b /data) * $(stat -f -c %S /data) )); sleep 1; done";
+    apply(&client, &pod("user", "data", script)).await.unwrap();
+    let running = wait_for(&pods, "user", STEP, "Running", |p| {
+        pod_phase(p) == "Running"
+    })
+    .await;
+    if let Err(e) = running {
+        panic!("{e}; events: {:#?}", event_lines(&client, NS, "user").await);
+    }
+    let bound = claims.get("data").await.unwrap();
+    let volume = volume_name(&bound).expect("a bound claim names its volume");
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let pv = pvs.get(&volume).await.unwrap();
+    let affinity = serde_json::to_string(&pv.spec.as_ref().unwrap().node_affinity).unwrap();
+    assert!(
+        affinity.contains(TOPOLOGY_KEY) && affinity.contains(FIRST_NODE),
+        "the volume is on the node: {affinity}"
+    );
+    let first = wait_until("the pod to print its size", STEP, || async {
+        Ok(printed_sizes(&client, "user").await.first().copied())
+    })
+    .await
+    .unwrap();
+    assert!(
+        first <= FIRST_SIZE && first > FIRST_SIZE / 2,
+        "the pod sees the volume's size: {first}"
+    );
+
+    // Stats: the kubelet asks NodeGetVolumeStats of the mounted volume.
+    let (capacity, used) = wait_until("the kubelet's stats of the volume", STEP, || async {
+        Ok(kubelet_volume_stats(&client, "user", "data").await)
+    })
+    .await
+    .unwrap();
+    assert!(
+        capacity <= FIRST_SIZE && capacity > FIRST_SIZE / 2 && used < capacity,
+        "the volume's size, not the host's: capacity {capacity}, used {used}"
+    );
+
+    // Expansion while the pod runs: the resizer grows the image, the
+    // kubelet the mounted filesystem; the pod sees it.
+    let grow = serde_json::json!({"spec": {"resources": {"requests": {"storage": GROWN_SIZE.to_string()}}}});
+    claims
+        .patch("data", &PatchParams::default(), &Patch::Merge(&grow))
+        .await
+        .unwrap();
+    let grown = wait_until("the claim to report its new size", STEP, || async {
+        let claim = claims.get("data").await?;
+        Ok((status_capacity(&claim) == Some(GROWN_SIZE)).then_some(()))
+    })
+    .await;
+    if let Err(e) = grown {
+        panic!("{e}; events: {:#?}", event_lines(&client, NS, "data").await);
+    }
+    let seen = wait_until("the pod to see the new size", STEP, || async {
+        let last = printed_sizes(&client, "user").await.first().copied();
+        Ok(last.filter(|&size| size > FIRST_SIZE))
+    })
+    .await
+    .unwrap();
+    assert!(seen <= GROWN_SIZE, "{first} -> {seen}");
+
+    // Snapshot, then restore into a new claim.
+    let snapshot_yaml = format!(
+        r#"
+apiVersion: snapshot.storage.k8s.io/v1
+kind: VolumeSnapshot
+metadata:
+  name: data-snapshot
+  namespace: {NS}
+spec:
+  volumeSnapshotClassName: sparse-file
+  source:
+    persistentVolumeClaimName: data
+"#
+    );
+    apply(&client, &snapshot_yaml).await.unwrap();
+    let gvk = GroupVersionKind::gvk("snapshot.storage.k8s.io", "v1", "VolumeSnapshot");
+    let (resource, _) = kube::discovery::pinned_kind(&client, &gvk).await.unwrap();
+    let snapshots: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &resource);
+    let ready = wait_for(&snapshots, "data-snapshot", STEP, "readyToUse", |s| {
+        s.data["status"]["readyToUse"] == true
+    })
+    .await;
+    if let Err(e) = ready {
+        panic!(
+            "{e}; events: {:#?}",
+            event_lines(&client, NS, "data-snapshot").await
+        );
+    }
+    apply(
+        &client,
+        &claim(
+            "restored",
+            GROWN_SIZE,
+            Some(("VolumeSnapshot", "data-snapshot")),
+        ),
+    )
+    .await
+    .unwrap();
+    let read = run_pod(&client, "read-restored", "restored", "cat /data/token").await;
+    assert_eq!(
+        read.trim(),
+        "kept-token",
+        "the restored claim holds the data"
+    );
+
+    // Clone of the claim in use.
+    apply(
+        &client,
+        &claim(
+            "cloned",
+            GROWN_SIZE,
+            Some(("PersistentVolumeClaim", "data")),
+        ),
+    )
+    .await
+    .unwrap();
+    let read = run_pod(&client, "read-clone", "cloned", "cat /data/token").await;
+    assert_eq!(read.trim(), "kept-token", "the clone holds the data");
+
+    // Everything goes, and so do the files.
+    delete_and_wait(&pods, "user", STEP).await.unwrap();
+    delete_and_wait(&snapshots, "data-snapshot", STEP)
+        .await
+        .unwrap();
+    for name in ["data", "restored", "cloned"] {
+        delete_and_wait(&claims, name, STEP).await.unwrap();
+    }
+    wait_until("the volumes' PVs to go", STEP, || async {
+        let left = pvs.list(&ListParams::default()).await?;
+        let ours = left.items.iter().any(|pv| {
+            pv.spec
+                .as_ref()
+                .and_then(|s| s.csi.as_ref())
+                .is_some_and(|csi| csi.driver == DRIVER)
+        });
+        Ok((!ours).then_some(()))
+    })
+    .await
+    .unwrap();
+    wait_until("the images and snapshot copies to go", STEP, || async {
+        Ok((driver_files() == files_before).then_some(()))
+    })
+    .await
+    .unwrap();
+    remove_driver(&client).await;
+    assert_no_leaks(&client, DRIVER, Duration::from_secs(120)).await;
+    eprintln!(
+        "sparse_file_grows_snapshots_clones_and_reports_capacity_and_stats: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
