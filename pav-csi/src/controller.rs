@@ -80,6 +80,29 @@ fn check_created(volume: &pav_sdk::Volume) -> Result<(), Status> {
     Ok(())
 }
 
+/// Checks that a volume created for `requisite` topologies is accessible
+/// from at least one of them, as CSI requires: a segment it reports must
+/// agree with a requisite one on every key both name. A volume that
+/// reports no topology is accessible from everywhere.
+fn check_placed(volume: &pav_sdk::Volume, requisite: &[pav_sdk::Topology]) -> Result<(), Status> {
+    let agree = |reported: &pav_sdk::Topology, wanted: &pav_sdk::Topology| {
+        reported
+            .iter()
+            .all(|(key, value)| wanted.get(key).is_none_or(|w| w == value))
+    };
+    let placed = requisite.is_empty()
+        || volume.accessible_topology.is_empty()
+        || (volume.accessible_topology.iter())
+            .any(|reported| requisite.iter().any(|wanted| agree(reported, wanted)));
+    if placed {
+        return Ok(());
+    }
+    Err(Status::invalid_argument(format!(
+        "accessible_topology {:?} is outside every requisite topology {requisite:?}",
+        volume.accessible_topology
+    )))
+}
+
 /// The CSI form of a volume the provisioner returned (checked with
 /// [`check_created`]).
 fn csi_volume(volume: pav_sdk::Volume) -> csi::Volume {
@@ -338,6 +361,7 @@ impl csi::controller_server::Controller for ControllerService {
         create.parameters = parameters;
         create.mount = mount;
         create.claim = claim;
+        let requisite = topology.requisite.clone();
         create.topology = topology;
         create.source = source.clone();
         create.secrets = convert::secrets(&req.secrets);
@@ -392,7 +416,9 @@ impl csi::controller_server::Controller for ControllerService {
             tracing::warn!(name, error = e.message(), "CreateVolume failed");
             status(e)
         })?;
-        if let Err(refused) = check_created(&volume) {
+        if let Err(refused) =
+            check_created(&volume).and_then(|()| check_placed(&volume, &requisite))
+        {
             return Err(self.delete_refused(name, volume, refused).await);
         }
         let mut volume = csi_volume(volume);

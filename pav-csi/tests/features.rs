@@ -775,3 +775,43 @@ async fn snapshots_are_checked_cached_listed_and_restored() {
     assert_eq!(calls.iter().filter(|c| **c == "create_snapshot").count(), 3);
     h.stop().await;
 }
+
+/// A volume placed outside every requisite topology is refused and deleted:
+/// the PV would get node affinity to where the CO did not ask for it.
+#[tokio::test]
+async fn volumes_placed_outside_the_requisite_topology_are_refused_and_deleted() {
+    let mut h = Harness::start_with(Options {
+        topology: true,
+        ..Default::default()
+    })
+    .await;
+    let zone = |z: &str| csi::Topology {
+        segments: [("zone".to_owned(), z.to_owned())].into(),
+    };
+    let ask = |name: &str, placed: &str| {
+        let mut request = create_request(name);
+        request.parameters = [("zone".to_owned(), placed.to_owned())].into();
+        request.accessibility_requirements = Some(csi::TopologyRequirement {
+            requisite: vec![zone("a"), zone("b")],
+            preferred: vec![zone("b")],
+        });
+        request
+    };
+    let inside = h
+        .controller
+        .create_volume(ask("pvc-in", "b"))
+        .await
+        .unwrap();
+    let topology = inside.into_inner().volume.unwrap().accessible_topology;
+    assert_eq!(topology, vec![zone("b")]);
+
+    let outside = h.controller.create_volume(ask("pvc-out", "c")).await;
+    let status = outside.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+    assert!(status.message().contains("requisite"), "{status:?}");
+    let deletes = (h.provisioner.calls().iter())
+        .filter(|c| **c == "delete")
+        .count();
+    assert_eq!(deletes, 1, "the misplaced volume is deleted");
+    h.stop().await;
+}

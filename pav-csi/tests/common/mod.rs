@@ -110,7 +110,11 @@ impl Create for Memory {
         // The `handle` parameter makes the test's choice of handle, valid or not.
         let handle = (req.parameters.get("handle").cloned())
             .unwrap_or_else(|| format!("vol-{}", req.name.len() + volumes.len()));
-        let volume = Volume::new(handle, size).with_context("origin", "memory");
+        let mut volume = Volume::new(handle, size).with_context("origin", "memory");
+        // The `zone` parameter makes the test's choice of where it is.
+        if let Some(zone) = req.parameters.get("zone") {
+            volume = volume.accessible_from([("zone".to_owned(), zone.clone())].into());
+        }
         volumes.insert(req.name, volume.clone());
         Ok(volume)
     }
