@@ -7,6 +7,7 @@
 //! | [`node`] | Stage / Unstage per client pod (staging and unstaging pods), collection of `/pav` files |
 //! | [`context`] | the per-driver context: API access, the PavProvisioner watch, pod runs by watch, events, `get_pvc` |
 //! | `pod_cache` | the one watch of this provisioner's pods, and waits on it |
+//! | `provisioner_cache` | the watch of the PavProvisioner, compiled once per generation |
 //! | [`phase_run`] | one phase pod run: create, wait, failure, deletion |
 //! | [`state`] | pure parts: pod states, exported files, messages |
 //! | [`metrics`] | Prometheus `/metrics` and `/healthz` |
@@ -20,6 +21,7 @@ pub mod metrics;
 pub mod node;
 pub mod phase_run;
 mod pod_cache;
+mod provisioner_cache;
 pub mod state;
 
 use std::net::SocketAddr;

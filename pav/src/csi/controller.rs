@@ -16,9 +16,9 @@ use pav_sdk::{Create, CreateRequest, Delete, DeleteRequest, Error, Result, Volum
 use pav_templates::{CreationContext, Phase, ProvisioningMode, ValidationContext};
 
 use self::deleted::Deleted;
-use super::context::{DriverContext, api_error, pod_ref};
-use super::phase_run::PodFiles;
-use super::state::{self, PodState};
+use super::context::{DriverContext, DriverError, api_error, pod_ref};
+use super::phase_run::{PhaseError, PodFiles};
+use super::state::{self, CreatedError, PodState};
 use crate::pods::{ANNOTATION_CLAIM, LABEL_PHASE, LABEL_VOLUME};
 
 pub mod deleted;
@@ -34,19 +34,18 @@ pub struct PodController {
 /// Why CreateVolume failed: one variant per step. [`CreateError::phase`]
 /// names the phase for the claim's event and `From<CreateError> for
 /// pav_sdk::Error` is the one mapping to CSI codes. Steps that talk to the
-/// API server or run pods carry the driver's error (its code already
-/// decided by the status code or the pod run) as their source.
+/// API server or run pods carry the driver's error as their source.
 #[derive(Debug, thiserror::Error)]
 enum CreateError {
     /// external-provisioner passed no claim.
     #[error("the claim is unknown: run external-provisioner with --extra-create-metadata")]
     NoClaim,
     /// Reading the claim or its StorageClass.
-    #[error("{}", .0.message())]
-    ReadObjects(#[source] Error),
+    #[error("{0}")]
+    ReadObjects(#[source] DriverError),
     /// The PavProvisioner is missing, not listed yet or invalid.
-    #[error("{}", .0.message())]
-    Provisioner(#[source] Error),
+    #[error("{0}")]
+    Provisioner(#[source] DriverError),
     /// The PavProvisioner does not list `Dynamic`.
     #[error("PavProvisioner {provisioner} does not do dynamic provisioning")]
     NotDynamic {
@@ -57,12 +56,12 @@ enum CreateError {
     #[error("{0}")]
     Context(#[source] pav_templates::Error),
     /// Evaluating a phase's templates.
-    #[error("{}", .source.message())]
+    #[error("{source}")]
     Render {
         /// The phase rendered.
         phase: Phase,
         #[source]
-        source: Error,
+        source: DriverError,
     },
     /// The claim asks for an access mode PaV does not know.
     #[error("access mode {0} is not supported")]
@@ -71,24 +70,49 @@ enum CreateError {
     #[error("{0}")]
     Refused(#[source] pav_templates::phase::Refusal),
     /// Reading the pod cache.
-    #[error("{}", .0.message())]
-    PodCache(#[source] Error),
+    #[error("{0}")]
+    PodCache(#[source] DriverError),
     /// The validation pod failed (`INVALID_ARGUMENT`) or did not finish.
-    #[error("{}", .0.message())]
-    ValidationPod(#[source] Error),
+    #[error("{0}")]
+    ValidationPod(#[source] PhaseError),
     /// The creation pod did not finish (the CO's retry picks it up).
-    #[error("{}", .0.message())]
-    CreationPod(#[source] Error),
-    /// The evaluated volume, or what the creation pod exported, is no
-    /// volume; the deletion pod ran to undo the creation (`undo`: how that
-    /// failed).
-    #[error("{message}{}", undo.as_ref().map(|e| format!("; then {}", e.message())).unwrap_or_default())]
-    Created {
-        /// What was wrong.
+    #[error("{0}")]
+    CreationPod(#[source] DriverError),
+    /// The creation pod failed; the deletion pod ran to undo the creation
+    /// (`undo`: how that failed).
+    #[error("{message}{}", then(undo.as_deref()))]
+    CreationPodFailed {
+        /// `creation pod ns/name failed: why`.
         message: String,
         /// The deletion pod's failure, if it failed.
-        undo: Option<Error>,
+        undo: Option<Box<PhaseError>>,
     },
+    /// What the spec evaluated to, or the creation pod (`pod`, `ns/name`)
+    /// exported, is no volume; the deletion pod ran to undo a pod's
+    /// creation (`undo`: how that failed).
+    #[error("{}{problem}{}", pod.as_ref().map(|p| format!("creation pod {p}: ")).unwrap_or_default(), then(undo.as_deref()))]
+    Created {
+        /// The creation pod, if one ran.
+        pod: Option<String>,
+        /// What was wrong.
+        #[source]
+        problem: CreatedError,
+        /// The deletion pod's failure, if it failed.
+        undo: Option<Box<PhaseError>>,
+    },
+}
+
+/// `; then <how the undoing failed>`, or nothing.
+fn then(undo: Option<&PhaseError>) -> String {
+    undo.map(|e| format!("; then {e}")).unwrap_or_default()
+}
+
+/// How a creation pod's run failed, before the deletion pod undoes it.
+enum Failed {
+    /// The pod failed: its message.
+    Pod(String),
+    /// The pod succeeded but exported no volume.
+    Result(CreatedError),
 }
 
 impl CreateError {
@@ -107,6 +131,7 @@ impl CreateError {
             | CreateError::AccessMode(_)
             | CreateError::PodCache(_)
             | CreateError::CreationPod(_)
+            | CreateError::CreationPodFailed { .. }
             | CreateError::Created { .. } => Phase::Creation,
         }
     }
@@ -114,8 +139,9 @@ impl CreateError {
 
 impl From<CreateError> for Error {
     /// The CSI code of each step: a capacity rule is `OUT_OF_RANGE`, other
-    /// refusals and bad input `INVALID_ARGUMENT`, a bad result `INTERNAL`;
-    /// the API and pod steps keep the code they were given.
+    /// refusals, bad input and a failed validation pod `INVALID_ARGUMENT`,
+    /// a failed creation `INTERNAL`; the API and pod steps keep the code
+    /// of the driver's error.
     fn from(error: CreateError) -> Self {
         use pav_templates::phase::Refusal;
         let message = error.to_string();
@@ -124,9 +150,8 @@ impl From<CreateError> for Error {
             | CreateError::NotDynamic { .. }
             | CreateError::Context(_)
             | CreateError::AccessMode(_)
-            | CreateError::Refused(Refusal::VolumeMode { .. } | Refusal::AccessMode { .. }) => {
-                Error::InvalidArgument(message)
-            }
+            | CreateError::Refused(Refusal::VolumeMode { .. } | Refusal::AccessMode { .. })
+            | CreateError::ValidationPod(PhaseError::Failed(_)) => Error::InvalidArgument(message),
             CreateError::Refused(Refusal::AboveMaximum { .. } | Refusal::BelowMinimum { .. }) => {
                 Error::OutOfRange(message)
             }
@@ -134,9 +159,11 @@ impl From<CreateError> for Error {
             | CreateError::Provisioner(e)
             | CreateError::Render { source: e, .. }
             | CreateError::PodCache(e)
-            | CreateError::ValidationPod(e)
-            | CreateError::CreationPod(e) => e,
-            CreateError::Created { .. } => Error::Internal(message),
+            | CreateError::ValidationPod(PhaseError::Run(e))
+            | CreateError::CreationPod(e) => e.into(),
+            CreateError::CreationPodFailed { .. } | CreateError::Created { .. } => {
+                Error::Internal(message)
+            }
         }
     }
 }
@@ -290,12 +317,7 @@ impl PodController {
                 owner.as_ref(),
             );
             self.driver
-                .run_phase(
-                    Phase::Validation,
-                    &pod,
-                    PodFiles::Collected,
-                    Error::InvalidArgument,
-                )
+                .run_phase(Phase::Validation, &pod, PodFiles::Collected)
                 .await
                 .map_err(CreateError::ValidationPod)?;
         }
@@ -307,8 +329,9 @@ impl PodController {
                 None,
                 &default_handle,
             )
-            .map_err(|message| CreateError::Created {
-                message,
+            .map_err(|problem| CreateError::Created {
+                pod: None,
+                problem,
                 undo: None,
             })?;
             return Ok(volume(created, req));
@@ -323,24 +346,18 @@ impl PodController {
             Err(e) => Err(CreateError::CreationPod(e)),
             Ok(ran) => {
                 let checked = match ran.failure {
-                    Some(message) => Err(message),
+                    Some(message) => Err(Failed::Pod(message)),
                     None => state::creation_result(
                         creation.handle.as_deref(),
                         creation.capacity,
                         ran.collected.as_ref(),
                         &default_handle,
                     )
-                    .map_err(|m| {
-                        format!(
-                            "creation pod {}/{}: {m}",
-                            pod.namespace().unwrap_or_default(),
-                            pod.name_any()
-                        )
-                    }),
+                    .map_err(Failed::Result),
                 };
                 match checked {
                     Ok(created) => Ok(created),
-                    Err(message) => {
+                    Err(failed) => {
                         // The guide: a failed creation runs the deletion pod.
                         let undo = self
                             .undo_creation(&compiled, &context, claim, owner.as_ref())
@@ -348,9 +365,20 @@ impl PodController {
                         if undo.is_ok() {
                             self.driver.delete_quietly(&pod).await;
                         }
-                        Err(CreateError::Created {
-                            message,
-                            undo: undo.err(),
+                        let undo = undo.err().map(Box::new);
+                        Err(match failed {
+                            Failed::Pod(message) => {
+                                CreateError::CreationPodFailed { message, undo }
+                            }
+                            Failed::Result(problem) => CreateError::Created {
+                                pod: Some(format!(
+                                    "{}/{}",
+                                    pod.namespace().unwrap_or_default(),
+                                    pod.name_any()
+                                )),
+                                problem,
+                                undo,
+                            },
                         })
                     }
                 }
@@ -369,15 +397,17 @@ impl PodController {
         context: &CreationContext,
         claim: &Claim,
         owner: Option<&OwnerReference>,
-    ) -> Result<()> {
+    ) -> std::result::Result<(), PhaseError> {
         let (compiled, context) = (compiled.clone(), context.clone());
-        let deletion = DriverContext::render(move || compiled.render_deletion(&context)).await?;
+        let deletion = DriverContext::render(move || compiled.render_deletion(&context))
+            .await
+            .map_err(PhaseError::Run)?;
         let Some(template) = deletion.pod_template else {
             return Ok(());
         };
         let pod = self.pod(&template, Phase::Deletion, deletion.timeout, claim, owner);
         self.driver
-            .run_phase(Phase::Deletion, &pod, PodFiles::Collected, Error::Internal)
+            .run_phase(Phase::Deletion, &pod, PodFiles::Collected)
             .await
     }
 
@@ -590,34 +620,36 @@ impl Create for PodController {
 #[derive(Debug, thiserror::Error)]
 enum DeleteError {
     /// Reading the volume's claim or its StorageClass.
-    #[error("{}", .0.message())]
-    ReadObjects(#[source] Error),
+    #[error("{0}")]
+    ReadObjects(#[source] DriverError),
     /// The PavProvisioner is missing, not listed yet or invalid.
-    #[error("{}", .0.message())]
-    Provisioner(#[source] Error),
+    #[error("{0}")]
+    Provisioner(#[source] DriverError),
     /// The recorded claim and class make no template context.
     #[error("{0}")]
     Context(#[source] pav_templates::Error),
     /// Evaluating `spec.volumeDeletion`.
-    #[error("{}", .0.message())]
-    Render(#[source] Error),
+    #[error("{0}")]
+    Render(#[source] DriverError),
     /// The deletion pod failed (`INTERNAL`) or did not finish.
-    #[error("{}", .0.message())]
-    DeletionPod(#[source] Error),
+    #[error("{0}")]
+    DeletionPod(#[source] PhaseError),
 }
 
 impl From<DeleteError> for Error {
-    /// A context that the volume's own records do not make is this
-    /// driver's fault (`INTERNAL`); the API, render and pod steps keep the
-    /// code they were given.
+    /// A context that the volume's own records do not make, and a failed
+    /// deletion pod, are `INTERNAL`; the API, render and pod-run steps keep
+    /// the code of the driver's error.
     fn from(error: DeleteError) -> Self {
         let message = error.to_string();
         match error {
-            DeleteError::Context(_) => Error::Internal(message),
+            DeleteError::Context(_) | DeleteError::DeletionPod(PhaseError::Failed(_)) => {
+                Error::Internal(message)
+            }
             DeleteError::ReadObjects(e)
             | DeleteError::Provisioner(e)
             | DeleteError::Render(e)
-            | DeleteError::DeletionPod(e) => e,
+            | DeleteError::DeletionPod(PhaseError::Run(e)) => e.into(),
         }
     }
 }
@@ -717,15 +749,15 @@ impl PodController {
                     );
                     let result = self
                         .driver
-                        .run_phase(Phase::Deletion, &pod, PodFiles::Collected, Error::Internal)
+                        .run_phase(Phase::Deletion, &pod, PodFiles::Collected)
                         .await
                         .map_err(DeleteError::DeletionPod);
-                    if let Err(DeleteError::DeletionPod(e)) = &result {
+                    if let Err(e) = &result {
                         self.driver
                             .warn(
                                 &claim.reference,
                                 Phase::Deletion,
-                                e.message(),
+                                &e.to_string(),
                                 Some(pod_ref(&pod)),
                             )
                             .await;
@@ -839,10 +871,14 @@ mod tests {
     }
 
     /// Each step's code and event phase; the API and pod steps keep the
-    /// code they were given, whatever their message says.
+    /// code of the driver's error, whatever their message says.
     #[test]
     fn create_steps_map_to_csi_codes_and_phases() {
-        let unavailable = || Error::Unavailable("capacity validation".into());
+        let timed_out = || DriverError::TimedOut("capacity validation".into());
+        let template_error = || {
+            CreationContext::new(&PersistentVolumeClaim::default(), &StorageClass::default())
+                .unwrap_err()
+        };
         /// A failure, the test of its CSI error, its event's phase.
         type Case = (CreateError, fn(&Error) -> bool, Phase);
         let cases: Vec<Case> = vec![
@@ -864,49 +900,89 @@ mod tests {
                 Phase::Creation,
             ),
             (
-                CreateError::ReadObjects(Error::NotFound("x".into())),
-                |e| matches!(e, Error::NotFound(_)),
+                CreateError::Context(template_error()),
+                |e| matches!(e, Error::InvalidArgument(_)),
                 Phase::Creation,
             ),
             (
-                CreateError::Provisioner(Error::FailedPrecondition("x".into())),
+                CreateError::ReadObjects(DriverError::NotFound { what: "x".into() }),
+                |e| matches!(e, Error::NotFound(m) if m == "x: not found"),
+                Phase::Creation,
+            ),
+            (
+                CreateError::Provisioner(DriverError::InvalidProvisioner("x".into())),
                 |e| matches!(e, Error::FailedPrecondition(_)),
                 Phase::Creation,
             ),
             (
                 CreateError::Render {
                     phase: Phase::Validation,
-                    source: Error::InvalidArgument("x".into()),
+                    source: DriverError::Render(template_error()),
                 },
                 |e| matches!(e, Error::InvalidArgument(_)),
                 Phase::Creation,
             ),
             (
-                CreateError::PodCache(unavailable()),
+                CreateError::PodCache(timed_out()),
                 |e| matches!(e, Error::Unavailable(_)),
                 Phase::Creation,
             ),
             (
-                CreateError::ValidationPod(unavailable()),
+                CreateError::ValidationPod(PhaseError::Run(timed_out())),
                 |e| matches!(e, Error::Unavailable(_)),
                 Phase::Validation,
             ),
             (
-                CreateError::CreationPod(Error::Aborted("x".into())),
+                CreateError::ValidationPod(PhaseError::Failed(
+                    "validation pod pav/v failed: no capacity left".into(),
+                )),
+                |e| {
+                    matches!(e, Error::InvalidArgument(m)
+                        if m == "validation pod pav/v failed: no capacity left")
+                },
+                Phase::Validation,
+            ),
+            (
+                CreateError::CreationPod(DriverError::PodDeleted("x".into())),
                 |e| matches!(e, Error::Aborted(_)),
                 Phase::Creation,
             ),
             (
-                CreateError::Created {
+                CreateError::CreationPodFailed {
                     message: "creation pod pav/x failed: no".into(),
-                    undo: Some(Error::Unavailable(
+                    undo: Some(Box::new(PhaseError::Run(DriverError::TimedOut(
                         "deletion pod pav/y did not finish".into(),
-                    )),
+                    )))),
                 },
                 |e| {
-                    matches!(e, Error::Internal(_))
-                        && e.message()
-                            == "creation pod pav/x failed: no; then deletion pod pav/y did not finish"
+                    matches!(e, Error::Internal(m)
+                        if m == "creation pod pav/x failed: no; then deletion pod pav/y did not finish")
+                },
+                Phase::Creation,
+            ),
+            (
+                CreateError::Created {
+                    pod: Some("pav/x".into()),
+                    problem: CreatedError::NoCapacity,
+                    undo: Some(Box::new(PhaseError::Failed(
+                        "deletion pod pav/y failed: busy".into(),
+                    ))),
+                },
+                |e| {
+                    matches!(e, Error::Internal(m)
+                        if m == "creation pod pav/x: spec.volumeCreation.capacity is not set and the creation pod did not write /pav/capacity; then deletion pod pav/y failed: busy")
+                },
+                Phase::Creation,
+            ),
+            (
+                CreateError::Created {
+                    pod: None,
+                    problem: CreatedError::Handle(String::new()),
+                    undo: None,
+                },
+                |e| {
+                    matches!(e, Error::Internal(m)
+                        if m == "volume handle \"\" must be 1 to 128 bytes on one line")
                 },
                 Phase::Creation,
             ),
@@ -919,8 +995,9 @@ mod tests {
         }
     }
 
-    /// DeleteVolume's steps keep the code they were given, except a
-    /// context the volume's own records cannot make: `INTERNAL`.
+    /// DeleteVolume's steps keep the code of the driver's error, except a
+    /// context the volume's own records cannot make and a failed deletion
+    /// pod: `INTERNAL`.
     #[test]
     fn delete_steps_map_to_csi_codes() {
         let pvc = PersistentVolumeClaim::default(); // no UID: no context
@@ -930,11 +1007,19 @@ mod tests {
         let error = Error::from(DeleteError::Context(context));
         assert!(matches!(error, Error::Internal(_)), "{error:?}");
         assert_eq!(error.message(), message);
+        let failed = Error::from(DeleteError::DeletionPod(PhaseError::Failed(
+            "deletion pod pav/d failed: busy".into(),
+        )));
+        assert!(
+            matches!(&failed, Error::Internal(m) if m == "deletion pod pav/d failed: busy"),
+            "{failed:?}"
+        );
+        let timed_out = || DriverError::TimedOut("x".into());
         let kept = [
-            DeleteError::ReadObjects(Error::Unavailable("x".into())),
-            DeleteError::Provisioner(Error::Unavailable("x".into())),
-            DeleteError::Render(Error::Unavailable("x".into())),
-            DeleteError::DeletionPod(Error::Unavailable("x".into())),
+            DeleteError::ReadObjects(timed_out()),
+            DeleteError::Provisioner(timed_out()),
+            DeleteError::Render(timed_out()),
+            DeleteError::DeletionPod(PhaseError::Run(timed_out())),
         ];
         for failure in kept {
             assert!(matches!(Error::from(failure), Error::Unavailable(_)));

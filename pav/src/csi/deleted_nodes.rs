@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::{Api, ResourceExt};
 use pav_templates::Phase;
 
-use super::context::{DriverContext, pod_ref};
+use super::context::{DriverContext, DriverError, pod_ref};
 use crate::pods::{ANNOTATION_PV, FINALIZER_UNSTAGE};
 
 /// How often the CSI controller looks for staging pods of deleted nodes.
@@ -36,7 +36,7 @@ pub async fn release_periodically(driver: Arc<DriverContext>) {
 /// Removes [`FINALIZER_UNSTAGE`] from this provisioner's pods whose node
 /// no longer exists, deletes them, and says so in a Warning event on their
 /// volume; returns the names of the pods released.
-pub async fn release_once(driver: &DriverContext) -> pav_sdk::Result<Vec<String>> {
+pub async fn release_once(driver: &DriverContext) -> Result<Vec<String>, DriverError> {
     let nodes: Api<Node> = Api::all(driver.client.clone());
     let mut node_exists: HashMap<String, bool> = HashMap::new();
     let mut released = Vec::new();
@@ -70,7 +70,7 @@ pub async fn release_once(driver: &DriverContext) -> pav_sdk::Result<Vec<String>
     Ok(released)
 }
 
-async fn release(driver: &DriverContext, pod: &Pod, node: &str) -> pav_sdk::Result<()> {
+async fn release(driver: &DriverContext, pod: &Pod, node: &str) -> Result<(), DriverError> {
     let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
     tracing::warn!(pod = %format!("{namespace}/{name}"), %node, "node deleted: releasing its staging pod without unstaging");
     driver.remove_finalizer(pod, FINALIZER_UNSTAGE).await?;

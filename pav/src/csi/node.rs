@@ -5,14 +5,16 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplateSpec,
+};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use pav_sdk::{Error, PodInfo, Result, Stage, StageRequest, Staged, Unstage, UnstageRequest};
 use pav_templates::{Phase, StagingContext};
 
-use super::context::{DriverContext, api_error, core_ref, pod_ref};
-use super::phase_run::PodFiles;
+use super::context::{DriverContext, DriverError, api_error, core_ref, pod_ref};
+use super::phase_run::{PhaseError, PodFiles};
 use super::state::{self, Collected, PodState};
 use crate::pods::{
     ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, ANNOTATION_UNSTAGING,
@@ -51,7 +53,7 @@ impl PodNode {
         &self,
         client_pod: &Pod,
         handle: &str,
-    ) -> Result<(PersistentVolumeClaim, PersistentVolume)> {
+    ) -> std::result::Result<(PersistentVolumeClaim, PersistentVolume), StageError> {
         let namespace = client_pod.namespace().unwrap_or_default();
         let pvcs: Api<PersistentVolumeClaim> =
             Api::namespaced(self.driver.client.clone(), &namespace);
@@ -68,20 +70,21 @@ impl PodNode {
                 (None, Some(_)) => format!("{}-{}", client_pod.name_any(), volume.name),
                 _ => continue,
             };
-            let Some(pvc) = pvcs
-                .get_opt(&claim)
-                .await
-                .map_err(|e| api_error(&format!("PersistentVolumeClaim {namespace}/{claim}"), e))?
+            let Some(pvc) = pvcs.get_opt(&claim).await.map_err(|e| {
+                StageError::ReadObjects(api_error(
+                    &format!("PersistentVolumeClaim {namespace}/{claim}"),
+                    e,
+                ))
+            })?
             else {
                 continue;
             };
             let Some(pv_name) = pvc.spec.as_ref().and_then(|s| s.volume_name.clone()) else {
                 continue;
             };
-            let Some(pv) = pvs
-                .get_opt(&pv_name)
-                .await
-                .map_err(|e| api_error(&format!("PersistentVolume {pv_name}"), e))?
+            let Some(pv) = pvs.get_opt(&pv_name).await.map_err(|e| {
+                StageError::ReadObjects(api_error(&format!("PersistentVolume {pv_name}"), e))
+            })?
             else {
                 continue;
             };
@@ -94,16 +97,17 @@ impl PodNode {
                 return Ok((pvc, pv));
             }
         }
-        Err(Error::NotFound(format!(
-            "pod {namespace}/{} uses no claim bound to volume {handle:?} of {}",
-            client_pod.name_any(),
-            self.driver.provisioner
-        )))
+        Err(StageError::NoVolume {
+            pod: format!("{namespace}/{}", client_pod.name_any()),
+            handle: handle.to_owned(),
+            provisioner: self.driver.provisioner.clone(),
+        })
     }
 
-    async fn node_object(&self) -> Result<Node> {
+    /// This node's Node object, if it exists.
+    async fn node_object(&self) -> std::result::Result<Option<Node>, DriverError> {
         Api::<Node>::all(self.driver.client.clone())
-            .get(&self.node)
+            .get_opt(&self.node)
             .await
             .map_err(|e| api_error(&format!("Node {}", self.node), e))
     }
@@ -113,15 +117,29 @@ impl PodNode {
         req: &Publishing<'_>,
         info: &PodInfo,
         client_pod: &Pod,
-    ) -> Result<Staged> {
+    ) -> std::result::Result<Staged, StageError> {
         let (pvc, pv) = self.find_volume(client_pod, req.handle).await?;
-        let node = self.node_object().await?;
-        let (compiled, owner) = self.driver.compiled().await?;
+        let node = self
+            .node_object()
+            .await
+            .map_err(StageError::ReadObjects)?
+            .ok_or_else(|| {
+                StageError::ReadObjects(DriverError::NotFound {
+                    what: format!("Node {}", self.node),
+                })
+            })?;
+        let (compiled, owner) = self
+            .driver
+            .compiled()
+            .await
+            .map_err(StageError::Provisioner)?;
         let context = StagingContext::new(&pvc, &pv, &node, req.read_only)
-            .map_err(|e| Error::InvalidArgument(e.to_string()))?
+            .map_err(StageError::Context)?
             .with_pvc_lookup(self.driver.lookup());
         let (compiled_u, context_u) = (compiled.clone(), context.clone());
-        let staging = DriverContext::render(move || compiled.render_staging(&context)).await?;
+        let staging = DriverContext::render(move || compiled.render_staging(&context))
+            .await
+            .map_err(StageError::Render)?;
         // Kept on the staging pod for unstaging after the claim is gone.
         let unstaging = DriverContext::render(move || compiled_u.render_unstaging(&context_u))
             .await
@@ -144,9 +162,15 @@ impl PodNode {
         );
         let namespace = pod.namespace().unwrap_or_default();
         let name = pod.name_any();
-        self.driver.ensure_pod(&pod).await?;
+        self.driver
+            .ensure_pod(&pod)
+            .await
+            .map_err(StageError::StagingPod)?;
         let dir = self.dir(&name);
         let block = req.block;
+        let unusable = |e: VolumeCheckError| PodState::Failed {
+            message: e.to_string(),
+        };
         let finished = self
             .driver
             .wait_pod(Phase::Staging, &namespace, &name, |pod| {
@@ -154,16 +178,15 @@ impl PodNode {
                 let volume = dir.join("volume");
                 match state {
                     PodState::Failed { .. } => Some(Err(state)),
-                    PodState::Succeeded => Some(
-                        check_volume(&volume, block).map_err(|m| PodState::Failed { message: m }),
-                    ),
-                    PodState::Running if dir.join("ready").exists() => Some(
-                        check_volume(&volume, block).map_err(|m| PodState::Failed { message: m }),
-                    ),
+                    PodState::Succeeded => Some(check_volume(&volume, block).map_err(unusable)),
+                    PodState::Running if dir.join("ready").exists() => {
+                        Some(check_volume(&volume, block).map_err(unusable))
+                    }
                     _ => None,
                 }
             })
-            .await?;
+            .await
+            .map_err(StageError::StagingPod)?;
         match finished {
             Ok(()) => Ok(Staged::at(dir.join("volume"))),
             Err(state) => {
@@ -180,17 +203,15 @@ impl PodNode {
                     &termination,
                 );
                 // The guide: a failed staging runs the unstaging pod.
-                if let Err(e) = self.tear_down(&pod).await {
-                    return Err(Error::Internal(format!("{message}; then {}", e.message())));
-                }
-                Err(Error::Internal(message))
+                let undo = self.tear_down(&pod).await.err().map(Box::new);
+                Err(StageError::Failed { message, undo })
             }
         }
     }
 
     /// Stops a staging pod, runs the unstaging pod, cleans up the `/pav`
     /// directories and finally lets the staging pod go. Safe to repeat.
-    async fn tear_down(&self, staging: &Pod) -> Result<()> {
+    async fn tear_down(&self, staging: &Pod) -> std::result::Result<(), UnstageError> {
         let annotations = staging.annotations();
         let get = |key: &str| annotations.get(key).cloned().unwrap_or_default();
         let (claim, pv_name) = (get(ANNOTATION_CLAIM), get(ANNOTATION_PV));
@@ -204,24 +225,28 @@ impl PodNode {
         let name = staging.name_any();
 
         // Render the unstaging phase while the objects are certainly there;
-        // when the claim or volume is gone already (a terminated client
-        // pod does not keep them), use what was rendered when staging.
-        let (compiled, owner) = self.driver.compiled().await?;
+        // when the claim, volume or node is gone already (a terminated
+        // client pod does not keep them), use what was rendered when
+        // staging.
+        let (compiled, owner) = self
+            .driver
+            .compiled()
+            .await
+            .map_err(UnstageError::Provisioner)?;
         let unstaging = match self
             .render_unstaging(&claim, &pv_name, read_only, compiled)
-            .await
+            .await?
         {
-            Ok(template) => template,
-            Err(Error::NotFound(what)) => match annotations.get(ANNOTATION_UNSTAGING) {
-                Some(json) => serde_json::from_str(json).map_err(|e| {
-                    Error::Internal(format!("annotation {ANNOTATION_UNSTAGING}: {e}"))
-                })?,
+            LiveUnstaging::Rendered(template) => *template,
+            LiveUnstaging::Gone { what } => match annotations.get(ANNOTATION_UNSTAGING) {
+                Some(json) => {
+                    serde_json::from_str(json).map_err(UnstageError::RecordedUnstaging)?
+                }
                 None => {
                     tracing::warn!(pod = %name, %what, "cannot render the unstaging phase: no unstaging pod");
                     None
                 }
             },
-            Err(e) => return Err(e),
         };
 
         // 1. Stop the staging pod; its finalizer keeps the object (and this
@@ -236,14 +261,15 @@ impl PodNode {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => {
-                    return Err(api_error(
+                    return Err(UnstageError::StopStagingPod(api_error(
                         &format!("stopping staging pod {namespace}/{name}"),
                         e,
-                    ));
+                    )));
                 }
             }
         }
-        self.driver
+        let stopped = self
+            .driver
             .wait_pod(Phase::Unstaging, &namespace, &name, |pod| {
                 let stopped = PodState::of(pod).is_terminated()
                     || pod
@@ -257,11 +283,11 @@ impl PodNode {
                         });
                 stopped.then_some(())
             })
-            .await
-            .or_else(|e| match e {
-                Error::Aborted(_) => Ok(()), // already gone
-                e => Err(e),
-            })?;
+            .await;
+        match stopped {
+            Ok(()) | Err(DriverError::PodDeleted(_)) => {} // stopped, or gone already
+            Err(e) => return Err(UnstageError::StopStagingPod(e)),
+        }
 
         // 2. The unstaging pod, on this node.
         if let Some(template) = unstaging {
@@ -271,32 +297,35 @@ impl PodNode {
                 .unstaging_pod(&template, &key, &self.node, &claim);
             let dir = self.dir(&pod.name_any());
             self.driver
-                .run_phase(
-                    Phase::Unstaging,
-                    &pod,
-                    PodFiles::Local(&dir),
-                    Error::Internal,
-                )
-                .await?;
+                .run_phase(Phase::Unstaging, &pod, PodFiles::Local(&dir))
+                .await
+                .map_err(UnstageError::UnstagingPod)?;
         }
 
         // 3. Unmount what the staging pod left (a pod that ran to completion
         //    leaves its mounts at /pav/volume), clean up, let the pod go.
         let uid = staging.uid().unwrap_or_default();
-        if let Err(e) = remove_pod_dir(&self.dir(&name)) {
-            let message = format!("cleaning up after staging pod {namespace}/{name}: {e}");
-            if let PodDirError::Unmount(unmount) = &e
+        if let Err(source) = remove_pod_dir(&self.dir(&name)) {
+            let error = UnstageError::CleanUp {
+                pod: format!("{namespace}/{name}"),
+                source,
+            };
+            if let UnstageError::CleanUp {
+                source: PodDirError::Unmount(unmount),
+                ..
+            } = &error
                 && let Some(point) = unmount.mount_point()
                 && self.unmount_failures.first_report(&uid, point)
             {
-                self.warn_claim(&claim, &message, staging).await;
+                self.warn_claim(&claim, &error.to_string(), staging).await;
             }
-            return Err(Error::Internal(message));
+            return Err(error);
         }
         self.unmount_failures.forget(&uid);
         self.driver
             .remove_finalizer(staging, FINALIZER_UNSTAGE)
-            .await?;
+            .await
+            .map_err(UnstageError::ReleaseStagingPod)?;
         Ok(())
     }
 
@@ -319,36 +348,57 @@ impl PodNode {
     }
 
     /// The unstaging pod template for the claim `namespace/name` and the
-    /// PersistentVolume `pv_name`, rendered now; `NotFound` when either is gone.
+    /// PersistentVolume `pv_name`, rendered now; [`LiveUnstaging::Gone`]
+    /// when the claim, the volume or this node's object is gone.
     async fn render_unstaging(
         &self,
         claim: &str,
         pv_name: &str,
         read_only: bool,
         compiled: Arc<pav_templates::CompiledProvisioner>,
-    ) -> Result<Option<k8s_openapi::api::core::v1::PodTemplateSpec>> {
+    ) -> std::result::Result<LiveUnstaging, UnstageError> {
         let (pvc_ns, pvc_name) = state::parse_claim(claim).unwrap_or_default();
-        let pvc = Api::<PersistentVolumeClaim>::namespaced(self.driver.client.clone(), pvc_ns)
-            .get(pvc_name)
+        let gone = |what: String| Ok(LiveUnstaging::Gone { what });
+        let Some(pvc) =
+            Api::<PersistentVolumeClaim>::namespaced(self.driver.client.clone(), pvc_ns)
+                .get_opt(pvc_name)
+                .await
+                .map_err(|e| {
+                    UnstageError::ReadObjects(api_error(
+                        &format!("PersistentVolumeClaim {claim}"),
+                        e,
+                    ))
+                })?
+        else {
+            return gone(format!("PersistentVolumeClaim {claim}"));
+        };
+        let Some(pv) = Api::<PersistentVolume>::all(self.driver.client.clone())
+            .get_opt(pv_name)
             .await
-            .map_err(|e| api_error(&format!("PersistentVolumeClaim {claim}"), e))?;
-        let pv = Api::<PersistentVolume>::all(self.driver.client.clone())
-            .get(pv_name)
+            .map_err(|e| {
+                UnstageError::ReadObjects(api_error(&format!("PersistentVolume {pv_name}"), e))
+            })?
+        else {
+            return gone(format!("PersistentVolume {pv_name}"));
+        };
+        let Some(node) = self
+            .node_object()
             .await
-            .map_err(|e| api_error(&format!("PersistentVolume {pv_name}"), e))?;
-        let node = self.node_object().await?;
+            .map_err(UnstageError::ReadObjects)?
+        else {
+            return gone(format!("Node {}", self.node));
+        };
         let context = StagingContext::new(&pvc, &pv, &node, read_only)
-            .map_err(|e| Error::InvalidArgument(e.to_string()))?
+            .map_err(UnstageError::Context)?
             .with_pvc_lookup(self.driver.lookup());
-        Ok(
-            DriverContext::render(move || compiled.render_unstaging(&context))
-                .await?
-                .pod_template,
-        )
+        let unstaging = DriverContext::render(move || compiled.render_unstaging(&context))
+            .await
+            .map_err(UnstageError::Render)?;
+        Ok(LiveUnstaging::Rendered(Box::new(unstaging.pod_template)))
     }
 
     /// The staging pods of `key` on this node (normally one).
-    async fn staging_pods(&self, key: &str) -> Result<Vec<Pod>> {
+    async fn staging_pods(&self, key: &str) -> std::result::Result<Vec<Pod>, DriverError> {
         self.driver
             .list_pods(&[
                 (LABEL_PHASE, Phase::Staging.name()),
@@ -359,34 +409,64 @@ impl PodNode {
     }
 }
 
+/// The unstaging phase rendered from the live objects, or which of them is
+/// gone (then the staging pod's record of it is used).
+enum LiveUnstaging {
+    /// Rendered: its pod template, if it has one.
+    Rendered(Box<Option<PodTemplateSpec>>),
+    /// The claim, volume or node that no longer exists.
+    Gone {
+        /// `Kind name` of the object.
+        what: String,
+    },
+}
+
+/// Why what a staging pod put at `/pav/volume` cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum VolumeCheckError {
+    /// Nothing is there.
+    #[error("the staging pod did not create /pav/volume")]
+    Missing,
+    /// A symlink: it would be followed in the node plugin's mount namespace.
+    #[error("/pav/volume is a symlink: create the directory or device node itself")]
+    Symlink,
+    /// Filesystem mode needs a directory.
+    #[error("/pav/volume is not a directory (volumeMode Filesystem)")]
+    NotDirectory,
+    /// Block mode needs a block device.
+    #[error("/pav/volume is not a block device (volumeMode Block)")]
+    NotBlockDevice,
+}
+
 /// Checks what a staging pod put at `/pav/volume`. A symlink is refused:
 /// it would be followed in the node plugin's mount namespace, so a pod could
 /// point it at any host path (`/etc`, another pod's volume) and have that
 /// bind-mounted into its client.
-fn check_volume(path: &Path, block: bool) -> std::result::Result<(), String> {
+fn check_volume(path: &Path, block: bool) -> std::result::Result<(), VolumeCheckError> {
     use std::os::unix::fs::FileTypeExt;
-    let meta = std::fs::symlink_metadata(path)
-        .map_err(|_| "the staging pod did not create /pav/volume".to_owned())?;
+    let meta = std::fs::symlink_metadata(path).map_err(|_| VolumeCheckError::Missing)?;
     if meta.file_type().is_symlink() {
-        return Err("/pav/volume is a symlink: create the directory or device node itself".into());
+        return Err(VolumeCheckError::Symlink);
     }
     match (block, meta.is_dir(), meta.file_type().is_block_device()) {
         (false, true, _) | (true, _, true) => Ok(()),
-        (false, false, _) => Err("/pav/volume is not a directory (volumeMode Filesystem)".into()),
-        (true, _, false) => Err("/pav/volume is not a block device (volumeMode Block)".into()),
+        (false, false, _) => Err(VolumeCheckError::NotDirectory),
+        (true, _, false) => Err(VolumeCheckError::NotBlockDevice),
     }
 }
 
 /// Why a PaV pod's `/pav` directory could not be removed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum PodDirError {
+pub enum PodDirError {
     /// Something the pod mounted there stays mounted.
     #[error(transparent)]
     Unmount(#[from] pav_csi::mount::UnmountError),
     /// The directory itself could not be removed.
     #[error("removing {}: {source}", dir.display())]
     Remove {
+        /// The directory.
         dir: PathBuf,
+        /// Why.
         #[source]
         source: std::io::Error,
     },
@@ -432,6 +512,178 @@ impl ReportedMounts {
     }
 }
 
+/// Why NodeStageVolume failed: one variant per step. [`StageError::reported`]
+/// says whether the client pod gets a `StagingFailed` event and
+/// `From<StageError> for pav_sdk::Error` is the one mapping to CSI codes.
+/// Steps that talk to the API server or wait for pods carry the driver's
+/// error as their source.
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    /// The CO passed no client pod.
+    #[error("the client pod is unknown: the CSIDriver needs podInfoOnMount: true")]
+    NoPodInfo,
+    /// Reading the client pod.
+    #[error("{0}")]
+    ClientPod(#[source] DriverError),
+    /// Reading the client pod's claims, their volumes, or this node.
+    #[error("{0}")]
+    ReadObjects(#[source] DriverError),
+    /// None of the client pod's claims is bound to the volume.
+    #[error("pod {pod} uses no claim bound to volume {handle:?} of {provisioner}")]
+    NoVolume {
+        /// `namespace/name` of the client pod.
+        pod: String,
+        /// The volume handle staged.
+        handle: String,
+        /// The driver's name.
+        provisioner: String,
+    },
+    /// The PavProvisioner is missing, not listed yet or invalid.
+    #[error("{0}")]
+    Provisioner(#[source] DriverError),
+    /// The claim, volume and node do not make a template context.
+    #[error("{0}")]
+    Context(#[source] pav_templates::Error),
+    /// Evaluating `spec.volumeStaging`.
+    #[error("{0}")]
+    Render(#[source] DriverError),
+    /// Creating the staging pod, or waiting for it to be ready.
+    #[error("{0}")]
+    StagingPod(#[source] DriverError),
+    /// The staging pod failed, or what it put at `/pav/volume` cannot be
+    /// used; the unstaging pod ran to undo it (`undo`: how that failed).
+    #[error("{message}{}", undo.as_ref().map(|e| format!("; then {e}")).unwrap_or_default())]
+    Failed {
+        /// `staging pod ns/name failed: why`.
+        message: String,
+        /// The tear-down's failure, if it failed.
+        undo: Option<Box<UnstageError>>,
+    },
+}
+
+impl StageError {
+    /// Whether the client pod gets an event: once it has been read.
+    pub fn reported(&self) -> bool {
+        match self {
+            StageError::NoPodInfo | StageError::ClientPod(_) => false,
+            StageError::ReadObjects(_)
+            | StageError::NoVolume { .. }
+            | StageError::Provisioner(_)
+            | StageError::Context(_)
+            | StageError::Render(_)
+            | StageError::StagingPod(_)
+            | StageError::Failed { .. } => true,
+        }
+    }
+}
+
+impl From<StageError> for Error {
+    /// A volume the client pod does not use is `NOT_FOUND`; a request the
+    /// CO cannot make without `podInfoOnMount` a failed precondition; a
+    /// context the objects do not make `INVALID_ARGUMENT`; a failed staging
+    /// `INTERNAL`; the API and pod steps keep the code of the driver's
+    /// error.
+    fn from(error: StageError) -> Self {
+        let message = error.to_string();
+        match error {
+            StageError::NoPodInfo => Error::FailedPrecondition(message),
+            StageError::NoVolume { .. } => Error::NotFound(message),
+            StageError::Context(_) => Error::InvalidArgument(message),
+            StageError::Failed { .. } => Error::Internal(message),
+            StageError::ClientPod(e)
+            | StageError::ReadObjects(e)
+            | StageError::Provisioner(e)
+            | StageError::Render(e)
+            | StageError::StagingPod(e) => e.into(),
+        }
+    }
+}
+
+/// Why NodeUnstageVolume (or the tear-down after a failed staging) failed:
+/// one variant per step. [`UnstageError::reported`] says whether the client
+/// pod gets an `UnstagingFailed` event and `From<UnstageError> for
+/// pav_sdk::Error` is the one mapping to CSI codes.
+#[derive(Debug, thiserror::Error)]
+pub enum UnstageError {
+    /// Listing this node's staging pods of the volume.
+    #[error("{0}")]
+    ListStagingPods(#[source] DriverError),
+    /// The PavProvisioner is missing, not listed yet or invalid.
+    #[error("{0}")]
+    Provisioner(#[source] DriverError),
+    /// Reading the claim, its volume or this node.
+    #[error("{0}")]
+    ReadObjects(#[source] DriverError),
+    /// The claim, volume and node do not make a template context.
+    #[error("{0}")]
+    Context(#[source] pav_templates::Error),
+    /// Evaluating `spec.volumeUnstaging`.
+    #[error("{0}")]
+    Render(#[source] DriverError),
+    /// The unstaging phase recorded on the staging pod does not parse.
+    #[error("annotation {ANNOTATION_UNSTAGING}: {0}")]
+    RecordedUnstaging(#[source] serde_json::Error),
+    /// Stopping the staging pod, or waiting for it to stop.
+    #[error("{0}")]
+    StopStagingPod(#[source] DriverError),
+    /// The unstaging pod failed (`INTERNAL`) or did not finish.
+    #[error("{0}")]
+    UnstagingPod(#[source] PhaseError),
+    /// Unmounting or removing what the staging pod left.
+    #[error("cleaning up after staging pod {pod}: {source}")]
+    CleanUp {
+        /// `namespace/name` of the staging pod.
+        pod: String,
+        /// What could not be unmounted or removed.
+        #[source]
+        source: PodDirError,
+    },
+    /// Letting the staging pod go (removing its finalizer).
+    #[error("{0}")]
+    ReleaseStagingPod(#[source] DriverError),
+}
+
+impl UnstageError {
+    /// Whether the client pod gets an event: once a staging pod, which
+    /// names it, was found.
+    pub fn reported(&self) -> bool {
+        match self {
+            UnstageError::ListStagingPods(_) => false,
+            UnstageError::Provisioner(_)
+            | UnstageError::ReadObjects(_)
+            | UnstageError::Context(_)
+            | UnstageError::Render(_)
+            | UnstageError::RecordedUnstaging(_)
+            | UnstageError::StopStagingPod(_)
+            | UnstageError::UnstagingPod(_)
+            | UnstageError::CleanUp { .. }
+            | UnstageError::ReleaseStagingPod(_) => true,
+        }
+    }
+}
+
+impl From<UnstageError> for Error {
+    /// A context the objects do not make is `INVALID_ARGUMENT`; a broken
+    /// record, a failed unstaging pod and a failed clean-up `INTERNAL`; the
+    /// API and pod steps keep the code of the driver's error.
+    fn from(error: UnstageError) -> Self {
+        let message = error.to_string();
+        match error {
+            UnstageError::Context(_) => Error::InvalidArgument(message),
+            UnstageError::RecordedUnstaging(_)
+            | UnstageError::UnstagingPod(PhaseError::Failed(_))
+            | UnstageError::CleanUp { .. } => Error::Internal(message),
+            UnstageError::ListStagingPods(e)
+            | UnstageError::Provisioner(e)
+            | UnstageError::ReadObjects(e)
+            | UnstageError::Render(e)
+            | UnstageError::StopStagingPod(e)
+            | UnstageError::UnstagingPod(PhaseError::Run(e))
+            | UnstageError::ReleaseStagingPod(e) => e.into(),
+        }
+    }
+}
+
 /// What staging uses of a [`StageRequest`] (which only pav-sdk builds).
 #[derive(Debug, Clone, Copy)]
 struct Publishing<'a> {
@@ -458,37 +710,46 @@ impl<'a> Publishing<'a> {
 impl Stage for PodNode {
     async fn stage(&self, req: StageRequest) -> Result<Staged> {
         let Some(info) = req.pod.clone() else {
-            return Err(Error::FailedPrecondition(
-                "the client pod is unknown: the CSIDriver needs podInfoOnMount: true".into(),
-            ));
+            return Err(StageError::NoPodInfo.into());
         };
-        self.stage_for(&Publishing::of(&req), &info).await
+        Ok(self.stage_for(&Publishing::of(&req), &info).await?)
     }
 }
 
 #[pav_sdk::async_trait]
 impl Unstage for PodNode {
     async fn unstage(&self, req: UnstageRequest) -> Result<()> {
-        self.unstage_at(&req.handle, &req.target_path).await
+        Ok(self.unstage_at(&req.handle, &req.target_path).await?)
     }
 }
 
 impl PodNode {
     /// Stages `req` for client pod `info`; a failure is an event on it.
-    async fn stage_for(&self, req: &Publishing<'_>, info: &PodInfo) -> Result<Staged> {
+    async fn stage_for(
+        &self,
+        req: &Publishing<'_>,
+        info: &PodInfo,
+    ) -> std::result::Result<Staged, StageError> {
         let client_pod = Api::<Pod>::namespaced(self.driver.client.clone(), &info.namespace)
             .get(&info.name)
             .await
-            .map_err(|e| api_error(&format!("pod {}/{}", info.namespace, info.name), e))?;
+            .map_err(|e| {
+                StageError::ClientPod(api_error(
+                    &format!("pod {}/{}", info.namespace, info.name),
+                    e,
+                ))
+            })?;
         let op = self.driver.metrics.start(Phase::Staging);
         let result = self.stage_volume(req, info, &client_pod).await;
         op.finish(&result);
-        if let Err(e) = &result {
+        if let Err(e) = &result
+            && e.reported()
+        {
             self.driver
                 .warn(
                     &client_pod.object_ref(&()),
                     Phase::Staging,
-                    e.message(),
+                    &e.to_string(),
                     None,
                 )
                 .await;
@@ -498,20 +759,29 @@ impl PodNode {
 
     /// Tears down the staging pods of `handle` at `target_path` on this
     /// node; a failure is an event on the client pod.
-    async fn unstage_at(&self, handle: &str, target_path: &Path) -> Result<()> {
+    async fn unstage_at(
+        &self,
+        handle: &str,
+        target_path: &Path,
+    ) -> std::result::Result<(), UnstageError> {
         let key =
             crate::pods::label_value(&staging_key(handle, &target_path.display().to_string()));
-        let pods = self.staging_pods(&key).await?;
+        let pods = self
+            .staging_pods(&key)
+            .await
+            .map_err(UnstageError::ListStagingPods)?;
         for pod in pods {
             if let Err(e) = self.tear_down(&pod).await {
                 let client = pod.annotations().get(ANNOTATION_CLIENT).cloned();
-                if let Some((ns, name, uid)) = client.as_deref().and_then(state::parse_client) {
+                if e.reported()
+                    && let Some((ns, name, uid)) = client.as_deref().and_then(state::parse_client)
+                {
                     let reference = core_ref("Pod", ns, name, Some(uid));
                     self.driver
                         .warn(
                             &reference,
                             Phase::Unstaging,
-                            e.message(),
+                            &e.to_string(),
                             Some(pod_ref(&pod)),
                         )
                         .await;
@@ -719,16 +989,66 @@ async fn collect_pod(driver: &DriverContext, pods_dir: &Path, pod: &Pod) -> bool
 mod tests {
     use super::*;
 
+    /// The steps without a scenario of their own: their CSI codes, and
+    /// which are reported on the client pod.
+    #[test]
+    fn stage_and_unstage_steps_map_to_csi_codes_and_events() {
+        let no_info = StageError::NoPodInfo;
+        assert!(!no_info.reported());
+        let error = Error::from(no_info);
+        assert!(matches!(error, Error::FailedPrecondition(_)), "{error:?}");
+        let read = StageError::ClientPod(DriverError::NotFound {
+            what: "pod apps/client".into(),
+        });
+        assert!(!read.reported());
+        assert!(matches!(Error::from(read), Error::NotFound(_)));
+        let context = StagingContext::new(
+            &PersistentVolumeClaim::default(),
+            &PersistentVolume::default(),
+            &Node::default(),
+            false,
+        )
+        .unwrap_err();
+        let context = StageError::Context(context);
+        assert!(context.reported());
+        assert!(matches!(Error::from(context), Error::InvalidArgument(_)));
+        let waiting = StageError::StagingPod(DriverError::TimedOut("t".into()));
+        assert!(matches!(Error::from(waiting), Error::Unavailable(_)));
+
+        let listing = UnstageError::ListStagingPods(DriverError::TimedOut("t".into()));
+        assert!(!listing.reported());
+        assert!(matches!(Error::from(listing), Error::Unavailable(_)));
+        let record = UnstageError::RecordedUnstaging(
+            serde_json::from_str::<Option<PodTemplateSpec>>("{").unwrap_err(),
+        );
+        assert!(record.reported());
+        let error = Error::from(record);
+        assert!(
+            matches!(&error, Error::Internal(m) if m.starts_with(&format!("annotation {ANNOTATION_UNSTAGING}: "))),
+            "{error:?}"
+        );
+        let stopping = UnstageError::StopStagingPod(DriverError::Forbidden {
+            what: "stopping staging pod pav/s".into(),
+            message: "no".into(),
+        });
+        assert!(matches!(
+            Error::from(stopping),
+            Error::FailedPrecondition(_)
+        ));
+    }
+
     #[test]
     fn staged_volume_kinds() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(check_volume(&dir.path().join("volume"), false).is_err());
+        assert_eq!(
+            check_volume(&dir.path().join("volume"), false),
+            Err(VolumeCheckError::Missing)
+        );
         std::fs::create_dir(dir.path().join("volume")).unwrap();
         assert!(check_volume(&dir.path().join("volume"), false).is_ok());
-        assert!(
-            check_volume(&dir.path().join("volume"), true)
-                .unwrap_err()
-                .contains("block device")
+        assert_eq!(
+            check_volume(&dir.path().join("volume"), true),
+            Err(VolumeCheckError::NotBlockDevice)
         );
     }
 
@@ -737,16 +1057,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let volume = dir.path().join("volume");
         std::os::unix::fs::symlink("/etc", &volume).unwrap();
-        assert!(
-            check_volume(&volume, false)
-                .unwrap_err()
-                .contains("symlink")
-        );
+        assert_eq!(check_volume(&volume, false), Err(VolumeCheckError::Symlink));
         std::fs::remove_file(&volume).unwrap();
         std::fs::create_dir(dir.path().join("real")).unwrap();
         std::os::unix::fs::symlink(dir.path().join("real"), &volume).unwrap();
-        assert!(
-            check_volume(&volume, false).is_err(),
+        assert_eq!(
+            check_volume(&volume, false),
+            Err(VolumeCheckError::Symlink),
             "even inside the pod dir"
         );
     }

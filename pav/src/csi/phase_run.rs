@@ -6,17 +6,16 @@
 //! pod), waits for it to terminate (and for the node plugin to collect its
 //! `/pav` files when it ran elsewhere), and turns a failure into the
 //! phase's error. [`DriverContext::run_phase`] also counts it in the metrics and
-//! deletes the pod afterwards, unless the run is `Unavailable`: then the
-//! pod carries on and the CO's retry picks it up.
+//! deletes the pod afterwards, unless the run did not end (a transient
+//! [`DriverError`]): then the pod carries on and the CO's retry picks it up.
 
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use pav_sdk::{Error, Result};
 use pav_templates::Phase;
 
-use super::context::{DriverContext, Finished};
+use super::context::{DriverContext, DriverError, Finished};
 use super::state::{self, Collected, PodState};
 
 /// Where a pod's `/pav/error` is read from.
@@ -29,6 +28,19 @@ pub enum PodFiles<'a> {
     /// From the pod's directory, which this process sees (unstaging pods run
     /// on the node plugin's node): removed with the pod.
     Local(&'a Path),
+}
+
+/// Why a phase pod's run failed. The caller's error enum decides the CSI
+/// code of [`PhaseError::Failed`] (the phase's own: `INVALID_ARGUMENT` for
+/// validation, `INTERNAL` for deletion and unstaging).
+#[derive(Debug, thiserror::Error)]
+pub enum PhaseError {
+    /// The pod ran and failed: `<phase> pod ns/name failed: why`.
+    #[error("{0}")]
+    Failed(String),
+    /// The pod could not be created, or its run did not end.
+    #[error("{0}")]
+    Run(#[source] DriverError),
 }
 
 /// A phase pod that terminated.
@@ -45,7 +57,12 @@ pub struct Ran {
 impl DriverContext {
     /// Creates `pod` for `phase` unless it exists and waits until it
     /// terminated (and, for [`PodFiles::Collected`], was collected).
-    pub async fn run_pod(&self, phase: Phase, pod: &Pod, files: PodFiles<'_>) -> Result<Ran> {
+    pub async fn run_pod(
+        &self,
+        phase: Phase,
+        pod: &Pod,
+        files: PodFiles<'_>,
+    ) -> Result<Ran, DriverError> {
         let namespace = pod.namespace().unwrap_or_default();
         let name = pod.name_any();
         self.ensure_pod(pod).await?;
@@ -77,27 +94,27 @@ impl DriverContext {
         })
     }
 
-    /// Runs `pod` for `phase` to the end: counted in the metrics, a failed
-    /// pod is `fail(message)`, and the pod is deleted afterwards (with its
-    /// directory for [`PodFiles::Local`]) unless the run is `Unavailable`.
+    /// Runs `pod` for `phase` to the end: counted in the metrics, and the
+    /// pod is deleted afterwards (with its directory for
+    /// [`PodFiles::Local`]) unless the run did not end
+    /// ([`DriverError::is_transient`]).
     pub async fn run_phase(
         &self,
         phase: Phase,
         pod: &Pod,
         files: PodFiles<'_>,
-        fail: impl FnOnce(String) -> Error,
-    ) -> Result<()> {
+    ) -> Result<(), PhaseError> {
         let op = self.metrics.start(phase);
         let result = match self.run_pod(phase, pod, files).await {
             Ok(Ran {
                 failure: Some(message),
                 ..
-            }) => Err(fail(message)),
+            }) => Err(PhaseError::Failed(message)),
             Ok(_) => Ok(()),
-            Err(e) => Err(e),
+            Err(e) => Err(PhaseError::Run(e)),
         };
         op.finish(&result);
-        if !matches!(result, Err(Error::Unavailable(_))) {
+        if !matches!(&result, Err(PhaseError::Run(e)) if e.is_transient()) {
             self.delete_quietly(pod).await;
             if let PodFiles::Local(dir) = files
                 && let Err(e) = super::node::remove_pod_dir(dir)

@@ -14,6 +14,7 @@ use kube::{Api, Client};
 use pav_templates::Phase;
 use tokio::sync::watch;
 
+use super::context::DriverError;
 use super::state::{self, PodState};
 use crate::pods::{LABEL_PROVISIONER, label_value};
 
@@ -86,13 +87,11 @@ impl PodCache {
     }
 
     /// Waits for the first complete list, at most `within`.
-    pub(super) async fn ready(&self, within: Duration) -> pav_sdk::Result<()> {
+    pub(super) async fn ready(&self, within: Duration) -> Result<(), DriverError> {
         match tokio::time::timeout(within, self.store.wait_until_ready()).await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(_)) => Err(pav_sdk::Error::Unavailable(
-                "the watch of PaV pods stopped".into(),
-            )),
-            Err(_) => Err(pav_sdk::Error::Unavailable(format!(
+            Ok(Err(_)) => Err(DriverError::Watch("the watch of PaV pods stopped".into())),
+            Err(_) => Err(DriverError::Watch(format!(
                 "no list of PaV pods from the API server within {}s",
                 within.as_secs()
             ))),
@@ -114,9 +113,9 @@ impl PodCache {
         wait: PodWait<'_>,
         mut check: impl FnMut(&Pod) -> Option<T>,
         mut absent: impl FnMut() -> F,
-    ) -> pav_sdk::Result<T>
+    ) -> Result<T, DriverError>
     where
-        F: std::future::Future<Output = pav_sdk::Result<bool>>,
+        F: std::future::Future<Output = Result<bool, DriverError>>,
     {
         let PodWait {
             phase,
@@ -133,7 +132,7 @@ impl PodCache {
         let mut last: Option<Arc<Pod>> = None;
         let mut unseen_since = started;
         let deleted = || {
-            pav_sdk::Error::Aborted(format!(
+            DriverError::PodDeleted(format!(
                 "{phase} pod {namespace}/{name} was deleted before it finished"
             ))
         };
@@ -171,12 +170,12 @@ impl PodCache {
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => {
                     let state = last.as_deref().map(PodState::of);
-                    return Err(pav_sdk::Error::Unavailable(state::pod_timeout(
+                    return Err(DriverError::TimedOut(state::pod_timeout(
                         phase, namespace, name, timeout, state.as_ref(),
                     )));
                 }
                 result = changed.changed() => if result.is_err() {
-                    return Err(pav_sdk::Error::Unavailable("pod watch ended".into()));
+                    return Err(DriverError::Watch("pod watch ended".into()));
                 },
                 _ = tick.tick() => {}
             }
@@ -189,7 +188,7 @@ impl PodCache {
         namespace: &str,
         name: &str,
         timeout: Duration,
-    ) -> pav_sdk::Result<()> {
+    ) -> Result<(), DriverError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut changed = self.changed.clone();
         loop {
@@ -199,13 +198,13 @@ impl PodCache {
             }
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => {
-                    return Err(pav_sdk::Error::Unavailable(format!(
+                    return Err(DriverError::TimedOut(format!(
                         "pod {namespace}/{name} was not deleted within {}s",
                         timeout.as_secs()
                     )));
                 }
                 result = changed.changed() => if result.is_err() {
-                    return Err(pav_sdk::Error::Unavailable(format!(
+                    return Err(DriverError::Watch(format!(
                         "waiting for pod {namespace}/{name} to be deleted: the pod watch ended"
                     )));
                 },
@@ -274,7 +273,7 @@ mod tests {
         PodState::of(pod).is_terminated().then_some("done")
     }
 
-    async fn exists() -> pav_sdk::Result<bool> {
+    async fn exists() -> Result<bool, DriverError> {
         Ok(false)
     }
 
@@ -314,9 +313,9 @@ mod tests {
             .wait_pod(wait(Duration::from_secs(30), NO_TICK), succeeded, exists)
             .await
             .unwrap_err();
-        assert!(matches!(err, pav_sdk::Error::Aborted(_)), "{err:?}");
+        assert!(matches!(err, DriverError::PodDeleted(_)), "{err:?}");
         assert_eq!(
-            err.message(),
+            err.to_string(),
             "creation pod ns/p was deleted before it finished"
         );
         let _fed = feeder.await.unwrap();
@@ -337,16 +336,16 @@ mod tests {
                 async move {
                     match n {
                         0 => Ok(false),
-                        1 => Err(pav_sdk::Error::Unavailable("API server down".into())),
+                        1 => Err(DriverError::Watch("API server down".into())),
                         _ => Ok(true),
                     }
                 }
             })
             .await
             .unwrap_err();
-        assert!(matches!(err, pav_sdk::Error::Aborted(_)), "{err:?}");
+        assert!(matches!(err, DriverError::PodDeleted(_)), "{err:?}");
         assert_eq!(
-            err.message(),
+            err.to_string(),
             "creation pod ns/p was deleted before it finished"
         );
         // Asked a grace apart: told it exists, then an error (the wait goes
@@ -363,9 +362,9 @@ mod tests {
             .wait_pod(wait(Duration::from_millis(200), NO_TICK), succeeded, exists)
             .await
             .unwrap_err();
-        assert!(matches!(err, pav_sdk::Error::Unavailable(_)), "{err:?}");
+        assert!(matches!(err, DriverError::TimedOut(_)), "{err:?}");
         assert_eq!(
-            err.message(),
+            err.to_string(),
             state::pod_timeout(
                 Phase::Creation,
                 "ns",
@@ -408,7 +407,7 @@ mod tests {
             .unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(10));
         assert!(
-            err.message()
+            err.to_string()
                 .contains("did not finish within 1s: it is still running"),
             "{err:?}"
         );
@@ -480,7 +479,7 @@ mod tests {
             .wait_gone("ns", "p", Duration::from_millis(100))
             .await
             .unwrap_err();
-        assert_eq!(err.message(), "pod ns/p was not deleted within 0s");
+        assert_eq!(err.to_string(), "pod ns/p was not deleted within 0s");
     }
 
     #[tokio::test]
@@ -492,12 +491,12 @@ mod tests {
             .wait_pod(wait(Duration::from_secs(30), NO_TICK), succeeded, exists)
             .await
             .unwrap_err();
-        assert_eq!(err.message(), "pod watch ended");
+        assert_eq!(err.to_string(), "pod watch ended");
         let err = cache
             .wait_gone("ns", "p", Duration::from_secs(30))
             .await
             .unwrap_err();
-        assert!(err.message().contains("the pod watch ended"), "{err:?}");
+        assert!(err.to_string().contains("the pod watch ended"), "{err:?}");
     }
 
     #[test]

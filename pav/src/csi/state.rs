@@ -191,6 +191,22 @@ pub struct Created {
     pub capacity: u64,
 }
 
+/// Why what a creation evaluated or exported is no volume.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CreatedError {
+    /// The handle is empty, too long or not one line.
+    #[error("volume handle {0:?} must be 1 to 128 bytes on one line")]
+    Handle(String),
+    /// `/pav/capacity` is no quantity.
+    #[error("/pav/capacity: {0}")]
+    Capacity(#[source] pav_templates::quantity::QuantityError),
+    /// Neither the spec nor the pod gave a capacity.
+    #[error(
+        "spec.volumeCreation.capacity is not set and the creation pod did not write /pav/capacity"
+    )]
+    NoCapacity,
+}
+
 /// Applies the guide's precedence: handle from the spec, else `/pav/handle`,
 /// else `default_handle`; capacity from the spec, else `/pav/capacity`
 /// (required then, as a quantity or a number of bytes).
@@ -199,27 +215,18 @@ pub fn creation_result(
     spec_capacity: Option<u64>,
     collected: Option<&Collected>,
     default_handle: &str,
-) -> Result<Created, String> {
+) -> Result<Created, CreatedError> {
     let handle = spec_handle
         .map(str::to_owned)
         .or_else(|| collected.and_then(|c| c.handle.clone()))
         .unwrap_or_else(|| default_handle.to_owned());
     if handle.is_empty() || handle.len() > 128 || handle.contains(['\n', '\r']) {
-        return Err(format!(
-            "volume handle {handle:?} must be 1 to 128 bytes on one line"
-        ));
+        return Err(CreatedError::Handle(handle));
     }
     let capacity = match (spec_capacity, collected.and_then(|c| c.capacity.as_deref())) {
         (Some(bytes), _) => bytes,
-        (None, Some(text)) => {
-            parse_bytes(text, Rounding::Down).map_err(|e| format!("/pav/capacity: {e}"))?
-        }
-        (None, None) => {
-            return Err(
-                "spec.volumeCreation.capacity is not set and the creation pod did not write /pav/capacity"
-                    .to_owned(),
-            );
-        }
+        (None, Some(text)) => parse_bytes(text, Rounding::Down).map_err(CreatedError::Capacity)?,
+        (None, None) => return Err(CreatedError::NoCapacity),
     };
     Ok(Created { handle, capacity })
 }
@@ -401,17 +408,22 @@ mod tests {
                 .handle,
             "pvc-1"
         );
-        assert!(
-            creation_result(None, None, None, "pvc-1")
-                .unwrap_err()
-                .contains("/pav/capacity")
+        assert_eq!(
+            creation_result(None, None, None, "pvc-1"),
+            Err(CreatedError::NoCapacity)
         );
         let bad = Collected {
             capacity: Some("lots".into()),
             ..Collected::default()
         };
-        assert!(creation_result(None, None, Some(&bad), "pvc-1").is_err());
-        assert!(creation_result(Some(&"x".repeat(129)), Some(1), None, "p").is_err());
+        assert!(matches!(
+            creation_result(None, None, Some(&bad), "pvc-1"),
+            Err(CreatedError::Capacity(_))
+        ));
+        assert_eq!(
+            creation_result(Some(&"x".repeat(129)), Some(1), None, "p"),
+            Err(CreatedError::Handle("x".repeat(129)))
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::csi::fixtures::{ApiServer, Logged, list};
+use crate::csi::fixtures::{ApiServer, Logged, list, status};
 use crate::csi::metrics::Metrics;
 use http::Method;
 use serde_json::{Value, json};
@@ -313,10 +313,15 @@ async fn a_volume_is_staged_by_its_pod_and_unstaged_by_another() {
 #[tokio::test]
 async fn a_failed_staging_pod_is_reported_on_the_client_and_unstaged() {
     let (server, node, pods_dir) = scenario(refused, done);
-    let error = node
+    let failure = node
         .stage_for(&publishing(), &client_info())
         .await
         .unwrap_err();
+    assert!(
+        matches!(failure, StageError::Failed { undo: None, .. }),
+        "{failure:?}"
+    );
+    let error = Error::from(failure);
     let created = server.created_pods();
     let phases: Vec<&Value> = created
         .iter()
@@ -345,4 +350,186 @@ async fn a_failed_staging_pod_is_reported_on_the_client_and_unstaged() {
     let left = server.pods();
     assert_eq!(left.len(), 1, "{left:#?}");
     assert_eq!(std::fs::read_dir(pods_dir.path()).unwrap().count(), 0);
+}
+
+/// A staging pod that says it is ready without a volume at `/pav/volume`.
+fn ready_without_volume(dir: &Path) -> Vec<Value> {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("ready"), "").unwrap();
+    vec![json!({"status": {"phase": "Running"}})]
+}
+
+/// An unstaging pod that fails, writing `/pav/error`.
+fn unstaging_refused(dir: &Path) -> Vec<Value> {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("error"), "the export is busy\n").unwrap();
+    vec![json!({"status": {"phase": "Failed"}})]
+}
+
+/// The Warning events posted so far: reason, kind and name of the object
+/// they regard, note.
+fn events(server: &ApiServer) -> Vec<(String, String, String, String)> {
+    server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == Method::POST && r.path.ends_with("/events"))
+        .filter_map(|r| r.body)
+        .map(|e| {
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+            (
+                text(&e["reason"]),
+                text(&e["regarding"]["kind"]),
+                text(&e["regarding"]["name"]),
+                text(&e["note"]),
+            )
+        })
+        .collect()
+}
+
+fn name(pod: &Value) -> String {
+    pod["metadata"]["name"].as_str().unwrap().to_owned()
+}
+
+/// The staging pod said ready but left nothing to mount, and the unstaging
+/// pod that undoes it fails too: one `INTERNAL` naming both, one
+/// `StagingFailed` event on the client pod, and the staging pod kept (its
+/// finalizer) for the next unstaging.
+#[tokio::test]
+async fn a_staging_pod_without_a_volume_whose_unstaging_fails_is_internal() {
+    let (server, node, _pods_dir) = scenario(ready_without_volume, unstaging_refused);
+    let failure = node
+        .stage_for(&publishing(), &client_info())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &failure,
+            StageError::Failed { undo: Some(undo), .. }
+                if matches!(**undo, UnstageError::UnstagingPod(PhaseError::Failed(_)))
+        ),
+        "{failure:?}"
+    );
+    let created = server.created_pods();
+    let (staging, unstaging) = (name(&created[0]), name(&created[1]));
+    let error = Error::from(failure);
+    let message = format!(
+        "staging pod pav/{staging} failed: the staging pod did not create /pav/volume; \
+         then unstaging pod pav/{unstaging} failed: the export is busy"
+    );
+    assert!(
+        matches!(&error, Error::Internal(m) if *m == message),
+        "{error:?}"
+    );
+    assert_eq!(
+        events(&server),
+        [(
+            "StagingFailed".to_owned(),
+            "Pod".to_owned(),
+            "client".to_owned(),
+            message
+        )]
+    );
+    let left: Vec<String> = server.pods().iter().map(name).collect();
+    assert_eq!(left, ["client".to_owned(), staging], "staging pod released");
+}
+
+/// A client pod none of whose claims is bound to the volume: `NOT_FOUND`,
+/// an event on the client pod, no pod created.
+#[tokio::test]
+async fn staging_a_volume_the_client_does_not_use_is_not_found() {
+    let (server, node, _pods_dir) = scenario(ready, done);
+    let publishing = Publishing {
+        handle: "vol-2",
+        ..publishing()
+    };
+    let failure = node
+        .stage_for(&publishing, &client_info())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(failure, StageError::NoVolume { .. }),
+        "{failure:?}"
+    );
+    let error = Error::from(failure);
+    let message = "pod apps/client uses no claim bound to volume \"vol-2\" of p";
+    assert!(
+        matches!(&error, Error::NotFound(m) if m == message),
+        "{error:?}"
+    );
+    assert_eq!(
+        events(&server),
+        [(
+            "StagingFailed".to_owned(),
+            "Pod".to_owned(),
+            "client".to_owned(),
+            message.to_owned()
+        )]
+    );
+    assert!(server.created_pods().is_empty());
+}
+
+/// A failing unstaging pod: `INTERNAL`, an `UnstagingFailed` event on the
+/// client pod, and the staging pod kept with its finalizer for the retry.
+#[tokio::test]
+async fn a_failed_unstaging_pod_is_reported_on_the_client() {
+    let (server, node, _pods_dir) = scenario(ready, unstaging_refused);
+    node.stage_for(&publishing(), &client_info())
+        .await
+        .expect("staging");
+    let failure = node
+        .unstage_at("vol-1", Path::new(TARGET))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(failure, UnstageError::UnstagingPod(PhaseError::Failed(_))),
+        "{failure:?}"
+    );
+    let created = server.created_pods();
+    let (staging, unstaging) = (name(&created[0]), name(&created[1]));
+    let error = Error::from(failure);
+    let message = format!("unstaging pod pav/{unstaging} failed: the export is busy");
+    assert!(
+        matches!(&error, Error::Internal(m) if *m == message),
+        "{error:?}"
+    );
+    assert_eq!(
+        events(&server),
+        [(
+            "UnstagingFailed".to_owned(),
+            "Pod".to_owned(),
+            "client".to_owned(),
+            message
+        )]
+    );
+    let kept = server
+        .pods()
+        .into_iter()
+        .find(|p| name(p) == staging)
+        .expect("the staging pod is kept");
+    assert_eq!(kept["metadata"]["finalizers"], json!([FINALIZER_UNSTAGE]));
+}
+
+/// The claim deleted after staging (as a terminated client pod allows):
+/// the unstaging pod is the one recorded on the staging pod, and no error.
+#[tokio::test]
+async fn a_volume_whose_claim_is_gone_is_unstaged_as_recorded() {
+    let (server, node, _pods_dir) = scenario(ready, done);
+    let (_, expected_unstaging) = expected_pods();
+    node.stage_for(&publishing(), &client_info())
+        .await
+        .expect("staging");
+    server.route(
+        Method::GET,
+        CLAIM,
+        status(404, "NotFound", "persistentvolumeclaims \"data\" not found"),
+    );
+    node.unstage_at("vol-1", Path::new(TARGET))
+        .await
+        .expect("unstaging");
+    let created = server.created_pods();
+    assert_eq!(created.len(), 2);
+    assert_eq!(created[1], expected_unstaging);
+    let left: Vec<String> = server.pods().iter().map(name).collect();
+    assert_eq!(left, ["client"]);
+    assert!(events(&server).is_empty());
 }
