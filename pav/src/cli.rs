@@ -93,7 +93,7 @@ pub enum Command {
     /// CRD, RBAC and the controller Deployment.
     Manifests(crate::manifests::Args),
     /// Run the controller that turns PavProvisioner objects into CSI drivers.
-    Controller(crate::controller::Args),
+    Controller(crate::operator::Args),
     /// Run the CSI controller service of one PavProvisioner (creation,
     /// deletion and validation pods).
     CsiController(crate::csi::ControllerArgs),
@@ -154,7 +154,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Controller(args) => {
-            runtime()?.block_on(crate::controller::run(args))?;
+            runtime()?.block_on(crate::operator::run(args))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::CsiController(args) => {

@@ -5,7 +5,7 @@
 //! |---|---|
 //! | [`cli`] | the `pav` command line |
 //! | [`client`] | the API client of every component, with a client-side rate limit |
-//! | [`controller`] | `pav controller`: PavProvisioner objects become CSI drivers |
+//! | [`operator`] | `pav controller`, the operator: PavProvisioner objects become CSI drivers |
 //! | [`csi`] | `pav csi-controller` / `pav csi-node`: pav-sdk touch points carried out by pods |
 //! | [`manifests`] | `pav manifests`: the deployment, generated from Rust types |
 //! | [`pods`] | evaluated pod templates become the pods PaV creates |
@@ -16,8 +16,8 @@
 
 pub mod cli;
 pub mod client;
-pub mod controller;
 pub mod csi;
 pub mod manifests;
+pub mod operator;
 pub mod pods;
 pub mod telemetry;

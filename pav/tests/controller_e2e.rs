@@ -24,7 +24,7 @@ use k8s_openapi::api::storage::v1::CSIDriver;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Config};
-use pav::controller::{self, FINALIZER};
+use pav::operator::{self, FINALIZER};
 use pav::manifests::{Settings, driver};
 use pav_templates::PavProvisioner;
 use serde::de::DeserializeOwned;
@@ -170,7 +170,7 @@ async fn controller_deploys_and_removes_drivers() {
     force_remove(&provisioners, BROKEN).await;
 
     let controller_task = (!external).then(|| {
-        let args = controller::Args {
+        let args = operator::Args {
             settings: Settings {
                 namespace: ns.clone(),
                 ..Settings::default()
@@ -180,7 +180,7 @@ async fn controller_deploys_and_removes_drivers() {
             leader_election: false,
             api: Default::default(),
         };
-        tokio::spawn(controller::run_with(client.clone(), args))
+        tokio::spawn(operator::run_with(client.clone(), args))
     });
 
     // A binding left by a pav that gave each driver roles of its own: its
