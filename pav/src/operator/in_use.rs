@@ -1,0 +1,130 @@
+//! What keeps a PavProvisioner from being deleted: its volumes, the claims
+//! of its StorageClasses, its staging pods ([`InUse`]).
+
+use super::*;
+
+/// Why a PavProvisioner may not be deleted yet: what still uses it —
+/// volumes, claims, or volumes still staged for a client pod (a claim may be
+/// deleted before kubelet unpublishes it, and unstaging needs the node
+/// plugin). Its message is the condition's and the event's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("PavProvisioner {provisioner} is still used by {}; delete them before the PavProvisioner can be deleted", self.uses())]
+pub struct InUse {
+    /// The PavProvisioner's name.
+    pub provisioner: String,
+    /// Its PersistentVolumes.
+    pub volumes: usize,
+    /// Claims of its StorageClasses.
+    pub claims: usize,
+    /// Its volumes still staged for client pods.
+    pub staged: usize,
+}
+
+impl InUse {
+    /// Whether anything still uses the provisioner.
+    pub fn blocks(&self) -> bool {
+        self.volumes + self.claims + self.staged > 0
+    }
+
+    /// `1 PersistentVolume, 2 PersistentVolumeClaims and 1 staged volume`.
+    fn uses(&self) -> String {
+        let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+        let uses: Vec<String> = [
+            (self.volumes, "PersistentVolume"),
+            (self.claims, "PersistentVolumeClaim"),
+            (self.staged, "staged volume"),
+        ]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| plural(n, what))
+        .collect();
+        match uses.as_slice() {
+            [] => "nothing".to_owned(),
+            [only] => only.clone(),
+            [first @ .., last] => format!("{} and {last}", first.join(", ")),
+        }
+    }
+}
+
+/// How many staging pods of provisioner `name` exist: volumes staged (or
+/// being unstaged) for client pods.
+pub(super) async fn staging_pods_of(client: &Client, name: &str) -> Result<usize, Error> {
+    let selector = format!(
+        "{}={name},{}=staging",
+        crate::pods::LABEL_PROVISIONER,
+        crate::pods::LABEL_PHASE
+    );
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::all(client.clone())
+        .list_metadata(&ListParams::default().labels(&selector))
+        .await?;
+    Ok(pods.items.len())
+}
+
+/// Names of the PersistentVolumes whose CSI driver is `name`.
+pub(super) async fn volumes_of(client: &Client, name: &str) -> Result<Vec<String>, Error> {
+    let pvs = Api::<PersistentVolume>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    Ok(volumes_in(&pvs.items, name))
+}
+
+/// Names of the PersistentVolumes in `pvs` whose CSI driver is `name`.
+pub fn volumes_in<P: std::borrow::Borrow<PersistentVolume>>(pvs: &[P], name: &str) -> Vec<String> {
+    pvs.iter()
+        .map(std::borrow::Borrow::borrow)
+        .filter(|pv: &&PersistentVolume| {
+            pv.spec
+                .as_ref()
+                .and_then(|s| s.csi.as_ref())
+                .is_some_and(|csi| csi.driver == name)
+        })
+        .map(|pv| pv.name_any())
+        .collect()
+}
+
+pub(super) async fn claims_of(client: &Client, name: &str) -> Result<Vec<String>, Error> {
+    let classes = Api::<StorageClass>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    let pvcs = Api::<PersistentVolumeClaim>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    Ok(claims_in(&pvcs.items, &classes.items, name))
+}
+
+/// `namespace/name` of the claims in `pvcs` that are, or will be, served
+/// by provisioner `name`: of one of its StorageClasses, or annotated with
+/// it as storage provisioner.
+pub fn claims_in(
+    pvcs: &[PersistentVolumeClaim],
+    classes: &[StorageClass],
+    name: &str,
+) -> Vec<String> {
+    let classes: BTreeSet<String> = classes
+        .iter()
+        .filter(|sc| sc.provisioner == name)
+        .map(|sc| sc.name_any())
+        .collect();
+    pvcs.iter()
+        .filter(|pvc| {
+            let annotations = pvc.annotations();
+            let class = pvc
+                .spec
+                .as_ref()
+                .and_then(|s| s.storage_class_name.clone())
+                .or_else(|| {
+                    annotations
+                        .get("volume.beta.kubernetes.io/storage-class")
+                        .cloned()
+                });
+            class.is_some_and(|c| classes.contains(&c))
+                || [
+                    "volume.kubernetes.io/storage-provisioner",
+                    "volume.beta.kubernetes.io/storage-provisioner",
+                ]
+                .iter()
+                .any(|key| annotations.get(*key).is_some_and(|p| p == name))
+        })
+        .map(|pvc| format!("{}/{}", pvc.namespace().unwrap_or_default(), pvc.name_any()))
+        .collect()
+}
