@@ -1,0 +1,197 @@
+//! The collection of `/pav` files of the validation, creation and deletion
+//! pods on this node, and the sweep of their directories.
+
+use super::*;
+
+/// Every 30 s, removes the `/pav` directories of validation, creation and
+/// deletion pods (of any provisioner) that no longer exist on this node and
+/// are older than a minute: the collector removes them when it sees the
+/// pod terminate or go, but misses pods whose events fell into a watch
+/// gap or came while no node plugin ran.
+pub async fn sweep_dirs(driver: Arc<DriverContext>, node: String, pods_dir: PathBuf) {
+    let api: Api<Pod> = Api::all(driver.client.clone());
+    let params = kube::api::ListParams::default()
+        .labels(LABEL_PHASE)
+        .fields(&format!("spec.nodeName={node}"));
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(30));
+    loop {
+        tick.tick().await;
+        let Ok(entries) = std::fs::read_dir(&pods_dir) else {
+            continue;
+        };
+        let candidates: Vec<(String, PathBuf)> = entries
+            .flatten()
+            .filter(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                COLLECTED_PHASES
+                    .iter()
+                    .any(|phase| name.starts_with(&format!("pav-{}-", phase.name())))
+                    && e.metadata()
+                        .and_then(|m| m.modified())
+                        .ok()
+                        .and_then(|t| t.elapsed().ok())
+                        .is_some_and(|age| age > std::time::Duration::from_secs(60))
+            })
+            .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+            .collect();
+        if candidates.is_empty() {
+            continue;
+        }
+        let pods = match api.list(&params).await {
+            Ok(list) => list.items,
+            Err(e) => {
+                tracing::warn!(error = %e, "sweeping pod directories: cannot list PaV pods");
+                continue;
+            }
+        };
+        for (name, dir) in candidates {
+            if pods.iter().any(|p| p.name_any() == name) {
+                continue;
+            }
+            match remove_pod_dir(&dir) {
+                Ok(()) => {
+                    tracing::info!(dir = %dir.display(), "removed the directory of a finished PaV pod")
+                }
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot remove pod directory")
+                }
+            }
+        }
+    }
+}
+
+/// The phases whose pods' `/pav` files the node plugin collects (and whose
+/// directories, named after the pods, it removes).
+pub(super) const COLLECTED_PHASES: [Phase; 3] =
+    [Phase::Validation, Phase::Creation, Phase::Deletion];
+
+/// Whether `pod` is a pod of one of the [`COLLECTED_PHASES`].
+pub(super) fn is_collectable(pod: &Pod) -> bool {
+    let label = pod.labels().get(LABEL_PHASE).map(String::as_str);
+    COLLECTED_PHASES
+        .iter()
+        .any(|phase| label == Some(phase.name()))
+}
+
+/// What the collector remembers between two scans of the pod cache.
+#[derive(Debug, Default)]
+pub(super) struct Collection {
+    /// Collectable pods of the last scan, name to uid.
+    pub(super) present: HashMap<String, String>,
+    /// Pods (by uid) this process has collected. The cache may still show
+    /// such a pod without its annotations for a moment, and collecting it
+    /// again, with its directory gone, would erase them.
+    pub(super) collected: HashSet<String>,
+}
+
+/// What one scan found to do.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Scan {
+    /// Terminated collectable pods not yet collected.
+    pub(super) to_collect: Vec<Arc<Pod>>,
+    /// Names of collectable pods gone since the last scan, whose
+    /// directories go too.
+    pub(super) gone: Vec<String>,
+}
+
+impl Collection {
+    pub(super) fn scan(&mut self, pods: &[Arc<Pod>]) -> Scan {
+        let mut present = HashMap::new();
+        let mut to_collect = Vec::new();
+        for pod in pods.iter().filter(|pod| is_collectable(pod)) {
+            let uid = pod.uid().unwrap_or_default();
+            if PodState::of(pod).is_terminated()
+                && Collected::of(pod).is_none()
+                && !self.collected.contains(&uid)
+            {
+                to_collect.push(pod.clone());
+            }
+            present.insert(pod.name_any(), uid);
+        }
+        let mut gone: Vec<String> = self
+            .present
+            .keys()
+            .filter(|name| !present.contains_key(*name))
+            .cloned()
+            .collect();
+        gone.sort();
+        let uids: HashSet<&String> = present.values().collect();
+        self.collected.retain(|uid| uids.contains(uid));
+        self.present = present;
+        Scan { to_collect, gone }
+    }
+
+    pub(super) fn mark_collected(&mut self, pod: &Pod) {
+        self.collected.insert(pod.uid().unwrap_or_default());
+    }
+}
+
+/// Copies `/pav/handle`, `/pav/capacity` and `/pav/error` of terminated
+/// validation, creation and deletion pods on this node into their
+/// annotations, marks them collected and removes their directories, and
+/// removes the directories of such pods once they are gone. Reads the pod
+/// cache (no watch of its own): scans it after each change, and every 5 s
+/// to retry what failed.
+pub async fn collect(driver: Arc<DriverContext>, pods_dir: PathBuf) {
+    let (store, mut changed) = driver.pod_updates();
+    let mut retry = tokio::time::interval(std::time::Duration::from_secs(5));
+    retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut collection = Collection::default();
+    loop {
+        tokio::select! {
+            update = changed.changed() => if update.is_err() {
+                tracing::error!("the pod cache stopped: no more /pav files are collected");
+                return;
+            },
+            _ = retry.tick() => {}
+        }
+        let scan = collection.scan(&store.state());
+        for name in scan.gone {
+            let _ = remove_pod_dir(&pods_dir.join(name));
+        }
+        for pod in scan.to_collect {
+            if collect_pod(&driver, &pods_dir, &pod).await {
+                collection.mark_collected(&pod);
+            }
+        }
+    }
+}
+
+/// Annotates `pod` with its `/pav` files and removes its directory; false
+/// if the annotation failed (the files stay for the next try).
+pub(super) async fn collect_pod(driver: &DriverContext, pods_dir: &Path, pod: &Pod) -> bool {
+    let dir = pods_dir.join(pod.name_any());
+    let files = Collected {
+        handle: state::read_exported(&dir, "handle"),
+        capacity: state::read_exported(&dir, "capacity"),
+        error: state::read_exported(&dir, "error"),
+    };
+    let patch = serde_json::json!({"metadata": {"annotations": files.annotations()}});
+    let namespace = pod.namespace().unwrap_or_default();
+    let patched = driver
+        .pods(&namespace)
+        .patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await;
+    match patched {
+        Ok(_) => {
+            tracing::info!(pod = %pod.name_any(), namespace, "collected /pav files");
+            if let Err(e) = remove_pod_dir(&dir) {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot remove pod directory");
+            }
+            true
+        }
+        // Gone meanwhile: nobody waits for its files any more.
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            let _ = remove_pod_dir(&dir);
+            true
+        }
+        Err(e) => {
+            tracing::warn!(pod = %pod.name_any(), error = %e, "cannot annotate pod");
+            false
+        }
+    }
+}

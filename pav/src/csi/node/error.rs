@@ -1,0 +1,175 @@
+//! Why staging or unstaging failed: [`StageError`], [`UnstageError`].
+
+use super::*;
+
+/// Why NodeStageVolume failed: one variant per step. [`StageError::reported`]
+/// says whether the client pod gets a `StagingFailed` event and
+/// `From<StageError> for pav_sdk::Error` is the one mapping to CSI codes.
+/// Steps that talk to the API server or wait for pods carry the driver's
+/// error as their source.
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    /// The CO passed no client pod.
+    #[error("the client pod is unknown: the CSIDriver needs podInfoOnMount: true")]
+    NoPodInfo,
+    /// Reading the client pod.
+    #[error("{0}")]
+    ClientPod(#[source] DriverError),
+    /// Reading the client pod's claims, their volumes, or this node.
+    #[error("{0}")]
+    ReadObjects(#[source] DriverError),
+    /// None of the client pod's claims is bound to the volume.
+    #[error("pod {pod} uses no claim bound to volume {handle:?} of {provisioner}")]
+    NoVolume {
+        /// `namespace/name` of the client pod.
+        pod: String,
+        /// The volume handle staged.
+        handle: String,
+        /// The driver's name.
+        provisioner: String,
+    },
+    /// The PavProvisioner is missing, not listed yet or invalid.
+    #[error("{0}")]
+    Provisioner(#[source] DriverError),
+    /// The claim, volume and node do not make a template context.
+    #[error("{0}")]
+    Context(#[source] pav_templates::Error),
+    /// Evaluating `spec.volumeStaging`.
+    #[error("{0}")]
+    Render(#[source] DriverError),
+    /// Creating the staging pod, or waiting for it to be ready.
+    #[error("{0}")]
+    StagingPod(#[source] DriverError),
+    /// The staging pod failed, or what it put at `/pav/volume` cannot be
+    /// used; the unstaging pod ran to undo it (`undo`: how that failed).
+    #[error("{message}{}", undo.as_ref().map(|e| format!("; then {e}")).unwrap_or_default())]
+    Failed {
+        /// `staging pod ns/name failed: why`.
+        message: String,
+        /// The tear-down's failure, if it failed.
+        undo: Option<Box<UnstageError>>,
+    },
+}
+
+impl StageError {
+    /// Whether the client pod gets an event: once it has been read.
+    pub fn reported(&self) -> bool {
+        match self {
+            StageError::NoPodInfo | StageError::ClientPod(_) => false,
+            StageError::ReadObjects(_)
+            | StageError::NoVolume { .. }
+            | StageError::Provisioner(_)
+            | StageError::Context(_)
+            | StageError::Render(_)
+            | StageError::StagingPod(_)
+            | StageError::Failed { .. } => true,
+        }
+    }
+}
+
+impl From<StageError> for Error {
+    /// A volume the client pod does not use is `NOT_FOUND`; a request the
+    /// CO cannot make without `podInfoOnMount` a failed precondition; a
+    /// context the objects do not make `INVALID_ARGUMENT`; a failed staging
+    /// `INTERNAL`; the API and pod steps keep the code of the driver's
+    /// error.
+    fn from(error: StageError) -> Self {
+        let message = error.to_string();
+        match error {
+            StageError::NoPodInfo => Error::FailedPrecondition(message),
+            StageError::NoVolume { .. } => Error::NotFound(message),
+            StageError::Context(_) => Error::InvalidArgument(message),
+            StageError::Failed { .. } => Error::Internal(message),
+            StageError::ClientPod(e)
+            | StageError::ReadObjects(e)
+            | StageError::Provisioner(e)
+            | StageError::Render(e)
+            | StageError::StagingPod(e) => e.into(),
+        }
+    }
+}
+
+/// Why NodeUnstageVolume (or the tear-down after a failed staging) failed:
+/// one variant per step. [`UnstageError::reported`] says whether the client
+/// pod gets an `UnstagingFailed` event and `From<UnstageError> for
+/// pav_sdk::Error` is the one mapping to CSI codes.
+#[derive(Debug, thiserror::Error)]
+pub enum UnstageError {
+    /// Listing this node's staging pods of the volume.
+    #[error("{0}")]
+    ListStagingPods(#[source] DriverError),
+    /// The PavProvisioner is missing, not listed yet or invalid.
+    #[error("{0}")]
+    Provisioner(#[source] DriverError),
+    /// Reading the claim, its volume or this node.
+    #[error("{0}")]
+    ReadObjects(#[source] DriverError),
+    /// The claim, volume and node do not make a template context.
+    #[error("{0}")]
+    Context(#[source] pav_templates::Error),
+    /// Evaluating `spec.volumeUnstaging`.
+    #[error("{0}")]
+    Render(#[source] DriverError),
+    /// The unstaging phase recorded on the staging pod does not parse.
+    #[error("annotation {ANNOTATION_UNSTAGING}: {0}")]
+    RecordedUnstaging(#[source] serde_json::Error),
+    /// Stopping the staging pod, or waiting for it to stop.
+    #[error("{0}")]
+    StopStagingPod(#[source] DriverError),
+    /// The unstaging pod failed (`INTERNAL`) or did not finish.
+    #[error("{0}")]
+    UnstagingPod(#[source] PhaseError),
+    /// Unmounting or removing what the staging pod left.
+    #[error("cleaning up after staging pod {pod}: {source}")]
+    CleanUp {
+        /// `namespace/name` of the staging pod.
+        pod: String,
+        /// What could not be unmounted or removed.
+        #[source]
+        source: PodDirError,
+    },
+    /// Letting the staging pod go (removing its finalizer).
+    #[error("{0}")]
+    ReleaseStagingPod(#[source] DriverError),
+}
+
+impl UnstageError {
+    /// Whether the client pod gets an event: once a staging pod, which
+    /// names it, was found.
+    pub fn reported(&self) -> bool {
+        match self {
+            UnstageError::ListStagingPods(_) => false,
+            UnstageError::Provisioner(_)
+            | UnstageError::ReadObjects(_)
+            | UnstageError::Context(_)
+            | UnstageError::Render(_)
+            | UnstageError::RecordedUnstaging(_)
+            | UnstageError::StopStagingPod(_)
+            | UnstageError::UnstagingPod(_)
+            | UnstageError::CleanUp { .. }
+            | UnstageError::ReleaseStagingPod(_) => true,
+        }
+    }
+}
+
+impl From<UnstageError> for Error {
+    /// A context the objects do not make is `INVALID_ARGUMENT`; a broken
+    /// record, a failed unstaging pod and a failed clean-up `INTERNAL`; the
+    /// API and pod steps keep the code of the driver's error.
+    fn from(error: UnstageError) -> Self {
+        let message = error.to_string();
+        match error {
+            UnstageError::Context(_) => Error::InvalidArgument(message),
+            UnstageError::RecordedUnstaging(_)
+            | UnstageError::UnstagingPod(PhaseError::Failed(_))
+            | UnstageError::CleanUp { .. } => Error::Internal(message),
+            UnstageError::ListStagingPods(e)
+            | UnstageError::Provisioner(e)
+            | UnstageError::ReadObjects(e)
+            | UnstageError::Render(e)
+            | UnstageError::StopStagingPod(e)
+            | UnstageError::UnstagingPod(PhaseError::Run(e))
+            | UnstageError::ReleaseStagingPod(e) => e.into(),
+        }
+    }
+}
