@@ -1,0 +1,204 @@
+//! DeleteVolume: the deletion pod, from the claim and class the volume's
+//! records keep.
+
+use super::*;
+
+/// The claim of a volume being deleted: the live object when it still
+/// exists, else rebuilt from the PersistentVolume's `claimRef` and spec.
+pub(super) fn claim_from_pv(
+    pv: &PersistentVolume,
+    live: Option<PersistentVolumeClaim>,
+) -> Option<PersistentVolumeClaim> {
+    let claim_ref = pv.spec.as_ref()?.claim_ref.as_ref()?;
+    if let Some(live) = live
+        && live.uid() == claim_ref.uid
+    {
+        return Some(live);
+    }
+    let spec = pv.spec.as_ref()?;
+    let mut pvc = PersistentVolumeClaim::default();
+    pvc.metadata.name = claim_ref.name.clone();
+    pvc.metadata.namespace = claim_ref.namespace.clone();
+    pvc.metadata.uid = claim_ref.uid.clone();
+    pvc.spec = Some(PersistentVolumeClaimSpec {
+        access_modes: spec.access_modes.clone(),
+        volume_mode: spec.volume_mode.clone(),
+        storage_class_name: spec.storage_class_name.clone(),
+        volume_name: pv.metadata.name.clone(),
+        resources: Some(VolumeResourceRequirements {
+            requests: spec.capacity.clone().map(|c| {
+                c.into_iter()
+                    .filter(|(k, _)| k == "storage")
+                    .collect::<BTreeMap<_, _>>()
+            }),
+            ..VolumeResourceRequirements::default()
+        }),
+        ..PersistentVolumeClaimSpec::default()
+    });
+    Some(pvc)
+}
+
+#[pav_sdk::async_trait]
+impl Delete for PodController {
+    async fn delete(&self, req: DeleteRequest) -> Result<()> {
+        self.delete_volume(&req).await.map_err(Error::from)
+    }
+}
+
+impl PodController {
+    async fn delete_volume(&self, req: &DeleteRequest) -> std::result::Result<(), DeleteError> {
+        let _ = self.volumes.wait_until_ready().await;
+        let provisioner = &self.driver.provisioner;
+        let Some(pv) = self.volumes.find(|pv| {
+            pv.spec
+                .as_ref()
+                .and_then(|s| s.csi.as_ref())
+                .is_some_and(|c| &c.driver == provisioner && c.volume_handle == req.handle)
+        }) else {
+            tracing::info!(handle = %req.handle, "no PersistentVolume has this handle: nothing to delete");
+            return Ok(());
+        };
+        let pv_uid = pv.uid().unwrap_or_default();
+        if self.deleted.contains(&req.handle, &pv_uid, Instant::now()) {
+            tracing::debug!(handle = %req.handle, "deleted already: no second deletion pod");
+            return Ok(());
+        }
+        let client = self.driver.client.clone();
+        let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.clone());
+        let live = match &claim_ref {
+            Some(r) => Api::<PersistentVolumeClaim>::namespaced(
+                client.clone(),
+                r.namespace.as_deref().unwrap_or_default(),
+            )
+            .get_opt(r.name.as_deref().unwrap_or_default())
+            .await
+            .map_err(|e| DeleteError::ReadObjects(api_error("the volume's claim", e)))?,
+            None => None,
+        };
+        let Some(pvc) = claim_from_pv(&pv, live) else {
+            tracing::warn!(handle = %req.handle, "the PersistentVolume has no claimRef: no deletion pod");
+            return Ok(());
+        };
+        let sc_name = pvc
+            .spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.clone())
+            .unwrap_or_default();
+        let sc = match Api::<StorageClass>::all(client)
+            .get_opt(&sc_name)
+            .await
+            .map_err(|e| DeleteError::ReadObjects(api_error("the volume's StorageClass", e)))?
+        {
+            Some(sc) => sc,
+            None => StorageClass {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(sc_name),
+                    ..Default::default()
+                },
+                provisioner: provisioner.clone(),
+                parameters: pv
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.csi.as_ref())
+                    .and_then(|c| c.volume_attributes.clone()),
+                ..StorageClass::default()
+            },
+        };
+        let claim = Claim {
+            uid: pvc.uid().unwrap_or_default(),
+            reference: pv.object_ref(&()),
+            pvc,
+            sc,
+        };
+        let (compiled, owner) = self
+            .driver
+            .compiled()
+            .await
+            .map_err(DeleteError::Provisioner)?;
+        let context = CreationContext::new(&claim.pvc, &claim.sc)
+            .map_err(DeleteError::Context)?
+            .with_pvc_lookup(self.driver.lookup());
+        let deletion = DriverContext::render(move || compiled.render_deletion(&context)).await;
+        let result = match deletion {
+            Err(e) => Err(DeleteError::Render(e)),
+            Ok(deletion) => match deletion.pod_template {
+                None => Ok(()),
+                Some(template) => {
+                    let pod = self.pod(
+                        &template,
+                        Phase::Deletion,
+                        deletion.timeout,
+                        &claim,
+                        owner.as_ref(),
+                    );
+                    let result = self
+                        .driver
+                        .run_phase(Phase::Deletion, &pod, PodFiles::Collected)
+                        .await
+                        .map_err(DeleteError::DeletionPod);
+                    if let Err(e) = &result {
+                        self.driver
+                            .warn(
+                                &claim.reference,
+                                Phase::Deletion,
+                                &e.to_string(),
+                                Some(pod_ref(&pod)),
+                            )
+                            .await;
+                    }
+                    result
+                }
+            },
+        };
+        if result.is_ok() {
+            self.deleted.record(&req.handle, &pv_uid, Instant::now());
+            clean_claim_pods(&self.driver, &claim.uid, &Phase::ALL).await;
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeSpec};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    #[test]
+    fn a_deleted_claim_is_rebuilt_from_its_volume() {
+        let pv = PersistentVolume {
+            metadata: kube::api::ObjectMeta {
+                name: Some("pvc-1".into()),
+                ..Default::default()
+            },
+            spec: Some(PersistentVolumeSpec {
+                claim_ref: Some(ObjectReference {
+                    name: Some("data".into()),
+                    namespace: Some("apps".into()),
+                    uid: Some("u-1".into()),
+                    ..Default::default()
+                }),
+                capacity: Some(BTreeMap::from([("storage".into(), Quantity("1Gi".into()))])),
+                access_modes: Some(vec!["ReadWriteOnce".into()]),
+                storage_class_name: Some("sc".into()),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let pvc = claim_from_pv(&pv, None).unwrap();
+        assert_eq!(pvc.uid().as_deref(), Some("u-1"));
+        assert_eq!(pvc.namespace().as_deref(), Some("apps"));
+        let spec = pvc.spec.unwrap();
+        assert_eq!(spec.storage_class_name.as_deref(), Some("sc"));
+        assert_eq!(
+            spec.resources.unwrap().requests.unwrap()["storage"],
+            Quantity("1Gi".into())
+        );
+        let mut other = PersistentVolumeClaim::default();
+        other.metadata.uid = Some("u-2".into());
+        assert_eq!(
+            claim_from_pv(&pv, Some(other)).unwrap().uid().as_deref(),
+            Some("u-1")
+        );
+    }
+}

@@ -1,0 +1,380 @@
+//! Why CreateVolume and DeleteVolume fail: one variant per step, one
+//! mapping to CSI codes each, and the phase of the claim's event.
+
+use super::*;
+
+/// Why CreateVolume failed: one variant per step. [`CreateError::phase`]
+/// names the phase for the claim's event and `From<CreateError> for
+/// pav_sdk::Error` is the one mapping to CSI codes. Steps that talk to the
+/// API server or run pods carry the driver's error as their source.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum CreateError {
+    /// external-provisioner passed no claim.
+    #[error("the claim is unknown: run external-provisioner with --extra-create-metadata")]
+    NoClaim,
+    /// Reading the claim or its StorageClass.
+    #[error("{0}")]
+    ReadObjects(#[source] DriverError),
+    /// The PavProvisioner is missing, not listed yet or invalid.
+    #[error("{0}")]
+    Provisioner(#[source] DriverError),
+    /// The PavProvisioner does not list `Dynamic`.
+    #[error("PavProvisioner {provisioner} does not do dynamic provisioning")]
+    NotDynamic {
+        /// Its name.
+        provisioner: String,
+    },
+    /// The claim and class do not make a template context.
+    #[error("{0}")]
+    Context(#[source] pav_templates::Error),
+    /// Evaluating a phase's templates.
+    #[error("{source}")]
+    Render {
+        /// The phase rendered.
+        phase: Phase,
+        #[source]
+        source: DriverError,
+    },
+    /// The claim asks for an access mode PaV does not know.
+    #[error("access mode {0} is not supported")]
+    AccessMode(String),
+    /// The evaluated validation rules refuse the request.
+    #[error("{0}")]
+    Refused(#[source] pav_templates::phase::Refusal),
+    /// Reading the pod cache.
+    #[error("{0}")]
+    PodCache(#[source] DriverError),
+    /// The validation pod failed (`INVALID_ARGUMENT`) or did not finish.
+    #[error("{0}")]
+    ValidationPod(#[source] PhaseError),
+    /// The creation pod did not finish (the CO's retry picks it up).
+    #[error("{0}")]
+    CreationPod(#[source] DriverError),
+    /// The creation pod failed; the deletion pod ran to undo the creation
+    /// (`undo`: how that failed).
+    #[error("{message}{}", then(undo.as_deref()))]
+    CreationPodFailed {
+        /// `creation pod ns/name failed: why`.
+        message: String,
+        /// The deletion pod's failure, if it failed.
+        undo: Option<Box<PhaseError>>,
+    },
+    /// What the spec evaluated to, or the creation pod (`pod`, `ns/name`)
+    /// exported, is no volume; the deletion pod ran to undo a pod's
+    /// creation (`undo`: how that failed).
+    #[error("{}{problem}{}", pod.as_ref().map(|p| format!("creation pod {p}: ")).unwrap_or_default(), then(undo.as_deref()))]
+    Created {
+        /// The creation pod, if one ran.
+        pod: Option<String>,
+        /// What was wrong.
+        #[source]
+        problem: CreatedError,
+        /// The deletion pod's failure, if it failed.
+        undo: Option<Box<PhaseError>>,
+    },
+}
+
+/// `; then <how the undoing failed>`, or nothing.
+pub(super) fn then(undo: Option<&PhaseError>) -> String {
+    undo.map(|e| format!("; then {e}")).unwrap_or_default()
+}
+
+/// How a creation pod's run failed, before the deletion pod undoes it.
+pub(super) enum Failed {
+    /// The pod failed: its message.
+    Pod(String),
+    /// The pod succeeded but exported no volume.
+    Result(CreatedError),
+}
+
+impl CreateError {
+    /// The phase that failed, the reason of the claim's event:
+    /// `ValidationFailed` for the evaluated rules and the validation pod,
+    /// `CreationFailed` for the rest.
+    pub(super) fn phase(&self) -> Phase {
+        match self {
+            CreateError::Refused(_) | CreateError::ValidationPod(_) => Phase::Validation,
+            CreateError::NoClaim
+            | CreateError::ReadObjects(_)
+            | CreateError::Provisioner(_)
+            | CreateError::NotDynamic { .. }
+            | CreateError::Context(_)
+            | CreateError::Render { .. }
+            | CreateError::AccessMode(_)
+            | CreateError::PodCache(_)
+            | CreateError::CreationPod(_)
+            | CreateError::CreationPodFailed { .. }
+            | CreateError::Created { .. } => Phase::Creation,
+        }
+    }
+}
+
+impl From<CreateError> for Error {
+    /// The CSI code of each step: a capacity rule is `OUT_OF_RANGE`, other
+    /// refusals, bad input and a failed validation pod `INVALID_ARGUMENT`,
+    /// a failed creation `INTERNAL`; the API and pod steps keep the code
+    /// of the driver's error.
+    fn from(error: CreateError) -> Self {
+        use pav_templates::phase::Refusal;
+        let message = error.to_string();
+        match error {
+            CreateError::NoClaim
+            | CreateError::NotDynamic { .. }
+            | CreateError::Context(_)
+            | CreateError::AccessMode(_)
+            | CreateError::Refused(Refusal::VolumeMode { .. } | Refusal::AccessMode { .. })
+            | CreateError::ValidationPod(PhaseError::Failed(_)) => Error::InvalidArgument(message),
+            CreateError::Refused(Refusal::AboveMaximum { .. } | Refusal::BelowMinimum { .. }) => {
+                Error::OutOfRange(message)
+            }
+            CreateError::ReadObjects(e)
+            | CreateError::Provisioner(e)
+            | CreateError::Render { source: e, .. }
+            | CreateError::PodCache(e)
+            | CreateError::ValidationPod(PhaseError::Run(e))
+            | CreateError::CreationPod(e) => e.into(),
+            CreateError::CreationPodFailed { .. } | CreateError::Created { .. } => {
+                Error::Internal(message)
+            }
+        }
+    }
+}
+
+/// Why DeleteVolume failed: one variant per step; `From<DeleteError> for
+/// pav_sdk::Error` is the one mapping to CSI codes.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum DeleteError {
+    /// Reading the volume's claim or its StorageClass.
+    #[error("{0}")]
+    ReadObjects(#[source] DriverError),
+    /// The PavProvisioner is missing, not listed yet or invalid.
+    #[error("{0}")]
+    Provisioner(#[source] DriverError),
+    /// The recorded claim and class make no template context.
+    #[error("{0}")]
+    Context(#[source] pav_templates::Error),
+    /// Evaluating `spec.volumeDeletion`.
+    #[error("{0}")]
+    Render(#[source] DriverError),
+    /// The deletion pod failed (`INTERNAL`) or did not finish.
+    #[error("{0}")]
+    DeletionPod(#[source] PhaseError),
+}
+
+impl From<DeleteError> for Error {
+    /// A context that the volume's own records do not make, and a failed
+    /// deletion pod, are `INTERNAL`; the API, render and pod-run steps keep
+    /// the code of the driver's error.
+    fn from(error: DeleteError) -> Self {
+        let message = error.to_string();
+        match error {
+            DeleteError::Context(_) | DeleteError::DeletionPod(PhaseError::Failed(_)) => {
+                Error::Internal(message)
+            }
+            DeleteError::ReadObjects(e)
+            | DeleteError::Provisioner(e)
+            | DeleteError::Render(e)
+            | DeleteError::DeletionPod(PhaseError::Run(e)) => e.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacity_refusals_are_out_of_range_the_others_invalid() {
+        use pav_templates::phase::Refusal;
+        use pav_templates::{AccessMode, VolumeMode};
+        let out_of_range = [
+            Refusal::AboveMaximum {
+                requested: 2,
+                maximum: 1,
+            },
+            Refusal::BelowMinimum {
+                limit: 1,
+                minimum: 2,
+            },
+        ];
+        for refusal in out_of_range {
+            let message = refusal.to_string();
+            let failure = CreateError::Refused(refusal);
+            assert_eq!(failure.phase(), Phase::Validation);
+            let error = Error::from(failure);
+            assert!(matches!(error, Error::OutOfRange(_)), "{error:?}");
+            assert_eq!(error.message(), message);
+        }
+        let invalid = [
+            Refusal::VolumeMode {
+                requested: VolumeMode::Block,
+                supported: vec![VolumeMode::Filesystem],
+            },
+            // A message that names a capacity no longer decides.
+            Refusal::AccessMode {
+                requested: AccessMode::ReadWriteMany,
+                supported: vec![],
+            },
+        ];
+        for refusal in invalid {
+            let error = Error::from(CreateError::Refused(refusal));
+            assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
+        }
+    }
+
+    /// Each step's code and event phase; the API and pod steps keep the
+    /// code of the driver's error, whatever their message says.
+    #[test]
+    fn create_steps_map_to_csi_codes_and_phases() {
+        let timed_out = || DriverError::TimedOut("capacity validation".into());
+        let template_error = || {
+            CreationContext::new(&PersistentVolumeClaim::default(), &StorageClass::default())
+                .unwrap_err()
+        };
+        /// A failure, the test of its CSI error, its event's phase.
+        type Case = (CreateError, fn(&Error) -> bool, Phase);
+        let cases: Vec<Case> = vec![
+            (
+                CreateError::NoClaim,
+                |e| matches!(e, Error::InvalidArgument(_)),
+                Phase::Creation,
+            ),
+            (
+                CreateError::NotDynamic {
+                    provisioner: "p".into(),
+                },
+                |e| matches!(e, Error::InvalidArgument(_)),
+                Phase::Creation,
+            ),
+            (
+                CreateError::AccessMode("ReadWriteSometimes".into()),
+                |e| matches!(e, Error::InvalidArgument(_)),
+                Phase::Creation,
+            ),
+            (
+                CreateError::Context(template_error()),
+                |e| matches!(e, Error::InvalidArgument(_)),
+                Phase::Creation,
+            ),
+            (
+                CreateError::ReadObjects(DriverError::NotFound { what: "x".into() }),
+                |e| matches!(e, Error::NotFound(m) if m == "x: not found"),
+                Phase::Creation,
+            ),
+            (
+                CreateError::Provisioner(DriverError::InvalidProvisioner("x".into())),
+                |e| matches!(e, Error::FailedPrecondition(_)),
+                Phase::Creation,
+            ),
+            (
+                CreateError::Render {
+                    phase: Phase::Validation,
+                    source: DriverError::Render(template_error()),
+                },
+                |e| matches!(e, Error::InvalidArgument(_)),
+                Phase::Creation,
+            ),
+            (
+                CreateError::PodCache(timed_out()),
+                |e| matches!(e, Error::Unavailable(_)),
+                Phase::Creation,
+            ),
+            (
+                CreateError::ValidationPod(PhaseError::Run(timed_out())),
+                |e| matches!(e, Error::Unavailable(_)),
+                Phase::Validation,
+            ),
+            (
+                CreateError::ValidationPod(PhaseError::Failed(
+                    "validation pod pav/v failed: no capacity left".into(),
+                )),
+                |e| {
+                    matches!(e, Error::InvalidArgument(m)
+                        if m == "validation pod pav/v failed: no capacity left")
+                },
+                Phase::Validation,
+            ),
+            (
+                CreateError::CreationPod(DriverError::PodDeleted("x".into())),
+                |e| matches!(e, Error::Aborted(_)),
+                Phase::Creation,
+            ),
+            (
+                CreateError::CreationPodFailed {
+                    message: "creation pod pav/x failed: no".into(),
+                    undo: Some(Box::new(PhaseError::Run(DriverError::TimedOut(
+                        "deletion pod pav/y did not finish".into(),
+                    )))),
+                },
+                |e| {
+                    matches!(e, Error::Internal(m)
+                        if m == "creation pod pav/x failed: no; then deletion pod pav/y did not finish")
+                },
+                Phase::Creation,
+            ),
+            (
+                CreateError::Created {
+                    pod: Some("pav/x".into()),
+                    problem: CreatedError::NoCapacity,
+                    undo: Some(Box::new(PhaseError::Failed(
+                        "deletion pod pav/y failed: busy".into(),
+                    ))),
+                },
+                |e| {
+                    matches!(e, Error::Internal(m)
+                        if m == "creation pod pav/x: spec.volumeCreation.capacity is not set and the creation pod did not write /pav/capacity; then deletion pod pav/y failed: busy")
+                },
+                Phase::Creation,
+            ),
+            (
+                CreateError::Created {
+                    pod: None,
+                    problem: CreatedError::Handle(String::new()),
+                    undo: None,
+                },
+                |e| {
+                    matches!(e, Error::Internal(m)
+                        if m == "volume handle \"\" must be 1 to 128 bytes on one line")
+                },
+                Phase::Creation,
+            ),
+        ];
+        for (failure, expected, phase) in cases {
+            let debug = format!("{failure:?}");
+            assert_eq!(failure.phase(), phase, "{debug}");
+            let error = Error::from(failure);
+            assert!(expected(&error), "{debug} became {error:?}");
+        }
+    }
+
+    /// DeleteVolume's steps keep the code of the driver's error, except a
+    /// context the volume's own records cannot make and a failed deletion
+    /// pod: `INTERNAL`.
+    #[test]
+    fn delete_steps_map_to_csi_codes() {
+        let pvc = PersistentVolumeClaim::default(); // no UID: no context
+        let sc = StorageClass::default();
+        let context = CreationContext::new(&pvc, &sc).unwrap_err();
+        let message = context.to_string();
+        let error = Error::from(DeleteError::Context(context));
+        assert!(matches!(error, Error::Internal(_)), "{error:?}");
+        assert_eq!(error.message(), message);
+        let failed = Error::from(DeleteError::DeletionPod(PhaseError::Failed(
+            "deletion pod pav/d failed: busy".into(),
+        )));
+        assert!(
+            matches!(&failed, Error::Internal(m) if m == "deletion pod pav/d failed: busy"),
+            "{failed:?}"
+        );
+        let timed_out = || DriverError::TimedOut("x".into());
+        let kept = [
+            DeleteError::ReadObjects(timed_out()),
+            DeleteError::Provisioner(timed_out()),
+            DeleteError::Render(timed_out()),
+            DeleteError::DeletionPod(PhaseError::Run(timed_out())),
+        ];
+        for failure in kept {
+            assert!(matches!(Error::from(failure), Error::Unavailable(_)));
+        }
+    }
+}
