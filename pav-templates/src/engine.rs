@@ -28,6 +28,7 @@ mod globals;
 mod json;
 pub mod nesting;
 mod numbers;
+mod operators;
 mod ordering;
 mod pyrepr;
 mod stack;
@@ -61,16 +62,20 @@ pub const MAX_PHASE_OUTPUT_BYTES: usize = 4 << 20;
 /// [`RENDER_STACK_BYTES`], enough for any depth the fuel can build.)
 pub const MAX_VALUE_DEPTH: usize = 128;
 
-/// Builds an environment with PaV's syntax, filters, formatter and limits.
-pub(crate) fn environment() -> Environment<'static> {
-    let mut env = Environment::new();
-    let syntax = SyntaxConfig::builder()
+/// PaV's syntax: Jinja2's delimiters, `trim_blocks` and `lstrip_blocks`.
+pub(crate) fn syntax() -> SyntaxConfig {
+    SyntaxConfig::builder()
         .trim_blocks(true)
         .lstrip_blocks(true)
         .keep_trailing_newline(false)
         .build()
-        .expect("default delimiters are valid");
-    env.set_syntax(syntax);
+        .expect("default delimiters are valid")
+}
+
+/// Builds an environment with PaV's syntax, filters, formatter and limits.
+pub(crate) fn environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_syntax(syntax());
     env.set_auto_escape_callback(|_| AutoEscape::None);
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Lenient);
     env.set_fuel(Some(FUEL_PER_FIELD));
@@ -102,19 +107,8 @@ pub(crate) fn environment() -> Environment<'static> {
     env.add_filter("max", ordering::max_filter);
     env.add_filter("unique", ordering::unique_filter);
     env.add_filter("dictsort", ordering::dictsort_filter);
-    for name in ["lt", "lessthan", "<"] {
-        env.add_test(name, ordering::is_lt);
-    }
-    for name in ["le", "<="] {
-        env.add_test(name, ordering::is_le);
-    }
-    for name in ["gt", "greaterthan", ">"] {
-        env.add_test(name, ordering::is_gt);
-    }
-    for name in ["ge", ">="] {
-        env.add_test(name, ordering::is_ge);
-    }
-    env.add_test("in", ordering::is_in);
+    // The comparison operators (through the source rewrite) and tests.
+    operators::register(&mut env);
     env.add_function("lipsum", globals::lipsum);
     env.add_function("cycler", globals::cycler);
     env.add_function("joiner", minijinja_contrib::globals::joiner);
@@ -129,16 +123,22 @@ pub(crate) fn environment() -> Environment<'static> {
     env
 }
 
-/// A template's source with every line ending (`\r\n`, `\r`) written as
-/// `\n`, as Jinja2's lexer reads it (its `newline_sequence`), in text and
-/// string literals alike. Line numbers are unchanged for `\r\n`.
-pub(crate) fn normalize_newlines(source: &str) -> String {
-    if source.contains('\r') {
+/// The source minijinja compiles for a template's `source`: every line
+/// ending (`\r\n`, `\r`) written as `\n`, as Jinja2's lexer reads it
+/// (its `newline_sequence`), in text and string literals alike; and every
+/// comparison routed to Python's rules ([`operators`]). Line numbers are
+/// unchanged for `\r\n`.
+pub(crate) fn template_source(source: &str) -> String {
+    let normalized = if source.contains('\r') {
         source.replace("\r\n", "\n").replace('\r', "\n")
     } else {
         source.to_owned()
-    }
+    };
+    operators::route_comparisons(&normalized, &syntax())
 }
+
+/// [`template_source`], by the name `provisioner.rs` still calls it.
+pub(crate) use template_source as normalize_newlines;
 
 /// Bytes one unit of fuel pays for (minijinja's `UNITS_PER_FUEL`: fuel is
 /// also charged for the data a template makes, a unit per byte).
@@ -489,7 +489,7 @@ const SERIALIZED_BYTES_PER_FUEL: u64 = 4;
 
 /// Items a unit of fuel pays for when a filter visits them (minijinja's
 /// `ITEM_COST`: half a unit each).
-const ITEMS_PER_FUEL: u64 = 2;
+pub(crate) const ITEMS_PER_FUEL: u64 = 2;
 
 /// Refuses a value nested deeper than [`MAX_VALUE_DEPTH`] (a value that
 /// contains itself is infinitely deep), and charges fuel for every list
