@@ -37,7 +37,7 @@ use self::in_use::{claims_of, staging_pods_of, volumes_of};
 use self::status::update_status;
 pub use self::status::{condition, next_status, readiness};
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash as _, Hasher as _};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -47,21 +47,17 @@ use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    CSIPersistentVolumeSource, PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec,
-    ServiceAccount,
+    CSIPersistentVolumeSource, PersistentVolume, PersistentVolumeSpec,
 };
-use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
-use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use k8s_openapi::api::storage::v1::CSIDriver;
+use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{self, finalizer};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt as _, controller, watcher};
 use kube::{Api, Client, Resource, ResourceExt as _};
-use pav_templates::model::Condition;
-use pav_templates::{CompiledProvisioner, PavProvisioner, PavProvisionerStatus};
-use serde::Serialize;
+use pav_templates::{CompiledProvisioner, PavProvisioner};
 use serde::de::DeserializeOwned;
 
 use crate::manifests::driver::{self, DriverObjects};
@@ -594,6 +590,8 @@ async fn publish(ctx: &Context, p: &PavProvisioner, kind: EventType, reason: &st
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use k8s_openapi::api::storage::v1::StorageClass;
 
     #[test]
     fn backoff_doubles_up_to_five_minutes() {

@@ -1,25 +1,21 @@
 //! Validation, creation and deletion carried out by pods (`pav csi-controller`).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{
-    ObjectReference, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod,
-    PodTemplateSpec, VolumeResourceRequirements,
+    ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplateSpec,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::runtime::reflector::Store;
 use kube::{Api, Resource, ResourceExt};
-use pav_sdk::{Create, CreateRequest, Delete, DeleteRequest, Error, Result, Volume};
+use pav_sdk::{Create, CreateRequest, Error, Result, Volume};
 use pav_templates::{CreationContext, Phase, ProvisioningMode, ValidationContext};
 
 use self::deleted::Deleted;
-use super::context::{DriverContext, DriverError, api_error, pod_ref};
+use super::context::{DriverContext, api_error};
 use super::phase_run::{PhaseError, PodFiles};
-use super::state::{self, CreatedError, PodState};
-use crate::pods::{ANNOTATION_CLAIM, LABEL_PHASE, LABEL_VOLUME};
+use super::state;
 
 mod cleanup;
 mod delete;
@@ -28,7 +24,7 @@ mod error;
 
 pub use self::cleanup::sweep;
 use self::cleanup::{claim_settled, claim_uid_label, clean_claim_pods};
-use self::error::{CreateError, DeleteError, Failed};
+use self::error::{CreateError, Failed};
 
 /// The pav-sdk Create and Delete of a PavProvisioner.
 #[derive(Debug)]

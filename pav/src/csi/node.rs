@@ -1,27 +1,25 @@
-//! Staging and unstaging carried out by pods (`pav csi-node`), and the
-//! collection of `/pav` files of the controller's pods on this node.
+//! Staging and unstaging carried out by pods (`pav csi-node`); the
+//! collection of `/pav` files of the controller's pods on this node is
+//! [`collector`]'s.
 
-use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplateSpec,
 };
-use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
-use pav_sdk::{Error, PodInfo, Result, Stage, StageRequest, Staged, Unstage, UnstageRequest};
+use pav_sdk::{PodInfo, Result, Stage, StageRequest, Staged, Unstage, UnstageRequest};
 use pav_templates::{Phase, StagingContext};
 
 use super::context::{DriverContext, DriverError, api_error, core_ref, pod_ref};
-use super::phase_run::{PhaseError, PodFiles};
-use super::state::{self, Collected, PodState};
-mod collector;
+use super::phase_run::PodFiles;
+use super::state::{self, PodState};
+
+pub mod collector;
 mod error;
 mod pod_dir;
 
-#[cfg(test)]
-use self::collector::Collection;
 pub use self::collector::{collect, sweep_dirs};
 pub use self::error::{StageError, UnstageError};
 use self::pod_dir::ReportedMounts;
@@ -577,6 +575,7 @@ impl PodNode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pav_sdk::Error;
 
     /// The steps without a scenario of their own: their CSI codes, and
     /// which are reported on the client pod.
@@ -655,131 +654,6 @@ mod tests {
             Err(VolumeCheckError::Symlink),
             "even inside the pod dir"
         );
-    }
-
-    fn pod(name: &str, phase_label: &str, pod_phase: &str, collected: bool) -> Arc<Pod> {
-        let annotations = if collected {
-            serde_json::json!({ crate::pods::ANNOTATION_COLLECTED: "true" })
-        } else {
-            serde_json::json!({})
-        };
-        Arc::new(
-            serde_json::from_value(serde_json::json!({
-                "metadata": {
-                    "name": name,
-                    "namespace": "pav",
-                    "uid": format!("uid-{name}"),
-                    "labels": { LABEL_PHASE: phase_label },
-                    "annotations": annotations,
-                },
-                "status": { "phase": pod_phase },
-            }))
-            .unwrap(),
-        )
-    }
-
-    fn names(pods: &[Arc<Pod>]) -> Vec<String> {
-        pods.iter().map(|p| p.name_any()).collect()
-    }
-
-    #[test]
-    fn collects_each_finished_pod_once() {
-        let mut collection = Collection::default();
-        let pods = [
-            pod("pav-creation-a", "creation", "Succeeded", false),
-            pod("pav-deletion-b", "deletion", "Failed", false),
-            pod("pav-validation-c", "validation", "Running", false),
-            pod("pav-creation-d", "creation", "Succeeded", true),
-            pod("pav-staging-e", "staging", "Succeeded", false),
-        ];
-        let scan = collection.scan(&pods);
-        assert_eq!(
-            names(&scan.to_collect),
-            ["pav-creation-a", "pav-deletion-b"]
-        );
-        assert!(scan.gone.is_empty());
-
-        // Collected, but the cache still shows the pod as before the patch.
-        collection.mark_collected(&scan.to_collect[0]);
-        let scan = collection.scan(&pods);
-        assert_eq!(
-            names(&scan.to_collect),
-            ["pav-deletion-b"],
-            "collected twice"
-        );
-
-        // Once it terminates, the running one is due too.
-        let mut pods = pods.to_vec();
-        pods[2] = pod("pav-validation-c", "validation", "Succeeded", false);
-        let scan = collection.scan(&pods);
-        assert_eq!(
-            names(&scan.to_collect),
-            ["pav-deletion-b", "pav-validation-c"]
-        );
-    }
-
-    #[test]
-    fn gone_pods_lose_their_directories_and_are_forgotten() {
-        let mut collection = Collection::default();
-        let finished = pod("pav-creation-a", "creation", "Succeeded", false);
-        let staging = pod("pav-staging-b", "staging", "Running", false);
-        collection.scan(&[finished.clone(), staging.clone()]);
-        collection.mark_collected(&finished);
-
-        let scan = collection.scan(&[staging]);
-        assert_eq!(scan.gone, ["pav-creation-a"]);
-        assert!(scan.to_collect.is_empty());
-        assert!(collection.collected.is_empty(), "uid of a gone pod kept");
-
-        // A pod of the same name created again is a new pod.
-        let again = pod("pav-creation-a", "creation", "Succeeded", false);
-        let scan = collection.scan(&[again]);
-        assert_eq!(names(&scan.to_collect), ["pav-creation-a"]);
-        assert!(scan.gone.is_empty(), "staging pods have no directory here");
-    }
-
-    #[test]
-    fn pod_dirs_are_removed() {
-        let dir = tempfile::tempdir().unwrap();
-        let pod = dir.path().join("pav-creation-1");
-        std::fs::create_dir_all(pod.join("volume")).unwrap();
-        std::fs::write(pod.join("handle"), "h").unwrap();
-        remove_pod_dir(&pod).unwrap();
-        assert!(!pod.exists());
-        remove_pod_dir(&pod).unwrap();
-    }
-
-    /// A staging pod that ran to completion leaves its bind mount of a node
-    /// directory at `/pav/volume`: it is unmounted, not deleted through.
-    /// Mounting needs root: `.ci/run` runs it as root with `--ignored`.
-    #[test]
-    #[ignore = "needs root"]
-    fn as_root_pod_dirs_are_unmounted_before_removal() {
-        let dir = tempfile::tempdir().unwrap();
-        let node_data = dir.path().join("node-data");
-        std::fs::create_dir(&node_data).unwrap();
-        std::fs::write(node_data.join("kept"), "data").unwrap();
-        let pod = dir.path().join("pav-staging-1");
-        std::fs::create_dir_all(pod.join("volume")).unwrap();
-        rustix::mount::mount_bind(&node_data, pod.join("volume")).unwrap();
-        remove_pod_dir(&pod).unwrap();
-        assert!(!pod.exists());
-        assert_eq!(
-            std::fs::read_to_string(node_data.join("kept")).unwrap(),
-            "data"
-        );
-    }
-
-    #[test]
-    fn unmount_failures_are_reported_once_per_pod_and_mount() {
-        let reported = ReportedMounts::default();
-        let point = Path::new("/var/lib/pav/pods/pav-staging-a/volume");
-        assert!(reported.first_report("uid-a", point));
-        assert!(!reported.first_report("uid-a", point), "reported twice");
-        assert!(reported.first_report("uid-b", point), "another pod's");
-        assert!(reported.first_report("uid-a", &point.join("inner")));
-        reported.forget("uid-a");
-        assert!(reported.first_report("uid-a", point), "forgotten pod");
     }
 }
 

@@ -1,6 +1,17 @@
 //! Server-side applying and deleting the objects of a provisioner's driver.
 
-use super::*;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
+use k8s_openapi::api::storage::v1::CSIDriver;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, Client, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::Error;
+use crate::manifests::FIELD_MANAGER;
+use crate::manifests::driver::{self, DriverObjects};
 
 pub(super) async fn apply_one<K>(api: &Api<K>, object: &K) -> Result<K, Error>
 where

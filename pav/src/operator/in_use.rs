@@ -1,7 +1,14 @@
 //! What keeps a PavProvisioner from being deleted: its volumes, the claims
 //! of its StorageClasses, its staging pods ([`InUse`]).
 
-use super::*;
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::ListParams;
+use kube::{Api, Client, ResourceExt as _};
+
+use super::Error;
 
 /// Why a PavProvisioner may not be deleted yet: what still uses it —
 /// volumes, claims, or volumes still staged for a client pod (a claim may be

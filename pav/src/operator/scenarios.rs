@@ -5,6 +5,8 @@
 use super::*;
 use crate::csi::fixtures::{ApiServer, Logged, list};
 use http::Method;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
 use serde_json::{Value, json};
 
 const PROVISIONER: &str = "/apis/pav.albertofaria.github.io/v1alpha1/pavprovisioners/p";

@@ -1,7 +1,14 @@
 //! The PavProvisioner's status: the driver's readiness, the `Ready`
 //! condition, and writing them.
 
-use super::*;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt as _};
+use pav_templates::model::Condition;
+use pav_templates::{PavProvisioner, PavProvisionerStatus};
+
+use super::{Context, Error, READY, publish, reason};
 
 /// Whether the driver is available, and a message saying how far it is.
 pub fn readiness(name: &str, deployment: &Deployment, daemon_set: &DaemonSet) -> (bool, String) {

@@ -1,7 +1,15 @@
 //! The validation and creation pods of claims that no longer need them:
 //! deleted once the claim is bound or gone, and by a sweep at startup.
 
-use super::*;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::{Api, ResourceExt};
+use pav_templates::Phase;
+
+use crate::csi::context::DriverContext;
+use crate::csi::state::{self, PodState};
+use crate::pods::{ANNOTATION_CLAIM, LABEL_PHASE, LABEL_VOLUME};
 
 /// The claim's UID label value for cleanup (the claim may be gone: then
 /// whatever pods the sweep finds are cleaned up by it).
@@ -89,6 +97,7 @@ pub async fn sweep(driver: Arc<DriverContext>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::PersistentVolumeClaimSpec;
 
     #[test]
     fn settled_claims() {

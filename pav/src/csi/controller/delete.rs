@@ -1,7 +1,22 @@
 //! DeleteVolume: the deletion pod, from the claim and class the volume's
 //! records keep.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::{
+    PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec, VolumeResourceRequirements,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::{Api, Resource, ResourceExt};
+use pav_sdk::{Delete, DeleteRequest, Error, Result};
+use pav_templates::{CreationContext, Phase};
+
+use super::cleanup::clean_claim_pods;
+use super::error::DeleteError;
+use super::{Claim, PodController};
+use crate::csi::context::{DriverContext, api_error, pod_ref};
+use crate::csi::phase_run::PodFiles;
 
 /// The claim of a volume being deleted: the live object when it still
 /// exists, else rebuilt from the PersistentVolume's `claimRef` and spec.

@@ -1,7 +1,12 @@
 //! Why CreateVolume and DeleteVolume fail: one variant per step, one
 //! mapping to CSI codes each, and the phase of the claim's event.
 
-use super::*;
+use pav_sdk::Error;
+use pav_templates::Phase;
+
+use crate::csi::context::DriverError;
+use crate::csi::phase_run::PhaseError;
+use crate::csi::state::CreatedError;
 
 /// Why CreateVolume failed: one variant per step. [`CreateError::phase`]
 /// names the phase for the claim's event and `From<CreateError> for
@@ -182,6 +187,9 @@ impl From<DeleteError> for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use k8s_openapi::api::storage::v1::StorageClass;
+    use pav_templates::CreationContext;
 
     #[test]
     fn capacity_refusals_are_out_of_range_the_others_invalid() {

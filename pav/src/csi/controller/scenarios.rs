@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::csi::fixtures::{ApiServer, Logged, list};
+use crate::pods::LABEL_PHASE;
 use http::Method;
 use kube::Client;
 use pav_csi::csi;

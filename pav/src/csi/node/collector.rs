@@ -1,7 +1,19 @@
 //! The collection of `/pav` files of the validation, creation and deletion
 //! pods on this node, and the sweep of their directories.
 
-use super::*;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use pav_templates::Phase;
+
+use super::pod_dir::remove_pod_dir;
+use crate::csi::context::DriverContext;
+use crate::csi::state::{self, Collected, PodState};
+use crate::pods::LABEL_PHASE;
 
 /// Every 30 s, removes the `/pav` directories of validation, creation and
 /// deletion pods (of any provisioner) that no longer exist on this node and
@@ -193,5 +205,91 @@ pub(super) async fn collect_pod(driver: &DriverContext, pods_dir: &Path, pod: &P
             tracing::warn!(pod = %pod.name_any(), error = %e, "cannot annotate pod");
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, phase_label: &str, pod_phase: &str, collected: bool) -> Arc<Pod> {
+        let annotations = if collected {
+            serde_json::json!({ crate::pods::ANNOTATION_COLLECTED: "true" })
+        } else {
+            serde_json::json!({})
+        };
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {
+                    "name": name,
+                    "namespace": "pav",
+                    "uid": format!("uid-{name}"),
+                    "labels": { LABEL_PHASE: phase_label },
+                    "annotations": annotations,
+                },
+                "status": { "phase": pod_phase },
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn names(pods: &[Arc<Pod>]) -> Vec<String> {
+        pods.iter().map(|p| p.name_any()).collect()
+    }
+
+    #[test]
+    fn collects_each_finished_pod_once() {
+        let mut collection = Collection::default();
+        let pods = [
+            pod("pav-creation-a", "creation", "Succeeded", false),
+            pod("pav-deletion-b", "deletion", "Failed", false),
+            pod("pav-validation-c", "validation", "Running", false),
+            pod("pav-creation-d", "creation", "Succeeded", true),
+            pod("pav-staging-e", "staging", "Succeeded", false),
+        ];
+        let scan = collection.scan(&pods);
+        assert_eq!(
+            names(&scan.to_collect),
+            ["pav-creation-a", "pav-deletion-b"]
+        );
+        assert!(scan.gone.is_empty());
+
+        // Collected, but the cache still shows the pod as before the patch.
+        collection.mark_collected(&scan.to_collect[0]);
+        let scan = collection.scan(&pods);
+        assert_eq!(
+            names(&scan.to_collect),
+            ["pav-deletion-b"],
+            "collected twice"
+        );
+
+        // Once it terminates, the running one is due too.
+        let mut pods = pods.to_vec();
+        pods[2] = pod("pav-validation-c", "validation", "Succeeded", false);
+        let scan = collection.scan(&pods);
+        assert_eq!(
+            names(&scan.to_collect),
+            ["pav-deletion-b", "pav-validation-c"]
+        );
+    }
+
+    #[test]
+    fn gone_pods_lose_their_directories_and_are_forgotten() {
+        let mut collection = Collection::default();
+        let finished = pod("pav-creation-a", "creation", "Succeeded", false);
+        let staging = pod("pav-staging-b", "staging", "Running", false);
+        collection.scan(&[finished.clone(), staging.clone()]);
+        collection.mark_collected(&finished);
+
+        let scan = collection.scan(&[staging]);
+        assert_eq!(scan.gone, ["pav-creation-a"]);
+        assert!(scan.to_collect.is_empty());
+        assert!(collection.collected.is_empty(), "uid of a gone pod kept");
+
+        // A pod of the same name created again is a new pod.
+        let again = pod("pav-creation-a", "creation", "Succeeded", false);
+        let scan = collection.scan(&[again]);
+        assert_eq!(names(&scan.to_collect), ["pav-creation-a"]);
+        assert!(scan.gone.is_empty(), "staging pods have no directory here");
     }
 }

@@ -1,6 +1,11 @@
 //! Why staging or unstaging failed: [`StageError`], [`UnstageError`].
 
-use super::*;
+use pav_sdk::Error;
+
+use super::pod_dir::PodDirError;
+use crate::csi::context::DriverError;
+use crate::csi::phase_run::PhaseError;
+use crate::pods::ANNOTATION_UNSTAGING;
 
 /// Why NodeStageVolume failed: one variant per step. [`StageError::reported`]
 /// says whether the client pod gets a `StagingFailed` event and

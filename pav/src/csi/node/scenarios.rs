@@ -7,7 +7,9 @@ use std::time::Duration;
 use super::*;
 use crate::csi::fixtures::{ApiServer, Logged, list, status};
 use crate::csi::metrics::Metrics;
+use crate::csi::phase_run::PhaseError;
 use http::Method;
+use pav_sdk::Error;
 use serde_json::{Value, json};
 
 const PROVISIONERS: &str = "/apis/pav.albertofaria.github.io/v1alpha1/pavprovisioners";
