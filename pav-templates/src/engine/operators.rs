@@ -25,7 +25,7 @@ use std::ops::Range;
 
 use minijinja::machinery::{Token, ast, parse, tokenize};
 use minijinja::syntax::SyntaxConfig;
-use minijinja::value::{Rest, Value};
+use minijinja::value::{Rest, Value, ValueKind};
 use minijinja::{Environment, Error as JinjaError, ErrorKind, State};
 
 use super::ordering::{self, Walk};
@@ -111,6 +111,12 @@ impl Operator {
 /// to: `__pav_chain__(a, '<', b, '<', c)`.
 const CHAIN_FUNCTION: &str = "__pav_chain__";
 
+/// Name of the function a mapping literal's computed key is routed to:
+/// `{k: v}` becomes `{__pav_key__(k): v}`. Python refuses a list or a dict
+/// as a key (`unhashable type`), and minijinja hashed them by recursion at
+/// no cost: `{l: 1}` of a deep list, in a loop, ran for minutes.
+const KEY_FUNCTION: &str = "__pav_key__";
+
 /// Registers the functions comparisons are routed to.
 pub(crate) fn register(env: &mut Environment<'_>) {
     macro_rules! routed {
@@ -125,6 +131,12 @@ pub(crate) fn register(env: &mut Environment<'_>) {
     }
     routed!(Eq, Ne, Lt, Le, Gt, Ge, In, NotIn);
     env.add_function(CHAIN_FUNCTION, chain);
+    env.add_function(KEY_FUNCTION, |state: &State<'_, '_>, key: Value| {
+        let mut walk = Walk::new(state);
+        let checked = ordering::check_hashable(&mut walk, &key, 0);
+        walk.finish()?;
+        checked.map(|()| key)
+    });
     // Jinja2's tests of the same names compare with the same operators.
     macro_rules! tests {
         ($($op:ident: $($name:literal),*;)*) => {$($(
@@ -169,6 +181,8 @@ fn chain(state: &State<'_, '_>, items: Rest<Value>) -> Result<bool, JinjaError> 
 /// A comparison found in a template: its operands' source ranges, with
 /// the operators between them.
 struct Comparison {
+    /// The function it becomes.
+    function: &'static str,
     operands: Vec<Range<usize>>,
     operators: Vec<Operator>,
 }
@@ -210,7 +224,11 @@ pub(crate) fn route_comparisons(source: &str, syntax: &SyntaxConfig) -> String {
         return source.to_owned();
     }
     let mut comparisons = finder.found;
-    comparisons.sort_by_key(|comparison| comparison.range().start);
+    // Outer ones first: a mapping key may start where its comparison does.
+    comparisons.sort_by_key(|comparison| {
+        let range = comparison.range();
+        (range.start, std::cmp::Reverse(range.end))
+    });
     let mut out = String::with_capacity(source.len() + 16 * comparisons.len());
     emit(source, 0..source.len(), &comparisons, &mut out);
     out
@@ -225,32 +243,30 @@ fn might_compare(source: &str) -> bool {
 /// Writes `range` of `source` with the comparisons inside it routed.
 fn emit(source: &str, range: Range<usize>, comparisons: &[Comparison], out: &mut String) {
     let mut at = range.start;
-    for comparison in comparisons {
+    for (index, comparison) in comparisons.iter().enumerate() {
+        // Those inside it come after it (sorted outer first).
+        let inner = &comparisons[index + 1..];
         let whole = comparison.range();
         if whole.start < at || whole.end > range.end {
             // Inside one emitted already (an operand), or outside `range`.
             continue;
         }
         out.push_str(&source[at..whole.start]);
-        if let [op] = comparison.operators[..] {
-            out.push_str(op.function());
-        } else {
-            out.push_str(CHAIN_FUNCTION);
-        }
+        out.push_str(comparison.function);
         out.push('(');
-        for (index, operand) in comparison.operands.iter().enumerate() {
-            if index > 0 {
-                let between = &source[comparison.operands[index - 1].end..operand.start];
+        for (position, operand) in comparison.operands.iter().enumerate() {
+            if position > 0 {
+                let between = &source[comparison.operands[position - 1].end..operand.start];
                 out.push_str(", ");
                 if comparison.operators.len() > 1 {
                     out.push('\'');
-                    out.push_str(comparison.operators[index - 1].symbol());
+                    out.push_str(comparison.operators[position - 1].symbol());
                     out.push_str("', ");
                 }
                 // Keeps the lines of what follows where they were.
                 out.extend(between.chars().filter(|&c| c == '\n'));
             }
-            emit(source, operand.clone(), comparisons, out);
+            emit(source, operand.clone(), inner, out);
         }
         out.push(')');
         at = whole.end;
@@ -455,9 +471,13 @@ impl Finder<'_, '_> {
             for operand in &operands {
                 self.expr(operand);
             }
-            let operands = extents;
+            let function = match operators[..] {
+                [op] => op.function(),
+                _ => CHAIN_FUNCTION,
+            };
             self.found.push(Comparison {
-                operands,
+                function,
+                operands: extents,
                 operators,
             });
             return;
@@ -506,7 +526,20 @@ impl Finder<'_, '_> {
             ast::Expr::Call(c) => self.call(c),
             ast::Expr::List(l) => l.items.iter().for_each(|e| self.expr(e)),
             ast::Expr::Tuple(t) => t.items.iter().for_each(|e| self.expr(e)),
-            ast::Expr::Map(m) => m.keys.iter().chain(&m.values).for_each(|e| self.expr(e)),
+            ast::Expr::Map(m) => {
+                m.keys.iter().chain(&m.values).for_each(|e| self.expr(e));
+                for key in &m.keys {
+                    let constant = matches!(key, ast::Expr::Const(c)
+                        if !matches!(c.value.kind(), ValueKind::Seq | ValueKind::Map));
+                    if !constant {
+                        self.found.push(Comparison {
+                            function: KEY_FUNCTION,
+                            operands: vec![self.tokens.extent(cover(key))],
+                            operators: Vec::new(),
+                        });
+                    }
+                }
+            }
         }
     }
 }
@@ -706,6 +739,10 @@ mod tests {
                 "{{ __pav_eq__(a is defined, b is none) }}",
             ),
             ("a < b {{ x }}", "a < b {{ x }}"),
+            (
+                "{{ {'k': 1, k: 2, (a < b): 3} }}",
+                "{{ {'k': 1, __pav_key__(k): 2, __pav_key__((__pav_lt__(a, b))): 3} }}",
+            ),
         ] {
             assert_eq!(routed(source), expected, "{source}");
         }

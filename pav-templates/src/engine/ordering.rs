@@ -86,7 +86,7 @@ impl<'a, 's, 'e> Walk<'a, 's, 'e> {
     }
 
     /// Counts a pair of values `depth` levels down.
-    fn visit(&mut self, depth: usize) -> Result<(), JinjaError> {
+    pub(crate) fn visit(&mut self, depth: usize) -> Result<(), JinjaError> {
         self.visited += 1;
         if self.visited > self.affordable {
             // The same error as any other overspending.
@@ -97,7 +97,7 @@ impl<'a, 's, 'e> Walk<'a, 's, 'e> {
             return Err(JinjaError::new(
                 ErrorKind::InvalidOperation,
                 format!(
-                    "comparison of values nested more than {MAX_VALUE_DEPTH} levels deep (or containing themselves)"
+                    "value nested more than {MAX_VALUE_DEPTH} levels deep (or containing itself) compared or used as a key"
                 ),
             ));
         }
@@ -253,7 +253,7 @@ pub(crate) fn contains(
             ),
         )),
         ValueKind::Map => {
-            check_hashable(value, 0)?;
+            check_hashable(walk, value, 0)?;
             minijinja::tests::is_in(state, value, container)
         }
         ValueKind::Seq | ValueKind::Iterable => {
@@ -431,16 +431,18 @@ pub(crate) fn max_filter(
 }
 
 /// Python's `hash(key)` fails for lists and dicts (tuples hash when their
-/// items do). `depth` levels down a key (tuples nest too).
-fn check_hashable(key: &Value, depth: usize) -> Result<(), JinjaError> {
+/// items do). `depth` levels down a key (tuples nest too); the items are
+/// charged to `walk` as a comparison's.
+pub(crate) fn check_hashable(
+    walk: &mut Walk<'_, '_, '_>,
+    key: &Value,
+    depth: usize,
+) -> Result<(), JinjaError> {
+    walk.visit(depth)?;
     match key.kind() {
-        ValueKind::Seq if key.is_tuple() && depth >= MAX_VALUE_DEPTH => Err(JinjaError::new(
-            ErrorKind::InvalidOperation,
-            format!("tuple nested more than {MAX_VALUE_DEPTH} levels deep"),
-        )),
         ValueKind::Seq if key.is_tuple() => key
             .try_iter()?
-            .try_for_each(|item| check_hashable(&item, depth + 1)),
+            .try_for_each(|item| check_hashable(walk, &item, depth + 1)),
         ValueKind::Seq | ValueKind::Map => Err(JinjaError::new(
             ErrorKind::InvalidOperation,
             format!("unhashable type: '{}'", python_type(key)),
@@ -459,9 +461,13 @@ pub(crate) fn unique_filter(
 ) -> Result<Value, JinjaError> {
     let kwargs = keywords(&["case_sensitive", "attribute"], &positional, kwargs)?;
     let (value, keys) = items_and_keys(value, &kwargs)?;
-    keys.iter()
+    let mut walk = Walk::new(state);
+    let checked = keys
+        .iter()
         .flatten()
-        .try_for_each(|key| check_hashable(key, 0))?;
+        .try_for_each(|key| check_hashable(&mut walk, key, 0));
+    walk.finish()?;
+    checked?;
     minijinja::filters::unique(state, value, kwargs)
 }
 
@@ -555,9 +561,12 @@ mod tests {
 
     #[test]
     fn only_hashable_keys_are_unique() {
-        assert!(check_hashable(&Value::from("a"), 0).is_ok());
+        let env = minijinja::Environment::new();
+        let state = env.empty_state();
+        let mut walk = Walk::new(&state);
+        assert!(check_hashable(&mut walk, &Value::from("a"), 0).is_ok());
         for unhashable in [serde_json::json!([1]), serde_json::json!({"a": 1})] {
-            assert!(check_hashable(&json(unhashable), 0).is_err());
+            assert!(check_hashable(&mut walk, &json(unhashable), 0).is_err());
         }
     }
 }

@@ -1,8 +1,10 @@
 //! The stack a render runs on.
 //!
 //! minijinja's operations on values recurse once per level of nesting:
-//! printing (`~`, `format`, `upper`, …), comparing (`==`, `<`, `in`,
-//! `sort`, …), hashing and dropping a list or mapping. A template can
+//! printing (`~`, `format`, `upper`, …), hashing and dropping a list or
+//! mapping. (Comparisons are pav's own and stop at
+//! [`MAX_VALUE_DEPTH`](super::MAX_VALUE_DEPTH): see
+//! [`operators`](super::operators).) A template can
 //! nest values as deeply as its fuel allows, far deeper than any
 //! Kubernetes object (about 15 levels), and pav cannot refuse them when
 //! they are made: minijinja has no hook on building a list, a mapping or a
@@ -22,9 +24,10 @@ use crate::engine::FUEL_PER_FIELD;
 ///   ([`MAX_BUILT_DEPTH`]). Nested literals are the cheapest way:
 ///   `{% set l = [[…73 levels…[l]…]] %}` repeated reached 130,670; a
 ///   mapping costs three times as much (65,700).
-/// - per level: `<` between such lists takes 1,456 bytes of stack per
-///   level in a debug build (printing 1,120, `==` 1,328, dropping 368;
-///   mappings: 1,792 for `<` at half the depth); 182 MiB in all.
+/// - per level: printing such a list takes 1,120 bytes of stack per
+///   level in a debug build, dropping it 368 (minijinja's `<` took 1,456
+///   and `==` 1,328 before comparisons became pav's own; mappings: 1,792
+///   for `<` at half the depth); 182 MiB in all, measured then.
 ///
 /// Only the pages a render touches are ever backed by memory.
 pub const RENDER_STACK_BYTES: usize = 256 << 20;
