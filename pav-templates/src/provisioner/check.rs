@@ -1,0 +1,377 @@
+//! `pav check`: the spec as written checked against the guide's rules,
+//! every problem collected with its field.
+
+use minijinja::Environment;
+use serde_json::Value as Json;
+
+use super::compile::Node;
+use super::fields::{allowed_values, capacity_rounding, describe_json, pod_template_from_json};
+use crate::duration::parse_timeout;
+use crate::error::{Error, Location};
+use crate::model::{AccessMode, ProvisioningMode, VolumeMode};
+use crate::phase::Phase;
+use crate::quantity::{Rounding, parse_bytes};
+
+/// Walks the spec as written, collecting every problem and compiling every
+/// template.
+pub(super) struct Checker {
+    pub(super) name: String,
+    pub(super) problems: Vec<Error>,
+    pub(super) env: Environment<'static>,
+}
+
+impl Checker {
+    pub(super) fn at(&self, path: &str, line: Option<usize>) -> Location {
+        Location {
+            provisioner: self.name.clone(),
+            path: path.to_owned(),
+            line,
+        }
+    }
+
+    pub(super) fn problem_schema(&mut self, path: &str, message: &str) {
+        self.problems.push(Error::Schema {
+            at: self.at(path, None),
+            message: message.to_owned(),
+        });
+    }
+
+    pub(super) fn problem_rule(&mut self, path: &str, message: &str) {
+        self.problems.push(Error::Rule {
+            at: self.at(path, None),
+            message: message.to_owned(),
+        });
+    }
+
+    pub(super) fn check_header(&mut self, object: &Json) {
+        let Some(map) = object.as_object() else {
+            self.problem_schema("<document>", "must be an object");
+            return;
+        };
+        let api_version = format!("{}/{}", crate::model::GROUP, crate::model::VERSION);
+        match map.get("apiVersion").and_then(Json::as_str) {
+            Some(v) if v == api_version => {}
+            Some(other) => self.problem_schema(
+                "apiVersion",
+                &format!("is {other:?}, expected {api_version:?}"),
+            ),
+            None => self.problem_schema("apiVersion", &format!("is required ({api_version})")),
+        }
+        match map.get("kind").and_then(Json::as_str) {
+            Some("PavProvisioner") => {}
+            Some(other) => self.problem_schema(
+                "kind",
+                &format!("is {other:?}, expected \"PavProvisioner\""),
+            ),
+            None => self.problem_schema("kind", "is required (PavProvisioner)"),
+        }
+        match object.pointer("/metadata/name").and_then(Json::as_str) {
+            None => self.problem_schema("metadata.name", "is required"),
+            Some(name) if !is_dns_label(name) => self.problem_schema(
+                "metadata.name",
+                "must be a DNS label: at most 63 lowercase alphanumerics or '-', starting and ending with an alphanumeric",
+            ),
+            Some(_) => {}
+        }
+        for key in map.keys() {
+            if !["apiVersion", "kind", "metadata", "spec", "status"].contains(&key.as_str()) {
+                self.problem_schema(key, "unknown field");
+            }
+        }
+    }
+
+    pub(super) fn check_modes(&mut self, value: Option<&Json>) -> Option<Vec<ProvisioningMode>> {
+        const PATH: &str = "spec.provisioningModes";
+        let Some(value) = value else {
+            self.problem_schema(PATH, "is required (a list of Dynamic and/or Static)");
+            return None;
+        };
+        let Some(items) = value.as_array() else {
+            self.problem_schema(
+                PATH,
+                "must be a list of Dynamic and/or Static (it is not a template)",
+            );
+            return None;
+        };
+        if items.is_empty() {
+            self.problem_schema(PATH, "must not be empty");
+        }
+        let mut modes = Vec::new();
+        for (index, item) in items.iter().enumerate() {
+            match serde_json::from_value::<ProvisioningMode>(item.clone()) {
+                Ok(mode) if modes.contains(&mode) => {
+                    self.problem_schema(&format!("{PATH}[{index}]"), "is listed twice");
+                }
+                Ok(mode) => modes.push(mode),
+                Err(_) => self.problem_schema(
+                    &format!("{PATH}[{index}]"),
+                    &format!("{} is not one of Dynamic, Static", describe_json(item)),
+                ),
+            }
+        }
+        Some(modes)
+    }
+
+    /// `spec.getPvcNamespaces`: absent, or a list of distinct namespace
+    /// names (DNS labels) and `"*"`. Not a template: it bounds what
+    /// templates may read.
+    pub(super) fn check_get_pvc_namespaces(&mut self, value: Option<&Json>) -> Vec<String> {
+        const PATH: &str = "spec.getPvcNamespaces";
+        let items = match value {
+            None | Some(Json::Null) => return Vec::new(),
+            Some(Json::Array(items)) => items,
+            Some(other) => {
+                self.problem_schema(
+                    PATH,
+                    &format!(
+                        "must be a list of namespace names or \"*\" (it is not a template), not {}",
+                        describe_json(other)
+                    ),
+                );
+                return Vec::new();
+            }
+        };
+        let mut namespaces: Vec<String> = Vec::new();
+        for (index, item) in items.iter().enumerate() {
+            let item_path = format!("{PATH}[{index}]");
+            match item.as_str() {
+                Some(ns) if namespaces.iter().any(|seen| seen == ns) => {
+                    self.problem_schema(&item_path, "is listed twice");
+                }
+                Some(ns) if ns == "*" || is_dns_label(ns) => namespaces.push(ns.to_owned()),
+                _ => self.problem_schema(
+                    &item_path,
+                    &format!(
+                        "{} is not a namespace name (a DNS label) or \"*\"",
+                        describe_json(item)
+                    ),
+                ),
+            }
+        }
+        namespaces
+    }
+
+    pub(super) fn check_phase(&mut self, phase: Phase, path: &str, value: &Json) -> Node {
+        if let Json::Object(map) = value {
+            for (key, item) in map {
+                let item_path = format!("{path}.{key}");
+                if !phase.keys().contains(&key.as_str()) {
+                    self.problem_schema(
+                        &item_path,
+                        &format!("unknown field (allowed: {})", phase.keys().join(", ")),
+                    );
+                    continue;
+                }
+                self.check_literal(key, &item_path, item);
+            }
+            if phase == Phase::Staging && !map.contains_key("podTemplate") {
+                self.problem_schema(&format!("{path}.podTemplate"), "is required");
+            }
+            if phase == Phase::Validation
+                && let (Some(min), Some(max)) = (map.get("minCapacity"), map.get("maxCapacity"))
+                && let (Some(min), Some(max)) = (
+                    literal_bytes(min, Rounding::Down),
+                    literal_bytes(max, Rounding::Up),
+                )
+                && min > max
+            {
+                self.problem_rule(
+                    &format!("{path}.maxCapacity"),
+                    &format!("is {max} bytes, less than minCapacity ({min} bytes)"),
+                );
+            }
+        } else if !value.is_string() {
+            self.problem_schema(
+                path,
+                &format!(
+                    "must be an object or a template, not {}",
+                    describe_json(value)
+                ),
+            );
+        }
+        self.compile(path, value)
+    }
+
+    /// Checks fields whose value is written literally (no template syntax),
+    /// so mistakes surface at `pav check` rather than at the first volume.
+    pub(super) fn check_literal(&mut self, key: &str, path: &str, value: &Json) {
+        if value.as_str().is_some_and(has_template_syntax) {
+            return;
+        }
+        match key {
+            "volumeModes" | "accessModes" => match value {
+                Json::Array(items) => {
+                    if items.is_empty() {
+                        self.problem_schema(path, "must not be empty");
+                    }
+                    for (index, item) in items.iter().enumerate() {
+                        if item.as_str().is_some_and(has_template_syntax) {
+                            continue;
+                        }
+                        let valid = if key == "volumeModes" {
+                            serde_json::from_value::<VolumeMode>(item.clone()).is_ok()
+                        } else {
+                            serde_json::from_value::<AccessMode>(item.clone()).is_ok()
+                        };
+                        if !valid {
+                            self.problem_schema(
+                                &format!("{path}[{index}]"),
+                                &format!(
+                                    "{} is not one of {}",
+                                    describe_json(item),
+                                    allowed_values(key)
+                                ),
+                            );
+                        }
+                    }
+                }
+                other => self.problem_schema(
+                    path,
+                    &format!("must be a list or a template, not {}", describe_json(other)),
+                ),
+            },
+            "minCapacity" | "maxCapacity" | "capacity" => {
+                // Rounded as rendering rounds it, so `pav check` accepts
+                // exactly what renders.
+                let rounding = capacity_rounding(key);
+                match value {
+                    Json::String(text) => {
+                        if let Err(err) = parse_bytes(text, rounding) {
+                            self.problem_schema(path, &err.to_string());
+                        } else if literal_bytes(value, rounding) == Some(0) {
+                            self.problem_schema(
+                                path,
+                                "must be a positive capacity (at least 1 byte once rounded)",
+                            );
+                        }
+                    }
+                    Json::Number(n) if number_bytes(n, rounding).is_some_and(|n| n > 0) => {}
+                    other => self.problem_schema(
+                        path,
+                        &format!("must be a positive quantity, not {}", describe_json(other)),
+                    ),
+                }
+            }
+            "handle" => {
+                if value.as_str() == Some("") {
+                    self.problem_schema(path, "must not be empty");
+                } else if !value.is_string() {
+                    self.problem_schema(
+                        path,
+                        &format!("must be a string, not {}", describe_json(value)),
+                    );
+                }
+            }
+            "timeout" => {
+                let text = match value {
+                    Json::String(text) => Some(text.clone()),
+                    Json::Number(n) => Some(n.to_string()),
+                    _ => None,
+                };
+                match text.map(|t| parse_timeout(&t)) {
+                    Some(Ok(_)) => {}
+                    Some(Err(message)) => self.problem_schema(path, &message),
+                    None => self.problem_schema(
+                        path,
+                        &format!(
+                            "must be a duration such as 5m, not {}",
+                            describe_json(value)
+                        ),
+                    ),
+                }
+            }
+            "podTemplate" if !value.is_object() && !value.is_string() => {
+                self.problem_schema(
+                    path,
+                    &format!(
+                        "must be a PodTemplateSpec object or a template, not {}",
+                        describe_json(value)
+                    ),
+                );
+            }
+            _ => {}
+        }
+    }
+
+    /// Checks a pod template's fields before any volume exists. Possible
+    /// unless a template in it may set `yaml` (then its shape is known only
+    /// after evaluation): templates evaluate to strings, so the tree with
+    /// each template replaced by `""` has the evaluated shape. Returns
+    /// whether the shape was checked and found valid.
+    pub(super) fn check_pod_shape(&mut self, path: &str, pod_template: &Json) -> bool {
+        if !pod_template.is_object() || may_become_yaml(pod_template) {
+            return false;
+        }
+        match pod_template_from_json(blank_templates(pod_template), false) {
+            Ok(_) => true,
+            Err((sub, message)) => {
+                let message = if message == "unknown field" {
+                    message
+                } else {
+                    format!(
+                        "{message} (a template here yields a string; add `{{% set yaml = true %}}` for other types)"
+                    )
+                };
+                self.problem_schema(&format!("{path}{sub}"), &message);
+                false
+            }
+        }
+    }
+}
+
+pub(super) fn may_become_yaml(value: &Json) -> bool {
+    match value {
+        Json::String(s) => has_template_syntax(s) && s.contains("yaml"),
+        Json::Array(items) => items.iter().any(may_become_yaml),
+        Json::Object(map) => map.values().any(may_become_yaml),
+        _ => false,
+    }
+}
+
+pub(super) fn blank_templates(value: &Json) -> Json {
+    match value {
+        Json::String(s) if has_template_syntax(s) => Json::String(String::new()),
+        Json::Array(items) => Json::Array(items.iter().map(blank_templates).collect()),
+        Json::Object(map) => Json::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), blank_templates(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+pub(super) fn has_template_syntax(source: &str) -> bool {
+    source.contains("{{") || source.contains("{%") || source.contains("{#")
+}
+
+pub(super) fn literal_bytes(value: &Json, rounding: Rounding) -> Option<u64> {
+    match value {
+        Json::String(text) if !has_template_syntax(text) => parse_bytes(text, rounding).ok(),
+        Json::Number(n) => number_bytes(n, rounding),
+        _ => None,
+    }
+}
+
+/// A YAML number as bytes: `1e3` is a float in YAML 1.2 but a quantity to
+/// the user, so integral and fractional floats are accepted and rounded.
+pub(super) fn number_bytes(n: &serde_json::Number, rounding: Rounding) -> Option<u64> {
+    match (n.as_u64(), n.as_f64()) {
+        (Some(int), _) => Some(int),
+        (None, Some(float)) if float.is_finite() && float >= 0.0 => {
+            parse_bytes(&float.to_string(), rounding).ok()
+        }
+        _ => None,
+    }
+}
+
+pub(super) fn is_dns_label(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes[0] != b'-'
+        && bytes[bytes.len() - 1] != b'-'
+}

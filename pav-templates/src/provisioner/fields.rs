@@ -1,0 +1,225 @@
+//! The evaluated keys of a phase decoded into their types (lists of
+//! modes, capacities, handle, pod template, timeout), leftovers refused.
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use serde::Deserialize as _;
+use serde_json::{Map, Value as Json};
+
+use super::CompiledProvisioner;
+use crate::duration::parse_timeout;
+use crate::error::{Error, Location, Result};
+use crate::phase::Phase;
+use crate::quantity::{Rounding, parse_bytes};
+
+/// The rendered keys of one phase, taken out one by one so that leftovers
+/// are reported as unknown fields.
+pub(super) struct Fields<'a> {
+    pub(super) provisioner: &'a CompiledProvisioner,
+    pub(super) phase: Phase,
+    pub(super) path: String,
+    pub(super) map: Map<String, Json>,
+}
+
+impl Fields<'_> {
+    pub(super) fn take(&mut self, key: &str) -> Option<Json> {
+        // An explicit null means "not specified", as in the original PaV.
+        self.map.remove(key).filter(|v| !v.is_null())
+    }
+
+    pub(super) fn location(&self, key: &str) -> Location {
+        self.provisioner
+            .location(&format!("{}.{key}", self.path), None)
+    }
+
+    pub(super) fn location_of_phase(&self) -> Location {
+        self.provisioner.location(&self.path, None)
+    }
+
+    pub(super) fn evaluated(&self, key: &str, message: String) -> Error {
+        Error::Evaluated {
+            at: self.location(key),
+            message,
+        }
+    }
+
+    pub(super) fn enum_list<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+        value: Json,
+    ) -> Result<Vec<T>> {
+        let Json::Array(items) = value else {
+            return Err(self.evaluated(
+                key,
+                format!("must evaluate to a list, not {}", describe_json(&value)),
+            ));
+        };
+        if items.is_empty() {
+            return Err(self.evaluated(key, "must not be empty".into()));
+        }
+        let mut out: Vec<T> = Vec::with_capacity(items.len());
+        for (index, item) in items.into_iter().enumerate() {
+            let text = describe_json(&item);
+            let parsed = serde_json::from_value(item).map_err(|_| Error::Evaluated {
+                at: self
+                    .provisioner
+                    .location(&format!("{}.{key}[{index}]", self.path), None),
+                message: format!("{text} is not one of {}", allowed_values(key)),
+            })?;
+            out.push(parsed);
+        }
+        Ok(out)
+    }
+
+    pub(super) fn capacity(&self, key: &str, value: Json) -> Result<u64> {
+        let rounding = capacity_rounding(key);
+        let bytes = match &value {
+            Json::String(text) => {
+                parse_bytes(text, rounding).map_err(|err| self.evaluated(key, err.to_string()))?
+            }
+            Json::Number(n) => match (n.as_u64(), n.as_f64()) {
+                (Some(int), _) => int,
+                (None, Some(float)) if float >= 0.0 => parse_bytes(&n.to_string(), rounding)
+                    .map_err(|err| self.evaluated(key, err.to_string()))?,
+                _ => {
+                    return Err(
+                        self.evaluated(key, format!("must be a positive capacity, not {n}"))
+                    );
+                }
+            },
+            other => {
+                return Err(self.evaluated(
+                    key,
+                    format!("must evaluate to a quantity, not {}", describe_json(other)),
+                ));
+            }
+        };
+        if bytes == 0 {
+            return Err(self.evaluated(key, "must be a positive capacity, not 0 bytes".into()));
+        }
+        Ok(bytes)
+    }
+
+    pub(super) fn pod_template(&mut self) -> Result<Option<PodTemplateSpec>> {
+        let Some(value) = self.take("podTemplate") else {
+            return Ok(None);
+        };
+        let path = format!("{}.podTemplate", self.path);
+        let shape_checked = self.provisioner.pod_shape_checked[self.phase.index()];
+        pod_template_from_json(value, shape_checked)
+            .map(Some)
+            .map_err(|(sub, message)| Error::Evaluated {
+                at: self.provisioner.location(&format!("{path}{sub}"), None),
+                message,
+            })
+    }
+
+    pub(super) fn timeout(&mut self) -> Result<Option<std::time::Duration>> {
+        match self.take("timeout") {
+            None => Ok(None),
+            Some(Json::String(text)) => parse_timeout(&text)
+                .map(Some)
+                .map_err(|message| self.evaluated("timeout", message)),
+            Some(Json::Number(n)) => parse_timeout(&n.to_string())
+                .map(Some)
+                .map_err(|message| self.evaluated("timeout", message)),
+            Some(other) => Err(self.evaluated(
+                "timeout",
+                format!(
+                    "must evaluate to a duration such as 5m, not {}",
+                    describe_json(&other)
+                ),
+            )),
+        }
+    }
+
+    pub(super) fn finish(self) -> Result<()> {
+        match self.map.keys().next() {
+            None => Ok(()),
+            Some(key) => Err(Error::Evaluated {
+                at: self.location(key),
+                message: format!("unknown field (allowed: {})", self.phase.keys().join(", ")),
+            }),
+        }
+    }
+}
+
+pub(super) fn allowed_values(key: &str) -> &'static str {
+    match key {
+        "volumeModes" => "Filesystem, Block",
+        _ => "ReadWriteOnce, ReadOnlyMany, ReadWriteMany",
+    }
+}
+
+/// Converts an evaluated pod template, naming the first field Kubernetes
+/// would not accept: a wrong type, or a field PodTemplateSpec does not have
+/// (typos such as `comand` would otherwise vanish silently).
+pub(super) fn pod_template_from_json(
+    value: Json,
+    shape_checked: bool,
+) -> std::result::Result<PodTemplateSpec, (String, String)> {
+    // The common case: a template whose keys were checked at compile time.
+    if shape_checked && let Ok(template) = PodTemplateSpec::deserialize(&value) {
+        return Ok(template);
+    }
+    let template: PodTemplateSpec = serde_path_to_error::deserialize(&value).map_err(|err| {
+        let path = err.path().to_string();
+        let sub = if path == "." {
+            String::new()
+        } else {
+            format!(".{path}")
+        };
+        (sub, err.into_inner().to_string())
+    })?;
+    let round_trip = serde_json::to_value(&template).unwrap_or(Json::Null);
+    if let Some(unknown) = first_dropped_field(&value, &round_trip, String::new()) {
+        return Err((unknown, "unknown field".to_owned()));
+    }
+    Ok(template)
+}
+
+pub(super) fn first_dropped_field(input: &Json, kept: &Json, path: String) -> Option<String> {
+    match (input, kept) {
+        (Json::Object(input), Json::Object(kept)) => {
+            input.iter().find_map(|(key, value)| match kept.get(key) {
+                None if !value.is_null() && !is_empty_container(value) => {
+                    Some(format!("{path}.{key}"))
+                }
+                None => None,
+                Some(kept_value) => first_dropped_field(value, kept_value, format!("{path}.{key}")),
+            })
+        }
+        (Json::Array(input), Json::Array(kept)) => input
+            .iter()
+            .zip(kept)
+            .enumerate()
+            .find_map(|(index, (a, b))| first_dropped_field(a, b, format!("{path}[{index}]"))),
+        _ => None,
+    }
+}
+
+pub(super) fn is_empty_container(value: &Json) -> bool {
+    matches!(value, Json::Object(m) if m.is_empty())
+        || matches!(value, Json::Array(a) if a.is_empty())
+}
+
+pub(super) fn describe_json(value: &Json) -> String {
+    match value {
+        Json::Null => "null".into(),
+        Json::Bool(b) => format!("boolean {b}"),
+        Json::Number(n) => format!("number {n}"),
+        Json::String(s) => format!("{s:?}"),
+        Json::Array(_) => "a list".into(),
+        Json::Object(_) => "an object".into(),
+    }
+}
+
+/// How the capacity field `key` rounds a fraction of a byte: a volume's
+/// least and given capacity down, its greatest up, so that rounding never
+/// asks for more than the claim allows. `pav check` and rendering share it.
+pub(super) fn capacity_rounding(key: &str) -> Rounding {
+    if key == "maxCapacity" {
+        Rounding::Up
+    } else {
+        Rounding::Down
+    }
+}
