@@ -5,10 +5,10 @@ use minijinja::Environment;
 use serde_json::Value as Json;
 
 use super::compile::Node;
-use super::fields::{allowed_values, capacity_rounding, describe_json, pod_template_from_json};
+use super::fields::{Kind, capacity_rounding, describe_json, kind, pod_template_from_json};
 use crate::duration::parse_timeout;
 use crate::error::{Error, Location};
-use crate::model::{AccessMode, ProvisioningMode, VolumeMode};
+use crate::model::ProvisioningMode;
 use crate::phase::Phase;
 use crate::quantity::{Rounding, parse_bytes};
 
@@ -170,8 +170,8 @@ impl Checker {
             if phase == Phase::Validation
                 && let (Some(min), Some(max)) = (map.get("minCapacity"), map.get("maxCapacity"))
                 && let (Some(min), Some(max)) = (
-                    literal_bytes(min, Rounding::Down),
-                    literal_bytes(max, Rounding::Up),
+                    literal_bytes(min, capacity_rounding("minCapacity")),
+                    literal_bytes(max, capacity_rounding("maxCapacity")),
                 )
                 && min > max
             {
@@ -198,8 +198,8 @@ impl Checker {
         if value.as_str().is_some_and(has_template_syntax) {
             return;
         }
-        match key {
-            "volumeModes" | "accessModes" => match value {
+        match kind(key) {
+            Some(Kind::EnumList { allowed, valid }) => match value {
                 Json::Array(items) => {
                     if items.is_empty() {
                         self.problem_schema(path, "must not be empty");
@@ -208,19 +208,10 @@ impl Checker {
                         if item.as_str().is_some_and(has_template_syntax) {
                             continue;
                         }
-                        let valid = if key == "volumeModes" {
-                            serde_json::from_value::<VolumeMode>(item.clone()).is_ok()
-                        } else {
-                            serde_json::from_value::<AccessMode>(item.clone()).is_ok()
-                        };
-                        if !valid {
+                        if !valid(item) {
                             self.problem_schema(
                                 &format!("{path}[{index}]"),
-                                &format!(
-                                    "{} is not one of {}",
-                                    describe_json(item),
-                                    allowed_values(key)
-                                ),
+                                &format!("{} is not one of {allowed}", describe_json(item)),
                             );
                         }
                     }
@@ -230,10 +221,9 @@ impl Checker {
                     &format!("must be a list or a template, not {}", describe_json(other)),
                 ),
             },
-            "minCapacity" | "maxCapacity" | "capacity" => {
+            Some(Kind::Capacity(rounding)) => {
                 // Rounded as rendering rounds it, so `pav check` accepts
                 // exactly what renders.
-                let rounding = capacity_rounding(key);
                 match value {
                     Json::String(text) => {
                         if let Err(err) = parse_bytes(text, rounding) {
@@ -252,7 +242,7 @@ impl Checker {
                     ),
                 }
             }
-            "handle" => {
+            Some(Kind::Handle) => {
                 if value.as_str() == Some("") {
                     self.problem_schema(path, "must not be empty");
                 } else if !value.is_string() {
@@ -262,7 +252,7 @@ impl Checker {
                     );
                 }
             }
-            "timeout" => {
+            Some(Kind::Timeout) => {
                 let text = match value {
                     Json::String(text) => Some(text.clone()),
                     Json::Number(n) => Some(n.to_string()),
@@ -280,7 +270,7 @@ impl Checker {
                     ),
                 }
             }
-            "podTemplate" if !value.is_object() && !value.is_string() => {
+            Some(Kind::PodTemplate) if !value.is_object() && !value.is_string() => {
                 self.problem_schema(
                     path,
                     &format!(

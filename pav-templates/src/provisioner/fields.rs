@@ -8,6 +8,7 @@ use serde_json::{Map, Value as Json};
 use super::CompiledProvisioner;
 use crate::duration::parse_timeout;
 use crate::error::{Error, Location, Result};
+use crate::model::{AccessMode, VolumeMode};
 use crate::phase::Phase;
 use crate::quantity::{Rounding, parse_bytes};
 
@@ -143,13 +144,6 @@ impl Fields<'_> {
     }
 }
 
-pub(super) fn allowed_values(key: &str) -> &'static str {
-    match key {
-        "volumeModes" => "Filesystem, Block",
-        _ => "ReadWriteOnce, ReadOnlyMany, ReadWriteMany",
-    }
-}
-
 /// Converts an evaluated pod template, naming the first field Kubernetes
 /// would not accept: a wrong type, or a field PodTemplateSpec does not have
 /// (typos such as `comand` would otherwise vanish silently).
@@ -213,13 +207,115 @@ pub(super) fn describe_json(value: &Json) -> String {
     }
 }
 
-/// How the capacity field `key` rounds a fraction of a byte: a volume's
-/// least and given capacity down, its greatest up, so that rounding never
-/// asks for more than the claim allows. `pav check` and rendering share it.
+/// What one key of a phase holds.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Kind {
+    /// A non-empty list of an enum's values: the values allowed, and
+    /// whether a JSON value is one of them.
+    EnumList {
+        allowed: &'static str,
+        valid: fn(&Json) -> bool,
+    },
+    /// A positive capacity; a fraction of a byte rounds this way: a
+    /// volume's least and given capacity down, its greatest up, so that
+    /// rounding never asks for more than the claim allows.
+    Capacity(Rounding),
+    /// A non-empty string.
+    Handle,
+    /// A duration such as `5m`.
+    Timeout,
+    /// A PodTemplateSpec.
+    PodTemplate,
+}
+
+/// Whether `value` deserializes as a `T`.
+fn is<T: serde::de::DeserializeOwned>(value: &Json) -> bool {
+    T::deserialize(value).is_ok()
+}
+
+/// Every key of every phase and what it holds: the one table `pav check`
+/// (a literal value) and rendering (the evaluated one) both read. Which
+/// phase has which keys is [`Phase::keys`].
+const KEYS: [(&str, Kind); 8] = [
+    (
+        "volumeModes",
+        Kind::EnumList {
+            allowed: "Filesystem, Block",
+            valid: is::<VolumeMode>,
+        },
+    ),
+    (
+        "accessModes",
+        Kind::EnumList {
+            allowed: "ReadWriteOnce, ReadOnlyMany, ReadWriteMany",
+            valid: is::<AccessMode>,
+        },
+    ),
+    ("minCapacity", Kind::Capacity(Rounding::Down)),
+    ("maxCapacity", Kind::Capacity(Rounding::Up)),
+    ("capacity", Kind::Capacity(Rounding::Down)),
+    ("handle", Kind::Handle),
+    ("timeout", Kind::Timeout),
+    ("podTemplate", Kind::PodTemplate),
+];
+
+/// What `key` holds ([`KEYS`]); `None` for a key no phase has.
+pub(super) fn kind(key: &str) -> Option<Kind> {
+    KEYS.iter().find(|(k, _)| *k == key).map(|(_, kind)| *kind)
+}
+
+/// The values allowed in the enum list `key`.
+fn allowed_values(key: &str) -> &'static str {
+    match kind(key) {
+        Some(Kind::EnumList { allowed, .. }) => allowed,
+        _ => unreachable!("{key} is no enum list"),
+    }
+}
+
+/// How the capacity `key` rounds a fraction of a byte.
 pub(super) fn capacity_rounding(key: &str) -> Rounding {
-    if key == "maxCapacity" {
-        Rounding::Up
-    } else {
-        Rounding::Down
+    match kind(key) {
+        Some(Kind::Capacity(rounding)) => rounding,
+        _ => unreachable!("{key} is no capacity"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table and the phases' keys agree: every key a phase has says
+    /// what it holds, and the table lists no key that no phase has.
+    #[test]
+    fn every_phase_key_has_one_kind() {
+        for phase in Phase::ALL {
+            for key in phase.keys() {
+                assert!(kind(key).is_some(), "{phase}: {key}");
+            }
+        }
+        for (key, _) in KEYS {
+            assert!(
+                Phase::ALL.iter().any(|p| p.keys().contains(&key)),
+                "{key} belongs to no phase"
+            );
+            assert_eq!(
+                KEYS.iter().filter(|(k, _)| *k == key).count(),
+                1,
+                "{key} listed twice"
+            );
+        }
+        assert!(matches!(
+            kind("maxCapacity"),
+            Some(Kind::Capacity(Rounding::Up))
+        ));
+        assert!(matches!(
+            kind("minCapacity"),
+            Some(Kind::Capacity(Rounding::Down))
+        ));
+        let Some(Kind::EnumList { valid, .. }) = kind("volumeModes") else {
+            panic!("volumeModes is an enum list");
+        };
+        assert!(valid(&Json::from("Block")));
+        assert!(!valid(&Json::from("ReadWriteOnce")));
     }
 }
