@@ -147,13 +147,30 @@ async fn remove_driver(client: &Client) {
     wait_gone(&namespaces, DRIVER_NS, STEP).await.unwrap();
 }
 
+/// Bytes of a whole-number quantity as the API server writes sizes
+/// (`335544320`, `320Mi`, `36072068Ki`, `2G`).
+fn quantity_bytes(quantity: &str) -> Option<u64> {
+    const SUFFIXES: [(&str, u64); 8] = [
+        ("Ki", 1 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("Ti", 1 << 40),
+        ("Pi", 1 << 50),
+        ("k", 1_000),
+        ("M", 1_000_000),
+        ("G", 1_000_000_000),
+    ];
+    let (digits, unit) = SUFFIXES
+        .iter()
+        .find_map(|(suffix, unit)| Some((quantity.strip_suffix(suffix)?, *unit)))
+        .unwrap_or((quantity, 1));
+    digits.parse::<u64>().ok()?.checked_mul(unit)
+}
+
 /// The claim's size as its status reports it, in bytes.
 fn status_capacity(claim: &PersistentVolumeClaim) -> Option<u64> {
     let quantity = claim.status.as_ref()?.capacity.as_ref()?.get("storage")?;
-    quantity.0.parse().ok().or_else(|| {
-        let mebibytes = quantity.0.strip_suffix("Mi")?.parse::<u64>().ok()?;
-        Some(mebibytes * MIB)
-    })
+    quantity_bytes(&quantity.0)
 }
 
 /// The kubelet's stats of volume `volume` of pod `pod` (Summary API):
@@ -227,7 +244,7 @@ async fn sparse_file_grows_snapshots_clones_and_reports_capacity_and_stats() {
                 .as_ref()?
                 .get(TOPOLOGY_KEY)
                 .is_some_and(|node| node == FIRST_NODE);
-            let bytes = c.capacity?.0.parse::<u64>().ok()?;
+            let bytes = quantity_bytes(&c.capacity?.0)?;
             (for_node && c.storage_class_name == CLASS && bytes > 0).then_some(bytes)
         }))
     })
