@@ -5,7 +5,9 @@ use minijinja::Environment;
 use serde_json::Value as Json;
 
 use super::compile::Node;
-use super::fields::{Kind, capacity_rounding, describe_json, kind, pod_template_from_json};
+use super::fields::{
+    Kind, PodTemplateError, capacity_rounding, describe_json, kind, pod_template_from_json,
+};
 use crate::duration::parse_timeout;
 use crate::error::{Error, Location};
 use crate::model::ProvisioningMode;
@@ -294,15 +296,15 @@ impl Checker {
         }
         match pod_template_from_json(blank_templates(pod_template), false) {
             Ok(_) => true,
-            Err((sub, message)) => {
-                let message = if message == "unknown field" {
-                    message
-                } else {
-                    format!(
+            Err(error) => {
+                let message = match &error {
+                    PodTemplateError::UnknownField { .. } => error.to_string(),
+                    // Perhaps only because templates yield strings here.
+                    PodTemplateError::Invalid { message, .. } => format!(
                         "{message} (a template here yields a string; add `{{% set yaml = true %}}` for other types)"
-                    )
+                    ),
                 };
-                self.problem_schema(&format!("{path}{sub}"), &message);
+                self.problem_schema(&format!("{path}{}", error.at()), &message);
                 false
             }
         }

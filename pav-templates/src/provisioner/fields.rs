@@ -108,9 +108,11 @@ impl Fields<'_> {
         let shape_checked = self.provisioner.pod_shape_checked[self.phase.index()];
         pod_template_from_json(value, shape_checked)
             .map(Some)
-            .map_err(|(sub, message)| Error::Evaluated {
-                at: self.provisioner.location(&format!("{path}{sub}"), None),
-                message,
+            .map_err(|error| Error::Evaluated {
+                at: self
+                    .provisioner
+                    .location(&format!("{path}{}", error.at()), None),
+                message: error.to_string(),
             })
     }
 
@@ -147,10 +149,31 @@ impl Fields<'_> {
 /// Converts an evaluated pod template, naming the first field Kubernetes
 /// would not accept: a wrong type, or a field PodTemplateSpec does not have
 /// (typos such as `comand` would otherwise vanish silently).
+/// Why a value is no PodTemplateSpec; `at` is the offending field's path
+/// below the pod template (empty for the template itself).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum PodTemplateError {
+    /// A field of the wrong type or value: serde's message.
+    #[error("{message}")]
+    Invalid { at: String, message: String },
+    /// A field PodTemplateSpec does not have.
+    #[error("unknown field")]
+    UnknownField { at: String },
+}
+
+impl PodTemplateError {
+    /// The offending field's path below the pod template.
+    pub(super) fn at(&self) -> &str {
+        match self {
+            PodTemplateError::Invalid { at, .. } | PodTemplateError::UnknownField { at } => at,
+        }
+    }
+}
+
 pub(super) fn pod_template_from_json(
     value: Json,
     shape_checked: bool,
-) -> std::result::Result<PodTemplateSpec, (String, String)> {
+) -> std::result::Result<PodTemplateSpec, PodTemplateError> {
     // The common case: a template whose keys were checked at compile time.
     if shape_checked && let Ok(template) = PodTemplateSpec::deserialize(&value) {
         return Ok(template);
@@ -162,11 +185,14 @@ pub(super) fn pod_template_from_json(
         } else {
             format!(".{path}")
         };
-        (sub, err.into_inner().to_string())
+        PodTemplateError::Invalid {
+            at: sub,
+            message: err.into_inner().to_string(),
+        }
     })?;
     let round_trip = serde_json::to_value(&template).unwrap_or(Json::Null);
     if let Some(unknown) = first_dropped_field(&value, &round_trip, String::new()) {
-        return Err((unknown, "unknown field".to_owned()));
+        return Err(PodTemplateError::UnknownField { at: unknown });
     }
     Ok(template)
 }
