@@ -590,66 +590,12 @@ async fn publish(ctx: &Context, p: &PavProvisioner, kind: EventType, reason: &st
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-    use k8s_openapi::api::storage::v1::StorageClass;
 
     #[test]
     fn backoff_doubles_up_to_five_minutes() {
         let delays: Vec<u64> = (1..=9).map(|n| backoff(n).as_secs()).collect();
         assert_eq!(delays, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
         assert_eq!(backoff(u32::MAX).as_secs(), 300);
-    }
-
-    #[test]
-    fn in_use_message_counts() {
-        let in_use_message = |provisioner: &str, volumes, claims, staged| {
-            let in_use = InUse {
-                provisioner: provisioner.to_owned(),
-                volumes,
-                claims,
-                staged,
-            };
-            in_use.blocks().then(|| in_use.to_string())
-        };
-        assert_eq!(in_use_message("p", 0, 0, 0), None);
-        assert_eq!(
-            in_use_message("p", 1, 2, 0).unwrap(),
-            "PavProvisioner p is still used by 1 PersistentVolume and 2 PersistentVolumeClaims; \
-             delete them before the PavProvisioner can be deleted"
-        );
-        assert_eq!(
-            in_use_message("p", 0, 0, 1).unwrap(),
-            "PavProvisioner p is still used by 1 staged volume; \
-             delete them before the PavProvisioner can be deleted"
-        );
-        assert_eq!(
-            in_use_message("p", 1, 1, 3).unwrap(),
-            "PavProvisioner p is still used by 1 PersistentVolume, 1 PersistentVolumeClaim and 3 staged volumes; \
-             delete them before the PavProvisioner can be deleted"
-        );
-    }
-
-    #[test]
-    fn volumes_and_claims_of_a_provisioner() {
-        let pvs: Vec<PersistentVolume> = serde_yaml::from_str(
-            "- metadata: { name: a }\n  spec: { csi: { driver: hello, volumeHandle: h1 } }\n\
-             - metadata: { name: b }\n  spec: { csi: { driver: other, volumeHandle: h2 } }\n\
-             - metadata: { name: c }\n  spec: { hostPath: { path: /x } }\n",
-        )
-        .unwrap();
-        assert_eq!(volumes_in(&pvs, "hello"), ["a"]);
-        let classes: Vec<StorageClass> = serde_yaml::from_str(
-            "- metadata: { name: fast }\n  provisioner: hello\n\
-             - metadata: { name: slow }\n  provisioner: other\n",
-        )
-        .unwrap();
-        let pvcs: Vec<PersistentVolumeClaim> = serde_yaml::from_str(
-            "- metadata: { name: one, namespace: ns }\n  spec: { storageClassName: fast }\n\
-             - metadata: { name: two, namespace: ns }\n  spec: { storageClassName: slow }\n\
-             - metadata: { name: three, namespace: ns, annotations: { volume.kubernetes.io/storage-provisioner: hello } }\n  spec: {}\n",
-        )
-        .unwrap();
-        assert_eq!(claims_in(&pvcs, &classes, "hello"), ["ns/one", "ns/three"]);
     }
 
     #[test]
@@ -673,72 +619,6 @@ mod tests {
                 { "apiVersion": "v1", "kind": "PersistentVolume", "metadata": { "name": "c" } },
             ])
         );
-    }
-
-    #[test]
-    fn readiness_needs_controller_and_every_node() {
-        let deployment: Deployment = serde_yaml::from_str(
-            "spec: { replicas: 1, selector: {}, template: {} }\nstatus: { availableReplicas: 1 }",
-        )
-        .unwrap();
-        let mut daemon_set: DaemonSet = serde_yaml::from_str(
-            "spec: { selector: {}, template: {} }\nstatus: { numberReady: 1, desiredNumberScheduled: 2, currentNumberScheduled: 2, numberMisscheduled: 0 }",
-        )
-        .unwrap();
-        let (ready, message) = readiness("hello", &deployment, &daemon_set);
-        assert!(!ready);
-        assert_eq!(
-            message,
-            "CSI driver hello: controller 1/1 available, node plugin ready on 1/2 nodes"
-        );
-        daemon_set.status.as_mut().unwrap().number_ready = 2;
-        assert!(readiness("hello", &deployment, &daemon_set).0);
-        let mut unavailable = deployment.clone();
-        unavailable.status = None;
-        assert!(!readiness("hello", &unavailable, &daemon_set).0);
-    }
-
-    #[test]
-    fn status_keeps_transition_time_while_status_holds() {
-        let first = next_status(
-            None,
-            Some(1),
-            condition(false, reason::DRIVER_NOT_READY, "0/1"),
-            0,
-            "t1",
-        );
-        assert_eq!(
-            first.conditions[0].last_transition_time.as_deref(),
-            Some("t1")
-        );
-        assert_eq!(first.observed_generation, Some(1));
-        assert_eq!(first.volumes, Some(0));
-        let same = next_status(
-            Some(&first),
-            Some(2),
-            condition(false, reason::INVALID_SPEC, "bad"),
-            3,
-            "t2",
-        );
-        assert_eq!(
-            same.conditions[0].last_transition_time.as_deref(),
-            Some("t1")
-        );
-        assert_eq!(same.conditions[0].observed_generation, Some(2));
-        assert_eq!(same.conditions[0].reason, "InvalidSpec");
-        assert_eq!(same.volumes, Some(3));
-        let flipped = next_status(
-            Some(&same),
-            Some(2),
-            condition(true, reason::DRIVER_READY, "ok"),
-            3,
-            "t3",
-        );
-        assert_eq!(
-            flipped.conditions[0].last_transition_time.as_deref(),
-            Some("t3")
-        );
-        assert_eq!(flipped.conditions.len(), 1);
     }
 
     #[test]

@@ -135,3 +135,60 @@ pub fn claims_in(
         .map(|pvc| format!("{}/{}", pvc.namespace().unwrap_or_default(), pvc.name_any()))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_use_message_counts() {
+        let in_use_message = |provisioner: &str, volumes, claims, staged| {
+            let in_use = InUse {
+                provisioner: provisioner.to_owned(),
+                volumes,
+                claims,
+                staged,
+            };
+            in_use.blocks().then(|| in_use.to_string())
+        };
+        assert_eq!(in_use_message("p", 0, 0, 0), None);
+        assert_eq!(
+            in_use_message("p", 1, 2, 0).unwrap(),
+            "PavProvisioner p is still used by 1 PersistentVolume and 2 PersistentVolumeClaims; \
+             delete them before the PavProvisioner can be deleted"
+        );
+        assert_eq!(
+            in_use_message("p", 0, 0, 1).unwrap(),
+            "PavProvisioner p is still used by 1 staged volume; \
+             delete them before the PavProvisioner can be deleted"
+        );
+        assert_eq!(
+            in_use_message("p", 1, 1, 3).unwrap(),
+            "PavProvisioner p is still used by 1 PersistentVolume, 1 PersistentVolumeClaim and 3 staged volumes; \
+             delete them before the PavProvisioner can be deleted"
+        );
+    }
+
+    #[test]
+    fn volumes_and_claims_of_a_provisioner() {
+        let pvs: Vec<PersistentVolume> = serde_yaml::from_str(
+            "- metadata: { name: a }\n  spec: { csi: { driver: hello, volumeHandle: h1 } }\n\
+             - metadata: { name: b }\n  spec: { csi: { driver: other, volumeHandle: h2 } }\n\
+             - metadata: { name: c }\n  spec: { hostPath: { path: /x } }\n",
+        )
+        .unwrap();
+        assert_eq!(volumes_in(&pvs, "hello"), ["a"]);
+        let classes: Vec<StorageClass> = serde_yaml::from_str(
+            "- metadata: { name: fast }\n  provisioner: hello\n\
+             - metadata: { name: slow }\n  provisioner: other\n",
+        )
+        .unwrap();
+        let pvcs: Vec<PersistentVolumeClaim> = serde_yaml::from_str(
+            "- metadata: { name: one, namespace: ns }\n  spec: { storageClassName: fast }\n\
+             - metadata: { name: two, namespace: ns }\n  spec: { storageClassName: slow }\n\
+             - metadata: { name: three, namespace: ns, annotations: { volume.kubernetes.io/storage-provisioner: hello } }\n  spec: {}\n",
+        )
+        .unwrap();
+        assert_eq!(claims_in(&pvcs, &classes, "hello"), ["ns/one", "ns/three"]);
+    }
+}

@@ -119,3 +119,74 @@ pub(super) async fn update_status(
     .await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_needs_controller_and_every_node() {
+        let deployment: Deployment = serde_yaml::from_str(
+            "spec: { replicas: 1, selector: {}, template: {} }\nstatus: { availableReplicas: 1 }",
+        )
+        .unwrap();
+        let mut daemon_set: DaemonSet = serde_yaml::from_str(
+            "spec: { selector: {}, template: {} }\nstatus: { numberReady: 1, desiredNumberScheduled: 2, currentNumberScheduled: 2, numberMisscheduled: 0 }",
+        )
+        .unwrap();
+        let (ready, message) = readiness("hello", &deployment, &daemon_set);
+        assert!(!ready);
+        assert_eq!(
+            message,
+            "CSI driver hello: controller 1/1 available, node plugin ready on 1/2 nodes"
+        );
+        daemon_set.status.as_mut().unwrap().number_ready = 2;
+        assert!(readiness("hello", &deployment, &daemon_set).0);
+        let mut unavailable = deployment.clone();
+        unavailable.status = None;
+        assert!(!readiness("hello", &unavailable, &daemon_set).0);
+    }
+
+    #[test]
+    fn status_keeps_transition_time_while_status_holds() {
+        let first = next_status(
+            None,
+            Some(1),
+            condition(false, reason::DRIVER_NOT_READY, "0/1"),
+            0,
+            "t1",
+        );
+        assert_eq!(
+            first.conditions[0].last_transition_time.as_deref(),
+            Some("t1")
+        );
+        assert_eq!(first.observed_generation, Some(1));
+        assert_eq!(first.volumes, Some(0));
+        let same = next_status(
+            Some(&first),
+            Some(2),
+            condition(false, reason::INVALID_SPEC, "bad"),
+            3,
+            "t2",
+        );
+        assert_eq!(
+            same.conditions[0].last_transition_time.as_deref(),
+            Some("t1")
+        );
+        assert_eq!(same.conditions[0].observed_generation, Some(2));
+        assert_eq!(same.conditions[0].reason, "InvalidSpec");
+        assert_eq!(same.volumes, Some(3));
+        let flipped = next_status(
+            Some(&same),
+            Some(2),
+            condition(true, reason::DRIVER_READY, "ok"),
+            3,
+            "t3",
+        );
+        assert_eq!(
+            flipped.conditions[0].last_transition_time.as_deref(),
+            Some("t3")
+        );
+        assert_eq!(flipped.conditions.len(), 1);
+    }
+}
