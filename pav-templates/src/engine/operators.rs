@@ -203,24 +203,14 @@ pub(crate) fn route_comparisons(source: &str, syntax: &SyntaxConfig) -> String {
     let Ok(template) = parse(source, "<template>", syntax.clone()) else {
         return source.to_owned();
     };
-    let Ok(tokens) = tokenize(source, false, syntax.clone())
-        .map(|token| {
-            token.map(|(token, span)| {
-                let start = span.start_offset as usize;
-                (token, start..span.end_offset as usize)
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()
-    else {
-        return source.to_owned();
-    };
-    let tokens = Tokens::new(tokens);
     let mut finder = Finder {
-        tokens: &tokens,
+        source,
+        syntax,
+        tokens: None,
         found: Vec::new(),
     };
     finder.stmt(&template);
-    if finder.found.is_empty() {
+    if finder.found.is_empty() || finder.tokens.as_ref().is_some_and(Option::is_none) {
         return source.to_owned();
     }
     let mut comparisons = finder.found;
@@ -237,7 +227,8 @@ pub(crate) fn route_comparisons(source: &str, syntax: &SyntaxConfig) -> String {
 /// Whether `source` may hold a comparison (a fast path for the many fields
 /// that hold none).
 fn might_compare(source: &str) -> bool {
-    source.contains(['<', '>', '=', '!']) || source.contains("in")
+    (source.contains("{{") || source.contains("{%"))
+        && (source.contains(['<', '>', '=', '!', '{']) || source.contains("in"))
 }
 
 /// Writes `range` of `source` with the comparisons inside it routed.
@@ -361,12 +352,41 @@ fn bracket(token: &Token<'_>) -> i64 {
 }
 
 /// Walks a template's tree for comparisons.
-struct Finder<'t, 's> {
-    tokens: &'t Tokens<'s>,
+struct Finder<'s> {
+    source: &'s str,
+    syntax: &'s SyntaxConfig,
+    /// The template's tokens, read when the first comparison is found
+    /// (most templates have none); `Some(None)` if they could not be.
+    tokens: Option<Option<Tokens<'s>>>,
     found: Vec<Comparison>,
 }
 
-impl Finder<'_, '_> {
+impl<'s> Finder<'s> {
+    /// The exact extent of each of `exprs`, or `None` without tokens.
+    fn extents(&mut self, exprs: &[&ast::Expr<'_>]) -> Option<Vec<Range<usize>>> {
+        let (source, syntax) = (self.source, self.syntax);
+        let tokens = self
+            .tokens
+            .get_or_insert_with(|| {
+                tokenize(source, false, syntax.clone())
+                    .map(|token| {
+                        token.map(|(token, span)| {
+                            (token, span.start_offset as usize..span.end_offset as usize)
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .ok()
+                    .map(Tokens::new)
+            })
+            .as_ref()?;
+        Some(
+            exprs
+                .iter()
+                .map(|expr| tokens.extent(cover(expr)))
+                .collect(),
+        )
+    }
+
     fn stmts(&mut self, stmts: &[ast::Stmt<'_>]) {
         for stmt in stmts {
             self.stmt(stmt);
@@ -457,12 +477,12 @@ impl Finder<'_, '_> {
 
     fn expr(&mut self, expr: &ast::Expr<'_>) {
         if let Some((operands, operators)) = comparison(expr) {
-            let extents: Vec<Range<usize>> = operands
-                .iter()
-                .map(|operand| self.tokens.extent(cover(operand)))
-                .collect();
+            let Some(extents) = self.extents(&operands) else {
+                return;
+            };
             if let (ast::Expr::UnaryOp(u), [left, right]) = (expr, &extents[..])
-                && !self.tokens.holds_not(left.end..right.start)
+                && let Some(Some(tokens)) = &self.tokens
+                && !tokens.holds_not(left.end..right.start)
             {
                 // `not a in b` as written: a `not` over an `in`.
                 self.expr(&u.expr);
@@ -531,10 +551,10 @@ impl Finder<'_, '_> {
                 for key in &m.keys {
                     let constant = matches!(key, ast::Expr::Const(c)
                         if !matches!(c.value.kind(), ValueKind::Seq | ValueKind::Map));
-                    if !constant {
+                    if !constant && let Some(operands) = self.extents(&[key]) {
                         self.found.push(Comparison {
                             function: KEY_FUNCTION,
-                            operands: vec![self.tokens.extent(cover(key))],
+                            operands,
                             operators: Vec::new(),
                         });
                     }
