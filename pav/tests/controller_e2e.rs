@@ -24,8 +24,8 @@ use k8s_openapi::api::storage::v1::CSIDriver;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Config};
-use pav::operator::{self, FINALIZER};
 use pav::manifests::{Settings, driver};
+use pav::operator::{self, FINALIZER};
 use pav_templates::PavProvisioner;
 use serde::de::DeserializeOwned;
 
