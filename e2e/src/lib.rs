@@ -27,6 +27,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 pub mod faults;
+pub mod sparse_file;
 
 /// Label on every pod PaV creates, holding its phase.
 pub const LABEL_PHASE: &str = "pav.albertofaria.github.io/phase";

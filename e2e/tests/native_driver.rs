@@ -10,23 +10,13 @@
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::{Api, Client};
+use pav_e2e::sparse_file::{self, DRIVER, VOLUMES_DIR};
 use pav_e2e::*;
 
-const DRIVER: &str = "sparse-file.pav.example.com";
-const DRIVER_NS: &str = "sparse-file";
 const NS: &str = "e2e-native";
-/// Where the DaemonSet and Deployment keep the volumes' files on the node.
-const VOLUMES_DIR: &str = "/var/lib/sparse-file";
-
-fn deploy_file(file: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../examples/sparse-file/deploy")
-        .join(file);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
+const FILES: [&str; 2] = ["driver.yaml", "storageclass.yaml"];
 
 const CLAIM: &str = r#"
 apiVersion: v1
@@ -42,51 +32,9 @@ spec:
       storage: 64Mi
 "#;
 
-fn client_pod(name: &str, script: &str) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: {NS}
-spec:
-  restartPolicy: Never
-  containers:
-    - name: client
-      image: busybox:stable
-      imagePullPolicy: IfNotPresent
-      command: [sh, -c, {script:?}]
-      volumeMounts:
-        - {{ name: data, mountPath: /data }}
-  volumes:
-    - name: data
-      persistentVolumeClaim: {{ claimName: sparse }}
-"#
-    )
-}
-
-/// Runs a client pod to completion and returns its output.
+/// Runs a client pod of claim `sparse` to completion; its output.
 async fn run_pod(client: &Client, name: &str, script: &str) -> String {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    apply(client, &client_pod(name, script)).await.unwrap();
-    let done = wait_for(&pods, name, STEP, "finished", |p| {
-        matches!(pod_phase(p), "Succeeded" | "Failed")
-    })
-    .await;
-    let pod = match done {
-        Ok(pod) => pod,
-        Err(e) => panic!("{e}; events: {:#?}", event_lines(client, NS, name).await),
-    };
-    let output = logs(client, NS, name).await.unwrap();
-    assert_eq!(
-        pod_phase(&pod),
-        "Succeeded",
-        "{name}: {output}; events: {:#?}",
-        event_lines(client, NS, name).await
-    );
-    delete_and_wait(&pods, name, STEP).await.unwrap();
-    output
+    sparse_file::run_client(client, NS, name, "sparse", script).await
 }
 
 /// Loop devices on this node backed by `file` (`losetup --associated`).
@@ -99,57 +47,15 @@ fn loop_devices_of(file: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Removes the driver (its namespace with its pods, the CSIDriver, RBAC),
-/// waiting until its pods are gone, so the next install runs the image just
-/// loaded under the same name.
-async fn remove_driver(client: &Client) {
-    delete(client, &deploy_file("driver.yaml")).await.unwrap();
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    wait_gone(&namespaces, DRIVER_NS, STEP).await.unwrap();
-}
-
-async fn wait_driver_deployed(client: &Client) {
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), DRIVER_NS);
-    wait_for(
-        &deployments,
-        "sparse-file-controller",
-        STEP,
-        "available",
-        |d| {
-            d.status
-                .as_ref()
-                .and_then(|s| s.available_replicas)
-                .unwrap_or(0)
-                >= 1
-        },
-    )
-    .await
-    .unwrap();
-    let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), DRIVER_NS);
-    wait_for(&daemon_sets, "sparse-file-node", STEP, "ready", |d| {
-        d.status.as_ref().is_some_and(|s| {
-            s.desired_number_scheduled > 0 && s.number_ready == s.desired_number_scheduled
-        })
-    })
-    .await
-    .unwrap();
-    wait_driver_registered(client, DRIVER, STEP).await.unwrap();
-}
-
 #[tokio::test]
 #[ignore = "needs a cluster"]
 async fn sparse_file_driver_keeps_data_across_pod_restart() {
     let client = cluster().await;
     let started = Instant::now();
     reset(&client, NS, DRIVER).await.unwrap();
-    remove_driver(&client).await;
+    sparse_file::uninstall(&client, &FILES).await;
     namespace(&client, NS).await.unwrap();
-
-    apply(&client, &deploy_file("driver.yaml")).await.unwrap();
-    apply(&client, &deploy_file("storageclass.yaml"))
-        .await
-        .unwrap();
-    wait_driver_deployed(&client).await;
+    sparse_file::install(&client, &FILES).await;
 
     apply(&client, CLAIM).await.unwrap();
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
@@ -220,10 +126,7 @@ async fn sparse_file_driver_keeps_data_across_pod_restart() {
     );
     assert_eq!(loop_devices_of(&backing_file), "");
 
-    delete(&client, &deploy_file("storageclass.yaml"))
-        .await
-        .unwrap();
-    remove_driver(&client).await;
+    sparse_file::uninstall(&client, &FILES).await;
     assert_no_leaks(&client, DRIVER, Duration::from_secs(120)).await;
     eprintln!(
         "sparse_file_driver_keeps_data_across_pod_restart: {:.1}s",

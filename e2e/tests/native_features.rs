@@ -17,35 +17,25 @@
 //!
 //! and after deleting everything, no image or snapshot file is left.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::{Api, Client};
+use pav_e2e::sparse_file::{self, DRIVER, DRIVER_NS, VOLUMES_DIR};
 use pav_e2e::*;
 
-const DRIVER: &str = "sparse-file.pav.example.com";
-const DRIVER_NS: &str = "sparse-file";
 const NS: &str = "e2e-native-features";
 const CLASS: &str = "sparse-file-xfs";
 const TOPOLOGY_KEY: &str = "topology.sparse-file.pav.example.com/node";
-/// Where the driver keeps volume and snapshot images on the node.
-const VOLUMES_DIR: &str = "/var/lib/sparse-file";
 const MIB: u64 = 1 << 20;
 /// mkfs.xfs makes no filesystem under 300 MB.
 const FIRST_SIZE: u64 = 320 * MIB;
 const GROWN_SIZE: u64 = 480 * MIB;
 
-fn deploy_file(file: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../examples/sparse-file/deploy")
-        .join(file);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
+const FILES: [&str; 3] = ["driver.yaml", "storageclass-xfs.yaml", "snapshotclass.yaml"];
 
 /// A claim of the xfs class, optionally restored or cloned from `source`
 /// (`(kind, name)`).
@@ -75,76 +65,12 @@ spec:
 }
 
 fn pod(name: &str, claim: &str, script: &str) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: {NS}
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: client
-      image: busybox:stable
-      imagePullPolicy: IfNotPresent
-      command: [sh, -c, {script:?}]
-      volumeMounts:
-        - {{ name: data, mountPath: /data }}
-  volumes:
-    - name: data
-      persistentVolumeClaim: {{ claimName: {claim} }}
-"#
-    )
+    sparse_file::client_pod(NS, name, claim, script)
 }
 
 /// Runs a pod on `claim` to completion and returns its output.
 async fn run_pod(client: &Client, name: &str, claim: &str, script: &str) -> String {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    apply(client, &pod(name, claim, script)).await.unwrap();
-    let done = wait_for(&pods, name, STEP, "finished", |p| {
-        matches!(pod_phase(p), "Succeeded" | "Failed")
-    })
-    .await;
-    let pod = match done {
-        Ok(pod) => pod,
-        Err(e) => panic!("{e}; events: {:#?}", event_lines(client, NS, name).await),
-    };
-    let output = logs(client, NS, name).await.unwrap();
-    assert_eq!(pod_phase(&pod), "Succeeded", "{name}: {output}");
-    delete_and_wait(&pods, name, STEP).await.unwrap();
-    output
-}
-
-async fn wait_driver_deployed(client: &Client) {
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), DRIVER_NS);
-    wait_for(
-        &deployments,
-        "sparse-file-controller",
-        STEP,
-        "available",
-        |d| d.status.as_ref().and_then(|s| s.available_replicas) >= Some(1),
-    )
-    .await
-    .unwrap();
-    let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), DRIVER_NS);
-    wait_for(&daemon_sets, "sparse-file-node", STEP, "ready", |d| {
-        d.status.as_ref().is_some_and(|s| {
-            s.desired_number_scheduled > 0 && s.number_ready == s.desired_number_scheduled
-        })
-    })
-    .await
-    .unwrap();
-    wait_driver_registered(client, DRIVER, STEP).await.unwrap();
-}
-
-async fn remove_driver(client: &Client) {
-    for file in ["snapshotclass.yaml", "storageclass-xfs.yaml", "driver.yaml"] {
-        delete(client, &deploy_file(file)).await.unwrap();
-    }
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    wait_gone(&namespaces, DRIVER_NS, STEP).await.unwrap();
+    sparse_file::run_client(client, NS, name, claim, script).await
 }
 
 /// Bytes of a whole-number quantity as the API server writes sizes
@@ -223,13 +149,10 @@ async fn sparse_file_grows_snapshots_clones_and_reports_capacity_and_stats() {
     let client = cluster().await;
     let started = Instant::now();
     reset(&client, NS, DRIVER).await.unwrap();
-    remove_driver(&client).await;
+    sparse_file::uninstall(&client, &FILES).await;
     namespace(&client, NS).await.unwrap();
     let files_before = driver_files();
-    for file in ["driver.yaml", "storageclass-xfs.yaml", "snapshotclass.yaml"] {
-        apply(&client, &deploy_file(file)).await.unwrap();
-    }
-    wait_driver_deployed(&client).await;
+    sparse_file::install(&client, &FILES).await;
 
     // Capacity: external-provisioner asks GetCapacity for the node's
     // segment and publishes the answer for the scheduler.
@@ -438,7 +361,7 @@ spec:
     })
     .await
     .unwrap();
-    remove_driver(&client).await;
+    sparse_file::uninstall(&client, &FILES).await;
     assert_no_leaks(&client, DRIVER, Duration::from_secs(120)).await;
     eprintln!(
         "sparse_file_grows_snapshots_clones_and_reports_capacity_and_stats: {:.1}s",
