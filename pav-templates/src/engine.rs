@@ -107,6 +107,7 @@ pub(crate) fn environment() -> Environment<'static> {
     env.add_filter("max", ordering::max_filter);
     env.add_filter("unique", ordering::unique_filter);
     env.add_filter("dictsort", ordering::dictsort_filter);
+    env.add_filter("groupby", ordering::groupby_filter);
     // The comparison operators (through the source rewrite) and tests.
     operators::register(&mut env);
     env.add_function("lipsum", globals::lipsum);

@@ -139,3 +139,25 @@ fn mapping_keys_are_checked_as_python_hashes_them() {
     let error = render(shared).unwrap_err();
     assert!(error.contains(OUT_OF_FUEL), "{error}");
 }
+
+#[test]
+fn groupby_and_loop_changed_walk_at_a_cost() {
+    // Both compared deep values with minijinja's own recursion at no cost
+    // (over 60 s each for a 21,900-deep list in a loop).
+    let groupby = deep_list(200) + "{{ [{'k': [l]}, {'k': [[l]]}]|groupby('k')|length }}";
+    let error = render(&groupby).unwrap_err();
+    assert!(error.contains(TOO_DEEP), "{error}");
+    let changed = deep_list(200)
+        + "{% for i in range(3) %}{% if loop.changed([l] if i % 2 else [[l]]) %}{% endif %}{% endfor %}";
+    let error = render(&changed).unwrap_err();
+    assert!(error.contains(TOO_DEEP), "{error}");
+    // Within the limit they work as before.
+    let groupby =
+        "{{ [{'k': 2}, {'k': 1}, {'k': 2}]|groupby('k')|map(attribute='grouper')|join(',') }}";
+    assert_eq!(render(groupby), Ok("1,2".to_owned()));
+    let changed = "{% for x in [1, 1, 2] %}{% if loop.changed(x) %}{{ x }}{% endif %}{% endfor %}";
+    assert_eq!(render(changed), Ok("12".to_owned()));
+    // Python's sorted refuses keys of different types.
+    let mixed = "{{ [{'k': 1}, {'k': 'a'}]|groupby('k')|length }}";
+    assert!(render(mixed).is_err_and(|e| e.contains("not supported between")));
+}

@@ -117,6 +117,11 @@ const CHAIN_FUNCTION: &str = "__pav_chain__";
 /// no cost: `{l: 1}` of a deep list, in a loop, ran for minutes.
 const KEY_FUNCTION: &str = "__pav_key__";
 
+/// Name of the function the arguments of `loop.changed(...)` are routed
+/// to: minijinja compares them with the previous call's by recursion, at
+/// no cost, so they are walked (charged and depth-limited) first.
+const WALKED_FUNCTION: &str = "__pav_walked__";
+
 /// Registers the functions comparisons are routed to.
 pub(crate) fn register(env: &mut Environment<'_>) {
     macro_rules! routed {
@@ -131,6 +136,12 @@ pub(crate) fn register(env: &mut Environment<'_>) {
     }
     routed!(Eq, Ne, Lt, Le, Gt, Ge, In, NotIn);
     env.add_function(CHAIN_FUNCTION, chain);
+    env.add_function(WALKED_FUNCTION, |state: &State<'_, '_>, value: Value| {
+        let mut walk = Walk::new(state);
+        let walked = walk.walk_all(&value, 0);
+        walk.finish()?;
+        walked.map(|()| value)
+    });
     env.add_function(KEY_FUNCTION, |state: &State<'_, '_>, key: Value| {
         let mut walk = Walk::new(state);
         let checked = ordering::check_hashable(&mut walk, &key, 0);
@@ -300,7 +311,9 @@ impl<'s> Tokens<'s> {
     /// exactly (`(a)` for an operand `a`). Inside an operand of a
     /// comparison, `not` appears only within brackets, so the ones between
     /// an opening parenthesis and the operand belong to it.
-    fn extent(&self, range: Range<usize>) -> Range<usize> {
+    /// (Not for a call's argument, whose call parentheses would look the
+    /// same: `unwrap` is then false.)
+    fn extent(&self, range: Range<usize>, unwrap: bool) -> Range<usize> {
         let mut first = self.index_at(range.start);
         let mut end = self.index_before(range.end).max(first);
         // Unmatched closing brackets: the operand starts before them.
@@ -329,7 +342,8 @@ impl<'s> Tokens<'s> {
             while before > 0 && matches!(self.tokens[before - 1].0, Token::Ident("not")) {
                 before -= 1;
             }
-            let wrapped = before > 0
+            let wrapped = unwrap
+                && before > 0
                 && matches!(self.tokens[before - 1].0, Token::ParenOpen)
                 && matches!(self.tokens.get(end), Some((Token::ParenClose, _)));
             if !wrapped {
@@ -363,7 +377,7 @@ struct Finder<'s> {
 
 impl<'s> Finder<'s> {
     /// The exact extent of each of `exprs`, or `None` without tokens.
-    fn extents(&mut self, exprs: &[&ast::Expr<'_>]) -> Option<Vec<Range<usize>>> {
+    fn extents(&mut self, exprs: &[&ast::Expr<'_>], unwrap: bool) -> Option<Vec<Range<usize>>> {
         let (source, syntax) = (self.source, self.syntax);
         let tokens = self
             .tokens
@@ -382,7 +396,7 @@ impl<'s> Finder<'s> {
         Some(
             exprs
                 .iter()
-                .map(|expr| tokens.extent(cover(expr)))
+                .map(|expr| tokens.extent(cover(expr), unwrap))
                 .collect(),
         )
     }
@@ -462,6 +476,21 @@ impl<'s> Finder<'s> {
     fn call(&mut self, call: &ast::Call<'_>) {
         self.expr(&call.expr);
         self.args(&call.args);
+        let loop_changed = matches!(&call.expr, ast::Expr::GetAttr(g)
+            if g.name == "changed" && matches!(&g.expr, ast::Expr::Var(v) if v.id == "loop"));
+        if loop_changed {
+            for arg in &call.args {
+                if let ast::CallArg::Pos(arg) = arg
+                    && let Some(operands) = self.extents(&[arg], false)
+                {
+                    self.found.push(Comparison {
+                        function: WALKED_FUNCTION,
+                        operands,
+                        operators: Vec::new(),
+                    });
+                }
+            }
+        }
     }
 
     fn args(&mut self, args: &[ast::CallArg<'_>]) {
@@ -477,7 +506,7 @@ impl<'s> Finder<'s> {
 
     fn expr(&mut self, expr: &ast::Expr<'_>) {
         if let Some((operands, operators)) = comparison(expr) {
-            let Some(extents) = self.extents(&operands) else {
+            let Some(extents) = self.extents(&operands, true) else {
                 return;
             };
             if let (ast::Expr::UnaryOp(u), [left, right]) = (expr, &extents[..])
@@ -551,7 +580,7 @@ impl<'s> Finder<'s> {
                 for key in &m.keys {
                     let constant = matches!(key, ast::Expr::Const(c)
                         if !matches!(c.value.kind(), ValueKind::Seq | ValueKind::Map));
-                    if !constant && let Some(operands) = self.extents(&[key]) {
+                    if !constant && let Some(operands) = self.extents(&[key], true) {
                         self.found.push(Comparison {
                             function: KEY_FUNCTION,
                             operands,
@@ -759,6 +788,10 @@ mod tests {
                 "{{ __pav_eq__(a is defined, b is none) }}",
             ),
             ("a < b {{ x }}", "a < b {{ x }}"),
+            (
+                "{{ loop.changed(x, y.z) }}",
+                "{{ loop.changed(__pav_walked__(x), __pav_walked__(y.z)) }}",
+            ),
             (
                 "{{ {'k': 1, k: 2, (a < b): 3} }}",
                 "{{ {'k': 1, __pav_key__(k): 2, __pav_key__((__pav_lt__(a, b))): 3} }}",

@@ -109,6 +109,21 @@ impl<'a, 's, 'e> Walk<'a, 's, 'e> {
         self.state.consume_fuel(self.visited / ITEMS_PER_FUEL)
     }
 
+    /// Walks every item of `value` (a value minijinja is about to compare
+    /// with its own `==`, as `loop.changed` does).
+    pub(crate) fn walk_all(&mut self, value: &Value, depth: usize) -> Result<(), JinjaError> {
+        self.visit(depth)?;
+        match value.kind() {
+            ValueKind::Seq => value
+                .try_iter()?
+                .try_for_each(|item| self.walk_all(&item, depth + 1)),
+            ValueKind::Map => value.try_iter()?.try_for_each(|key| {
+                self.walk_all(&value.get_item(&key).unwrap_or_default(), depth + 1)
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Python's `left == right`: lists (and tuples) item by item, mappings
     /// key by key, anything else as minijinja compares it (which walks
     /// nothing then).
@@ -428,6 +443,46 @@ pub(crate) fn max_filter(
     let kwargs = keywords(&["case_sensitive", "attribute"], &positional, kwargs)?;
     let value = orderable(state, value, &kwargs)?;
     minijinja::filters::max(state, value, kwargs)
+}
+
+/// Jinja2's `groupby(attribute, default=none, case_sensitive=false)`: its
+/// items sorted by their keys as Python's `sorted` would, then grouped
+/// (minijinja's filter, once the keys are checked: minijinja orders any
+/// pair, by recursion at no cost).
+pub(crate) fn groupby_filter(
+    state: &State<'_, '_>,
+    value: Value,
+    attribute: Option<String>,
+    kwargs: Kwargs,
+) -> Result<Value, JinjaError> {
+    let attribute = match attribute {
+        Some(attribute) => attribute,
+        None => kwargs.get::<String>("attribute")?,
+    };
+    let default = kwargs.get::<Option<Value>>("default")?.unwrap_or_default();
+    let case_sensitive = kwargs
+        .get::<Option<bool>>("case_sensitive")?
+        .unwrap_or(false);
+    let value = if matches!(value.kind(), ValueKind::Seq | ValueKind::Iterable) {
+        let items: Vec<Value> = value.try_iter()?.collect();
+        let keys = items
+            .iter()
+            .map(|item| {
+                let key = at_path(item, &attribute);
+                let key = if key.is_undefined() {
+                    default.clone()
+                } else {
+                    key
+                };
+                folded(key, case_sensitive)
+            })
+            .collect();
+        check_orderable(state, keys)?;
+        Value::from(items)
+    } else {
+        value
+    };
+    minijinja::filters::groupby(value, Some(&attribute), kwargs)
 }
 
 /// Python's `hash(key)` fails for lists and dicts (tuples hash when their
