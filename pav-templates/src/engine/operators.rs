@@ -225,6 +225,12 @@ pub(crate) fn route_comparisons(source: &str, syntax: &SyntaxConfig) -> String {
         return source.to_owned();
     }
     let mut comparisons = finder.found;
+    if !comparisons
+        .iter()
+        .all(|comparison| well_formed(source, comparison))
+    {
+        return source.to_owned();
+    }
     // Outer ones first: a mapping key may start where its comparison does.
     comparisons.sort_by_key(|comparison| {
         let range = comparison.range();
@@ -232,7 +238,28 @@ pub(crate) fn route_comparisons(source: &str, syntax: &SyntaxConfig) -> String {
     });
     let mut out = String::with_capacity(source.len() + 16 * comparisons.len());
     emit(source, 0..source.len(), &comparisons, &mut out);
+    // A rewrite that does not parse would be a bug here; the template
+    // then keeps minijinja's comparisons rather than failing to compile
+    // (the differential suite would show the difference).
+    if parse(&out, "<template>", syntax.clone()).is_err() {
+        return source.to_owned();
+    }
     out
+}
+
+/// Whether a comparison's operands lie in order within `source`, on
+/// character boundaries (so [`emit`] cannot fail on them).
+fn well_formed(source: &str, comparison: &Comparison) -> bool {
+    let mut at = 0;
+    comparison.operands.iter().all(|operand| {
+        let ok = at <= operand.start
+            && operand.start < operand.end
+            && operand.end <= source.len()
+            && source.is_char_boundary(operand.start)
+            && source.is_char_boundary(operand.end);
+        at = operand.end;
+        ok
+    })
 }
 
 /// Whether `source` may hold a comparison (a fast path for the many fields
@@ -316,6 +343,11 @@ impl<'s> Tokens<'s> {
     fn extent(&self, range: Range<usize>, unwrap: bool) -> Range<usize> {
         let mut first = self.index_at(range.start);
         let mut end = self.index_before(range.end).max(first);
+        if first >= end {
+            // No token inside: not an expression minijinja parsed
+            // ([`well_formed`] then refuses the empty range).
+            return range.start..range.start;
+        }
         // Unmatched closing brackets: the operand starts before them.
         let mut depth = 0i64;
         let mut lowest = 0i64;
