@@ -138,7 +138,8 @@ pub(crate) fn template_source(source: &str) -> String {
     operators::route_comparisons(&normalized, &syntax())
 }
 
-/// [`template_source`], by the name `provisioner.rs` still calls it.
+/// [`template_source`], by the name `provisioner/compile.rs` still calls
+/// it (its owner renames the call; this alias then goes).
 pub(crate) use template_source as normalize_newlines;
 
 /// Bytes one unit of fuel pays for (minijinja's `UNITS_PER_FUEL`: fuel is
