@@ -138,10 +138,6 @@ pub(crate) fn template_source(source: &str) -> String {
     operators::route_comparisons(&normalized, &syntax())
 }
 
-/// [`template_source`], by the name `provisioner/compile.rs` still calls
-/// it (its owner renames the call; this alias then goes).
-pub(crate) use template_source as normalize_newlines;
-
 /// Bytes one unit of fuel pays for (minijinja's `UNITS_PER_FUEL`: fuel is
 /// also charged for the data a template makes, a unit per byte).
 const BYTES_PER_FUEL: u64 = 64;

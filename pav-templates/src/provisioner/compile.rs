@@ -34,7 +34,7 @@ impl Checker {
                 if !has_template_syntax(source) {
                     // Still evaluated, so whitespace rules apply exactly as
                     // for templates (a single trailing newline is dropped).
-                    return match self.env.render_str(&engine::normalize_newlines(source), ()) {
+                    return match self.env.render_str(&engine::template_source(source), ()) {
                         Ok(text) => Node::Constant(Json::String(text)),
                         Err(err) => {
                             self.problems.push(Error::Syntax {
@@ -56,7 +56,7 @@ impl Checker {
                 }
                 match self
                     .env
-                    .add_template_owned(path.to_owned(), engine::normalize_newlines(source))
+                    .add_template_owned(path.to_owned(), engine::template_source(source))
                 {
                     Ok(()) => Node::Template {
                         path: Arc::from(path),
