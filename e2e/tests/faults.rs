@@ -117,6 +117,14 @@ fn slow_objects(name: &str, seconds: u32) -> String {
     )
 }
 
+/// How long a wait right after a control-plane fault may take. Besides pav,
+/// the kube-controller-manager, the scheduler and the kubelet must catch
+/// up: their watches back off while the API server is away (binding the
+/// claim took 70 s after one restart here), and the node may be marked
+/// NotReady and tainted until the kubelet reports again. A CI run once
+/// took longer than [`STEP`] for the client pod's staging pod to start.
+const AFTER_FAULT: Duration = Duration::from_secs(300);
+
 /// Waits until the API server answers again (after a restart or while etcd
 /// is frozen).
 async fn wait_api(client: &Client) {
@@ -132,7 +140,7 @@ async fn wait_api(client: &Client) {
 async fn read_and_tear_down(client: &Client, name: &str, objects: &str) {
     let ns = name;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let done = wait_for(&pods, "client", STEP, "Succeeded", |p| {
+    let done = wait_for(&pods, "client", AFTER_FAULT, "Succeeded", |p| {
         pod_phase(p) == "Succeeded"
     })
     .await;
@@ -190,7 +198,10 @@ where
     wait_api(client).await;
 
     apply(client, &client_pod(name)).await.unwrap();
-    observer.wait("staging", "Running", STEP).await.unwrap();
+    observer
+        .wait("staging", "Running", AFTER_FAULT)
+        .await
+        .unwrap();
     fault().await;
     wait_api(client).await;
 
