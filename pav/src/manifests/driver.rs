@@ -290,6 +290,16 @@ impl<'a> Builder<'a> {
                                     "--extra-create-metadata",
                                     "--leader-election",
                                     format!("--leader-election-namespace={}", s.namespace),
+                                    // The sidecar exits when it cannot renew its lease in
+                                    // time; with the defaults (10 s) an API server restart or
+                                    // an etcd stall of that length restarts it, and repeated
+                                    // ones put it in CrashLoopBackOff, stalling every claim
+                                    // of the driver for minutes (the fault scenarios saw
+                                    // it). 45 s rides them out; a crashed leader is replaced
+                                    // within the 60 s lease.
+                                    "--leader-election-lease-duration=60s",
+                                    "--leader-election-renew-deadline=45s",
+                                    "--leader-election-retry-period=10s",
                                     format!("--timeout={PROVISIONER_TIMEOUT}"),
                                     "--v=2",
                                 ],
@@ -553,6 +563,7 @@ mod tests {
             "--extra-create-metadata",
             "--leader-election",
             "--leader-election-namespace=pav",
+            "--leader-election-renew-deadline=45s",
             "--timeout=300s",
         ] {
             assert!(
