@@ -8,29 +8,13 @@
 //! limit, and charge fuel for every pair of items they visit. These tests
 //! count work through the fuel and the depth limit, not the clock.
 
-use pav_templates::engine::{FUEL_PER_FIELD, MAX_VALUE_DEPTH};
-use pav_templates::{CompiledProvisioner, Phase, samples};
+mod common;
 
-/// Compiles `template` as a field and renders it: its output or the
-/// message of its error.
+use pav_templates::engine::{FUEL_PER_FIELD, MAX_VALUE_DEPTH};
+
+/// Renders `template` as a field of a provisioner named "compare".
 fn render(template: &str) -> Result<String, String> {
-    let provisioner = CompiledProvisioner::from_json(serde_json::json!({
-        "apiVersion": "pav.albertofaria.github.io/v1alpha1",
-        "kind": "PavProvisioner",
-        "metadata": {"name": "compare"},
-        "spec": {
-            "provisioningModes": ["Static"],
-            "volumeStaging": {"podTemplate": {"metadata": {"name": template}}},
-        },
-    }))
-    .map_err(|problems| problems.to_string())?;
-    let raw = provisioner
-        .render_raw(Phase::Staging, samples::staging_context().value())
-        .map_err(|err| err.to_string())?;
-    Ok(raw["podTemplate"]["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned())
+    common::render_field("compare", template)
 }
 
 /// `{% set l = … %}` and `m`: two equal lists (distinct objects) `depth`

@@ -5,8 +5,9 @@
 //! ([`RENDER_STACK_BYTES`]). A stack overflow aborts the whole test binary
 //! rather than failing one assertion.
 
+mod common;
+
 use pav_templates::engine::{MAX_BUILT_DEPTH, RENDER_STACK_BYTES};
-use pav_templates::{CompiledProvisioner, Phase, samples};
 
 /// The stack of tokio's blocking threads, on which the drivers render.
 const DRIVER_STACK_BYTES: usize = 2 << 20;
@@ -68,26 +69,9 @@ fn build(tags: usize, open: &str, close: &str) -> String {
     format!("{{% set l = 0 %}}{}", level.repeat(tags))
 }
 
-/// Compiles `template` as a field and renders it: its output or the
-/// message of its error.
+/// Renders `template` as a field of a provisioner named "deep".
 fn render(template: &str) -> Result<String, String> {
-    let provisioner = CompiledProvisioner::from_json(serde_json::json!({
-        "apiVersion": "pav.albertofaria.github.io/v1alpha1",
-        "kind": "PavProvisioner",
-        "metadata": {"name": "deep"},
-        "spec": {
-            "provisioningModes": ["Static"],
-            "volumeStaging": {"podTemplate": {"metadata": {"name": template}}},
-        },
-    }))
-    .map_err(|problems| problems.to_string())?;
-    let raw = provisioner
-        .render_raw(Phase::Staging, samples::staging_context().value())
-        .map_err(|err| err.to_string())?;
-    Ok(raw["podTemplate"]["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned())
+    common::render_field("deep", template)
 }
 
 fn out_of_fuel(result: &Result<String, String>) -> bool {
