@@ -10,6 +10,15 @@
 //! | validation (static) | [`ValidationContext::static_pv`] | `requestedVolumeMode`, `requestedAccessModes`, `requestedMinCapacity`, `requestedMaxCapacity`, `params`, `handle`, `pv` |
 //! | creation, deletion | [`CreationContext::new`] | the dynamic validation variables and `defaultHandle` |
 //! | staging, unstaging | [`StagingContext::new`] | `volumeMode`, `accessModes`, `capacity`, `params`, `handle`, `readOnly`, `pvc`, `pv`, `node` |
+//! | expansion | [`ExpansionContext::new`] | `handle`, `capacity` (now), `requestedMinCapacity`, `requestedMaxCapacity`, `volumeMode`, `params`, `pv`, `pvc` (none without a claim) |
+//! | node expansion | [`StagingContext::new`] then [`StagingContext::expanded_to`] | the staging variables, `capacity` being the new one |
+//! | snapshot creation | [`SnapshotContext::creation`] | `snapshotName`, `defaultHandle`, `params` (the VolumeSnapshotClass's), `sourceHandle`, `sourceCapacity`, `pv`, `pvc` (none without a claim) |
+//! | snapshot deletion | [`SnapshotContext::deletion`] | `snapshotHandle`, `sourceHandle` (none when unknown) |
+//!
+//! The creation and deletion contexts also have `selectedNode` (the node
+//! the scheduler picked for a `WaitForFirstConsumer` claim, none
+//! otherwise) and `source` (none, or what the volume is created from: see
+//! [`Source`]).
 //!
 //! Every context also has the function `get_pvc(name, namespace)`, answered
 //! by the [`PvcLookup`] given with [`with_pvc_lookup`](CreationContext::with_pvc_lookup).
@@ -28,7 +37,12 @@ use minijinja::{Error as JinjaError, ErrorKind, State};
 use serde::Serialize;
 
 use crate::error::{Error, Location, Result};
+use crate::model::DataSourceKind;
 use crate::quantity::{Rounding, parse_bytes};
+
+/// The claim annotation in which the scheduler records the node it picked
+/// for a `WaitForFirstConsumer` claim.
+pub const SELECTED_NODE_ANNOTATION: &str = "volume.kubernetes.io/selected-node";
 
 /// Answers the templates' `get_pvc(name, namespace)`.
 ///
@@ -115,6 +129,14 @@ impl Vars {
 
     fn set(&mut self, name: &'static str, value: Value) {
         self.entries.push((name, value));
+    }
+
+    /// Sets `name`, replacing the value it had.
+    fn replace(&mut self, name: &'static str, value: Value) {
+        match self.entries.iter_mut().find(|(k, _)| *k == name) {
+            Some(entry) => entry.1 = value,
+            None => self.set(name, value),
+        }
     }
 
     fn to_value(&self) -> Value {
@@ -256,6 +278,13 @@ fn string_map(map: Option<&BTreeMap<String, String>>) -> Value {
             .flatten()
             .map(|(k, v)| (k.clone(), v.clone())),
     )
+}
+
+/// The capacity a claim asks for: at least its request, at most its limit
+/// when it has one, in bytes.
+pub fn requested_capacity(pvc: &PersistentVolumeClaim) -> Result<(u64, Option<u64>)> {
+    let requested = Requested::from_pvc(pvc)?;
+    Ok((requested.min_capacity, requested.max_capacity))
 }
 
 struct Requested {
@@ -449,6 +478,16 @@ impl CreationContext {
         let default_handle = format!("pvc-{uid}");
         let mut vars = ValidationContext::dynamic(pvc, sc)?.vars;
         vars.set("defaultHandle", Value::from(default_handle.as_str()));
+        let selected_node = pvc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SELECTED_NODE_ANNOTATION));
+        vars.set(
+            "selectedNode",
+            selected_node.map_or(Value::from(()), |n| Value::from(n.as_str())),
+        );
+        vars.set("source", Value::from(()));
         let value = vars.to_value();
         Ok(CreationContext {
             vars,
@@ -460,6 +499,106 @@ impl CreationContext {
     /// `pvc-<claim uid>`: the handle of a volume whose creation names none.
     pub fn default_handle(&self) -> &str {
         &self.default_handle
+    }
+
+    /// The volume is created from `source` (the templates' `source`).
+    pub fn with_source(mut self, source: &Source) -> Self {
+        self.vars.replace("source", to_value(source));
+        self.value = self.vars.to_value();
+        self
+    }
+}
+
+/// What a new volume is created from, as the creation templates see it:
+/// `source.kind`, `source.handle` and `source.capacity`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Source {
+    /// `VolumeSnapshot` (restore) or `PersistentVolumeClaim` (clone).
+    pub kind: DataSourceKind,
+    /// The snapshot's handle, or the source volume's.
+    pub handle: String,
+    /// The snapshot's size, or the source volume's capacity, in bytes.
+    pub capacity: u64,
+}
+
+/// Context of `spec.volumeExpansion`.
+#[derive(Clone)]
+pub struct ExpansionContext {
+    vars: Vars,
+    value: Value,
+}
+
+context_common!(ExpansionContext);
+
+impl ExpansionContext {
+    /// Builds the context from the volume, its claim when it has one, and
+    /// the capacity asked for (at least `min`, at most `max` when set).
+    pub fn new(
+        pv: &PersistentVolume,
+        pvc: Option<&PersistentVolumeClaim>,
+        min: u64,
+        max: Option<u64>,
+    ) -> Result<Self> {
+        let capacity = pv_capacity(pv)?;
+        let csi = pv_csi(pv)?;
+        let mut vars = Vars::new(pvc);
+        vars.set("handle", Value::from(csi.volume_handle.as_str()));
+        vars.set("capacity", Value::from(capacity));
+        vars.set("requestedMinCapacity", Value::from(min));
+        vars.set(
+            "requestedMaxCapacity",
+            max.map_or(Value::from(()), Value::from),
+        );
+        vars.set("volumeMode", Value::from(volume_mode(pv)));
+        vars.set("params", string_map(csi.volume_attributes.as_ref()));
+        vars.set("pv", object_value(pv));
+        vars.set("pvc", pvc.map_or(Value::from(()), object_value));
+        let value = vars.to_value();
+        Ok(ExpansionContext { vars, value })
+    }
+}
+
+/// Context of `spec.snapshotCreation` and `spec.snapshotDeletion`.
+#[derive(Clone)]
+pub struct SnapshotContext {
+    vars: Vars,
+    value: Value,
+}
+
+context_common!(SnapshotContext);
+
+impl SnapshotContext {
+    /// Taking snapshot `name` (the CO's, `snapshot-<uid>`; also
+    /// `defaultHandle`) of the volume `pv`, bound to `pvc` when it is, with
+    /// the VolumeSnapshotClass `params`.
+    pub fn creation(
+        name: &str,
+        params: &BTreeMap<String, String>,
+        pv: &PersistentVolume,
+        pvc: Option<&PersistentVolumeClaim>,
+    ) -> Result<Self> {
+        let capacity = pv_capacity(pv)?;
+        let csi = pv_csi(pv)?;
+        let mut vars = Vars::new(pvc);
+        vars.set("snapshotName", Value::from(name));
+        vars.set("defaultHandle", Value::from(name));
+        vars.set("params", string_map(Some(params)));
+        vars.set("sourceHandle", Value::from(csi.volume_handle.as_str()));
+        vars.set("sourceCapacity", Value::from(capacity));
+        vars.set("pv", object_value(pv));
+        vars.set("pvc", pvc.map_or(Value::from(()), object_value));
+        let value = vars.to_value();
+        Ok(SnapshotContext { vars, value })
+    }
+
+    /// Deleting the snapshot `handle`, taken of the volume `source` when
+    /// that is known (the VolumeSnapshotContent says).
+    pub fn deletion(handle: &str, source: Option<&str>) -> Self {
+        let mut vars = Vars::new(None);
+        vars.set("snapshotHandle", Value::from(handle));
+        vars.set("sourceHandle", source.map_or(Value::from(()), Value::from));
+        let value = vars.to_value();
+        SnapshotContext { vars, value }
     }
 }
 
@@ -487,12 +626,7 @@ impl StagingContext {
         let capacity = pv_capacity(pv)?;
         let csi = pv_csi(pv)?;
         let mut vars = Vars::new(Some(pvc));
-        let volume_mode = pv
-            .spec
-            .as_ref()
-            .and_then(|s| s.volume_mode.clone())
-            .unwrap_or_else(|| "Filesystem".to_owned());
-        vars.set("volumeMode", Value::from(volume_mode));
+        vars.set("volumeMode", Value::from(volume_mode(pv)));
         vars.set(
             "accessModes",
             to_value(
@@ -513,4 +647,19 @@ impl StagingContext {
         let value = vars.to_value();
         Ok(StagingContext { vars, value })
     }
+
+    /// For `spec.volumeNodeExpansion`: `capacity` is the size the volume
+    /// grew to, which its PersistentVolume may not show yet.
+    pub fn expanded_to(mut self, capacity: u64) -> Self {
+        self.vars.replace("capacity", Value::from(capacity));
+        self.value = self.vars.to_value();
+        self
+    }
+}
+
+fn volume_mode(pv: &PersistentVolume) -> String {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.volume_mode.clone())
+        .unwrap_or_else(|| "Filesystem".to_owned())
 }

@@ -69,11 +69,17 @@ pub mod quantity;
 pub mod samples;
 pub mod yaml;
 
-pub use context::{CreationContext, PvcLookup, PvcMap, StagingContext, ValidationContext};
+pub use context::{
+    CreationContext, ExpansionContext, PvcLookup, PvcMap, SnapshotContext, Source, StagingContext,
+    ValidationContext,
+};
 pub use error::{Error, Location, Result};
 pub use model::{
-    AccessMode, PavProvisioner, PavProvisionerSpec, PavProvisionerStatus, ProvisioningMode,
-    VolumeMode,
+    AccessMode, DataSourceKind, PavProvisioner, PavProvisionerSpec, PavProvisionerStatus,
+    ProvisioningMode, VolumeMode,
 };
-pub use phase::{CreationPhase, OptionalPodPhase, Phase, StagingPhase, ValidationPhase};
+pub use phase::{
+    CreationPhase, ExpansionPhase, OptionalPodPhase, Phase, SnapshotCreationPhase, StagingPhase,
+    ValidationPhase,
+};
 pub use provisioner::{CompiledProvisioner, Problems};

@@ -86,6 +86,60 @@ pub struct PavProvisionerSpec {
     /// How staging is undone on a node: an optional unstaging `podTemplate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_unstaging: Option<TemplateTree>,
+
+    /// pav: how a volume grows when its claim asks for more (the
+    /// StorageClass needs `allowVolumeExpansion: true`): the new
+    /// `capacity` and an optional expansion `podTemplate`. Without it,
+    /// volumes do not grow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_expansion: Option<TemplateTree>,
+
+    /// pav: how a staged volume grows on its node, while pods use it: the
+    /// mandatory node expansion `podTemplate`, run on each node where the
+    /// volume is staged, with the volume at `/pav/volume`. Needs
+    /// volumeExpansion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_node_expansion: Option<TemplateTree>,
+
+    /// pav: how a snapshot of a volume is taken (for VolumeSnapshots of a
+    /// VolumeSnapshotClass whose `driver` is this provisioner): `handle`,
+    /// `size` and an optional snapshot creation `podTemplate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_creation: Option<TemplateTree>,
+
+    /// pav: how a snapshot is deleted: an optional snapshot deletion
+    /// `podTemplate`. Needs snapshotCreation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_deletion: Option<TemplateTree>,
+
+    /// pav: what a new volume may be created from, besides nothing: a
+    /// claim's `dataSource` of kind `VolumeSnapshot` (restore; needs
+    /// snapshotCreation) or `PersistentVolumeClaim` (clone). The creation
+    /// templates then see the source as `source`. Not a template. Without
+    /// it, claims with a data source are refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub data_sources: Option<Vec<DataSourceKind>>,
+}
+
+/// What a volume may be created from (a claim's `dataSource.kind`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum DataSourceKind {
+    /// A VolumeSnapshot of this provisioner: the volume is restored from it.
+    VolumeSnapshot,
+    /// A claim bound to a volume of this provisioner: the volume is cloned.
+    PersistentVolumeClaim,
+}
+
+impl DataSourceKind {
+    /// The Kubernetes spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DataSourceKind::VolumeSnapshot => "VolumeSnapshot",
+            DataSourceKind::PersistentVolumeClaim => "PersistentVolumeClaim",
+        }
+    }
 }
 
 /// Observed state of a PavProvisioner, written by `pav controller`.
@@ -254,6 +308,7 @@ mod tests {
         for needle in [
             "x-kubernetes-preserve-unknown-fields",
             r#""enum":["Dynamic","Static"]"#,
+            r#""enum":["VolumeSnapshot","PersistentVolumeClaim"]"#,
             r#""x-kubernetes-list-type":"set""#,
             r#""minItems":1"#,
             "metadata.name must be a DNS label",

@@ -7,7 +7,8 @@ use serde::Serialize;
 
 use crate::model::{AccessMode, VolumeMode};
 
-/// One of the five lifecycle steps of a PaV volume.
+/// One step of a PaV volume's life: the original PaV's five, then pav's
+/// expansion and snapshots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Phase {
     /// `spec.volumeValidation`.
@@ -20,16 +21,28 @@ pub enum Phase {
     Staging,
     /// `spec.volumeUnstaging`.
     Unstaging,
+    /// `spec.volumeExpansion` (pav): a volume grows on the storage side.
+    Expansion,
+    /// `spec.volumeNodeExpansion` (pav): a staged volume grows on its node.
+    NodeExpansion,
+    /// `spec.snapshotCreation` (pav): a snapshot of a volume is taken.
+    SnapshotCreation,
+    /// `spec.snapshotDeletion` (pav): a snapshot is deleted.
+    SnapshotDeletion,
 }
 
 impl Phase {
-    /// All phases in lifecycle order.
-    pub const ALL: [Phase; 5] = [
+    /// All phases: the original PaV's in lifecycle order, then pav's.
+    pub const ALL: [Phase; 9] = [
         Phase::Validation,
         Phase::Creation,
         Phase::Deletion,
         Phase::Staging,
         Phase::Unstaging,
+        Phase::Expansion,
+        Phase::NodeExpansion,
+        Phase::SnapshotCreation,
+        Phase::SnapshotDeletion,
     ];
 
     /// The spec field holding this phase (`volumeStaging`).
@@ -40,6 +53,10 @@ impl Phase {
             Phase::Deletion => "volumeDeletion",
             Phase::Staging => "volumeStaging",
             Phase::Unstaging => "volumeUnstaging",
+            Phase::Expansion => "volumeExpansion",
+            Phase::NodeExpansion => "volumeNodeExpansion",
+            Phase::SnapshotCreation => "snapshotCreation",
+            Phase::SnapshotDeletion => "snapshotDeletion",
         }
     }
 
@@ -51,6 +68,10 @@ impl Phase {
             Phase::Deletion => "deletion",
             Phase::Staging => "staging",
             Phase::Unstaging => "unstaging",
+            Phase::Expansion => "expansion",
+            Phase::NodeExpansion => "node-expansion",
+            Phase::SnapshotCreation => "snapshot-creation",
+            Phase::SnapshotDeletion => "snapshot-deletion",
         }
     }
 
@@ -65,8 +86,14 @@ impl Phase {
                 "podTemplate",
                 "timeout",
             ],
-            Phase::Creation => &["handle", "capacity", "podTemplate", "timeout"],
-            Phase::Deletion | Phase::Staging | Phase::Unstaging => &["podTemplate", "timeout"],
+            Phase::Creation => &["handle", "capacity", "topology", "podTemplate", "timeout"],
+            Phase::Expansion => &["capacity", "podTemplate", "timeout"],
+            Phase::SnapshotCreation => &["handle", "size", "podTemplate", "timeout"],
+            Phase::Deletion
+            | Phase::Staging
+            | Phase::Unstaging
+            | Phase::NodeExpansion
+            | Phase::SnapshotDeletion => &["podTemplate", "timeout"],
         }
     }
 
@@ -82,7 +109,10 @@ impl std::str::FromStr for Phase {
         Phase::ALL
             .into_iter()
             .find(|p| p.name() == s)
-            .ok_or_else(|| format!("unknown phase {s:?}: expected validation, creation, deletion, staging or unstaging"))
+            .ok_or_else(|| {
+                let names: Vec<&str> = Phase::ALL.iter().map(|p| p.name()).collect();
+                format!("unknown phase {s:?}: expected one of {}", names.join(", "))
+            })
     }
 }
 
@@ -129,6 +159,10 @@ pub struct CreationPhase {
     /// pod must write `/pav/capacity`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capacity: Option<u64>,
+    /// The nodes the volume is accessible from, if the spec fixes them;
+    /// otherwise the pod's `/pav/topology`, else every node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topology: Option<Vec<String>>,
     /// The creation pod, run to completion.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_template: Option<PodTemplateSpec>,
@@ -157,12 +191,57 @@ pub struct OptionalPodPhase {
     pub timeout: Option<Duration>,
 }
 
-/// Evaluated `spec.volumeStaging`.
+/// Evaluated `spec.volumeExpansion`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExpansionPhase {
+    /// The volume's new capacity in bytes, if the spec fixes it; otherwise
+    /// the pod's `/pav/capacity`, else the requested capacity.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<u64>,
+    /// The expansion pod, run to completion.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodTemplateSpec>,
+    /// How long this phase's pod may take; the runner's default when absent.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_timeout"
+    )]
+    pub timeout: Option<Duration>,
+}
+
+/// Evaluated `spec.snapshotCreation`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotCreationPhase {
+    /// The snapshot's handle, if the spec fixes it; otherwise the pod's
+    /// `/pav/handle`, else `defaultHandle`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handle: Option<String>,
+    /// The snapshot's size in bytes (what a volume restored from it needs),
+    /// if the spec fixes it; otherwise the pod's `/pav/size`, else the
+    /// source volume's capacity.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// The snapshot creation pod, run to completion.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodTemplateSpec>,
+    /// How long this phase's pod may take; the runner's default when absent.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_timeout"
+    )]
+    pub timeout: Option<Duration>,
+}
+
+/// Evaluated `spec.volumeStaging` (or `spec.volumeNodeExpansion`, whose
+/// pod is mandatory too).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StagingPhase {
     /// The staging pod: it exposes the volume at `/pav/volume`, then either
-    /// completes or creates `/pav/ready` and keeps running.
+    /// completes or creates `/pav/ready` and keeps running. (The node
+    /// expansion pod: run to completion, the staged volume at `/pav/volume`.)
     pub pod_template: PodTemplateSpec,
     /// How long this phase's pod may take (the `timeout` field, an
     /// extension of pav); the runner's default when absent.
@@ -278,6 +357,77 @@ impl Refusal {
             Refusal::VolumeMode { .. } | Refusal::AccessMode { .. } => false,
         }
     }
+}
+
+/// Most nodes a volume may be accessible from: a PersistentVolume's node
+/// affinity lists them, and the API server bounds an object's size.
+pub const MAX_TOPOLOGY_NODES: usize = 64;
+
+/// The nodes a volume is accessible from, as `volumeCreation.topology` or a
+/// creation pod's `/pav/topology` gives them: one node name, or a
+/// non-empty list of distinct node names (each a DNS subdomain).
+///
+/// ```
+/// use pav_templates::phase::topology_nodes;
+/// assert_eq!(topology_nodes(&"node-1".into()).unwrap(), ["node-1"]);
+/// assert_eq!(topology_nodes(&serde_json::json!(["a", "b"])).unwrap(), ["a", "b"]);
+/// assert!(topology_nodes(&serde_json::json!([])).is_err());
+/// assert!(topology_nodes(&"Node_1".into()).is_err());
+/// ```
+pub fn topology_nodes(value: &serde_json::Value) -> Result<Vec<String>, String> {
+    use serde_json::Value as Json;
+    let items: Vec<&Json> = match value {
+        Json::Array(items) if items.is_empty() => {
+            return Err("must name at least one node".into());
+        }
+        Json::Array(items) if items.len() > MAX_TOPOLOGY_NODES => {
+            return Err(format!(
+                "names {} nodes, more than the {MAX_TOPOLOGY_NODES} allowed",
+                items.len()
+            ));
+        }
+        Json::Array(items) => items.iter().collect(),
+        single => vec![single],
+    };
+    let mut nodes: Vec<String> = Vec::with_capacity(items.len());
+    for item in items {
+        let Json::String(name) = item else {
+            return Err(format!(
+                "must be a node name or a list of node names, not {}",
+                match item {
+                    Json::Null => "null".to_owned(),
+                    Json::Array(_) => "a nested list".to_owned(),
+                    Json::Object(_) => "an object".to_owned(),
+                    other => other.to_string(),
+                }
+            ));
+        };
+        if !is_node_name(name) {
+            return Err(format!(
+                "{name:?} is not a node name (a DNS subdomain: at most 253 lowercase alphanumerics, '-' or '.')"
+            ));
+        }
+        if nodes.contains(name) {
+            return Err(format!("names node {name:?} twice"));
+        }
+        nodes.push(name.clone());
+    }
+    Ok(nodes)
+}
+
+fn is_node_name(name: &str) -> bool {
+    name.len() <= 253
+        && !name.is_empty()
+        && name.split('.').all(|label| {
+            let bytes = label.as_bytes();
+            !bytes.is_empty()
+                && bytes.len() <= 63
+                && bytes
+                    .iter()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+                && bytes[0] != b'-'
+                && bytes[bytes.len() - 1] != b'-'
+        })
 }
 
 fn list<'a>(items: impl Iterator<Item = &'a str>) -> String {

@@ -14,12 +14,16 @@ use minijinja::value::Value;
 use serde_json::{Map, Value as Json};
 
 use crate::context::{
-    CreationContext, GET_PVC_NAMESPACES_GLOBAL, StagingContext, ValidationContext,
+    CreationContext, ExpansionContext, GET_PVC_NAMESPACES_GLOBAL, SnapshotContext, StagingContext,
+    ValidationContext,
 };
 use crate::engine::{self, MAX_PHASE_OUTPUT_BYTES};
 use crate::error::{Error, Location, Result};
-use crate::model::{AccessMode, PavProvisioner, ProvisioningMode, VolumeMode};
-use crate::phase::{CreationPhase, OptionalPodPhase, Phase, StagingPhase, ValidationPhase};
+use crate::model::{AccessMode, DataSourceKind, PavProvisioner, ProvisioningMode, VolumeMode};
+use crate::phase::{
+    CreationPhase, ExpansionPhase, OptionalPodPhase, Phase, SnapshotCreationPhase, StagingPhase,
+    ValidationPhase,
+};
 use crate::yaml::yaml_to_json;
 
 mod check;
@@ -63,11 +67,12 @@ pub struct CompiledProvisioner {
     provisioning_modes: Vec<ProvisioningMode>,
     get_pvc_namespaces: Vec<String>,
     env: Environment<'static>,
-    phases: [Option<Node>; 5],
+    data_sources: Vec<DataSourceKind>,
+    phases: [Option<Node>; Phase::ALL.len()],
     /// Per phase: the pod template's fields were all checked at compile
     /// time (no template in it can set `yaml`), so rendering needs only a
     /// plain conversion.
-    pod_shape_checked: [bool; 5],
+    pod_shape_checked: [bool; Phase::ALL.len()],
 }
 
 /// Problems found in one PavProvisioner, all of them, in field order.
@@ -115,15 +120,16 @@ impl CompiledProvisioner {
         };
         let modes = checker.check_modes(spec_map.get("provisioningModes"));
         let get_pvc_namespaces = checker.check_get_pvc_namespaces(spec_map.get("getPvcNamespaces"));
+        let data_sources = checker.check_data_sources(spec_map.get("dataSources"));
         for key in spec_map.keys() {
-            if !["provisioningModes", "getPvcNamespaces"].contains(&key.as_str())
+            if !["provisioningModes", "getPvcNamespaces", "dataSources"].contains(&key.as_str())
                 && !Phase::ALL.iter().any(|p| p.field() == key)
             {
                 checker.problem_schema(&format!("spec.{key}"), "unknown field");
             }
         }
-        let mut phases: [Option<Node>; 5] = Default::default();
-        let mut pod_shape_checked = [false; 5];
+        let mut phases: [Option<Node>; Phase::ALL.len()] = Default::default();
+        let mut pod_shape_checked = [false; Phase::ALL.len()];
         for phase in Phase::ALL {
             let path = format!("spec.{}", phase.field());
             let value = spec_map.get(phase.field());
@@ -171,6 +177,7 @@ impl CompiledProvisioner {
                 );
             }
         }
+        checker.check_needs(spec_map, modes.as_deref(), &data_sources);
         if !checker.problems.is_empty() {
             return Err(Problems(checker.problems));
         }
@@ -188,6 +195,7 @@ impl CompiledProvisioner {
             name,
             provisioning_modes: modes.unwrap_or_default(),
             get_pvc_namespaces,
+            data_sources,
             env,
             phases,
             pod_shape_checked,
@@ -223,6 +231,12 @@ impl CompiledProvisioner {
     /// `get_pvc` may read claims (`"*"`: any); empty when not given.
     pub fn get_pvc_namespaces(&self) -> &[String] {
         &self.get_pvc_namespaces
+    }
+
+    /// `spec.dataSources`: what claims may create volumes from; empty
+    /// when not given (a claim with a data source is refused).
+    pub fn data_sources(&self) -> &[DataSourceKind] {
+        &self.data_sources
     }
 
     /// Whether the spec has the given phase at all.
@@ -287,23 +301,12 @@ impl CompiledProvisioner {
     /// Renders `spec.volumeCreation`.
     pub fn render_creation(&self, context: &CreationContext) -> Result<CreationPhase> {
         let mut fields = self.rendered_fields(Phase::Creation, context.value())?;
-        let handle = match fields.take("handle") {
-            None => None,
-            Some(Json::String(handle)) if !handle.is_empty() => Some(handle),
-            Some(other) => {
-                return Err(fields.evaluated(
-                    "handle",
-                    format!(
-                        "must evaluate to a non-empty string, not {}",
-                        describe_json(&other)
-                    ),
-                ));
-            }
-        };
+        let handle = fields.handle("handle")?;
         let capacity = match fields.take("capacity") {
             None => None,
             Some(value) => Some(fields.capacity("capacity", value)?),
         };
+        let topology = fields.topology()?;
         let pod_template = fields.pod_template()?;
         if capacity.is_none()
             && pod_template.is_none()
@@ -319,6 +322,7 @@ impl CompiledProvisioner {
         Ok(CreationPhase {
             handle,
             capacity,
+            topology,
             pod_template,
             timeout,
         })
@@ -331,7 +335,11 @@ impl CompiledProvisioner {
 
     /// Renders `spec.volumeStaging`.
     pub fn render_staging(&self, context: &StagingContext) -> Result<StagingPhase> {
-        let mut fields = self.rendered_fields(Phase::Staging, context.value())?;
+        self.render_mandatory_pod(Phase::Staging, context.value())
+    }
+
+    fn render_mandatory_pod(&self, phase: Phase, context: &Value) -> Result<StagingPhase> {
+        let mut fields = self.rendered_fields(phase, context)?;
         let pod_template = fields.pod_template()?.ok_or_else(|| Error::Evaluated {
             at: fields.location("podTemplate"),
             message: "is required".into(),
@@ -347,6 +355,56 @@ impl CompiledProvisioner {
     /// Renders `spec.volumeUnstaging`.
     pub fn render_unstaging(&self, context: &StagingContext) -> Result<OptionalPodPhase> {
         self.render_optional_pod(Phase::Unstaging, context.value())
+    }
+
+    /// Renders `spec.volumeExpansion`.
+    pub fn render_expansion(&self, context: &ExpansionContext) -> Result<ExpansionPhase> {
+        let mut fields = self.rendered_fields(Phase::Expansion, context.value())?;
+        let capacity = match fields.take("capacity") {
+            None => None,
+            Some(value) => Some(fields.capacity("capacity", value)?),
+        };
+        let pod_template = fields.pod_template()?;
+        let timeout = fields.timeout()?;
+        fields.finish()?;
+        Ok(ExpansionPhase {
+            capacity,
+            pod_template,
+            timeout,
+        })
+    }
+
+    /// Renders `spec.volumeNodeExpansion`: its pod is mandatory, as the
+    /// staging pod is.
+    pub fn render_node_expansion(&self, context: &StagingContext) -> Result<StagingPhase> {
+        self.render_mandatory_pod(Phase::NodeExpansion, context.value())
+    }
+
+    /// Renders `spec.snapshotCreation`.
+    pub fn render_snapshot_creation(
+        &self,
+        context: &SnapshotContext,
+    ) -> Result<SnapshotCreationPhase> {
+        let mut fields = self.rendered_fields(Phase::SnapshotCreation, context.value())?;
+        let handle = fields.handle("handle")?;
+        let size = match fields.take("size") {
+            None => None,
+            Some(value) => Some(fields.capacity("size", value)?),
+        };
+        let pod_template = fields.pod_template()?;
+        let timeout = fields.timeout()?;
+        fields.finish()?;
+        Ok(SnapshotCreationPhase {
+            handle,
+            size,
+            pod_template,
+            timeout,
+        })
+    }
+
+    /// Renders `spec.snapshotDeletion`.
+    pub fn render_snapshot_deletion(&self, context: &SnapshotContext) -> Result<OptionalPodPhase> {
+        self.render_optional_pod(Phase::SnapshotDeletion, context.value())
     }
 
     fn render_optional_pod(&self, phase: Phase, context: &Value) -> Result<OptionalPodPhase> {

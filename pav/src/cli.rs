@@ -14,12 +14,12 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use pav_templates::{
-    CompiledProvisioner, CreationContext, Phase, ProvisioningMode, PvcMap, StagingContext,
-    ValidationContext, samples,
+    CompiledProvisioner, CreationContext, ExpansionContext, Phase, ProvisioningMode, PvcMap,
+    SnapshotContext, StagingContext, ValidationContext, samples,
 };
 use serde::Serialize;
 
-use crate::pods::{PodOrigin, Publication};
+use crate::pods::{PodOrigin, PodTarget, Publication};
 
 /// Pods-as-Volumes: volume provisioners written as pod templates.
 #[derive(Debug, Parser)]
@@ -628,6 +628,67 @@ fn render(
                     .collect();
                 to_yaml(&name, phase, evaluated, pods)?
             }
+        }
+        Phase::Expansion => {
+            // The claim's request is the capacity asked for: raising it is
+            // how a user grows a volume.
+            let (min, max) = pav_templates::context::requested_capacity(&objects.pvc)
+                .map_err(|e| objects.origins.label(e))?;
+            let context = ExpansionContext::new(&objects.pv, Some(&objects.pvc), min, max)
+                .map_err(|e| objects.origins.label(e))?
+                .with_pvc_lookup(lookup);
+            let evaluated = provisioner.render_expansion(&context)?;
+            let pods = evaluated
+                .pod_template
+                .iter()
+                .map(|t| origin.expansion_pod(t, evaluated.timeout, &handle, &pv_name))
+                .collect();
+            to_yaml(&name, phase, evaluated, pods)?
+        }
+        Phase::NodeExpansion => {
+            let context = StagingContext::new(&objects.pvc, &objects.pv, &objects.node, read_only)
+                .map_err(|e| objects.origins.label(e))?
+                .with_pvc_lookup(lookup);
+            let evaluated = provisioner.render_node_expansion(&context)?;
+            let staging = PodTarget {
+                provisioner: &name,
+                phase: Phase::Staging,
+                volume: &crate::pods::staging_key(&handle, &target_path),
+                node: Some(&node_name),
+            }
+            .pod_name();
+            let pod = origin.node_expansion_pod(&evaluated, &staging, &node_name, &claim);
+            to_yaml(&name, phase, evaluated, vec![pod])?
+        }
+        Phase::SnapshotCreation | Phase::SnapshotDeletion => {
+            let uid = objects.pvc.metadata.uid.as_deref().unwrap_or_default();
+            let snapshot = format!("snapshot-{uid}");
+            let (evaluated, key) = if phase == Phase::SnapshotCreation {
+                let context = SnapshotContext::creation(
+                    &snapshot,
+                    &Default::default(),
+                    &objects.pv,
+                    Some(&objects.pvc),
+                )
+                .map_err(|e| objects.origins.label(e))?
+                .with_pvc_lookup(lookup);
+                let evaluated = provisioner.render_snapshot_creation(&context)?;
+                let pod = evaluated
+                    .pod_template
+                    .as_ref()
+                    .map(|t| origin.snapshot_pod(phase, t, evaluated.timeout, &snapshot));
+                (serde_json::to_value(&evaluated)?, pod)
+            } else {
+                let context =
+                    SnapshotContext::deletion(&snapshot, Some(&handle)).with_pvc_lookup(lookup);
+                let evaluated = provisioner.render_snapshot_deletion(&context)?;
+                let pod = evaluated
+                    .pod_template
+                    .as_ref()
+                    .map(|t| origin.snapshot_pod(phase, t, evaluated.timeout, &snapshot));
+                (serde_json::to_value(&evaluated)?, pod)
+            };
+            to_yaml(&name, phase, evaluated, key.into_iter().collect())?
         }
     };
     out.write_all(yaml.as_bytes())?;

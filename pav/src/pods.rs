@@ -99,6 +99,9 @@ pub const ANNOTATION_READ_ONLY: &str = "pav.albertofaria.github.io/read-only";
 /// claim or volume is gone by the time the client pod's volume is
 /// unpublished (claims of terminated pods may be deleted before that).
 pub const ANNOTATION_UNSTAGING: &str = "pav.albertofaria.github.io/unstaging";
+/// Annotation on snapshot pods: the snapshot's name (creation) or handle
+/// (deletion).
+pub const ANNOTATION_SNAPSHOT: &str = "pav.albertofaria.github.io/snapshot";
 /// Finalizer on staging pods: the object (and the state in its annotations)
 /// stays until the volume is unstaged.
 pub const FINALIZER_UNSTAGE: &str = "pav.albertofaria.github.io/unstage";
@@ -119,6 +122,9 @@ pub const HOST_POD_DIR: &str = "/var/lib/pav/pods";
 /// Name of the volume PaV adds to each pod for `/pav`.
 pub const PAV_VOLUME: &str = "pav";
 
+/// Name of the volume PaV adds to a node expansion pod for `/pav/volume`.
+pub const STAGED_VOLUME: &str = "pav-volume";
+
 /// Which volume a pod works on, and where.
 #[derive(Debug, Clone)]
 pub struct PodTarget<'a> {
@@ -127,7 +133,9 @@ pub struct PodTarget<'a> {
     /// The phase the pod carries out.
     pub phase: Phase,
     /// For validation, creation and deletion the claim's UID; for staging
-    /// and unstaging the volume handle.
+    /// and unstaging the [`staging_key`]; for expansion the volume handle;
+    /// for node expansion the staging pod's name; for snapshot creation
+    /// the snapshot's name, for its deletion its handle.
     pub volume: &'a str,
     /// The node, for staging and unstaging.
     pub node: Option<&'a str>,
@@ -228,6 +236,9 @@ pub struct PodParams<'a> {
     pub annotations: Vec<(&'static str, String)>,
     /// Finalizers PaV puts on the pod.
     pub finalizers: Vec<&'static str>,
+    /// For a node expansion pod: the host directory of the staged volume
+    /// (the staging pod's `/pav/volume`), mounted at `/pav/volume`.
+    pub staged_volume: Option<String>,
 }
 
 /// What every pod of one driver shares: the provisioner it belongs to and
@@ -296,6 +307,91 @@ impl<'a> PodOrigin<'a> {
                 timeout,
                 annotations: vec![(ANNOTATION_CLAIM, claim_name(pvc))],
                 finalizers: Vec::new(),
+                staged_volume: None,
+            },
+        )
+    }
+
+    /// The expansion pod of the volume `handle` (PersistentVolume `pv`).
+    pub fn expansion_pod(
+        &self,
+        template: &PodTemplateSpec,
+        timeout: Option<std::time::Duration>,
+        handle: &str,
+        pv: &str,
+    ) -> Pod {
+        build_pod(
+            template,
+            &PodParams {
+                target: PodTarget {
+                    provisioner: self.provisioner,
+                    phase: Phase::Expansion,
+                    volume: handle,
+                    node: None,
+                },
+                owner: self.owner,
+                default_namespace: self.default_namespace,
+                timeout,
+                annotations: vec![(ANNOTATION_PV, pv.to_owned())],
+                finalizers: Vec::new(),
+                staged_volume: None,
+            },
+        )
+    }
+
+    /// The node expansion pod of the volume staged by the staging pod
+    /// `staging_pod` on `node`, for `claim` (`namespace/name`): it runs on
+    /// that node and sees the staged volume at `/pav/volume`.
+    pub fn node_expansion_pod(
+        &self,
+        phase: &pav_templates::StagingPhase,
+        staging_pod: &str,
+        node: &str,
+        claim: &str,
+    ) -> Pod {
+        build_pod(
+            &phase.pod_template,
+            &PodParams {
+                target: PodTarget {
+                    provisioner: self.provisioner,
+                    phase: Phase::NodeExpansion,
+                    volume: staging_pod,
+                    node: Some(node),
+                },
+                owner: self.owner,
+                default_namespace: self.default_namespace,
+                timeout: phase.timeout,
+                annotations: vec![(ANNOTATION_CLAIM, claim.to_owned())],
+                finalizers: Vec::new(),
+                staged_volume: Some(format!("{HOST_POD_DIR}/{staging_pod}/volume")),
+            },
+        )
+    }
+
+    /// The snapshot creation pod of the snapshot named `name`, or the
+    /// snapshot deletion pod of the snapshot whose handle is `name`.
+    pub fn snapshot_pod(
+        &self,
+        phase: Phase,
+        template: &PodTemplateSpec,
+        timeout: Option<std::time::Duration>,
+        name: &str,
+    ) -> Pod {
+        build_pod(
+            template,
+            &PodParams {
+                target: PodTarget {
+                    provisioner: self.provisioner,
+                    phase,
+                    volume: name,
+                    node: None,
+                },
+                owner: self.owner,
+                default_namespace: self.default_namespace,
+                timeout,
+                annotations: vec![(ANNOTATION_SNAPSHOT, name.to_owned())],
+                finalizers: Vec::new(),
+                staged_volume: None,
             },
         )
     }
@@ -339,6 +435,7 @@ impl<'a> PodOrigin<'a> {
                 timeout: staging.timeout,
                 annotations,
                 finalizers: vec![FINALIZER_UNSTAGE],
+                staged_volume: None,
             },
         )
     }
@@ -369,6 +466,7 @@ impl<'a> PodOrigin<'a> {
                 timeout: None,
                 annotations: vec![(ANNOTATION_CLAIM, claim.to_owned())],
                 finalizers: Vec::new(),
+                staged_volume: None,
             },
         )
     }
@@ -391,7 +489,7 @@ impl<'a> PodOrigin<'a> {
 /// let target = PodTarget { provisioner: "p", phase: Phase::Staging, volume: "vol-1", node: Some("node-a") };
 /// let params = PodParams {
 ///     target, owner: None, default_namespace: "pav", timeout: None,
-///     annotations: vec![], finalizers: vec![],
+///     annotations: vec![], finalizers: vec![], staged_volume: None,
 /// };
 /// let pod = build_pod(&template, &params);
 /// let spec = pod.spec.unwrap();
@@ -453,6 +551,16 @@ pub fn build_pod(template: &PodTemplateSpec, params: &PodParams<'_>) -> Pod {
         }),
         ..Volume::default()
     });
+    if let Some(path) = &params.staged_volume {
+        spec.volumes.get_or_insert_with(Vec::new).push(Volume {
+            name: STAGED_VOLUME.to_owned(),
+            host_path: Some(HostPathVolumeSource {
+                path: path.clone(),
+                type_: None,
+            }),
+            ..Volume::default()
+        });
+    }
     let staging = matches!(target.phase, Phase::Staging);
     let containers = spec
         .containers
@@ -473,6 +581,19 @@ pub fn build_pod(template: &PodTemplateSpec, params: &PodParams<'_>) -> Pod {
                 mount_propagation: (staging && privileged).then(|| "Bidirectional".to_owned()),
                 ..VolumeMount::default()
             });
+        if params.staged_volume.is_some() {
+            // The staged volume is a mount made on the host after the
+            // directory was: only propagation shows it in the pod.
+            container
+                .volume_mounts
+                .get_or_insert_with(Vec::new)
+                .push(VolumeMount {
+                    name: STAGED_VOLUME.to_owned(),
+                    mount_path: "/pav/volume".to_owned(),
+                    mount_propagation: Some("HostToContainer".to_owned()),
+                    ..VolumeMount::default()
+                });
+        }
     }
     let mut pod = Pod {
         metadata,

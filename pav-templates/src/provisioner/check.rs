@@ -10,7 +10,7 @@ use super::fields::{
 };
 use crate::duration::parse_timeout;
 use crate::error::{Error, Location};
-use crate::model::ProvisioningMode;
+use crate::model::{DataSourceKind, ProvisioningMode};
 use crate::phase::Phase;
 use crate::quantity::{Rounding, parse_bytes};
 
@@ -153,6 +153,83 @@ impl Checker {
         namespaces
     }
 
+    /// `spec.dataSources`: absent, or a list of distinct data source kinds.
+    /// Not a template: it decides what the CSI driver accepts.
+    pub(super) fn check_data_sources(&mut self, value: Option<&Json>) -> Vec<DataSourceKind> {
+        const PATH: &str = "spec.dataSources";
+        let items = match value {
+            None | Some(Json::Null) => return Vec::new(),
+            Some(Json::Array(items)) if !items.is_empty() => items,
+            Some(other) => {
+                self.problem_schema(
+                    PATH,
+                    &format!(
+                        "must be a non-empty list of VolumeSnapshot and/or PersistentVolumeClaim (it is not a template), not {}",
+                        describe_json(other)
+                    ),
+                );
+                return Vec::new();
+            }
+        };
+        let mut kinds = Vec::new();
+        for (index, item) in items.iter().enumerate() {
+            match serde_json::from_value::<DataSourceKind>(item.clone()) {
+                Ok(kind) if kinds.contains(&kind) => {
+                    self.problem_schema(&format!("{PATH}[{index}]"), "is listed twice");
+                }
+                Ok(kind) => kinds.push(kind),
+                Err(_) => self.problem_schema(
+                    &format!("{PATH}[{index}]"),
+                    &format!(
+                        "{} is not one of VolumeSnapshot, PersistentVolumeClaim",
+                        describe_json(item)
+                    ),
+                ),
+            }
+        }
+        kinds
+    }
+
+    /// The sections pav adds that only make sense with another: node
+    /// expansion grows what expansion grew, a snapshot is deleted only if
+    /// it can be taken, and volumes are created from sources only by a
+    /// creation that can see them.
+    pub(super) fn check_needs(
+        &mut self,
+        spec: &serde_json::Map<String, Json>,
+        modes: Option<&[ProvisioningMode]>,
+        data_sources: &[DataSourceKind],
+    ) {
+        let has = |phase: Phase| spec.contains_key(phase.field());
+        if has(Phase::NodeExpansion) && !has(Phase::Expansion) {
+            self.problem_rule(
+                "spec.volumeNodeExpansion",
+                "may only be specified together with spec.volumeExpansion",
+            );
+        }
+        if has(Phase::SnapshotDeletion) && !has(Phase::SnapshotCreation) {
+            self.problem_rule(
+                "spec.snapshotDeletion",
+                "may only be specified together with spec.snapshotCreation",
+            );
+        }
+        if data_sources.is_empty() {
+            return;
+        }
+        if modes.is_some_and(|modes| !modes.contains(&ProvisioningMode::Dynamic)) {
+            self.problem_rule(
+                "spec.dataSources",
+                "may only be specified if spec.provisioningModes contains Dynamic",
+            );
+        }
+        if data_sources.contains(&DataSourceKind::VolumeSnapshot) && !has(Phase::SnapshotCreation) {
+            self.problem_rule(
+                "spec.dataSources",
+                "lists VolumeSnapshot, which needs spec.snapshotCreation (the snapshots restored are the ones it takes)",
+            );
+        }
+    }
+
     pub(super) fn check_phase(&mut self, phase: Phase, path: &str, value: &Json) -> Node {
         if let Json::Object(map) = value {
             for (key, item) in map {
@@ -166,7 +243,9 @@ impl Checker {
                 }
                 self.check_literal(key, &item_path, item);
             }
-            if phase == Phase::Staging && !map.contains_key("podTemplate") {
+            if matches!(phase, Phase::Staging | Phase::NodeExpansion)
+                && !map.contains_key("podTemplate")
+            {
                 self.problem_schema(&format!("{path}.podTemplate"), "is required");
             }
             if phase == Phase::Validation
@@ -252,6 +331,17 @@ impl Checker {
                         path,
                         &format!("must be a string, not {}", describe_json(value)),
                     );
+                }
+            }
+            Some(Kind::Topology) => {
+                let literal = match value {
+                    Json::Array(items) => !items
+                        .iter()
+                        .any(|i| i.as_str().is_some_and(has_template_syntax)),
+                    _ => true,
+                };
+                if literal && let Err(message) = crate::phase::topology_nodes(value) {
+                    self.problem_schema(path, &message);
                 }
             }
             Some(Kind::Timeout) => {

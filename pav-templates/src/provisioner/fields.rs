@@ -100,6 +100,31 @@ impl Fields<'_> {
         Ok(bytes)
     }
 
+    /// A non-empty string key (`handle`), if present.
+    pub(super) fn handle(&mut self, key: &str) -> Result<Option<String>> {
+        match self.take(key) {
+            None => Ok(None),
+            Some(Json::String(handle)) if !handle.is_empty() => Ok(Some(handle)),
+            Some(other) => Err(self.evaluated(
+                key,
+                format!(
+                    "must evaluate to a non-empty string, not {}",
+                    describe_json(&other)
+                ),
+            )),
+        }
+    }
+
+    /// The `topology` key, if present: the node names it gives.
+    pub(super) fn topology(&mut self) -> Result<Option<Vec<String>>> {
+        match self.take("topology") {
+            None => Ok(None),
+            Some(value) => crate::phase::topology_nodes(&value)
+                .map(Some)
+                .map_err(|message| self.evaluated("topology", message)),
+        }
+    }
+
     pub(super) fn pod_template(&mut self) -> Result<Option<PodTemplateSpec>> {
         let Some(value) = self.take("podTemplate") else {
             return Ok(None);
@@ -248,6 +273,8 @@ pub(super) enum Kind {
     Capacity(Rounding),
     /// A non-empty string.
     Handle,
+    /// Node names: one, or a non-empty list ([`crate::phase::topology_nodes`]).
+    Topology,
     /// A duration such as `5m`.
     Timeout,
     /// A PodTemplateSpec.
@@ -262,7 +289,7 @@ fn is<T: serde::de::DeserializeOwned>(value: &Json) -> bool {
 /// Every key of every phase and what it holds: the one table `pav check`
 /// (a literal value) and rendering (the evaluated one) both read. Which
 /// phase has which keys is [`Phase::keys`].
-const KEYS: [(&str, Kind); 8] = [
+const KEYS: [(&str, Kind); 10] = [
     (
         "volumeModes",
         Kind::EnumList {
@@ -280,7 +307,10 @@ const KEYS: [(&str, Kind); 8] = [
     ("minCapacity", Kind::Capacity(Rounding::Down)),
     ("maxCapacity", Kind::Capacity(Rounding::Up)),
     ("capacity", Kind::Capacity(Rounding::Down)),
+    // A snapshot's size is what a restored volume needs: never less.
+    ("size", Kind::Capacity(Rounding::Up)),
     ("handle", Kind::Handle),
+    ("topology", Kind::Topology),
     ("timeout", Kind::Timeout),
     ("podTemplate", Kind::PodTemplate),
 ];

@@ -415,6 +415,10 @@ impl DriverContext {
             Phase::Deletion => "DeletionFailed",
             Phase::Staging => "StagingFailed",
             Phase::Unstaging => "UnstagingFailed",
+            Phase::Expansion => "ExpansionFailed",
+            Phase::NodeExpansion => "NodeExpansionFailed",
+            Phase::SnapshotCreation => "SnapshotCreationFailed",
+            Phase::SnapshotDeletion => "SnapshotDeletionFailed",
         };
         let event = Event {
             type_: EventType::Warning,
