@@ -35,7 +35,7 @@ die() { log "error: $*"; exit 1; }
 pause_image_tar() { echo "$IMAGES_DIR/pause-$KUBERNETES_VERSION-$(sha256sum "$CLUSTER_DIR/mkimage.py" | cut -c1-8).tar"; }
 busybox_image_tar() {
   local v; v="$(dpkg-query -W -f '${Version}' busybox-static 2>/dev/null || echo unknown)"; v="${v//:/_}"
-  echo "$IMAGES_DIR/busybox-$v-$(sha256sum "$CLUSTER_DIR/mkimage.py" "$CLUSTER_DIR/build-images" | sha256sum | cut -c1-8).tar"
+  echo "$IMAGES_DIR/busybox-$v-$(sha256sum "$CLUSTER_DIR/mkimage.py" "$CLUSTER_DIR/build-images" "$CLUSTER_DIR/busybox-rootfs.sh" | sha256sum | cut -c1-8).tar"
 }
 provisioner_image_tar() { echo "$IMAGES_DIR/csi-provisioner-$CSI_PROVISIONER_VERSION.tar"; }
 resizer_image_tar() { echo "$IMAGES_DIR/csi-resizer-$CSI_RESIZER_VERSION.tar"; }
