@@ -347,7 +347,8 @@ impl Requested {
     }
 }
 
-fn pv_capacity(pv: &PersistentVolume) -> Result<u64> {
+/// A PersistentVolume's `spec.capacity.storage`, in bytes.
+pub fn pv_capacity(pv: &PersistentVolume) -> Result<u64> {
     let object = describe(pv);
     let text = pv
         .spec

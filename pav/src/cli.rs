@@ -649,6 +649,10 @@ fn render(
             let context = StagingContext::new(&objects.pvc, &objects.pv, &objects.node, read_only)
                 .map_err(|e| objects.origins.label(e))?
                 .with_pvc_lookup(lookup);
+            // The claim's request is the size the volume grew to.
+            let (capacity, _) = pav_templates::context::requested_capacity(&objects.pvc)
+                .map_err(|e| objects.origins.label(e))?;
+            let context = context.expanded_to(capacity);
             let evaluated = provisioner.render_node_expansion(&context)?;
             let staging = PodTarget {
                 provisioner: &name,
@@ -657,7 +661,7 @@ fn render(
                 node: Some(&node_name),
             }
             .pod_name();
-            let pod = origin.node_expansion_pod(&evaluated, &staging, &node_name, &claim);
+            let pod = origin.node_expansion_pod(&evaluated, &staging, capacity, &node_name, &claim);
             to_yaml(&name, phase, evaluated, vec![pod])?
         }
         Phase::SnapshotCreation | Phase::SnapshotDeletion => {

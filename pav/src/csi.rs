@@ -3,8 +3,8 @@
 //!
 //! | module | role |
 //! |---|---|
-//! | [`controller`] | Create (validation + creation pods) and Delete (deletion pod) |
-//! | [`node`] | Stage / Unstage per client pod (staging and unstaging pods), collection of `/pav` files |
+//! | [`controller`] | Create (validation + creation pods, from a source), Delete (deletion pod), Expand (expansion pod), Snapshot (snapshot pods) |
+//! | [`node`] | Stage / Unstage per client pod (staging and unstaging pods), node expansion pods, volume stats, collection of `/pav` files |
 //! | [`context`] | the per-driver context: API access, the PavProvisioner watch, pod runs by watch, events, `get_pvc` |
 //! | `pod_cache` | the one watch of this provisioner's pods, and waits on it |
 //! | `provisioner_cache` | the watch of the PavProvisioner, compiled once per generation |
@@ -88,6 +88,16 @@ pub struct NodeArgs {
     pub kubelet_dir: PathBuf,
 }
 
+/// The topology key of every pav driver: each node plugin reports its
+/// node's name under it (kubelet then labels the Node with it), and a
+/// volume accessible from some nodes only gets node affinity on it.
+pub const TOPOLOGY_KEY: &str = "topology.pav.albertofaria.github.io/node";
+
+/// The topology segment of one node.
+pub fn node_topology(node: &str) -> pav_sdk::Topology {
+    pav_sdk::Topology::from([(TOPOLOGY_KEY.to_owned(), node.to_owned())])
+}
+
 async fn driver_context(
     common: &CommonArgs,
     component: &str,
@@ -128,9 +138,15 @@ pub fn controller_provisioner(
             }
         }
     });
+    // Expansion, snapshots and clones are served whatever the spec says
+    // now: the spec may gain them at any time, and a request the spec
+    // cannot serve is answered with an error naming the missing section.
     pav_sdk::Provisioner::new(controller::PodController::new(driver, store))
         .with_create()
         .with_delete()
+        .with_expand()
+        .with_snapshot()
+        .clones_volumes()
         .volume_modes([pav_sdk::VolumeMode::Filesystem, pav_sdk::VolumeMode::Block])
 }
 
@@ -147,6 +163,7 @@ pub async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
     pav_csi::Driver::builder(args.common.provisioner.clone())
         .version(env!("CARGO_PKG_VERSION"))
         .provisioner(provisioner)
+        .topology_aware()
         .serve_controller(&args.common.endpoint)
         .run()
         .await?;
@@ -173,11 +190,14 @@ pub async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     ))
     .with_stage()
     .with_unstage()
+    .with_node_expand()
+    .with_stats()
     .stage_on_publish()
     .volume_modes([pav_sdk::VolumeMode::Filesystem, pav_sdk::VolumeMode::Block]);
     pav_csi::Driver::builder(args.common.provisioner.clone())
         .version(env!("CARGO_PKG_VERSION"))
         .provisioner(provisioner)
+        .node_topology(node_topology(&args.node_id))
         .serve_node(&args.common.endpoint, args.node_id)
         .kubelet_dir(args.kubelet_dir)
         .run()

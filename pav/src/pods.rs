@@ -79,6 +79,10 @@ pub fn timeout_of(pod: &Pod) -> Option<std::time::Duration> {
 pub const ANNOTATION_HANDLE: &str = "pav.albertofaria.github.io/handle";
 /// Annotation with the capacity a pod exported in `/pav/capacity`.
 pub const ANNOTATION_CAPACITY: &str = "pav.albertofaria.github.io/capacity";
+/// Annotation with the snapshot size a pod exported in `/pav/size`.
+pub const ANNOTATION_SIZE: &str = "pav.albertofaria.github.io/size";
+/// Annotation with the node names a pod exported in `/pav/topology`.
+pub const ANNOTATION_TOPOLOGY: &str = "pav.albertofaria.github.io/topology";
 /// Annotation with the message a pod exported in `/pav/error`.
 pub const ANNOTATION_ERROR: &str = "pav.albertofaria.github.io/error";
 /// Annotation set to `"true"` once the node plugin copied the files above.
@@ -340,22 +344,27 @@ impl<'a> PodOrigin<'a> {
     }
 
     /// The node expansion pod of the volume staged by the staging pod
-    /// `staging_pod` on `node`, for `claim` (`namespace/name`): it runs on
-    /// that node and sees the staged volume at `/pav/volume`.
+    /// `staging_pod` on `node`, grown to `capacity` bytes, for `claim`
+    /// (`namespace/name`): it runs on that node and sees the staged volume
+    /// at `/pav/volume`.
     pub fn node_expansion_pod(
         &self,
         phase: &pav_templates::StagingPhase,
         staging_pod: &str,
+        capacity: u64,
         node: &str,
         claim: &str,
     ) -> Pod {
+        // Named after the size too: a pod left by an earlier growth (its
+        // deletion interrupted) is not this one.
+        let key = format!("{staging_pod}\n{capacity}");
         build_pod(
             &phase.pod_template,
             &PodParams {
                 target: PodTarget {
                     provisioner: self.provisioner,
                     phase: Phase::NodeExpansion,
-                    volume: staging_pod,
+                    volume: &key,
                     node: Some(node),
                 },
                 owner: self.owner,

@@ -9,8 +9,11 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::runtime::reflector::Store;
 use kube::{Api, Resource, ResourceExt};
-use pav_sdk::{Create, CreateRequest, Error, Result, Volume};
-use pav_templates::{CreationContext, Phase, ProvisioningMode, ValidationContext};
+use pav_sdk::{ContentSource, Create, CreateRequest, Error, Result, Volume};
+use pav_templates::{
+    CompiledProvisioner, CreationContext, DataSourceKind, Phase, ProvisioningMode, Source,
+    ValidationContext,
+};
 
 use self::deleted::Deleted;
 use super::context::{DriverContext, api_error};
@@ -21,6 +24,8 @@ mod cleanup;
 mod delete;
 pub mod deleted;
 mod error;
+mod expand;
+mod snapshot;
 
 pub use self::cleanup::sweep;
 use self::cleanup::{claim_settled, claim_uid_label, clean_claim_pods};
@@ -147,9 +152,12 @@ impl PodController {
             )
             .map_err(CreateError::Refused)?;
 
-        let context = CreationContext::new(&claim.pvc, &claim.sc)
+        let mut context = CreationContext::new(&claim.pvc, &claim.sc)
             .map_err(CreateError::Context)?
             .with_pvc_lookup(lookup);
+        if let Some(source) = &req.source {
+            context = context.with_source(&self.source(&compiled, source).await?);
+        }
         let default_handle = context.default_handle().to_owned();
         let (compiled_c, context_c) = (compiled.clone(), context.clone());
         let creation = DriverContext::render(move || compiled_c.render_creation(&context_c))
@@ -189,17 +197,14 @@ impl PodController {
         }
 
         let Some(pod) = creation_pod else {
-            let created = state::creation_result(
-                creation.handle.as_deref(),
-                creation.capacity,
-                None,
-                &default_handle,
-            )
-            .map_err(|problem| CreateError::Created {
-                pod: None,
-                problem,
-                undo: None,
-            })?;
+            let created =
+                state::creation_result(&creation, None, &default_handle).map_err(|problem| {
+                    CreateError::Created {
+                        pod: None,
+                        problem,
+                        undo: None,
+                    }
+                })?;
             return Ok(volume(created, req));
         };
         let op = self.driver.metrics.start(Phase::Creation);
@@ -213,13 +218,10 @@ impl PodController {
             Ok(ran) => {
                 let checked = match ran.failure {
                     Some(message) => Err(Failed::Pod(message)),
-                    None => state::creation_result(
-                        creation.handle.as_deref(),
-                        creation.capacity,
-                        ran.collected.as_ref(),
-                        &default_handle,
-                    )
-                    .map_err(Failed::Result),
+                    None => {
+                        state::creation_result(&creation, ran.collected.as_ref(), &default_handle)
+                            .map_err(Failed::Result)
+                    }
                 };
                 match checked {
                     Ok(created) => Ok(created),
@@ -277,6 +279,83 @@ impl PodController {
             .await
     }
 
+    /// What a volume is created from, as the creation templates see it;
+    /// refused unless `spec.dataSources` lists its kind.
+    async fn source(
+        &self,
+        compiled: &CompiledProvisioner,
+        source: &ContentSource,
+    ) -> std::result::Result<Source, CreateError> {
+        let (kind, handle) = match source {
+            ContentSource::Snapshot(handle) => (DataSourceKind::VolumeSnapshot, handle),
+            ContentSource::Volume(handle) => (DataSourceKind::PersistentVolumeClaim, handle),
+            other => return Err(CreateError::UnknownSource(format!("{other:?}"))),
+        };
+        if !compiled.data_sources().contains(&kind) {
+            return Err(CreateError::SourceNotListed {
+                provisioner: self.driver.provisioner.clone(),
+                kind,
+            });
+        }
+        let missing = || CreateError::SourceMissing {
+            kind,
+            handle: handle.to_string(),
+        };
+        let capacity = match kind {
+            DataSourceKind::VolumeSnapshot => {
+                self.recorded_snapshots()
+                    .await
+                    .map_err(CreateError::ReadObjects)?
+                    .into_iter()
+                    .find(|s| s.handle == **handle)
+                    .ok_or_else(missing)?
+                    .size_bytes
+            }
+            DataSourceKind::PersistentVolumeClaim => {
+                let pv = self.volume_pv(handle).await.ok_or_else(missing)?;
+                pav_templates::context::pv_capacity(&pv).map_err(CreateError::Context)?
+            }
+        };
+        Ok(Source {
+            kind,
+            handle: handle.to_string(),
+            capacity,
+        })
+    }
+
+    /// The PersistentVolume of this driver whose handle is `handle`, from
+    /// the watch of PersistentVolumes (the volumes' records).
+    async fn volume_pv(&self, handle: &str) -> Option<Arc<PersistentVolume>> {
+        let _ = self.volumes.wait_until_ready().await;
+        let provisioner = &self.driver.provisioner;
+        self.volumes.find(|pv| {
+            pv.spec
+                .as_ref()
+                .and_then(|s| s.csi.as_ref())
+                .is_some_and(|c| &c.driver == provisioner && c.volume_handle == handle)
+        })
+    }
+
+    /// The claim `pv` is bound to, as it is now; `None` when the volume
+    /// has no claim or the claim is gone.
+    async fn bound_claim(
+        &self,
+        pv: &PersistentVolume,
+    ) -> std::result::Result<Option<PersistentVolumeClaim>, super::context::DriverError> {
+        let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
+            return Ok(None);
+        };
+        let (namespace, name) = (
+            claim_ref.namespace.as_deref().unwrap_or_default(),
+            claim_ref.name.as_deref().unwrap_or_default(),
+        );
+        let live = Api::<PersistentVolumeClaim>::namespaced(self.driver.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(|e| api_error(&format!("PersistentVolumeClaim {namespace}/{name}"), e))?;
+        Ok(live.filter(|pvc| pvc.uid() == claim_ref.uid))
+    }
+
     /// Deletes the claim's validation and creation pods once the claim is
     /// bound (their results are then recorded in the PersistentVolume) or gone.
     fn clean_up_when_bound(&self, claim: &Claim) {
@@ -311,10 +390,15 @@ impl PodController {
 }
 
 /// The volume answered to CreateVolume: its volume context is the
-/// StorageClass parameters (the guide's `params` when staging).
+/// StorageClass parameters (the guide's `params` when staging); its
+/// topology the nodes it is accessible from, as the node plugins report
+/// theirs ([`super::node_topology`]).
 fn volume(created: state::Created, req: &CreateRequest) -> Volume {
     let mut volume = Volume::new(created.handle, created.capacity);
     volume.context = req.parameters.clone();
+    for node in &created.topology {
+        volume = volume.accessible_from(super::node_topology(node));
+    }
     volume
 }
 
@@ -355,15 +439,7 @@ impl Create for PodController {
 
     /// A volume exists while a PersistentVolume of this driver has its handle.
     async fn exists(&self, volume: &pav_sdk::VolumeId) -> Result<bool> {
-        let _ = self.volumes.wait_until_ready().await;
-        let provisioner = &self.driver.provisioner;
-        let found = self.volumes.find(|pv| {
-            pv.spec
-                .as_ref()
-                .and_then(|s| s.csi.as_ref())
-                .is_some_and(|c| &c.driver == provisioner && c.volume_handle == *volume)
-        });
-        Ok(found.is_some())
+        Ok(self.volume_pv(volume).await.is_some())
     }
 }
 

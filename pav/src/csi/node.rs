@@ -18,6 +18,7 @@ use super::state::{self, PodState};
 
 pub mod collector;
 mod error;
+mod growth;
 mod pod_dir;
 
 pub use self::collector::{collect, sweep_dirs};

@@ -104,13 +104,24 @@ impl DriverContext {
         pod: &Pod,
         files: PodFiles<'_>,
     ) -> Result<(), PhaseError> {
+        self.run_phase_exporting(phase, pod, files).await.map(drop)
+    }
+
+    /// [`run_phase`](Self::run_phase), returning the `/pav` files the pod
+    /// exported (for [`PodFiles::Collected`]).
+    pub async fn run_phase_exporting(
+        &self,
+        phase: Phase,
+        pod: &Pod,
+        files: PodFiles<'_>,
+    ) -> Result<Option<Collected>, PhaseError> {
         let op = self.metrics.start(phase);
         let result = match self.run_pod(phase, pod, files).await {
             Ok(Ran {
                 failure: Some(message),
                 ..
             }) => Err(PhaseError::Failed(message)),
-            Ok(_) => Ok(()),
+            Ok(ran) => Ok(ran.collected),
             Err(e) => Err(PhaseError::Run(e)),
         };
         op.finish(&result);

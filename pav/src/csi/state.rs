@@ -7,7 +7,10 @@ use k8s_openapi::api::core::v1::Pod;
 use pav_templates::Phase;
 use pav_templates::quantity::{Rounding, parse_bytes};
 
-use crate::pods::{ANNOTATION_CAPACITY, ANNOTATION_COLLECTED, ANNOTATION_ERROR, ANNOTATION_HANDLE};
+use crate::pods::{
+    ANNOTATION_CAPACITY, ANNOTATION_COLLECTED, ANNOTATION_ERROR, ANNOTATION_HANDLE,
+    ANNOTATION_SIZE, ANNOTATION_TOPOLOGY,
+};
 
 /// Where a PaV pod is in its life.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,6 +138,10 @@ pub struct Collected {
     pub handle: Option<String>,
     /// `/pav/capacity`, trimmed.
     pub capacity: Option<String>,
+    /// `/pav/size`, trimmed (a snapshot's size).
+    pub size: Option<String>,
+    /// `/pav/topology`, trimmed (the nodes a new volume is accessible from).
+    pub topology: Option<String>,
     /// `/pav/error`, trimmed.
     pub error: Option<String>,
 }
@@ -155,8 +162,22 @@ impl Collected {
         Some(Collected {
             handle: get(ANNOTATION_HANDLE),
             capacity: get(ANNOTATION_CAPACITY),
+            size: get(ANNOTATION_SIZE),
+            topology: get(ANNOTATION_TOPOLOGY),
             error: get(ANNOTATION_ERROR),
         })
+    }
+
+    /// The files a pod exported in its `/pav` directory `dir`, as the node
+    /// sees it.
+    pub fn read(dir: &std::path::Path) -> Self {
+        Collected {
+            handle: read_exported(dir, "handle"),
+            capacity: read_exported(dir, "capacity"),
+            size: read_exported(dir, "size"),
+            topology: read_exported(dir, "topology"),
+            error: read_exported(dir, "error"),
+        }
     }
 
     /// The annotations that record these files on the pod.
@@ -164,6 +185,8 @@ impl Collected {
         serde_json::json!({
             ANNOTATION_HANDLE: self.handle,
             ANNOTATION_CAPACITY: self.capacity,
+            ANNOTATION_SIZE: self.size,
+            ANNOTATION_TOPOLOGY: self.topology,
             ANNOTATION_ERROR: self.error,
             ANNOTATION_COLLECTED: "true",
         })
@@ -189,6 +212,8 @@ pub struct Created {
     pub handle: String,
     /// The capacity in bytes.
     pub capacity: u64,
+    /// The nodes the volume is accessible from; empty: every node.
+    pub topology: Vec<String>,
 }
 
 /// Why what a creation evaluated or exported is no volume.
@@ -205,30 +230,98 @@ pub enum CreatedError {
         "spec.volumeCreation.capacity is not set and the creation pod did not write /pav/capacity"
     )]
     NoCapacity,
+    /// `/pav/topology` is no node name or list of node names.
+    #[error("/pav/topology: {0}")]
+    Topology(String),
+}
+
+/// The node names in a `/pav/topology` file: one name, or a YAML list.
+pub fn parse_topology(text: &str) -> Result<Vec<String>, String> {
+    let value = pav_templates::yaml::yaml_to_json(text)?;
+    pav_templates::phase::topology_nodes(&value)
 }
 
 /// Applies the guide's precedence: handle from the spec, else `/pav/handle`,
 /// else `default_handle`; capacity from the spec, else `/pav/capacity`
 /// (required then, as a quantity or a number of bytes).
 pub fn creation_result(
-    spec_handle: Option<&str>,
-    spec_capacity: Option<u64>,
+    creation: &pav_templates::CreationPhase,
     collected: Option<&Collected>,
     default_handle: &str,
 ) -> Result<Created, CreatedError> {
-    let handle = spec_handle
-        .map(str::to_owned)
-        .or_else(|| collected.and_then(|c| c.handle.clone()))
-        .unwrap_or_else(|| default_handle.to_owned());
-    if handle.is_empty() || handle.len() > 128 || handle.contains(['\n', '\r']) {
-        return Err(CreatedError::Handle(handle));
-    }
-    let capacity = match (spec_capacity, collected.and_then(|c| c.capacity.as_deref())) {
+    let handle = exported_handle(creation.handle.as_deref(), collected, default_handle)
+        .map_err(CreatedError::Handle)?;
+    let capacity = match (
+        creation.capacity,
+        collected.and_then(|c| c.capacity.as_deref()),
+    ) {
         (Some(bytes), _) => bytes,
         (None, Some(text)) => parse_bytes(text, Rounding::Down).map_err(CreatedError::Capacity)?,
         (None, None) => return Err(CreatedError::NoCapacity),
     };
-    Ok(Created { handle, capacity })
+    let topology = match (
+        &creation.topology,
+        collected.and_then(|c| c.topology.as_deref()),
+    ) {
+        (Some(nodes), _) => nodes.clone(),
+        (None, Some(text)) => parse_topology(text).map_err(CreatedError::Topology)?,
+        (None, None) => Vec::new(),
+    };
+    Ok(Created {
+        handle,
+        capacity,
+        topology,
+    })
+}
+
+/// A handle from the spec, else from `/pav/handle`, else the default; the
+/// offending handle when it is empty, longer than 128 bytes or not one line.
+pub fn exported_handle(
+    spec: Option<&str>,
+    collected: Option<&Collected>,
+    default: &str,
+) -> Result<String, String> {
+    let handle = spec
+        .map(str::to_owned)
+        .or_else(|| collected.and_then(|c| c.handle.clone()))
+        .unwrap_or_else(|| default.to_owned());
+    if handle.is_empty() || handle.len() > 128 || handle.contains(['\n', '\r']) {
+        return Err(handle);
+    }
+    Ok(handle)
+}
+
+/// A staging pod's `/pav/stats`: a YAML map of `used` and `available`,
+/// each a number of bytes or a quantity; the total is their sum.
+pub fn parse_stats(text: &str) -> Result<pav_sdk::Usage, String> {
+    let value = pav_templates::yaml::yaml_to_json(text)?;
+    let Some(map) = value.as_object() else {
+        return Err("must be a map of used and available bytes".into());
+    };
+    if let Some(key) = map
+        .keys()
+        .find(|k| !["used", "available"].contains(&k.as_str()))
+    {
+        return Err(format!("unknown key {key:?} (allowed: used, available)"));
+    }
+    let bytes = |key: &str| -> Result<u64, String> {
+        match map.get(key) {
+            None => Err(format!("{key} is missing")),
+            Some(serde_json::Value::Number(n)) => n
+                .as_u64()
+                .ok_or_else(|| format!("{key}: {n} is not a number of bytes")),
+            Some(serde_json::Value::String(text)) => {
+                parse_bytes(text, Rounding::Down).map_err(|e| format!("{key}: {e}"))
+            }
+            Some(other) => Err(format!("{key}: {other} is not a number of bytes")),
+        }
+    };
+    let (used, available) = (bytes("used")?, bytes("available")?);
+    Ok(pav_sdk::Usage {
+        total: used.saturating_add(available),
+        available,
+        used,
+    })
 }
 
 /// The message a user sees when a phase's pod fails: phase, pod, and what
@@ -370,7 +463,7 @@ mod tests {
         let files = Collected {
             handle: Some("vol-1".into()),
             capacity: Some("1Gi".into()),
-            error: None,
+            ..Collected::default()
         };
         assert_eq!(files.annotations()[ANNOTATION_COLLECTED], "true");
         let mut annotations = std::collections::BTreeMap::new();
@@ -381,35 +474,55 @@ mod tests {
         assert_eq!(Collected::of(&p), Some(files));
     }
 
+    fn creation(
+        handle: Option<&str>,
+        capacity: Option<u64>,
+        topology: Option<&[&str]>,
+    ) -> pav_templates::CreationPhase {
+        pav_templates::CreationPhase {
+            handle: handle.map(str::to_owned),
+            capacity,
+            topology: topology.map(|nodes| nodes.iter().map(|n| (*n).to_owned()).collect()),
+            pod_template: None,
+            timeout: None,
+        }
+    }
+
     #[test]
     fn creation_precedence() {
         let files = Collected {
             handle: Some("from-pod".into()),
             capacity: Some("2Ki".into()),
-            error: None,
+            topology: Some("[node-b, node-c]".into()),
+            ..Collected::default()
         };
         assert_eq!(
-            creation_result(Some("spec"), Some(5), Some(&files), "pvc-1"),
+            creation_result(
+                &creation(Some("spec"), Some(5), Some(&["node-a"])),
+                Some(&files),
+                "pvc-1"
+            ),
             Ok(Created {
                 handle: "spec".into(),
-                capacity: 5
+                capacity: 5,
+                topology: vec!["node-a".into()],
             })
         );
         assert_eq!(
-            creation_result(None, None, Some(&files), "pvc-1"),
+            creation_result(&creation(None, None, None), Some(&files), "pvc-1"),
             Ok(Created {
                 handle: "from-pod".into(),
-                capacity: 2048
+                capacity: 2048,
+                topology: vec!["node-b".into(), "node-c".into()],
             })
         );
+        let created = creation_result(&creation(None, Some(7), None), None, "pvc-1").unwrap();
         assert_eq!(
-            creation_result(None, Some(7), None, "pvc-1")
-                .unwrap()
-                .handle,
-            "pvc-1"
+            (created.handle.as_str(), created.topology),
+            ("pvc-1", vec![])
         );
         assert_eq!(
-            creation_result(None, None, None, "pvc-1"),
+            creation_result(&creation(None, None, None), None, "pvc-1"),
             Err(CreatedError::NoCapacity)
         );
         let bad = Collected {
@@ -417,13 +530,45 @@ mod tests {
             ..Collected::default()
         };
         assert!(matches!(
-            creation_result(None, None, Some(&bad), "pvc-1"),
+            creation_result(&creation(None, None, None), Some(&bad), "pvc-1"),
             Err(CreatedError::Capacity(_))
         ));
+        let bad = Collected {
+            topology: Some("[Node_A]".into()),
+            ..Collected::default()
+        };
+        assert!(matches!(
+            creation_result(&creation(None, Some(1), None), Some(&bad), "pvc-1"),
+            Err(CreatedError::Topology(_))
+        ));
         assert_eq!(
-            creation_result(Some(&"x".repeat(129)), Some(1), None, "p"),
+            creation_result(&creation(Some(&"x".repeat(129)), Some(1), None), None, "p"),
             Err(CreatedError::Handle("x".repeat(129)))
         );
+    }
+
+    #[test]
+    fn stats_files() {
+        assert_eq!(
+            parse_stats("used: 1Ki\navailable: 3072\n"),
+            Ok(pav_sdk::Usage {
+                total: 4096,
+                available: 3072,
+                used: 1024
+            })
+        );
+        assert!(
+            parse_stats("used: 1")
+                .unwrap_err()
+                .contains("available is missing")
+        );
+        assert!(parse_stats("used: 1\navailable: -2").is_err());
+        assert!(
+            parse_stats("used: 1\navailable: 2\nfree: 3")
+                .unwrap_err()
+                .contains("free")
+        );
+        assert!(parse_stats("[1, 2]").is_err());
     }
 
     #[test]

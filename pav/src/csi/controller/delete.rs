@@ -62,14 +62,8 @@ impl Delete for PodController {
 
 impl PodController {
     async fn delete_volume(&self, req: &DeleteRequest) -> std::result::Result<(), DeleteError> {
-        let _ = self.volumes.wait_until_ready().await;
         let provisioner = &self.driver.provisioner;
-        let Some(pv) = self.volumes.find(|pv| {
-            pv.spec
-                .as_ref()
-                .and_then(|s| s.csi.as_ref())
-                .is_some_and(|c| &c.driver == provisioner && c.volume_handle == req.handle)
-        }) else {
+        let Some(pv) = self.volume_pv(&req.handle).await else {
             tracing::info!(handle = %req.handle, "no PersistentVolume has this handle: nothing to delete");
             return Ok(());
         };
@@ -79,17 +73,10 @@ impl PodController {
             return Ok(());
         }
         let client = self.driver.client.clone();
-        let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.clone());
-        let live = match &claim_ref {
-            Some(r) => Api::<PersistentVolumeClaim>::namespaced(
-                client.clone(),
-                r.namespace.as_deref().unwrap_or_default(),
-            )
-            .get_opt(r.name.as_deref().unwrap_or_default())
+        let live = self
+            .bound_claim(&pv)
             .await
-            .map_err(|e| DeleteError::ReadObjects(api_error("the volume's claim", e)))?,
-            None => None,
-        };
+            .map_err(DeleteError::ReadObjects)?;
         let Some(pvc) = claim_from_pv(&pv, live) else {
             tracing::warn!(handle = %req.handle, "the PersistentVolume has no claimRef: no deletion pod");
             return Ok(());

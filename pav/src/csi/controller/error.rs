@@ -43,6 +43,25 @@ pub(super) enum CreateError {
     /// The claim asks for an access mode PaV does not know.
     #[error("access mode {0} is not supported")]
     AccessMode(String),
+    /// The request's data source is of a kind pav does not know.
+    #[error("data source {0} is not supported")]
+    UnknownSource(String),
+    /// `spec.dataSources` does not list the claim's data source kind.
+    #[error("PavProvisioner {provisioner} does not create volumes from a {}: spec.dataSources does not list it", kind.as_str())]
+    SourceNotListed {
+        /// Its name.
+        provisioner: String,
+        /// The claim's data source kind.
+        kind: pav_templates::DataSourceKind,
+    },
+    /// The data source does not exist (any more).
+    #[error("the {} to create the volume from, handle {handle:?}, does not exist", kind.as_str())]
+    SourceMissing {
+        /// Its kind.
+        kind: pav_templates::DataSourceKind,
+        /// Its handle.
+        handle: String,
+    },
     /// The evaluated validation rules refuse the request.
     #[error("{0}")]
     Refused(#[source] pav_templates::phase::Refusal),
@@ -106,6 +125,9 @@ impl CreateError {
             | CreateError::Context(_)
             | CreateError::Render { .. }
             | CreateError::AccessMode(_)
+            | CreateError::UnknownSource(_)
+            | CreateError::SourceNotListed { .. }
+            | CreateError::SourceMissing { .. }
             | CreateError::PodCache(_)
             | CreateError::CreationPod(_)
             | CreateError::CreationPodFailed { .. }
@@ -127,11 +149,14 @@ impl From<CreateError> for Error {
             | CreateError::NotDynamic { .. }
             | CreateError::Context(_)
             | CreateError::AccessMode(_)
+            | CreateError::UnknownSource(_)
+            | CreateError::SourceNotListed { .. }
             | CreateError::Refused(Refusal::VolumeMode { .. } | Refusal::AccessMode { .. })
             | CreateError::ValidationPod(PhaseError::Failed(_)) => Error::InvalidArgument(message),
             CreateError::Refused(Refusal::AboveMaximum { .. } | Refusal::BelowMinimum { .. }) => {
                 Error::OutOfRange(message)
             }
+            CreateError::SourceMissing { .. } => Error::NotFound(message),
             CreateError::ReadObjects(e)
             | CreateError::Provisioner(e)
             | CreateError::Render { source: e, .. }

@@ -377,7 +377,8 @@ async fn a_creation_pod_runs_to_completion_and_its_files_make_the_volume() {
         succeeded(state::Collected {
             handle: Some("vol-from-pod".into()),
             capacity: Some("2Mi".into()),
-            error: None,
+            topology: Some("node-a".into()),
+            ..state::Collected::default()
         })
     }));
     let volume = create_volume(client, request(1 << 20))
@@ -387,6 +388,18 @@ async fn a_creation_pod_runs_to_completion_and_its_files_make_the_volume() {
         .unwrap();
     assert_eq!(volume.volume_id, "vol-from-pod");
     assert_eq!(volume.capacity_bytes, 2 << 20);
+    let topology: Vec<_> = volume
+        .accessible_topology
+        .iter()
+        .map(|t| &t.segments)
+        .collect();
+    assert_eq!(
+        topology,
+        [&std::collections::HashMap::from([(
+            crate::csi::TOPOLOGY_KEY.to_owned(),
+            "node-a".to_owned()
+        )])]
+    );
 
     let created = server.created_pods();
     assert_eq!(created.len(), 1, "{created:#?}");

@@ -12,7 +12,7 @@ use pav_templates::Phase;
 
 use super::pod_dir::remove_pod_dir;
 use crate::csi::context::DriverContext;
-use crate::csi::state::{self, Collected, PodState};
+use crate::csi::state::{Collected, PodState};
 use crate::pods::LABEL_PHASE;
 
 /// Every 30 s, removes the `/pav` directories of validation, creation and
@@ -74,8 +74,14 @@ pub async fn sweep_dirs(driver: Arc<DriverContext>, node: String, pods_dir: Path
 
 /// The phases whose pods' `/pav` files the node plugin collects (and whose
 /// directories, named after the pods, it removes).
-pub(super) const COLLECTED_PHASES: [Phase; 3] =
-    [Phase::Validation, Phase::Creation, Phase::Deletion];
+pub(super) const COLLECTED_PHASES: [Phase; 6] = [
+    Phase::Validation,
+    Phase::Creation,
+    Phase::Deletion,
+    Phase::Expansion,
+    Phase::SnapshotCreation,
+    Phase::SnapshotDeletion,
+];
 
 /// Whether `pod` is a pod of one of the [`COLLECTED_PHASES`].
 pub(super) fn is_collectable(pod: &Pod) -> bool {
@@ -173,11 +179,7 @@ pub async fn collect(driver: Arc<DriverContext>, pods_dir: PathBuf) {
 /// if the annotation failed (the files stay for the next try).
 pub(super) async fn collect_pod(driver: &DriverContext, pods_dir: &Path, pod: &Pod) -> bool {
     let dir = pods_dir.join(pod.name_any());
-    let files = Collected {
-        handle: state::read_exported(&dir, "handle"),
-        capacity: state::read_exported(&dir, "capacity"),
-        error: state::read_exported(&dir, "error"),
-    };
+    let files = Collected::read(&dir);
     let patch = serde_json::json!({"metadata": {"annotations": files.annotations()}});
     let namespace = pod.namespace().unwrap_or_default();
     let patched = driver

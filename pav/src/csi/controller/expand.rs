@@ -1,0 +1,186 @@
+//! ControllerExpandVolume: `spec.volumeExpansion`, its optional expansion
+//! pod, and whether the nodes must grow the volume too
+//! (`spec.volumeNodeExpansion`).
+
+use kube::{Resource, ResourceExt};
+use pav_sdk::{Error, Expand, ExpandRequest, Expanded, Result};
+use pav_templates::quantity::{Rounding, parse_bytes};
+use pav_templates::{ExpansionContext, Phase};
+
+use super::PodController;
+use crate::csi::context::{DriverContext, DriverError, pod_ref};
+use crate::csi::phase_run::{PhaseError, PodFiles};
+
+/// Why ControllerExpandVolume failed: one variant per step;
+/// `From<ExpandError> for pav_sdk::Error` is the one mapping to CSI codes.
+#[derive(Debug, thiserror::Error)]
+enum ExpandError {
+    /// No PersistentVolume of this driver has the handle.
+    #[error("no PersistentVolume of driver {provisioner} has volume handle {handle:?}")]
+    NoVolume {
+        /// The driver.
+        provisioner: String,
+        /// The handle asked about.
+        handle: String,
+    },
+    /// The PavProvisioner is missing, not listed yet or invalid.
+    #[error("{0}")]
+    Provisioner(#[source] DriverError),
+    /// The PavProvisioner has no `spec.volumeExpansion`.
+    #[error("PavProvisioner {provisioner} has no spec.volumeExpansion: its volumes do not grow")]
+    NotExpandable {
+        /// Its name.
+        provisioner: String,
+    },
+    /// Reading the volume's claim.
+    #[error("{0}")]
+    ReadClaim(#[source] DriverError),
+    /// The volume makes no template context.
+    #[error("{0}")]
+    Context(#[source] pav_templates::Error),
+    /// Evaluating `spec.volumeExpansion`.
+    #[error("{0}")]
+    Render(#[source] DriverError),
+    /// The expansion pod failed or did not finish.
+    #[error("{0}")]
+    ExpansionPod(#[source] PhaseError),
+    /// The pod's `/pav/capacity` is no quantity.
+    #[error("expansion pod {pod}: /pav/capacity: {source}")]
+    Capacity {
+        /// The pod, `namespace/name`.
+        pod: String,
+        #[source]
+        source: pav_templates::quantity::QuantityError,
+    },
+    /// The volume did not grow to what was asked.
+    #[error("the volume grew to {capacity} bytes, less than the {requested} bytes requested")]
+    TooSmall {
+        /// What the spec or the pod gave.
+        capacity: u64,
+        /// What the claim asks for.
+        requested: u64,
+    },
+}
+
+impl From<ExpandError> for Error {
+    /// An unknown volume is `NOT_FOUND`; a provisioner without expansion
+    /// `FAILED_PRECONDITION` (external-resizer retries with backoff, so
+    /// adding the section later takes effect); a failed pod or a volume
+    /// that did not grow enough `INTERNAL`; the API, render and pod-run
+    /// steps keep the code of the driver's error.
+    fn from(error: ExpandError) -> Self {
+        let message = error.to_string();
+        match error {
+            ExpandError::NoVolume { .. } => Error::NotFound(message),
+            ExpandError::NotExpandable { .. } => Error::FailedPrecondition(message),
+            ExpandError::Context(_)
+            | ExpandError::ExpansionPod(PhaseError::Failed(_))
+            | ExpandError::Capacity { .. }
+            | ExpandError::TooSmall { .. } => Error::Internal(message),
+            ExpandError::Provisioner(e)
+            | ExpandError::ReadClaim(e)
+            | ExpandError::Render(e)
+            | ExpandError::ExpansionPod(PhaseError::Run(e)) => e.into(),
+        }
+    }
+}
+
+#[pav_sdk::async_trait]
+impl Expand for PodController {
+    async fn expand(&self, req: ExpandRequest) -> Result<Expanded> {
+        self.expand_volume(&req).await.map_err(Error::from)
+    }
+}
+
+impl PodController {
+    async fn expand_volume(
+        &self,
+        req: &ExpandRequest,
+    ) -> std::result::Result<Expanded, ExpandError> {
+        let provisioner = &self.driver.provisioner;
+        let pv = self
+            .volume_pv(&req.handle)
+            .await
+            .ok_or_else(|| ExpandError::NoVolume {
+                provisioner: provisioner.clone(),
+                handle: req.handle.to_string(),
+            })?;
+        let (compiled, owner) = self
+            .driver
+            .compiled()
+            .await
+            .map_err(ExpandError::Provisioner)?;
+        if !compiled.has_phase(Phase::Expansion) {
+            return Err(ExpandError::NotExpandable {
+                provisioner: provisioner.clone(),
+            });
+        }
+        let node_expansion = compiled.has_phase(Phase::NodeExpansion);
+        let pvc = self
+            .bound_claim(&pv)
+            .await
+            .map_err(ExpandError::ReadClaim)?;
+        let requested = req.capacity.min_bytes.unwrap_or(0);
+        let context = ExpansionContext::new(&pv, pvc.as_ref(), requested, req.capacity.max_bytes)
+            .map_err(ExpandError::Context)?
+            .with_pvc_lookup(self.driver.lookup());
+        let expansion = DriverContext::render(move || compiled.render_expansion(&context))
+            .await
+            .map_err(ExpandError::Render)?;
+        // Events go to the claim, where the user asked for more room.
+        let regarding = match &pvc {
+            Some(pvc) => pvc.object_ref(&()),
+            None => pv.object_ref(&()),
+        };
+        let exported = match &expansion.pod_template {
+            None => None,
+            Some(template) => {
+                // Named after the size too: a pod left by an earlier
+                // growth (its deletion interrupted) is not this one.
+                let key = format!("{}\n{requested}", req.handle);
+                let pod = self.driver.origin(owner.as_ref()).expansion_pod(
+                    template,
+                    expansion.timeout,
+                    &key,
+                    &pv.name_any(),
+                );
+                let ran = self
+                    .driver
+                    .run_phase_exporting(Phase::Expansion, &pod, PodFiles::Collected)
+                    .await;
+                if let Err(PhaseError::Failed(message)) = &ran {
+                    self.driver
+                        .warn(&regarding, Phase::Expansion, message, Some(pod_ref(&pod)))
+                        .await;
+                }
+                let pod_name =
+                    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+                let collected = ran.map_err(ExpandError::ExpansionPod)?;
+                Some((pod_name, collected.and_then(|c| c.capacity)))
+            }
+        };
+        let capacity = match (expansion.capacity, exported) {
+            (Some(bytes), _) => bytes,
+            (None, Some((pod, Some(text)))) => parse_bytes(&text, Rounding::Down)
+                .map_err(|source| ExpandError::Capacity { pod, source })?,
+            (None, _) => requested,
+        };
+        if capacity < requested {
+            let error = ExpandError::TooSmall {
+                capacity,
+                requested,
+            };
+            self.driver
+                .warn(&regarding, Phase::Expansion, &error.to_string(), None)
+                .await;
+            return Err(error);
+        }
+        tracing::info!(handle = %req.handle, capacity, node_expansion, "volume expanded");
+        let expanded = Expanded::new(capacity);
+        Ok(if node_expansion {
+            expanded.with_node_expansion()
+        } else {
+            expanded
+        })
+    }
+}

@@ -1,0 +1,287 @@
+//! CreateSnapshot, DeleteSnapshot and ListSnapshots: `spec.snapshotCreation`
+//! and `spec.snapshotDeletion`, their optional pods, and the snapshots the
+//! cluster records (VolumeSnapshotContents of this driver).
+
+use std::time::SystemTime;
+
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::{Resource, ResourceExt};
+use pav_sdk::{DeleteSnapshotRequest, Error, Result, Snapshot, SnapshotInfo, SnapshotRequest};
+use pav_templates::quantity::{Rounding, parse_bytes};
+use pav_templates::{Phase, SnapshotContext};
+
+use super::PodController;
+use crate::csi::context::{DriverContext, DriverError, api_error, pod_ref};
+use crate::csi::phase_run::{PhaseError, PodFiles};
+use crate::csi::state;
+
+/// Why CreateSnapshot or DeleteSnapshot failed: one variant per step;
+/// `From<SnapshotError> for pav_sdk::Error` is the one mapping to CSI codes.
+#[derive(Debug, thiserror::Error)]
+enum SnapshotError {
+    /// No PersistentVolume of this driver has the source handle.
+    #[error("no PersistentVolume of driver {provisioner} has volume handle {handle:?}")]
+    NoVolume {
+        /// The driver.
+        provisioner: String,
+        /// The source handle asked about.
+        handle: String,
+    },
+    /// The PavProvisioner is missing, not listed yet or invalid.
+    #[error("{0}")]
+    Provisioner(#[source] DriverError),
+    /// The PavProvisioner has no `spec.snapshotCreation`.
+    #[error("PavProvisioner {provisioner} has no spec.snapshotCreation: it takes no snapshots")]
+    NoSnapshots {
+        /// Its name.
+        provisioner: String,
+    },
+    /// Reading the source volume's claim or the recorded snapshots.
+    #[error("{0}")]
+    ReadObjects(#[source] DriverError),
+    /// The source volume makes no template context.
+    #[error("{0}")]
+    Context(#[source] pav_templates::Error),
+    /// Evaluating `spec.snapshotCreation` or `spec.snapshotDeletion`.
+    #[error("{0}")]
+    Render(#[source] DriverError),
+    /// The snapshot creation or deletion pod failed or did not finish.
+    #[error("{0}")]
+    Pod(#[source] PhaseError),
+    /// The handle the spec or the pod gave is no handle.
+    #[error("snapshot handle {0:?} must be 1 to 128 bytes on one line")]
+    Handle(String),
+    /// The pod's `/pav/size` is no quantity.
+    #[error("snapshot creation pod {pod}: /pav/size: {source}")]
+    Size {
+        /// The pod, `namespace/name`.
+        pod: String,
+        #[source]
+        source: pav_templates::quantity::QuantityError,
+    },
+}
+
+impl From<SnapshotError> for Error {
+    /// An unknown source is `NOT_FOUND`; a provisioner without snapshots
+    /// `FAILED_PRECONDITION`; what the spec or a pod got wrong `INTERNAL`;
+    /// the API, render and pod-run steps keep the code of the driver's
+    /// error. csi-snapshotter retries every error with backoff.
+    fn from(error: SnapshotError) -> Self {
+        let message = error.to_string();
+        match error {
+            SnapshotError::NoVolume { .. } => Error::NotFound(message),
+            SnapshotError::NoSnapshots { .. } => Error::FailedPrecondition(message),
+            SnapshotError::Context(_)
+            | SnapshotError::Pod(PhaseError::Failed(_))
+            | SnapshotError::Handle(_)
+            | SnapshotError::Size { .. } => Error::Internal(message),
+            SnapshotError::Provisioner(e)
+            | SnapshotError::ReadObjects(e)
+            | SnapshotError::Render(e)
+            | SnapshotError::Pod(PhaseError::Run(e)) => e.into(),
+        }
+    }
+}
+
+/// The VolumeSnapshotContent resource (external-snapshotter's CRD).
+fn snapshot_contents() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("snapshot.storage.k8s.io", "v1", "VolumeSnapshotContent"),
+        "volumesnapshotcontents",
+    )
+}
+
+/// A snapshot as its VolumeSnapshotContent records it, if it is one of
+/// `driver`'s that was taken (csi-snapshotter writes the status).
+fn recorded_snapshot(content: &DynamicObject, driver: &str) -> Option<SnapshotInfo> {
+    let data = &content.data;
+    if data.pointer("/spec/driver").and_then(|d| d.as_str()) != Some(driver) {
+        return None;
+    }
+    let handle = data
+        .pointer("/status/snapshotHandle")
+        .or_else(|| data.pointer("/spec/source/snapshotHandle"))
+        .and_then(|h| h.as_str())?;
+    let source = data
+        .pointer("/spec/source/volumeHandle")
+        .and_then(|h| h.as_str())
+        .unwrap_or_default();
+    let size = data
+        .pointer("/status/restoreSize")
+        .and_then(|s| s.as_u64())
+        .unwrap_or(0);
+    // creationTime: nanoseconds since the epoch.
+    let created = data
+        .pointer("/status/creationTime")
+        .and_then(|t| t.as_u64())
+        .map_or(SystemTime::UNIX_EPOCH, |nanos| {
+            SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(nanos)
+        });
+    let mut info = SnapshotInfo::new(handle, source, size, created);
+    info.ready = data
+        .pointer("/status/readyToUse")
+        .and_then(|r| r.as_bool())
+        .unwrap_or(false);
+    Some(info)
+}
+
+#[pav_sdk::async_trait]
+impl Snapshot for PodController {
+    async fn create_snapshot(&self, req: SnapshotRequest) -> Result<SnapshotInfo> {
+        self.take_snapshot(&req).await.map_err(Error::from)
+    }
+
+    async fn delete_snapshot(&self, req: DeleteSnapshotRequest) -> Result<()> {
+        self.remove_snapshot(&req).await.map_err(Error::from)
+    }
+
+    /// The snapshots the cluster records for this driver: the state of a
+    /// PaV snapshot lives in its VolumeSnapshotContent, as a volume's in
+    /// its PersistentVolume.
+    async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        self.recorded_snapshots().await.map_err(Error::from)
+    }
+}
+
+impl PodController {
+    pub(super) async fn recorded_snapshots(
+        &self,
+    ) -> std::result::Result<Vec<SnapshotInfo>, DriverError> {
+        let api: Api<DynamicObject> =
+            Api::all_with(self.driver.client.clone(), &snapshot_contents());
+        let contents = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| api_error("listing VolumeSnapshotContents", e))?;
+        Ok(contents
+            .items
+            .iter()
+            .filter_map(|c| recorded_snapshot(c, &self.driver.provisioner))
+            .collect())
+    }
+
+    async fn take_snapshot(
+        &self,
+        req: &SnapshotRequest,
+    ) -> std::result::Result<SnapshotInfo, SnapshotError> {
+        let provisioner = &self.driver.provisioner;
+        let pv = self
+            .volume_pv(&req.source)
+            .await
+            .ok_or_else(|| SnapshotError::NoVolume {
+                provisioner: provisioner.clone(),
+                handle: req.source.to_string(),
+            })?;
+        let (compiled, owner) = self
+            .driver
+            .compiled()
+            .await
+            .map_err(SnapshotError::Provisioner)?;
+        if !compiled.has_phase(Phase::SnapshotCreation) {
+            return Err(SnapshotError::NoSnapshots {
+                provisioner: provisioner.clone(),
+            });
+        }
+        let pvc = self
+            .bound_claim(&pv)
+            .await
+            .map_err(SnapshotError::ReadObjects)?;
+        let context = SnapshotContext::creation(&req.name, &req.parameters, &pv, pvc.as_ref())
+            .map_err(SnapshotError::Context)?
+            .with_pvc_lookup(self.driver.lookup());
+        let source_capacity =
+            pav_templates::context::pv_capacity(&pv).map_err(SnapshotError::Context)?;
+        let creation = DriverContext::render(move || compiled.render_snapshot_creation(&context))
+            .await
+            .map_err(SnapshotError::Render)?;
+        let mut exported = None;
+        let mut pod_name = String::new();
+        if let Some(template) = &creation.pod_template {
+            let pod = self.driver.origin(owner.as_ref()).snapshot_pod(
+                Phase::SnapshotCreation,
+                template,
+                creation.timeout,
+                &req.name,
+            );
+            pod_name = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+            let ran = self
+                .driver
+                .run_phase_exporting(Phase::SnapshotCreation, &pod, PodFiles::Collected)
+                .await;
+            if let (Err(PhaseError::Failed(message)), Some(pvc)) = (&ran, &pvc) {
+                self.driver
+                    .warn(
+                        &pvc.object_ref(&()),
+                        Phase::SnapshotCreation,
+                        message,
+                        Some(pod_ref(&pod)),
+                    )
+                    .await;
+            }
+            exported = ran.map_err(SnapshotError::Pod)?;
+        }
+        let handle =
+            state::exported_handle(creation.handle.as_deref(), exported.as_ref(), &req.name)
+                .map_err(SnapshotError::Handle)?;
+        let size = match (
+            creation.size,
+            exported.as_ref().and_then(|c| c.size.as_deref()),
+        ) {
+            (Some(bytes), _) => bytes,
+            (None, Some(text)) => {
+                parse_bytes(text, Rounding::Up).map_err(|source| SnapshotError::Size {
+                    pod: pod_name.clone(),
+                    source,
+                })?
+            }
+            (None, None) => source_capacity,
+        };
+        tracing::info!(snapshot = %req.name, handle, size, "snapshot taken");
+        Ok(SnapshotInfo::new(
+            handle,
+            req.source.to_string(),
+            size,
+            SystemTime::now(),
+        ))
+    }
+
+    async fn remove_snapshot(
+        &self,
+        req: &DeleteSnapshotRequest,
+    ) -> std::result::Result<(), SnapshotError> {
+        let (compiled, owner) = self
+            .driver
+            .compiled()
+            .await
+            .map_err(SnapshotError::Provisioner)?;
+        if !compiled.has_phase(Phase::SnapshotDeletion) {
+            return Ok(());
+        }
+        let source = self
+            .recorded_snapshots()
+            .await
+            .map_err(SnapshotError::ReadObjects)?
+            .into_iter()
+            .find(|s| s.handle == *req.handle)
+            .map(|s| s.source)
+            .filter(|s| !s.is_empty());
+        let context = SnapshotContext::deletion(&req.handle, source.as_deref())
+            .with_pvc_lookup(self.driver.lookup());
+        let deletion = DriverContext::render(move || compiled.render_snapshot_deletion(&context))
+            .await
+            .map_err(SnapshotError::Render)?;
+        let Some(template) = &deletion.pod_template else {
+            return Ok(());
+        };
+        let pod = self.driver.origin(owner.as_ref()).snapshot_pod(
+            Phase::SnapshotDeletion,
+            template,
+            deletion.timeout,
+            &req.handle,
+        );
+        self.driver
+            .run_phase(Phase::SnapshotDeletion, &pod, PodFiles::Collected)
+            .await
+            .map_err(SnapshotError::Pod)
+    }
+}

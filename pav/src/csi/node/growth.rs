@@ -1,0 +1,261 @@
+//! NodeExpandVolume and NodeGetVolumeStats of a staged volume: the node
+//! expansion pod (`spec.volumeNodeExpansion`) and the staging pod's
+//! `/pav/stats`. Both find the volume's staging pod by its handle and the
+//! path kubelet published it at.
+
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::{Api, ResourceExt};
+use pav_sdk::{Error, NodeExpand, NodeExpandRequest, Result, Stats, StatsRequest, VolumeStats};
+use pav_templates::{Phase, StagingContext};
+
+use super::PodNode;
+use crate::csi::context::{DriverContext, DriverError, api_error, core_ref, pod_ref};
+use crate::csi::phase_run::{PhaseError, PodFiles};
+use crate::csi::state;
+use crate::pods::{
+    ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, label_value,
+    staging_key,
+};
+
+/// Why NodeExpandVolume or NodeGetVolumeStats failed: one variant per
+/// step; `From<GrowthError> for pav_sdk::Error` is the one mapping to CSI
+/// codes.
+#[derive(Debug, thiserror::Error)]
+enum GrowthError {
+    /// Listing the staging pods.
+    #[error("{0}")]
+    ListStagingPods(#[source] DriverError),
+    /// No staging pod on this node has the volume at that path.
+    #[error("volume {handle:?} is not staged at {path} on node {node}")]
+    NotStaged {
+        /// The volume handle.
+        handle: String,
+        /// The path kubelet gave.
+        path: String,
+        /// This node.
+        node: String,
+    },
+    /// The PavProvisioner is missing, not listed yet or invalid.
+    #[error("{0}")]
+    Provisioner(#[source] DriverError),
+    /// The staging pod does not record its claim or volume.
+    #[error("staging pod {pod} records no {what}")]
+    Unrecorded {
+        /// The staging pod, `namespace/name`.
+        pod: String,
+        /// The annotation missing.
+        what: &'static str,
+    },
+    /// Reading the claim, volume or node.
+    #[error("{0}")]
+    ReadObjects(#[source] DriverError),
+    /// The objects make no template context.
+    #[error("{0}")]
+    Context(#[source] pav_templates::Error),
+    /// Evaluating `spec.volumeNodeExpansion`.
+    #[error("{0}")]
+    Render(#[source] DriverError),
+    /// The node expansion pod failed or did not finish.
+    #[error("{0}")]
+    NodeExpansionPod(#[source] PhaseError),
+    /// The staging pod's `/pav/stats` is not `used` and `available`.
+    #[error("staging pod {pod}: /pav/stats: {message}")]
+    Stats {
+        /// The staging pod, `namespace/name`.
+        pod: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Nothing measured the volume.
+    #[error("volume {0:?}: its filesystem cannot be measured")]
+    Unmeasured(String),
+}
+
+impl From<GrowthError> for Error {
+    /// A volume not staged here is `NOT_FOUND`; what the staging pod, the
+    /// spec or the objects got wrong, and a failed pod, `INTERNAL`; the
+    /// API, render and pod-run steps keep the code of the driver's error.
+    /// kubelet retries both calls.
+    fn from(error: GrowthError) -> Self {
+        let message = error.to_string();
+        match error {
+            GrowthError::NotStaged { .. } => Error::NotFound(message),
+            GrowthError::Unrecorded { .. }
+            | GrowthError::Context(_)
+            | GrowthError::NodeExpansionPod(PhaseError::Failed(_))
+            | GrowthError::Stats { .. }
+            | GrowthError::Unmeasured(_) => Error::Internal(message),
+            GrowthError::ListStagingPods(e)
+            | GrowthError::Provisioner(e)
+            | GrowthError::ReadObjects(e)
+            | GrowthError::Render(e)
+            | GrowthError::NodeExpansionPod(PhaseError::Run(e)) => e.into(),
+        }
+    }
+}
+
+#[pav_sdk::async_trait]
+impl NodeExpand for PodNode {
+    async fn node_expand(&self, req: NodeExpandRequest) -> Result<u64> {
+        self.grow(&req).await.map_err(Error::from)
+    }
+}
+
+#[pav_sdk::async_trait]
+impl Stats for PodNode {
+    async fn stats(&self, req: StatsRequest) -> Result<VolumeStats> {
+        self.usage(&req).await.map_err(Error::from)
+    }
+}
+
+fn pod_name(pod: &Pod) -> String {
+    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
+}
+
+impl PodNode {
+    /// The staging pod of `handle` published at `path` on this node.
+    async fn staging_pod_at(
+        &self,
+        handle: &str,
+        path: &Path,
+    ) -> std::result::Result<Pod, GrowthError> {
+        let key = label_value(&staging_key(handle, &path.display().to_string()));
+        self.staging_pods(&key)
+            .await
+            .map_err(GrowthError::ListStagingPods)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| GrowthError::NotStaged {
+                handle: handle.to_owned(),
+                path: path.display().to_string(),
+                node: self.node.clone(),
+            })
+    }
+
+    async fn grow(&self, req: &NodeExpandRequest) -> std::result::Result<u64, GrowthError> {
+        let staging = self.staging_pod_at(&req.handle, &req.volume_path).await?;
+        let (compiled, owner) = self
+            .driver
+            .compiled()
+            .await
+            .map_err(GrowthError::Provisioner)?;
+        let (pvc, pv, node) = self.staged_objects(&staging).await?;
+        let capacity = match req.capacity.min_bytes {
+            Some(bytes) => bytes,
+            None => pav_templates::context::pv_capacity(&pv).map_err(GrowthError::Context)?,
+        };
+        if !compiled.has_phase(Phase::NodeExpansion) {
+            // Nothing grows on the node: the controller's answer said so.
+            return Ok(capacity);
+        }
+        let read_only = staging
+            .annotations()
+            .get(ANNOTATION_READ_ONLY)
+            .map(String::as_str)
+            == Some("true");
+        let context = StagingContext::new(&pvc, &pv, &node, read_only)
+            .map_err(GrowthError::Context)?
+            .expanded_to(capacity)
+            .with_pvc_lookup(self.driver.lookup());
+        let phase = DriverContext::render(move || compiled.render_node_expansion(&context))
+            .await
+            .map_err(GrowthError::Render)?;
+        let claim = crate::pods::claim_name(&pvc);
+        let pod = self.driver.origin(owner.as_ref()).node_expansion_pod(
+            &phase,
+            &staging.name_any(),
+            capacity,
+            &self.node,
+            &claim,
+        );
+        let dir = self.dir(&pod.name_any());
+        let ran = self
+            .driver
+            .run_phase(Phase::NodeExpansion, &pod, PodFiles::Local(&dir))
+            .await;
+        if let Err(PhaseError::Failed(message)) = &ran
+            && let Some((ns, name, uid)) = staging
+                .annotations()
+                .get(ANNOTATION_CLIENT)
+                .and_then(|c| state::parse_client(c))
+        {
+            let client = core_ref("Pod", ns, name, Some(uid));
+            self.driver
+                .warn(&client, Phase::NodeExpansion, message, Some(pod_ref(&pod)))
+                .await;
+        }
+        ran.map_err(GrowthError::NodeExpansionPod)?;
+        tracing::info!(handle = %req.handle, capacity, "volume grown on the node");
+        Ok(capacity)
+    }
+
+    /// The claim, volume and node a staging pod was made for.
+    async fn staged_objects(
+        &self,
+        staging: &Pod,
+    ) -> std::result::Result<(PersistentVolumeClaim, PersistentVolume, Node), GrowthError> {
+        let annotations = staging.annotations();
+        let unrecorded = |what| GrowthError::Unrecorded {
+            pod: pod_name(staging),
+            what,
+        };
+        let (namespace, claim) = annotations
+            .get(ANNOTATION_CLAIM)
+            .and_then(|c| state::parse_claim(c))
+            .ok_or_else(|| unrecorded(ANNOTATION_CLAIM))?;
+        let pv_name = annotations
+            .get(ANNOTATION_PV)
+            .ok_or_else(|| unrecorded(ANNOTATION_PV))?;
+        let client = self.driver.client.clone();
+        let pvc = Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace)
+            .get(claim)
+            .await
+            .map_err(|e| {
+                GrowthError::ReadObjects(api_error(
+                    &format!("PersistentVolumeClaim {namespace}/{claim}"),
+                    e,
+                ))
+            })?;
+        let pv = Api::<PersistentVolume>::all(client)
+            .get(pv_name)
+            .await
+            .map_err(|e| {
+                GrowthError::ReadObjects(api_error(&format!("PersistentVolume {pv_name}"), e))
+            })?;
+        let node = self
+            .node_object()
+            .await
+            .map_err(GrowthError::ReadObjects)?
+            .ok_or_else(|| {
+                GrowthError::ReadObjects(DriverError::NotFound {
+                    what: format!("Node {}", self.node),
+                })
+            })?;
+        Ok((pvc, pv, node))
+    }
+
+    /// The volume's usage: the staging pod's `/pav/stats` when it wrote
+    /// one, else what pav-csi measured of the filesystem at `/pav/volume`
+    /// (bind-mounted at the published path).
+    async fn usage(&self, req: &StatsRequest) -> std::result::Result<VolumeStats, GrowthError> {
+        let staging = self.staging_pod_at(&req.handle, &req.volume_path).await?;
+        let written = state::read_exported(&self.dir(&staging.name_any()), "stats");
+        let Some(text) = written else {
+            return req
+                .measured
+                .clone()
+                .ok_or_else(|| GrowthError::Unmeasured(req.handle.to_string()));
+        };
+        let usage = state::parse_stats(&text).map_err(|message| GrowthError::Stats {
+            pod: pod_name(&staging),
+            message,
+        })?;
+        let mut stats = VolumeStats::bytes(usage);
+        if let Some(inodes) = req.measured.as_ref().and_then(|m| m.inodes) {
+            stats = stats.with_inodes(inodes);
+        }
+        Ok(stats)
+    }
+}
