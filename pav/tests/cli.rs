@@ -22,7 +22,12 @@ fn stdout(output: &Output) -> String {
     String::from_utf8(output.stdout.clone()).unwrap()
 }
 
-const EXAMPLES: [&str; 3] = ["hello-world", "cloud-bucket", "block-encryption"];
+const EXAMPLES: [&str; 4] = [
+    "hello-world",
+    "cloud-bucket",
+    "block-encryption",
+    "local-volumes",
+];
 
 #[test]
 fn check_accepts_every_example() {
@@ -158,6 +163,116 @@ fn render_uses_the_objects_given() {
         ]);
         assert_eq!(rendered["phase"], phase);
     }
+}
+
+/// The one pod `pav render` prints for a phase of examples/local-volumes,
+/// with the example's claim, volume and class.
+fn local_volumes_pod(phase: &str) -> Pod {
+    let rendered = render(&[
+        "examples/local-volumes/provisioner.yaml",
+        "--phase",
+        phase,
+        "--pvc",
+        "examples/local-volumes/pvc.yaml",
+        "--pv",
+        "examples/local-volumes/pv.yaml",
+        "--sc",
+        "examples/local-volumes/storageclass.yaml",
+    ]);
+    assert_eq!(rendered["phase"], phase);
+    let pods = rendered["pods"].as_array().unwrap();
+    assert_eq!(pods.len(), 1, "{phase}: {pods:?}");
+    serde_json::from_value(pods[0].clone()).unwrap()
+}
+
+/// The step the example's script runs (`sh -c SCRIPT local-volumes STEP`)
+/// and the value of environment variable `name`, if set literally.
+fn step_and_env(pod: &Pod, name: &str) -> (String, Option<String>) {
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    let command = container.command.as_ref().unwrap();
+    let value = container
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == name)
+        .and_then(|e| e.value.clone());
+    (command[4].clone(), value)
+}
+
+#[test]
+fn render_places_the_local_volumes_pods_on_the_volumes_node() {
+    // The example's volume lives on sample-node: its handle says so.
+    let handle = "pvc-3f9c2d1e-8b7a-4c6d-9e5f-0a1b2c3d4e5f.sample-node";
+    for (phase, step, variable) in [
+        ("expansion", "expand", "HANDLE"),
+        ("snapshot-creation", "snapshot", "SOURCE_HANDLE"),
+        ("staging", "stage", "HANDLE"),
+        ("unstaging", "unstage", "HANDLE"),
+        ("node-expansion", "node-expand", "HANDLE"),
+    ] {
+        let pod = local_volumes_pod(phase);
+        assert_eq!(
+            pod.spec.as_ref().unwrap().node_name.as_deref(),
+            Some("sample-node"),
+            "{phase}"
+        );
+        assert_eq!(
+            step_and_env(&pod, variable),
+            (step.to_owned(), Some(handle.to_owned())),
+            "{phase}"
+        );
+    }
+    // Node expansion sees the staged volume at /pav/volume, privileged.
+    let pod = local_volumes_pod("node-expansion");
+    let container = &pod.spec.as_ref().unwrap().containers[0];
+    assert_eq!(
+        container.security_context.as_ref().unwrap().privileged,
+        Some(true)
+    );
+    let staged = container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.mount_path == "/pav/volume")
+        .expect("the staged volume is mounted");
+    assert_eq!(staged.mount_propagation.as_deref(), Some("HostToContainer"));
+
+    // Creation without a selected node: no nodeName, and the script is
+    // told so (it refuses); with one, the pod runs there.
+    let pod = local_volumes_pod("creation");
+    assert_eq!(pod.spec.as_ref().unwrap().node_name, None);
+    assert_eq!(
+        step_and_env(&pod, "SELECTED_NODE"),
+        ("create".to_owned(), Some(String::new()))
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let claim = dir.path().join("pvc.yaml");
+    let example = std::fs::read_to_string(repo_root().join("examples/local-volumes/pvc.yaml"))
+        .unwrap()
+        .replace(
+            "  namespace: default\n",
+            "  namespace: default\n  annotations:\n    volume.kubernetes.io/selected-node: node-a\n",
+        );
+    std::fs::write(&claim, example).unwrap();
+    let rendered = render(&[
+        "examples/local-volumes/provisioner.yaml",
+        "--phase",
+        "creation",
+        "--pvc",
+        claim.to_str().unwrap(),
+        "--sc",
+        "examples/local-volumes/storageclass.yaml",
+    ]);
+    let pod: Pod = serde_json::from_value(rendered["pods"][0].clone()).unwrap();
+    assert_eq!(
+        pod.spec.as_ref().unwrap().node_name.as_deref(),
+        Some("node-a")
+    );
+    assert_eq!(
+        step_and_env(&pod, "SELECTED_NODE"),
+        ("create".to_owned(), Some("node-a".to_owned()))
+    );
+    assert_eq!(rendered["evaluated"]["capacity"], 64u64 << 20);
 }
 
 #[test]
