@@ -211,6 +211,32 @@ pub fn volume_name(pvc: &PersistentVolumeClaim) -> Option<String> {
     pvc.spec.as_ref().and_then(|s| s.volume_name.clone())
 }
 
+/// Bytes of a whole-number quantity as the API server writes sizes
+/// (`335544320`, `320Mi`, `36072068Ki`, `2G`).
+pub fn quantity_bytes(quantity: &str) -> Option<u64> {
+    const SUFFIXES: [(&str, u64); 8] = [
+        ("Ki", 1 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("Ti", 1 << 40),
+        ("Pi", 1 << 50),
+        ("k", 1_000),
+        ("M", 1_000_000),
+        ("G", 1_000_000_000),
+    ];
+    let (digits, unit) = SUFFIXES
+        .iter()
+        .find_map(|(suffix, unit)| Some((quantity.strip_suffix(suffix)?, *unit)))
+        .unwrap_or((quantity, 1));
+    digits.parse::<u64>().ok()?.checked_mul(unit)
+}
+
+/// A claim's size as its status reports it, in bytes.
+pub fn status_capacity(claim: &PersistentVolumeClaim) -> Option<u64> {
+    let quantity = claim.status.as_ref()?.capacity.as_ref()?.get("storage")?;
+    quantity_bytes(&quantity.0)
+}
+
 /// The log of a pod's (first) container.
 pub async fn logs(client: &Client, namespace: &str, name: &str) -> anyhow::Result<String> {
     Ok(Api::<Pod>::namespaced(client.clone(), namespace)

@@ -73,32 +73,6 @@ async fn run_pod(client: &Client, name: &str, claim: &str, script: &str) -> Stri
     sparse_file::run_client(client, NS, name, claim, script).await
 }
 
-/// Bytes of a whole-number quantity as the API server writes sizes
-/// (`335544320`, `320Mi`, `36072068Ki`, `2G`).
-fn quantity_bytes(quantity: &str) -> Option<u64> {
-    const SUFFIXES: [(&str, u64); 8] = [
-        ("Ki", 1 << 10),
-        ("Mi", 1 << 20),
-        ("Gi", 1 << 30),
-        ("Ti", 1 << 40),
-        ("Pi", 1 << 50),
-        ("k", 1_000),
-        ("M", 1_000_000),
-        ("G", 1_000_000_000),
-    ];
-    let (digits, unit) = SUFFIXES
-        .iter()
-        .find_map(|(suffix, unit)| Some((quantity.strip_suffix(suffix)?, *unit)))
-        .unwrap_or((quantity, 1));
-    digits.parse::<u64>().ok()?.checked_mul(unit)
-}
-
-/// The claim's size as its status reports it, in bytes.
-fn status_capacity(claim: &PersistentVolumeClaim) -> Option<u64> {
-    let quantity = claim.status.as_ref()?.capacity.as_ref()?.get("storage")?;
-    quantity_bytes(&quantity.0)
-}
-
 /// The kubelet's stats of volume `volume` of pod `pod` (Summary API):
 /// (capacityBytes, usedBytes), once it has measured them.
 async fn kubelet_volume_stats(client: &Client, pod: &str, volume: &str) -> Option<(u64, u64)> {

@@ -1,0 +1,494 @@
+//! examples/local-volumes as a user installs it (its provisioner,
+//! StorageClass and VolumeSnapshotClass, plus an xfs class), with the image
+//! `pav-local-tools:dev` that scripts/e2e-image loads:
+//!
+//! - local-path's job with an enforced size: a WaitForFirstConsumer claim
+//!   gets a volume on its pod's node (node affinity on pav's topology key),
+//!   a pod cannot write more than the claim asked for, the data outlives the
+//!   pod, and deleting the claim removes the image file;
+//! - online expansion: an xfs claim grows while its pod runs, and the pod
+//!   sees the larger filesystem (a mounted ext4 would need
+//!   CAP_SYS_RESOURCE, which this cluster's containers lack:
+//!   docs/cluster.md);
+//! - snapshots: a VolumeSnapshot restored into a larger claim, and a clone
+//!   of the claim, both hold the data; then no image, snapshot copy or
+//!   VolumeSnapshotContent is left.
+//!
+//! Each ends with the leak check, and no PaV pod of the provisioner left.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::{Api, Client, ResourceExt};
+use pav_e2e::sparse_file::client_pod;
+use pav_e2e::*;
+
+const NAME: &str = "local-volumes";
+const NS: &str = "e2e-local-volumes";
+/// The example's StorageClass (ext4) and the xfs one this test adds.
+const CLASS: &str = "local-volumes";
+const XFS_CLASS: &str = "local-volumes-xfs";
+/// Where the example keeps images (and `snapshots/`) on each node.
+const VOLUMES_DIR: &str = "/var/lib/pav-local-volumes";
+/// The label every pav node plugin reports its node under.
+const TOPOLOGY_KEY: &str = "topology.pav.albertofaria.github.io/node";
+const MIB: u64 = 1 << 20;
+
+fn example(file: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/local-volumes")
+        .join(file);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The example's objects, and an xfs StorageClass.
+fn objects() -> String {
+    let xfs_class = format!(
+        r#"
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: {XFS_CLASS}
+provisioner: {NAME}
+parameters: {{ fsType: xfs }}
+volumeBindingMode: WaitForFirstConsumer
+allowVolumeExpansion: true
+reclaimPolicy: Delete
+"#
+    );
+    [
+        example("provisioner.yaml"),
+        example("storageclass.yaml"),
+        example("snapshotclass.yaml"),
+        xfs_class,
+    ]
+    .join("\n---\n")
+}
+
+/// A claim of `class`, optionally restored or cloned from `source`
+/// (`(kind, name)`).
+fn claim(name: &str, class: &str, bytes: u64, source: Option<(&str, &str)>) -> String {
+    let source = match source {
+        Some(("VolumeSnapshot", from)) => format!(
+            "  dataSource: {{ apiGroup: snapshot.storage.k8s.io, kind: VolumeSnapshot, name: {from} }}\n"
+        ),
+        Some((kind, from)) => format!("  dataSource: {{ kind: {kind}, name: {from} }}\n"),
+        None => String::new(),
+    };
+    format!(
+        r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: {name}
+  namespace: {NS}
+spec:
+  storageClassName: {class}
+  accessModes: [ReadWriteOnce]
+  resources:
+    requests:
+      storage: "{bytes}"
+{source}"#
+    )
+}
+
+/// Runs a client pod with `claim` at /data to completion; returns what it
+/// printed and the node it ran on, once it is deleted again.
+async fn run_pod(client: &Client, name: &str, claim: &str, script: &str) -> (String, String) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    apply(client, &client_pod(NS, name, claim, script))
+        .await
+        .unwrap();
+    let pod = match wait_for(&pods, name, STEP, "finished", |p| {
+        matches!(pod_phase(p), "Succeeded" | "Failed")
+    })
+    .await
+    {
+        Ok(pod) => pod,
+        Err(e) => panic!(
+            "{e}; pod events: {:#?}; claim events: {:#?}",
+            event_lines(client, NS, name).await,
+            event_lines(client, NS, claim).await
+        ),
+    };
+    let output = logs(client, NS, name).await.unwrap();
+    assert_eq!(pod_phase(&pod), "Succeeded", "{name}: {output}");
+    let node = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .expect("a pod that ran has a node");
+    delete_and_wait(&pods, name, STEP).await.unwrap();
+    (output, node)
+}
+
+/// Image files on node 1 (volumes and `snapshots/`), by path under
+/// [`VOLUMES_DIR`].
+fn image_files() -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for dir in ["", "snapshots/"] {
+        let Ok(entries) = std::fs::read_dir(format!("{VOLUMES_DIR}/{dir}")) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".img") || name.ends_with(".img.new") {
+                found.insert(format!("{dir}{name}"));
+            }
+        }
+    }
+    found
+}
+
+/// Waits until the image files are those of `before`.
+async fn wait_images(before: &BTreeSet<String>) {
+    let back = wait_until("the images and snapshot copies to go", STEP, || async {
+        Ok((image_files() == *before).then_some(()))
+    })
+    .await;
+    if let Err(e) = back {
+        panic!(
+            "{e}; left: {:?}",
+            image_files().difference(before).collect::<Vec<_>>()
+        );
+    }
+}
+
+/// The volume a claim is bound to.
+async fn bound_volume(client: &Client, claim: &str) -> PersistentVolume {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    let name = volume_name(&claims.get(claim).await.unwrap()).expect("the claim is bound");
+    Api::<PersistentVolume>::all(client.clone())
+        .get(&name)
+        .await
+        .unwrap()
+}
+
+fn volume_handle(pv: &PersistentVolume) -> String {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.csi.as_ref())
+        .map(|c| c.volume_handle.clone())
+        .expect("a CSI volume")
+}
+
+/// The VolumeSnapshot API (namespaced) and the VolumeSnapshotContent API.
+async fn snapshot_apis(client: &Client) -> (Api<DynamicObject>, Api<DynamicObject>) {
+    let api = |kind: &'static str| async move {
+        let gvk = GroupVersionKind::gvk("snapshot.storage.k8s.io", "v1", kind);
+        kube::discovery::pinned_kind(client, &gvk).await.unwrap().0
+    };
+    let snapshots = api("VolumeSnapshot").await;
+    let contents = api("VolumeSnapshotContent").await;
+    (
+        Api::namespaced_with(client.clone(), NS, &snapshots),
+        Api::all_with(client.clone(), &contents),
+    )
+}
+
+/// VolumeSnapshotContents of the provisioner.
+async fn snapshot_contents(contents: &Api<DynamicObject>) -> Vec<String> {
+    contents
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|c| c.data["spec"]["driver"] == NAME)
+        .map(|c| c.name_any())
+        .collect()
+}
+
+/// Removes what an earlier, failed run left that [`start_scenario`] does
+/// not: VolumeSnapshots of the namespace (their contents and copies go
+/// with them while the provisioner still runs).
+async fn remove_snapshots(client: &Client) {
+    if Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .get_opt(NS)
+        .await
+        .unwrap()
+        .is_none()
+    {
+        return;
+    }
+    let (snapshots, _) = snapshot_apis(client).await;
+    for snapshot in snapshots.list(&ListParams::default()).await.unwrap().items {
+        delete_and_wait(&snapshots, &snapshot.name_any(), STEP)
+            .await
+            .unwrap();
+    }
+}
+
+/// The end of every scenario: claims deleted, their volumes and images
+/// gone, no PaV pod of the provisioner, the provisioner removed, no leaks.
+async fn finish(client: &Client, claims: &[&str], images_before: &BTreeSet<String>) {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    for claim in claims {
+        delete_and_wait(&api, claim, STEP).await.unwrap();
+    }
+    wait_until("the provisioner's volumes to go", STEP, || async {
+        let left = volumes_of(client, NAME).await?;
+        Ok(left.is_empty().then_some(()))
+    })
+    .await
+    .unwrap();
+    wait_images(images_before).await;
+    wait_no_pav_pods(client, NAME, STEP).await.unwrap();
+    delete(client, &objects()).await.unwrap();
+    delete_provisioner(client, NAME, STEP).await.unwrap();
+    assert_no_leaks(client, NAME, Duration::from_secs(120)).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster"]
+async fn local_volume_is_on_its_node_holds_its_size_and_is_deleted() {
+    let client = cluster().await;
+    let started = Instant::now();
+    remove_snapshots(&client).await;
+    let _observer = start_scenario(&client, NS, NAME, &objects()).await;
+    let images_before = image_files();
+
+    const SIZE: u64 = 64 * MIB;
+    apply(&client, &claim("data", CLASS, SIZE, None))
+        .await
+        .unwrap();
+    // Writing 16 MiB more than the claim asked for fails for want of space.
+    let script = format!(
+        "set -e; echo kept-token > /data/token; \
+         if dd if=/dev/zero of=/data/fill bs=1M count={} 2>/tmp/dd.err; then echo fill=written; \
+         else echo fill=refused; cat /tmp/dd.err; fi; rm -f /data/fill; sync",
+        SIZE / MIB + 16
+    );
+    let (output, node) = run_pod(&client, "writer", "data", &script).await;
+    assert!(
+        output.contains("fill=refused") && output.contains("No space left on device"),
+        "a pod cannot write more than the claim's size: {output}"
+    );
+
+    // The volume is on the node the scheduler picked for the pod.
+    let pv = bound_volume(&client, "data").await;
+    let affinity = serde_json::to_value(&pv.spec.as_ref().unwrap().node_affinity).unwrap();
+    let term = &affinity["required"]["nodeSelectorTerms"][0]["matchExpressions"][0];
+    assert_eq!(
+        (
+            term["key"].as_str(),
+            term["values"].as_array().map(Vec::len)
+        ),
+        (Some(TOPOLOGY_KEY), Some(1)),
+        "node affinity: {affinity}"
+    );
+    assert_eq!(
+        term["values"][0],
+        node.as_str(),
+        "node affinity: {affinity}"
+    );
+    let handle = volume_handle(&pv);
+    assert_eq!(handle.split_once('.').map(|(_, n)| n), Some(node.as_str()));
+    // One-node scenarios: the image is on this host.
+    assert_eq!(node, FIRST_NODE);
+    let image = std::fs::metadata(format!("{VOLUMES_DIR}/{handle}.img")).unwrap();
+    assert_eq!(image.len(), SIZE, "the image has the claim's size");
+
+    // A new pod reads what the first wrote.
+    let (output, _) = run_pod(&client, "reader", "data", "cat /data/token").await;
+    assert_eq!(output.trim(), "kept-token");
+
+    finish(&client, &["data"], &images_before).await;
+    eprintln!(
+        "local_volume_is_on_its_node_holds_its_size_and_is_deleted: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Sizes in bytes the pod `name` printed (lines `size=<bytes>`), last first.
+async fn printed_sizes(client: &Client, name: &str) -> Vec<u64> {
+    let output = logs(client, NS, name).await.unwrap_or_default();
+    let mut sizes: Vec<u64> = output
+        .lines()
+        .filter_map(|l| l.strip_prefix("size=")?.trim().parse().ok())
+        .collect();
+    sizes.reverse();
+    sizes
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster"]
+async fn local_volume_grows_while_its_pod_runs() {
+    let client = cluster().await;
+    let started = Instant::now();
+    remove_snapshots(&client).await;
+    let _observer = start_scenario(&client, NS, NAME, &objects()).await;
+    let images_before = image_files();
+
+    // mkfs.xfs makes no filesystem under 300 MB.
+    const FIRST: u64 = 320 * MIB;
+    const GROWN: u64 = 480 * MIB;
+    apply(&client, &claim("growing", XFS_CLASS, FIRST, None))
+        .await
+        .unwrap();
+    let script = "set -e; grep ' /data xfs ' /proc/mounts; \
+                  while true; do echo size=$(( $(stat -f -c %b /data) * $(stat -f -c %S /data) )); sleep 1; done";
+    apply(&client, &client_pod(NS, "user", "growing", script))
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    if let Err(e) = wait_for(&pods, "user", STEP, "Running", |p| {
+        pod_phase(p) == "Running"
+    })
+    .await
+    {
+        panic!(
+            "{e}; pod events: {:#?}; claim events: {:#?}",
+            event_lines(&client, NS, "user").await,
+            event_lines(&client, NS, "growing").await
+        );
+    }
+    let first = wait_until("the pod to print its size", STEP, || async {
+        Ok(printed_sizes(&client, "user").await.first().copied())
+    })
+    .await
+    .unwrap();
+    assert!(first <= FIRST && first > FIRST / 2, "{first}");
+
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    let grow =
+        serde_json::json!({"spec": {"resources": {"requests": {"storage": GROWN.to_string()}}}});
+    claims
+        .patch("growing", &PatchParams::default(), &Patch::Merge(&grow))
+        .await
+        .unwrap();
+    let grown = wait_until("the claim to report its new size", STEP, || async {
+        let claim = claims.get("growing").await?;
+        Ok((status_capacity(&claim) == Some(GROWN)).then_some(()))
+    })
+    .await;
+    if let Err(e) = grown {
+        panic!(
+            "{e}; claim events: {:#?}; pod events: {:#?}",
+            event_lines(&client, NS, "growing").await,
+            event_lines(&client, NS, "user").await
+        );
+    }
+    let seen = wait_until("the pod to see the new size", STEP, || async {
+        let last = printed_sizes(&client, "user").await.first().copied();
+        Ok(last.filter(|&size| size > FIRST))
+    })
+    .await
+    .unwrap();
+    assert!(seen <= GROWN, "{first} -> {seen}");
+    let pv = bound_volume(&client, "growing").await;
+    let image = std::fs::metadata(format!("{VOLUMES_DIR}/{}.img", volume_handle(&pv))).unwrap();
+    assert_eq!(image.len(), GROWN, "the image grew to the claim's size");
+
+    delete_and_wait(&pods, "user", STEP).await.unwrap();
+    finish(&client, &["growing"], &images_before).await;
+    eprintln!(
+        "local_volume_grows_while_its_pod_runs: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster"]
+async fn local_volume_snapshot_restores_and_clones() {
+    let client = cluster().await;
+    let started = Instant::now();
+    remove_snapshots(&client).await;
+    let _observer = start_scenario(&client, NS, NAME, &objects()).await;
+    let images_before = image_files();
+    let (snapshots, contents) = snapshot_apis(&client).await;
+    let contents_before = snapshot_contents(&contents).await;
+
+    const SIZE: u64 = 64 * MIB;
+    const LARGER: u64 = 96 * MIB;
+    apply(&client, &claim("source", CLASS, SIZE, None))
+        .await
+        .unwrap();
+    run_pod(
+        &client,
+        "writer",
+        "source",
+        "set -e; echo kept-token > /data/token; sync",
+    )
+    .await;
+
+    let snapshot_yaml = format!(
+        r#"
+apiVersion: snapshot.storage.k8s.io/v1
+kind: VolumeSnapshot
+metadata:
+  name: source-snapshot
+  namespace: {NS}
+spec:
+  volumeSnapshotClassName: {NAME}
+  source:
+    persistentVolumeClaimName: source
+"#
+    );
+    apply(&client, &snapshot_yaml).await.unwrap();
+    let ready = wait_for(&snapshots, "source-snapshot", STEP, "readyToUse", |s| {
+        s.data["status"]["readyToUse"] == true
+    })
+    .await;
+    if let Err(e) = ready {
+        panic!(
+            "{e}; events: {:#?}",
+            event_lines(&client, NS, "source-snapshot").await
+        );
+    }
+
+    // Restored and cloned into larger claims: each holds the data and a
+    // filesystem grown past the source's size.
+    apply(
+        &client,
+        &claim(
+            "restored",
+            CLASS,
+            LARGER,
+            Some(("VolumeSnapshot", "source-snapshot")),
+        ),
+    )
+    .await
+    .unwrap();
+    apply(
+        &client,
+        &claim(
+            "cloned",
+            CLASS,
+            LARGER,
+            Some(("PersistentVolumeClaim", "source")),
+        ),
+    )
+    .await
+    .unwrap();
+    let read = "cat /data/token; echo size=$(( $(stat -f -c %b /data) * $(stat -f -c %S /data) ))";
+    for (pod, claim) in [("read-restored", "restored"), ("read-clone", "cloned")] {
+        let (output, _) = run_pod(&client, pod, claim, read).await;
+        let mut lines = output.lines();
+        assert_eq!(lines.next(), Some("kept-token"), "{claim}: {output}");
+        let size: u64 = lines
+            .next()
+            .and_then(|l| l.strip_prefix("size="))
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("{claim}: {output}"));
+        assert!(size > SIZE && size <= LARGER, "{claim}: {size} bytes");
+    }
+
+    delete_and_wait(&snapshots, "source-snapshot", STEP)
+        .await
+        .unwrap();
+    wait_until("the snapshot's content to go", STEP, || async {
+        Ok((snapshot_contents(&contents).await == contents_before).then_some(()))
+    })
+    .await
+    .unwrap();
+    finish(&client, &["restored", "cloned", "source"], &images_before).await;
+    eprintln!(
+        "local_volume_snapshot_restores_and_clones: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
