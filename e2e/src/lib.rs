@@ -61,11 +61,7 @@ pub async fn cluster() -> Client {
 /// in order. Namespaced objects without a namespace go to `default`.
 pub async fn apply(client: &Client, yaml: &str) -> anyhow::Result<Vec<DynamicObject>> {
     let mut applied = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(yaml) {
-        let value = <serde_json::Value as serde::Deserialize>::deserialize(document)?;
-        if value.is_null() {
-            continue;
-        }
+    for value in documents(yaml)? {
         let object: DynamicObject = serde_json::from_value(value)?;
         let (api, name) = dynamic_api(client, &object).await?;
         let done = api
@@ -81,14 +77,26 @@ pub async fn apply(client: &Client, yaml: &str) -> anyhow::Result<Vec<DynamicObj
     Ok(applied)
 }
 
-/// Deletes every object of a YAML stream (missing ones are fine), without
-/// waiting.
-pub async fn delete(client: &Client, yaml: &str) -> anyhow::Result<()> {
+/// The non-empty documents of a YAML stream as JSON, with `<<` merge keys
+/// applied as kubectl applies them (examples/block-encryption and
+/// examples/local-volumes share pod specs that way).
+fn documents(yaml: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+    let mut found = Vec::new();
     for document in serde_yaml::Deserializer::from_str(yaml) {
-        let value = <serde_json::Value as serde::Deserialize>::deserialize(document)?;
+        let mut value = <serde_yaml::Value as serde::Deserialize>::deserialize(document)?;
         if value.is_null() {
             continue;
         }
+        value.apply_merge()?;
+        found.push(serde_json::to_value(value)?);
+    }
+    Ok(found)
+}
+
+/// Deletes every object of a YAML stream (missing ones are fine), without
+/// waiting.
+pub async fn delete(client: &Client, yaml: &str) -> anyhow::Result<()> {
+    for value in documents(yaml)? {
         let object: DynamicObject = serde_json::from_value(value)?;
         let (api, name) = dynamic_api(client, &object).await?;
         match api.delete(&name, &DeleteParams::background()).await {
@@ -767,5 +775,23 @@ impl PodObserver {
         )
         .await;
         found.with_context(|| format!("seen: {:#?}", self.seen()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::documents;
+
+    #[test]
+    fn documents_apply_merge_keys_and_skip_empty_ones() {
+        let yaml = "a: &base { x: 1, y: 2 }\nb: { <<: *base, y: 3 }\n---\n---\nc: 4\n";
+        let found = documents(yaml).unwrap();
+        assert_eq!(
+            found,
+            [
+                serde_json::json!({"a": {"x": 1, "y": 2}, "b": {"x": 1, "y": 3}}),
+                serde_json::json!({"c": 4}),
+            ]
+        );
     }
 }
