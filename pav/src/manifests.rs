@@ -24,6 +24,12 @@ pub use crate::pods::{DEFAULT_NAMESPACE, LABEL_PROVISIONER};
 pub const DEFAULT_IMAGE: &str = "pav:dev";
 /// Default external-provisioner sidecar image.
 pub const DEFAULT_PROVISIONER_IMAGE: &str = "registry.k8s.io/sig-storage/csi-provisioner:v5.3.0";
+/// Default external-resizer sidecar image (deployed for provisioners with
+/// `volumeExpansion`).
+pub const DEFAULT_RESIZER_IMAGE: &str = "registry.k8s.io/sig-storage/csi-resizer:v1.14.0";
+/// Default csi-snapshotter sidecar image (external-snapshotter; deployed for
+/// provisioners with `snapshotCreation`).
+pub const DEFAULT_SNAPSHOTTER_IMAGE: &str = "registry.k8s.io/sig-storage/csi-snapshotter:v8.3.0";
 /// Default node-driver-registrar sidecar image.
 pub const DEFAULT_REGISTRAR_IMAGE: &str =
     "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.15.0";
@@ -53,6 +59,12 @@ pub struct Settings {
     /// The external-provisioner sidecar image.
     #[arg(long, env = "PAV_PROVISIONER_IMAGE", default_value = DEFAULT_PROVISIONER_IMAGE)]
     pub provisioner_image: String,
+    /// The external-resizer sidecar image (drivers with `volumeExpansion`).
+    #[arg(long, env = "PAV_RESIZER_IMAGE", default_value = DEFAULT_RESIZER_IMAGE)]
+    pub resizer_image: String,
+    /// The csi-snapshotter sidecar image (drivers with `snapshotCreation`).
+    #[arg(long, env = "PAV_SNAPSHOTTER_IMAGE", default_value = DEFAULT_SNAPSHOTTER_IMAGE)]
+    pub snapshotter_image: String,
     /// The node-driver-registrar sidecar image.
     #[arg(long, env = "PAV_REGISTRAR_IMAGE", default_value = DEFAULT_REGISTRAR_IMAGE)]
     pub registrar_image: String,
@@ -67,6 +79,8 @@ impl Default for Settings {
             namespace: DEFAULT_NAMESPACE.into(),
             image: DEFAULT_IMAGE.into(),
             provisioner_image: DEFAULT_PROVISIONER_IMAGE.into(),
+            resizer_image: DEFAULT_RESIZER_IMAGE.into(),
+            snapshotter_image: DEFAULT_SNAPSHOTTER_IMAGE.into(),
             registrar_image: DEFAULT_REGISTRAR_IMAGE.into(),
             kubelet_dir: DEFAULT_KUBELET_DIR.into(),
         }

@@ -547,9 +547,10 @@ async fn cleanup(p: &PavProvisioner, ctx: &Context) -> Result<(Action, Outcome),
     }
     let ns = &ctx.settings.namespace;
     delete_driver(&ctx.client, ns, &name).await?;
-    // The driver's external-provisioner Lease, else a provisioner re-created
-    // under the same name waits for it to expire before it provisions. Only
-    // once the CSI controller pod is gone: a running one would re-create it.
+    // The Leases of the driver's sidecars, else a provisioner re-created
+    // under the same name waits for them to expire before it provisions
+    // (resizes, snapshots). Only once the CSI controller pod is gone: a
+    // running one would re-create them.
     let selector = format!(
         "{LABEL_PROVISIONER}={name},{}=csi-controller",
         crate::manifests::LABEL_COMPONENT
@@ -559,14 +560,13 @@ async fn cleanup(p: &PavProvisioner, ctx: &Context) -> Result<(Action, Outcome),
         .await?;
     if !running.items.is_empty() {
         return Err(Error::Stopping(format!(
-            "waiting for the CSI controller of {name} to stop before deleting its Lease"
+            "waiting for the CSI controller of {name} to stop before deleting its Leases"
         )));
     }
-    delete_named(
-        &Api::<Lease>::namespaced(ctx.client.clone(), ns),
-        &driver::lease_name(&name),
-    )
-    .await?;
+    let leases = Api::<Lease>::namespaced(ctx.client.clone(), ns);
+    for lease in driver::lease_names(&name) {
+        delete_named(&leases, &lease).await?;
+    }
     ctx.metrics.set_volumes(&name, None);
     tracing::info!(provisioner = %name, "driver removed");
     Ok((Action::await_change(), Outcome::Cleaned))

@@ -32,9 +32,31 @@ use super::{
 };
 use crate::pods::HOST_POD_DIR;
 
-/// How long external-provisioner waits for a CreateVolume/DeleteVolume
-/// call: creation pods pull images and run user code, so this is long.
-pub const PROVISIONER_TIMEOUT: &str = "300s";
+/// How long the CSI controller's sidecars (external-provisioner,
+/// external-resizer, csi-snapshotter) wait for a call to `pav
+/// csi-controller`: it answers CreateVolume, DeleteVolume,
+/// ControllerExpandVolume, CreateSnapshot and DeleteSnapshot by running
+/// pods, which pull images and run user code, so this is long.
+pub const SIDECAR_TIMEOUT: &str = "300s";
+
+/// Leader election of every sidecar of the CSI controller (each holds its
+/// own Lease in the pav namespace, see [`lease_names`]).
+///
+/// A sidecar exits when it cannot renew its lease in time; with the
+/// defaults (10 s) an API server restart or an etcd stall of that length
+/// restarts it, and repeated ones put it in CrashLoopBackOff, stalling
+/// every claim of the driver for minutes (the fault scenarios saw it with
+/// external-provisioner). 45 s rides them out; a crashed leader is
+/// replaced within the 60 s lease.
+const SIDECAR_LEADER_ELECTION: [&str; 4] = [
+    "--leader-election",
+    "--leader-election-lease-duration=60s",
+    "--leader-election-renew-deadline=45s",
+    "--leader-election-retry-period=10s",
+];
+
+/// API group of VolumeSnapshots, their contents and classes.
+const SNAPSHOT_GROUP: &str = "snapshot.storage.k8s.io";
 
 /// Socket of the CSI services inside their pods.
 pub const CSI_SOCKET: &str = "/csi/csi.sock";
@@ -53,20 +75,38 @@ pub fn node_name(provisioner: &str) -> String {
 pub const CSI_CONTROLLER_ROLE: &str = "pav-csi-controller";
 /// The ClusterRole of every driver's node plugin.
 pub const CSI_NODE_ROLE: &str = "pav-csi-node";
-/// The ClusterRole external-provisioner's leader election needs, bound in
-/// the pav namespace only.
+/// The ClusterRole the CSI controller's sidecars need for leader election,
+/// bound in the pav namespace only.
 pub const CSI_LEADER_ELECTION_ROLE: &str = "pav-csi-leader-election";
 
-/// Name of the Lease external-provisioner holds for `provisioner`'s driver
-/// in the pav namespace (csi-lib-utils' `sanitizeName` of the driver name:
-/// anything but ASCII letters, digits and `-` becomes `-`, and a trailing
-/// `-` gets an `X`).
+/// Names of the Leases the sidecars of `provisioner`'s CSI controller hold
+/// in the pav namespace: external-provisioner's (the driver name),
+/// external-resizer v1.14's (`external-resizer-<driver>`) and
+/// csi-snapshotter v8's (`external-snapshotter-leader-<driver>`), each
+/// sanitized by csi-lib-utils.
 ///
 /// ```
-/// assert_eq!(pav::manifests::driver::lease_name("files.example.com"), "files-example-com");
+/// assert_eq!(
+///     pav::manifests::driver::lease_names("files.example.com"),
+///     [
+///         "files-example-com",
+///         "external-resizer-files-example-com",
+///         "external-snapshotter-leader-files-example-com",
+///     ]
+/// );
 /// ```
-pub fn lease_name(provisioner: &str) -> String {
-    let mut name: String = provisioner
+pub fn lease_names(provisioner: &str) -> [String; 3] {
+    [
+        sanitized(provisioner),
+        sanitized(&format!("external-resizer-{provisioner}")),
+        sanitized(&format!("external-snapshotter-leader-{provisioner}")),
+    ]
+}
+
+/// csi-lib-utils' `sanitizeName` of a Lease name: anything but ASCII
+/// letters, digits and `-` becomes `-`, and a trailing `-` gets an `X`.
+fn sanitized(lock: &str) -> String {
+    let mut name: String = lock
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' {
@@ -100,7 +140,9 @@ pub struct DriverObjects {
     /// The CSI controller's binding to [`CSI_LEADER_ELECTION_ROLE`] in the
     /// pav namespace.
     pub role_bindings: Vec<RoleBinding>,
-    /// The CSI controller with the external-provisioner sidecar.
+    /// The CSI controller with the external-provisioner sidecar, and the
+    /// external-resizer and csi-snapshotter ones when the provisioner has
+    /// `volumeExpansion` and `snapshotCreation`.
     pub deployment: Deployment,
     /// The node plugin with the node-driver-registrar sidecar.
     pub daemon_set: DaemonSet,
@@ -131,6 +173,12 @@ struct Builder<'a> {
     node: String,
     settings: &'a Settings,
     owner: Option<Value>,
+    /// The provisioner has `volumeExpansion`: the CSI controller gets
+    /// external-resizer.
+    expands: bool,
+    /// The provisioner has `snapshotCreation`: the CSI controller gets
+    /// csi-snapshotter.
+    snapshots: bool,
 }
 
 fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Value {
@@ -148,6 +196,8 @@ impl<'a> Builder<'a> {
                 .map(|owner| super::json(&owner)),
             name,
             settings,
+            expands: provisioner.spec.volume_expansion.is_some(),
+            snapshots: provisioner.spec.snapshot_creation.is_some(),
         }
     }
 
@@ -259,6 +309,45 @@ impl<'a> Builder<'a> {
             .as_object_mut()
             .expect("labels are a map")
             .remove(LABEL_MANAGED_BY);
+        let mut containers = vec![
+            json!({
+                "name": "pav",
+                "image": s.image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": [PAV_BINARY],
+                "args": ["csi-controller", "--provisioner", self.name, "--endpoint", CSI_SOCKET],
+                "env": self.pav_env(),
+                "volumeMounts": [{ "name": "socket-dir", "mountPath": "/csi" }],
+                "resources": { "requests": { "cpu": "10m", "memory": "32Mi" } },
+            }),
+            self.sidecar(
+                "csi-provisioner",
+                &s.provisioner_image,
+                &[
+                    "--extra-create-metadata",
+                    // pav csi-node reports its node as the volume's
+                    // topology (crate::csi::TOPOLOGY_KEY); with the gate the
+                    // sidecar passes it (the selected node's first) to
+                    // CreateVolume.
+                    "--feature-gates=Topology=true",
+                ],
+            ),
+        ];
+        if self.expands {
+            // Defaults otherwise: --handle-volume-inuse-error stays on, so
+            // a claim whose expansion the driver refused while in use
+            // (FailedPrecondition) is retried once no pod uses it.
+            containers.push(self.sidecar("csi-resizer", &s.resizer_image, &[]));
+        }
+        if self.snapshots {
+            // The VolumeSnapshot's and VolumeSnapshotContent's names reach
+            // CreateSnapshot as parameters.
+            containers.push(self.sidecar(
+                "csi-snapshotter",
+                &s.snapshotter_image,
+                &["--extra-create-metadata"],
+            ));
+        }
         typed(json!({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -270,48 +359,36 @@ impl<'a> Builder<'a> {
                     "metadata": { "labels": pod_labels },
                     "spec": {
                         "serviceAccountName": self.controller,
-                        "containers": [
-                            {
-                                "name": "pav",
-                                "image": s.image,
-                                "imagePullPolicy": "IfNotPresent",
-                                "command": [PAV_BINARY],
-                                "args": ["csi-controller", "--provisioner", self.name, "--endpoint", CSI_SOCKET],
-                                "env": self.pav_env(),
-                                "volumeMounts": [{ "name": "socket-dir", "mountPath": "/csi" }],
-                                "resources": { "requests": { "cpu": "10m", "memory": "32Mi" } },
-                            },
-                            {
-                                "name": "csi-provisioner",
-                                "image": s.provisioner_image,
-                                "imagePullPolicy": "IfNotPresent",
-                                "args": [
-                                    format!("--csi-address={CSI_SOCKET}"),
-                                    "--extra-create-metadata",
-                                    "--leader-election",
-                                    format!("--leader-election-namespace={}", s.namespace),
-                                    // The sidecar exits when it cannot renew its lease in
-                                    // time; with the defaults (10 s) an API server restart or
-                                    // an etcd stall of that length restarts it, and repeated
-                                    // ones put it in CrashLoopBackOff, stalling every claim
-                                    // of the driver for minutes (the fault scenarios saw
-                                    // it). 45 s rides them out; a crashed leader is replaced
-                                    // within the 60 s lease.
-                                    "--leader-election-lease-duration=60s",
-                                    "--leader-election-renew-deadline=45s",
-                                    "--leader-election-retry-period=10s",
-                                    format!("--timeout={PROVISIONER_TIMEOUT}"),
-                                    "--v=2",
-                                ],
-                                "volumeMounts": [{ "name": "socket-dir", "mountPath": "/csi" }],
-                                "resources": { "requests": { "cpu": "10m", "memory": "32Mi" } },
-                            },
-                        ],
+                        "containers": containers,
                         "volumes": [{ "name": "socket-dir", "emptyDir": {} }],
                     },
                 },
             },
         }))
+    }
+
+    /// A sidecar of the CSI controller next to `pav csi-controller`: its
+    /// socket, leader election in the pav namespace
+    /// ([`SIDECAR_LEADER_ELECTION`]), [`SIDECAR_TIMEOUT`], `--v=2`, then
+    /// `extra`.
+    fn sidecar(&self, name: &str, image: &str, extra: &[&str]) -> Value {
+        let mut args = vec![format!("--csi-address={CSI_SOCKET}")];
+        args.extend(SIDECAR_LEADER_ELECTION.map(str::to_owned));
+        args.push(format!(
+            "--leader-election-namespace={}",
+            self.settings.namespace
+        ));
+        args.push(format!("--timeout={SIDECAR_TIMEOUT}"));
+        args.push("--v=2".to_owned());
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        json!({
+            "name": name,
+            "image": image,
+            "imagePullPolicy": "IfNotPresent",
+            "args": args,
+            "volumeMounts": [{ "name": "socket-dir", "mountPath": "/csi" }],
+            "resources": { "requests": { "cpu": "10m", "memory": "32Mi" } },
+        })
     }
 
     fn daemon_set(&self) -> DaemonSet {
@@ -399,11 +476,15 @@ fn shared_role_meta(name: &str, component: &str) -> Value {
     })
 }
 
-/// What every CSI controller may do cluster-wide: exactly the calls
-/// external-provisioner v5 makes for a driver without topology, snapshots,
-/// capacity tracking or ControllerPublish, plus those of `pav csi-controller`
-/// (its pods, in whatever namespace a template names; claims and classes
-/// for the creation context; its PavProvisioner).
+/// What every CSI controller may do cluster-wide: exactly the calls of its
+/// sidecars with pav's flags (external-provisioner v5 with topology and
+/// snapshot or claim data sources, external-resizer v1.14 and
+/// csi-snapshotter v8 without their gated features, none with
+/// ControllerPublish, capacity tracking or secrets) and those of `pav
+/// csi-controller` (its pods, in whatever namespace a template names;
+/// claims and classes for the creation context; its PavProvisioner; the
+/// snapshots it lists). Shared by every driver, so it grants the resizer's
+/// and the snapshotter's calls whether a driver runs them or not.
 ///
 /// ```
 /// use pav::manifests::driver::csi_controller_role;
@@ -416,22 +497,39 @@ pub fn csi_controller_role() -> ClusterRole {
         "kind": "ClusterRole",
         "metadata": shared_role_meta(CSI_CONTROLLER_ROLE, "csi-controller"),
         "rules": [
+            // patch: external-resizer's new capacity.
             rule(&[""], &["persistentvolumes"], &["get", "list", "watch", "create", "patch", "delete"]),
             rule(&[""], &["persistentvolumeclaims"], &["get", "list", "watch", "update"]),
+            // external-resizer's resize status and conditions.
+            rule(&[""], &["persistentvolumeclaims/status"], &["patch"]),
             rule(&["storage.k8s.io"], &["storageclasses"], &["get", "list", "watch"]),
-            // client-go's event recorder in external-provisioner.
+            // client-go's event recorder in the three sidecars.
             rule(&[""], &["events"], &["create", "update", "patch"]),
             // kube's recorder in pav csi-controller.
             rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
-            // The selected node of a WaitForFirstConsumer claim.
-            rule(&[""], &["nodes"], &["get"]),
+            // get: the selected node of a WaitForFirstConsumer claim; list,
+            // watch: external-provisioner's topology informers (nodes and
+            // the CSINodes naming the drivers' topology keys).
+            rule(&[""], &["nodes"], &["get", "list", "watch"]),
+            rule(&["storage.k8s.io"], &["csinodes"], &["list", "watch"]),
             rule(&["storage.k8s.io"], &["volumeattributesclasses"], &["get"]),
             // patch: the finalizer of a staging pod whose node was deleted
-            // (csi/deleted_nodes.rs).
+            // (csi/deleted_nodes.rs); list, watch: also external-resizer's
+            // pod informer (claims in use).
             rule(&[""], &["pods"], &["get", "list", "watch", "create", "delete", "patch"]),
             // Its own PavProvisioner, kept by a watch (field selector on
             // its name), compiled once per generation: never a GET.
             rule(&[pav_templates::model::GROUP], &["pavprovisioners"], &["list", "watch"]),
+            // external-provisioner restoring a snapshot: the claim's
+            // VolumeSnapshot, then its content (get).
+            rule(&[SNAPSHOT_GROUP], &["volumesnapshots"], &["get"]),
+            // csi-snapshotter: its content informer (list, watch), get and
+            // patch (annotations, finalizers); pav csi-controller's
+            // ListSnapshots (get, list, watch).
+            rule(&[SNAPSHOT_GROUP], &["volumesnapshotcontents"], &["get", "list", "watch", "patch"]),
+            rule(&[SNAPSHOT_GROUP], &["volumesnapshotcontents/status"], &["update", "patch"]),
+            // csi-snapshotter's class informer (a lister: never a GET).
+            rule(&[SNAPSHOT_GROUP], &["volumesnapshotclasses"], &["list", "watch"]),
         ],
     }))
 }
@@ -456,8 +554,9 @@ pub fn csi_node_role() -> ClusterRole {
     }))
 }
 
-/// external-provisioner's leader election (client-go's LeaseLock: get,
-/// create, update), bound in the pav namespace only.
+/// The leader election of the CSI controller's sidecars (csi-lib-utils, on
+/// client-go's LeaseLock: get, create, update), bound in the pav namespace
+/// only.
 pub fn csi_leader_election_role() -> ClusterRole {
     typed(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -476,16 +575,42 @@ mod tests {
     use k8s_openapi::api::rbac::v1::PolicyRule;
 
     fn provisioner() -> PavProvisioner {
-        let mut p: PavProvisioner = serde_yaml::from_str(
+        with_sections("")
+    }
+
+    /// The provisioner `hello` with `sections` (YAML lines of the spec,
+    /// each indented by two spaces) added.
+    fn with_sections(sections: &str) -> PavProvisioner {
+        let mut p: PavProvisioner = serde_yaml::from_str(&format!(
             "apiVersion: pav.albertofaria.github.io/v1alpha1\n\
              kind: PavProvisioner\n\
-             metadata: { name: hello, uid: 1234-abcd }\n\
-             spec:\n  provisioningModes: [Dynamic]\n  volumeStaging: { podTemplate: { spec: { containers: [] } } }\n",
-        )
+             metadata: {{ name: hello, uid: 1234-abcd }}\n\
+             spec:\n  provisioningModes: [Dynamic]\n  volumeStaging: {{ podTemplate: {{ spec: {{ containers: [] }} }} }}\n{sections}",
+        ))
         .unwrap();
         p.metadata.resource_version = Some("1".into());
         p
     }
+
+    fn sidecars(p: &PavProvisioner, settings: &Settings) -> Vec<Container> {
+        let pod = objects(p, settings).deployment.spec.template.spec.unwrap();
+        pod.containers
+            .into_iter()
+            .filter(|c| c.name != "pav")
+            .collect()
+    }
+
+    /// The flags every sidecar of the CSI controller takes.
+    const COMMON_SIDECAR_FLAGS: [&str; 8] = [
+        "--csi-address=/csi/csi.sock",
+        "--leader-election",
+        "--leader-election-lease-duration=60s",
+        "--leader-election-renew-deadline=45s",
+        "--leader-election-retry-period=10s",
+        "--leader-election-namespace=pav",
+        "--timeout=300s",
+        "--v=2",
+    ];
 
     fn container<'a>(spec: &'a PodSpec, name: &str) -> &'a Container {
         spec.containers.iter().find(|c| c.name == name).unwrap()
@@ -558,19 +683,9 @@ mod tests {
         assert_eq!(pav.image.as_deref(), Some("pav:dev"));
         let sidecar = container(&pod, "csi-provisioner");
         let args = sidecar.args.clone().unwrap();
-        for flag in [
-            "--csi-address=/csi/csi.sock",
-            "--extra-create-metadata",
-            "--leader-election",
-            "--leader-election-namespace=pav",
-            "--leader-election-renew-deadline=45s",
-            "--timeout=300s",
-        ] {
-            assert!(
-                args.contains(&flag.to_owned()),
-                "{flag} missing from {args:?}"
-            );
-        }
+        let mut expected = COMMON_SIDECAR_FLAGS.to_vec();
+        expected.extend(["--extra-create-metadata", "--feature-gates=Topology=true"]);
+        assert_eq!(args, expected);
         assert_eq!(
             sidecar.image.as_deref(),
             Some(super::super::DEFAULT_PROVISIONER_IMAGE)
@@ -584,6 +699,94 @@ mod tests {
         for (k, v) in spec.selector.match_labels.unwrap() {
             assert_eq!(pod_labels[&k], v);
         }
+    }
+
+    #[test]
+    fn resizer_and_snapshotter_run_exactly_for_their_sections() {
+        let settings = Settings {
+            namespace: "storage".into(),
+            resizer_image: "example/resizer:1".into(),
+            snapshotter_image: "example/snapshotter:1".into(),
+            ..Settings::default()
+        };
+        let names = |p: &PavProvisioner| -> Vec<String> {
+            sidecars(p, &settings).into_iter().map(|c| c.name).collect()
+        };
+        assert_eq!(names(&provisioner()), ["csi-provisioner"]);
+        // Node expansion, snapshot deletion and data sources need no
+        // sidecar of their own.
+        let expansion = "  volumeExpansion: { capacity: '{{ requestedMinCapacity }}' }\n";
+        let node_expansion =
+            "  volumeNodeExpansion: { podTemplate: { spec: { containers: [] } } }\n";
+        let snapshots = "  snapshotCreation: { handle: h, size: '1Gi' }\n";
+        let snapshot_deletion = "  snapshotDeletion: {}\n";
+        let sources = "  dataSources: [PersistentVolumeClaim]\n";
+        assert_eq!(
+            names(&with_sections(&format!(
+                "{node_expansion}{snapshot_deletion}{sources}"
+            ))),
+            ["csi-provisioner"]
+        );
+        assert_eq!(
+            names(&with_sections(&format!("{expansion}{node_expansion}"))),
+            ["csi-provisioner", "csi-resizer"]
+        );
+        assert_eq!(
+            names(&with_sections(&format!("{snapshots}{snapshot_deletion}"))),
+            ["csi-provisioner", "csi-snapshotter"]
+        );
+        let both = with_sections(&format!("{expansion}{snapshots}"));
+        assert_eq!(
+            names(&both),
+            ["csi-provisioner", "csi-resizer", "csi-snapshotter"]
+        );
+
+        let all = sidecars(&both, &settings);
+        let common: Vec<String> = COMMON_SIDECAR_FLAGS
+            .iter()
+            .map(|f| f.replace("namespace=pav", "namespace=storage"))
+            .collect();
+        let resizer = &all[1];
+        assert_eq!(resizer.image.as_deref(), Some("example/resizer:1"));
+        assert_eq!(resizer.args.as_deref().unwrap(), common);
+        let snapshotter = &all[2];
+        assert_eq!(snapshotter.image.as_deref(), Some("example/snapshotter:1"));
+        let mut expected = common.clone();
+        expected.push("--extra-create-metadata".to_owned());
+        assert_eq!(snapshotter.args.as_deref().unwrap(), expected);
+        for sidecar in &all {
+            assert_eq!(sidecar.image_pull_policy.as_deref(), Some("IfNotPresent"));
+            let mounts = sidecar.volume_mounts.as_deref().unwrap();
+            assert_eq!(
+                (mounts[0].name.as_str(), mounts[0].mount_path.as_str()),
+                ("socket-dir", "/csi"),
+                "{}",
+                sidecar.name
+            );
+        }
+        assert_eq!(
+            sidecars(&both, &Settings::default())
+                .iter()
+                .map(|c| c.image.clone().unwrap())
+                .collect::<Vec<_>>(),
+            [
+                super::super::DEFAULT_PROVISIONER_IMAGE,
+                super::super::DEFAULT_RESIZER_IMAGE,
+                super::super::DEFAULT_SNAPSHOTTER_IMAGE,
+            ]
+        );
+    }
+
+    #[test]
+    fn sidecar_leases_are_named_as_csi_lib_utils_names_them() {
+        assert_eq!(
+            lease_names("a/b_"),
+            [
+                "a-b-X",
+                "external-resizer-a-b-X",
+                "external-snapshotter-leader-a-b-X"
+            ]
+        );
     }
 
     #[test]
@@ -743,17 +946,83 @@ mod tests {
             ("", "pods", "patch"),
             ("pav.albertofaria.github.io", "pavprovisioners", "list"),
             ("pav.albertofaria.github.io", "pavprovisioners", "watch"),
+            // external-provisioner's topology informers.
+            ("", "nodes", "list"),
+            ("", "nodes", "watch"),
+            ("storage.k8s.io", "csinodes", "list"),
+            ("storage.k8s.io", "csinodes", "watch"),
+            // external-provisioner restoring a snapshot.
+            ("snapshot.storage.k8s.io", "volumesnapshots", "get"),
+            ("snapshot.storage.k8s.io", "volumesnapshotcontents", "get"),
+            // pav csi-controller's ListSnapshots.
+            ("snapshot.storage.k8s.io", "volumesnapshotcontents", "list"),
+            ("snapshot.storage.k8s.io", "volumesnapshotcontents", "watch"),
         ] {
             assert!(
                 allows(&controller, group, resource, verb),
                 "controller lacks {verb} {group}/{resource}"
             );
         }
+        // external-resizer v1.14 (deploy/kubernetes/rbac.yaml, without the
+        // VolumeAttributesClass feature it runs without).
+        for (group, resource, verb) in [
+            ("", "persistentvolumes", "get"),
+            ("", "persistentvolumes", "list"),
+            ("", "persistentvolumes", "watch"),
+            ("", "persistentvolumes", "patch"),
+            ("", "persistentvolumeclaims", "get"),
+            ("", "persistentvolumeclaims", "list"),
+            ("", "persistentvolumeclaims", "watch"),
+            ("", "persistentvolumeclaims/status", "patch"),
+            ("", "pods", "list"),
+            ("", "pods", "watch"),
+            ("", "events", "create"),
+            ("", "events", "update"),
+            ("", "events", "patch"),
+        ] {
+            assert!(
+                allows(&controller, group, resource, verb),
+                "external-resizer lacks {verb} {group}/{resource}"
+            );
+        }
+        // csi-snapshotter v8 (deploy/kubernetes/csi-snapshotter/
+        // rbac-csi-snapshotter.yaml, without group snapshots and secrets).
+        for (resource, verb) in [
+            ("volumesnapshotclasses", "list"),
+            ("volumesnapshotclasses", "watch"),
+            ("volumesnapshotcontents", "get"),
+            ("volumesnapshotcontents", "list"),
+            ("volumesnapshotcontents", "watch"),
+            ("volumesnapshotcontents", "patch"),
+            ("volumesnapshotcontents/status", "update"),
+            ("volumesnapshotcontents/status", "patch"),
+        ] {
+            assert!(
+                allows(&controller, "snapshot.storage.k8s.io", resource, verb),
+                "csi-snapshotter lacks {verb} {resource}"
+            );
+        }
         for (group, resource, verb) in [
             ("", "secrets", "get"),
-            ("storage.k8s.io", "csinodes", "list"),
             ("storage.k8s.io", "volumeattachments", "watch"),
-            ("", "nodes", "list"),
+            ("", "persistentvolumeclaims/status", "update"),
+            // The snapshot controller's, not a driver's.
+            ("snapshot.storage.k8s.io", "volumesnapshots", "update"),
+            (
+                "snapshot.storage.k8s.io",
+                "volumesnapshotcontents",
+                "create",
+            ),
+            (
+                "snapshot.storage.k8s.io",
+                "volumesnapshotcontents",
+                "delete",
+            ),
+            (
+                "groupsnapshot.storage.k8s.io",
+                "volumegroupsnapshotcontents",
+                "list",
+            ),
         ] {
             assert!(
                 !allows(&controller, group, resource, verb),

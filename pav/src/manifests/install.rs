@@ -157,7 +157,7 @@ pub fn cluster_role_binding(settings: &Settings) -> ClusterRoleBinding {
 /// What the controller may do in the pav namespace: apply, watch and
 /// delete the drivers' Deployments and DaemonSets, apply and delete their
 /// ServiceAccounts and leader-election RoleBindings, hold its own
-/// leader-election Lease and delete a deleted driver's.
+/// leader-election Lease and delete those of a deleted driver's sidecars.
 pub fn role(settings: &Settings) -> Role {
     typed(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -180,8 +180,8 @@ pub fn role(settings: &Settings) -> Role {
                 "verbs": ["create", "patch", "delete"],
             },
             {
-                // get, create, update: its own leader election; delete: a
-                // deleted driver's external-provisioner Lease.
+                // get, create, update: its own leader election; delete: the
+                // Leases of a deleted driver's sidecars.
                 "apiGroups": ["coordination.k8s.io"],
                 "resources": ["leases"],
                 "verbs": ["get", "create", "update", "delete"],
@@ -245,6 +245,8 @@ pub fn deployment(settings: &Settings) -> Deployment {
                             format!("--namespace={}", settings.namespace),
                             format!("--image={}", settings.image),
                             format!("--provisioner-image={}", settings.provisioner_image),
+                            format!("--resizer-image={}", settings.resizer_image),
+                            format!("--snapshotter-image={}", settings.snapshotter_image),
                             format!("--registrar-image={}", settings.registrar_image),
                             format!("--kubelet-dir={}", settings.kubelet_dir),
                             format!("--metrics-addr={DEFAULT_METRICS_ADDR}"),
@@ -302,6 +304,28 @@ mod tests {
         assert!(args.contains(&"--namespace=storage".to_owned()));
         assert!(args.contains(&"--image=example/pav:1".to_owned()));
         assert!(args.contains(&"--leader-election".to_owned()));
+    }
+
+    #[test]
+    fn the_controller_gets_every_setting() {
+        use clap::Parser as _;
+        let settings = Settings {
+            namespace: "storage".into(),
+            image: "example/pav:1".into(),
+            provisioner_image: "example/provisioner:1".into(),
+            resizer_image: "example/resizer:1".into(),
+            snapshotter_image: "example/snapshotter:1".into(),
+            registrar_image: "example/registrar:1".into(),
+            kubelet_dir: "/var/lib/k0s/kubelet".into(),
+        };
+        let spec = deployment(&settings).spec.template.spec.unwrap();
+        let args = spec.containers[0].args.clone().unwrap();
+        let cli = crate::cli::Cli::try_parse_from(std::iter::once("pav".to_owned()).chain(args))
+            .expect("the controller's arguments parse");
+        let crate::cli::Command::Controller(parsed) = cli.command else {
+            panic!("not `pav controller`: {:?}", cli.command);
+        };
+        assert_eq!(parsed.settings, settings);
     }
 
     #[test]

@@ -334,9 +334,14 @@ async fn an_unused_provisioner_loses_its_driver_lease_and_finalizer() {
             format!("DELETE {}", path_of::<ServiceAccount>(ns, &node)),
             format!("DELETE {}", path_of::<ClusterRoleBinding>(None, &node)),
             format!("DELETE {}", path_of::<CSIDriver>(None, "p")),
-            // The CSI controller is gone: its Lease may go.
+            // The CSI controller is gone: its sidecars' Leases may go.
             "GET /api/v1/namespaces/pav/pods".to_owned(),
-            format!("DELETE {}", path_of::<Lease>(ns, &driver::lease_name("p"))),
+            format!("DELETE {}", path_of::<Lease>(ns, "p")),
+            format!("DELETE {}", path_of::<Lease>(ns, "external-resizer-p")),
+            format!(
+                "DELETE {}",
+                path_of::<Lease>(ns, "external-snapshotter-leader-p")
+            ),
             // Then the finalizer.
             format!("PATCH {PROVISIONER}"),
         ]
