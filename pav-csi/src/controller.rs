@@ -590,9 +590,11 @@ impl csi::controller_server::Controller for ControllerService {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .forget_volume(volume_id);
-        // kubelet would call NodeExpandVolume, which is not served.
-        let node_expansion_required =
-            expanded.node_expansion_required && self.shared.provisioner.node_expand().is_some();
+        // kubelet would call NodeExpandVolume, which this process would not
+        // serve; a controller-only process trusts the provisioner, whose
+        // node plugins are another process.
+        let node_expansion_required = expanded.node_expansion_required
+            && (self.shared.provisioner.node_expand().is_some() || !self.shared.serves_node);
         Ok(Response::new(csi::ControllerExpandVolumeResponse {
             capacity_bytes: i64::try_from(expanded.capacity_bytes).unwrap_or(i64::MAX),
             node_expansion_required,

@@ -210,6 +210,7 @@ impl DriverBuilder {
             create_cache: Mutex::default(),
             snapshot_cache: Mutex::default(),
             topology_aware: self.topology_aware,
+            serves_node: self.node.is_some(),
             #[cfg(feature = "kube")]
             claims: self.claims,
         });

@@ -18,6 +18,9 @@ pub(crate) struct Shared {
     pub(crate) create_cache: Mutex<CreateCache>,
     pub(crate) snapshot_cache: Mutex<SnapshotCache>,
     pub(crate) topology_aware: bool,
+    /// Whether this process serves the node service too; a controller-only
+    /// process leaves node expansion to the node plugins.
+    pub(crate) serves_node: bool,
     /// Where Create's claim is completed from (feature `kube`).
     #[cfg(feature = "kube")]
     pub(crate) claims: Option<crate::claims::ClaimLookup>,

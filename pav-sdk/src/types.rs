@@ -538,7 +538,8 @@ pub struct Expanded {
     /// True when the node must grow something too (a filesystem, a loop
     /// device): kubelet then calls [`NodeExpand`](crate::NodeExpand) where
     /// the volume is published. Honoured only when the provisioner has
-    /// that touch point.
+    /// that touch point, or when the process serves the controller alone
+    /// (its node plugins, another process, have it).
     pub node_expansion_required: bool,
 }
 

@@ -582,3 +582,196 @@ async fn a_deletion_pod_runs_and_a_failed_one_is_reported_and_retried() {
     assert_eq!(event["note"], status.message());
     assert!(server.pods().is_empty(), "{:#?}", server.pods());
 }
+
+/// `spec_with_pods` with pav's expansion and snapshot sections, and the
+/// data sources `sources`.
+fn spec_with_features(sources: serde_json::Value) -> serde_json::Value {
+    let mut spec = spec_with_pods();
+    let pod = |name: &str, args: &str| json!({"spec": {"containers": [{"name": name, "image": "tool:1", "args": [args]}]}});
+    spec["volumeCreation"]["podTemplate"] = pod(
+        "create",
+        "{{ requestedMinCapacity }} {{ source.kind }} {{ source.handle }}",
+    );
+    spec["volumeExpansion"] = json!({"podTemplate": pod("grow", "{{ requestedMinCapacity }}")});
+    spec["volumeNodeExpansion"] = json!({"podTemplate": pod("grow", "{{ capacity }}")});
+    spec["snapshotCreation"] = json!({"podTemplate": pod("snap", "{{ sourceHandle }}")});
+    spec["dataSources"] = sources;
+    spec
+}
+
+#[tokio::test]
+async fn an_expansion_pod_grows_the_volume_and_the_nodes_are_asked_to_follow() {
+    let (server, client) = scenario(spec_with_features(json!(["PersistentVolumeClaim"])));
+    server.route(
+        Method::GET,
+        "/api/v1/persistentvolumes",
+        list("PersistentVolume", vec![volume()]),
+    );
+    server.serve_pods(kubelet(|phase| {
+        assert_eq!(phase, "expansion", "only the expansion pod runs");
+        succeeded(state::Collected {
+            capacity: Some("3Mi".into()),
+            ..state::Collected::default()
+        })
+    }));
+    let grow = csi::ControllerExpandVolumeRequest {
+        volume_id: "vol-1".into(),
+        capacity_range: Some(csi::CapacityRange {
+            required_bytes: 2 << 20,
+            limit_bytes: 0,
+        }),
+        ..Default::default()
+    };
+    let answer = with_controller(client, async |mut controller| {
+        controller.controller_expand_volume(grow).await
+    })
+    .await
+    .expect("ControllerExpandVolume")
+    .into_inner();
+    assert_eq!(answer.capacity_bytes, 3 << 20, "the pod's /pav/capacity");
+    assert!(answer.node_expansion_required, "volumeNodeExpansion is set");
+    let created = server.created_pods();
+    assert_eq!(created.len(), 1, "{created:#?}");
+    let pod = &created[0];
+    assert_eq!(pod["metadata"]["labels"][LABEL_PHASE], "expansion");
+    assert_eq!(
+        pod["metadata"]["annotations"][crate::pods::ANNOTATION_PV],
+        "pvc-u-data"
+    );
+    assert_eq!(pod["spec"]["containers"][0]["args"], json!(["2097152"]));
+    assert!(
+        asked(&server).contains(&format!("DELETE {}", pod_path(pod))),
+        "the pod goes once it ran"
+    );
+}
+
+#[tokio::test]
+async fn a_provisioner_without_expansion_refuses_growth_naming_the_section() {
+    let (server, client) = scenario(spec_with_pods());
+    server.route(
+        Method::GET,
+        "/api/v1/persistentvolumes",
+        list("PersistentVolume", vec![volume()]),
+    );
+    let grow = csi::ControllerExpandVolumeRequest {
+        volume_id: "vol-1".into(),
+        capacity_range: Some(csi::CapacityRange {
+            required_bytes: 2 << 20,
+            limit_bytes: 0,
+        }),
+        ..Default::default()
+    };
+    let status = with_controller(client, async |mut controller| {
+        controller.controller_expand_volume(grow).await
+    })
+    .await
+    .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+    assert_eq!(
+        status.message(),
+        "PavProvisioner p has no spec.volumeExpansion: its volumes do not grow"
+    );
+    assert!(server.created_pods().is_empty());
+}
+
+#[tokio::test]
+async fn a_snapshot_pod_exports_the_snapshot_handle_and_size() {
+    let (server, client) = scenario(spec_with_features(json!(["PersistentVolumeClaim"])));
+    server.route(
+        Method::GET,
+        "/api/v1/persistentvolumes",
+        list("PersistentVolume", vec![volume()]),
+    );
+    server.serve_pods(kubelet(|phase| {
+        assert_eq!(phase, "snapshot-creation");
+        succeeded(state::Collected {
+            handle: Some("snap-of-vol-1".into()),
+            size: Some("5Mi".into()),
+            ..state::Collected::default()
+        })
+    }));
+    let take = csi::CreateSnapshotRequest {
+        source_volume_id: "vol-1".into(),
+        name: "snapshot-u-s".into(),
+        ..Default::default()
+    };
+    let snapshot = with_controller(client, async |mut controller| {
+        controller.create_snapshot(take).await
+    })
+    .await
+    .expect("CreateSnapshot")
+    .into_inner()
+    .snapshot
+    .unwrap();
+    assert_eq!(snapshot.snapshot_id, "snap-of-vol-1");
+    assert_eq!(snapshot.source_volume_id, "vol-1");
+    assert_eq!(snapshot.size_bytes, 5 << 20);
+    assert!(snapshot.ready_to_use);
+    let created = server.created_pods();
+    assert_eq!(created.len(), 1);
+    assert_eq!(
+        created[0]["spec"]["containers"][0]["args"],
+        json!(["vol-1"])
+    );
+    assert_eq!(
+        created[0]["metadata"]["annotations"][crate::pods::ANNOTATION_SNAPSHOT],
+        "snapshot-u-s"
+    );
+}
+
+/// A CreateVolume of claim `apps/data` cloning volume `vol-1`.
+fn clone_request() -> csi::CreateVolumeRequest {
+    let mut request = request(1 << 20);
+    request.volume_content_source = Some(csi::VolumeContentSource {
+        r#type: Some(csi::volume_content_source::Type::Volume(
+            csi::volume_content_source::VolumeSource {
+                volume_id: "vol-1".into(),
+            },
+        )),
+    });
+    request
+}
+
+#[tokio::test]
+async fn a_clone_is_refused_unless_data_sources_list_it_and_then_its_source_is_templated() {
+    for (sources, listed) in [
+        (json!(["VolumeSnapshot"]), false),
+        (json!(["PersistentVolumeClaim"]), true),
+    ] {
+        let (server, client) = scenario(spec_with_features(sources));
+        server.route(
+            Method::GET,
+            "/api/v1/persistentvolumes",
+            list("PersistentVolume", vec![volume()]),
+        );
+        server.serve_pods(kubelet(|phase| {
+            assert_eq!(phase, "creation");
+            succeeded(state::Collected {
+                capacity: Some("1Mi".into()),
+                ..state::Collected::default()
+            })
+        }));
+        let answer = create_volume(client, clone_request()).await;
+        if !listed {
+            let status = answer.unwrap_err();
+            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+            assert_eq!(
+                status.message(),
+                "PavProvisioner p does not create volumes from a PersistentVolumeClaim: spec.dataSources does not list it"
+            );
+            assert!(server.created_pods().is_empty());
+            continue;
+        }
+        let volume = answer.expect("CreateVolume").volume.unwrap();
+        assert_eq!(
+            volume.content_source,
+            clone_request().volume_content_source,
+            "the answer names its source"
+        );
+        let created = server.created_pods();
+        assert_eq!(
+            created[0]["spec"]["containers"][0]["args"],
+            json!(["1048576 PersistentVolumeClaim vol-1"])
+        );
+    }
+}
