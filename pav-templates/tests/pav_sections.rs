@@ -1,0 +1,215 @@
+//! The sections pav adds to PaV: expansion, node expansion, snapshots,
+//! data sources and topology: what `pav check` refuses, what each context
+//! holds, and how each phase evaluates.
+
+use pav_templates::{
+    CompiledProvisioner, CreationContext, DataSourceKind, ExpansionContext, SnapshotContext,
+    Source, StagingContext, samples,
+};
+
+/// A provisioner whose spec is `spec_yaml` (indented under `spec:`).
+fn provisioner(spec_yaml: &str) -> Result<CompiledProvisioner, pav_templates::Problems> {
+    let mut yaml = String::from(
+        "apiVersion: pav.albertofaria.github.io/v1alpha1\nkind: PavProvisioner\nmetadata:\n  name: p\nspec:\n",
+    );
+    for line in spec_yaml.lines() {
+        yaml.push_str("  ");
+        yaml.push_str(line);
+        yaml.push('\n');
+    }
+    CompiledProvisioner::from_yaml(&yaml)
+}
+
+const BASE: &str = "provisioningModes: [Dynamic]\nvolumeCreation: {capacity: 1Gi}\nvolumeStaging: {podTemplate: {}}\n";
+
+fn problems(extra: &str) -> Vec<String> {
+    match provisioner(&format!("{BASE}{extra}")) {
+        Ok(_) => Vec::new(),
+        Err(problems) => problems.0.iter().map(ToString::to_string).collect(),
+    }
+}
+
+fn compiled(extra: &str) -> CompiledProvisioner {
+    provisioner(&format!("{BASE}{extra}")).unwrap_or_else(|p| panic!("unexpected problems:\n{p}"))
+}
+
+#[test]
+fn sections_that_need_another_are_refused_without_it() {
+    assert_eq!(
+        problems("volumeNodeExpansion: {podTemplate: {}}\n"),
+        [
+            "provisioner \"p\", field spec.volumeNodeExpansion: may only be specified together with spec.volumeExpansion"
+        ]
+    );
+    assert_eq!(
+        problems("snapshotDeletion: {}\n"),
+        [
+            "provisioner \"p\", field spec.snapshotDeletion: may only be specified together with spec.snapshotCreation"
+        ]
+    );
+    assert_eq!(
+        problems("dataSources: [VolumeSnapshot]\n"),
+        [
+            "provisioner \"p\", field spec.dataSources: lists VolumeSnapshot, which needs spec.snapshotCreation (the snapshots restored are the ones it takes)"
+        ]
+    );
+    assert_eq!(
+        problems("volumeExpansion: {}\nvolumeNodeExpansion: {timeout: 1m}\n"),
+        ["provisioner \"p\", field spec.volumeNodeExpansion.podTemplate: is required"]
+    );
+    assert!(problems("volumeExpansion: {}\nvolumeNodeExpansion: {podTemplate: {}}\nsnapshotCreation: {}\nsnapshotDeletion: {}\ndataSources: [VolumeSnapshot, PersistentVolumeClaim]\n").is_empty());
+}
+
+#[test]
+fn data_sources_are_a_literal_list_of_kinds() {
+    assert_eq!(
+        problems("dataSources: [PersistentVolumeClaim, Volume, PersistentVolumeClaim]\n"),
+        [
+            "provisioner \"p\", field spec.dataSources[1]: \"Volume\" is not one of VolumeSnapshot, PersistentVolumeClaim",
+            "provisioner \"p\", field spec.dataSources[2]: is listed twice",
+        ]
+    );
+    assert_eq!(
+        problems("dataSources: \"{{ x }}\"\n"),
+        [
+            "provisioner \"p\", field spec.dataSources: must be a non-empty list of VolumeSnapshot and/or PersistentVolumeClaim (it is not a template), not \"{{ x }}\""
+        ]
+    );
+    let static_only = provisioner(
+        "provisioningModes: [Static]\nvolumeStaging: {podTemplate: {}}\ndataSources: [PersistentVolumeClaim]\n",
+    )
+    .unwrap_err();
+    assert_eq!(
+        static_only.to_string(),
+        "provisioner \"p\", field spec.dataSources: may only be specified if spec.provisioningModes contains Dynamic"
+    );
+    assert_eq!(
+        compiled("dataSources: [PersistentVolumeClaim]\n").data_sources(),
+        [DataSourceKind::PersistentVolumeClaim]
+    );
+}
+
+#[test]
+fn topology_is_node_names_checked_when_literal_and_when_evaluated() {
+    let refused = provisioner(
+        "provisioningModes: [Dynamic]\nvolumeCreation: {capacity: 1Gi, topology: [node-a, Node_B]}\nvolumeStaging: {podTemplate: {}}\n",
+    )
+    .unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "provisioner \"p\", field spec.volumeCreation.topology: \"Node_B\" is not a node name (a DNS subdomain: at most 253 lowercase alphanumerics, '-' or '.')"
+    );
+    // The sample claim carries no selected node: a template that names
+    // none evaluates to nothing a node could be.
+    let provisioner = provisioner(
+        "provisioningModes: [Dynamic]\nvolumeCreation: {capacity: 1Gi, topology: \"{% set yaml = true %}[{{ selectedNode | tojson }}]\"}\nvolumeStaging: {podTemplate: {}}\n",
+    )
+    .unwrap();
+    let error = provisioner
+        .render_creation(&samples::creation_context())
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "provisioner \"p\", field spec.volumeCreation.topology: must be a node name or a list of node names, not null"
+    );
+    let mut pvc = samples::pvc();
+    pvc.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert("volume.kubernetes.io/selected-node".into(), "node-7".into());
+    let context = CreationContext::new(&pvc, &samples::storage_class()).unwrap();
+    let creation = provisioner.render_creation(&context).unwrap();
+    assert_eq!(creation.topology, Some(vec!["node-7".to_owned()]));
+}
+
+#[test]
+fn the_creation_context_has_its_source() {
+    let provisioner = provisioner(
+        "provisioningModes: [Dynamic]\nvolumeCreation: {capacity: \"{{ source.capacity if source else 1 }}\", handle: \"{{ source.kind if source else 'empty' }}-{{ source.handle if source else '' }}\"}\nvolumeStaging: {podTemplate: {}}\n",
+    )
+    .unwrap();
+    let context = samples::creation_context();
+    let empty = provisioner.render_creation(&context).unwrap();
+    assert_eq!(empty.handle.as_deref(), Some("empty-"));
+    let restored = provisioner
+        .render_creation(&context.with_source(&Source {
+            kind: DataSourceKind::VolumeSnapshot,
+            handle: "snap-1".into(),
+            capacity: 5 << 20,
+        }))
+        .unwrap();
+    assert_eq!(restored.handle.as_deref(), Some("VolumeSnapshot-snap-1"));
+    assert_eq!(restored.capacity, Some(5 << 20));
+}
+
+#[test]
+fn expansion_evaluates_its_capacity_from_the_request_and_the_volume() {
+    let provisioner = compiled(
+        "volumeExpansion:\n  capacity: \"{{ [requestedMinCapacity, capacity * 2] | max }}\"\n  podTemplate: {spec: {containers: [{name: c, image: i, args: [\"{{ handle }}\", \"{{ pvc.metadata.name }}\", \"{{ volumeMode }}\"]}]}}\n",
+    );
+    let pv = samples::pv();
+    let capacity = pav_templates::context::pv_capacity(&pv).unwrap();
+    let context = ExpansionContext::new(&pv, Some(&samples::pvc()), capacity + 1, None).unwrap();
+    let expansion = provisioner.render_expansion(&context).unwrap();
+    assert_eq!(expansion.capacity, Some(capacity * 2));
+    let args = expansion.pod_template.unwrap().spec.unwrap().containers[0]
+        .args
+        .clone()
+        .unwrap();
+    let handle = pv.spec.unwrap().csi.unwrap().volume_handle;
+    assert_eq!(
+        args,
+        [
+            handle,
+            samples::pvc().metadata.name.unwrap(),
+            "Filesystem".to_owned()
+        ]
+    );
+    // A volume without a claim: `pvc` is none.
+    let orphan = ExpansionContext::new(&samples::pv(), None, capacity + 1, None).unwrap();
+    let error = provisioner.render_expansion(&orphan).unwrap_err();
+    assert!(error.to_string().contains("podTemplate"), "{error}");
+}
+
+#[test]
+fn node_expansion_sees_the_new_capacity() {
+    let provisioner = compiled(
+        "volumeExpansion: {}\nvolumeNodeExpansion: {podTemplate: {spec: {containers: [{name: c, image: i, args: [\"{{ capacity }}\"]}]}}}\n",
+    );
+    let context = StagingContext::new(&samples::pvc(), &samples::pv(), &samples::node(), false)
+        .unwrap()
+        .expanded_to(12345);
+    let phase = provisioner.render_node_expansion(&context).unwrap();
+    assert_eq!(
+        phase.pod_template.spec.unwrap().containers[0].args,
+        Some(vec!["12345".to_owned()])
+    );
+}
+
+#[test]
+fn snapshots_see_their_source_and_defaults() {
+    let provisioner = compiled(
+        "snapshotCreation:\n  handle: \"{{ defaultHandle }}.{{ sourceHandle }}\"\n  size: \"{{ sourceCapacity }}\"\n  podTemplate: {spec: {containers: [{name: c, image: i, args: [\"{{ snapshotName }}\", \"{{ params.tier }}\"]}]}}\nsnapshotDeletion:\n  podTemplate: {spec: {containers: [{name: c, image: i, args: [\"{{ snapshotHandle }}\", \"{{ sourceHandle or 'unknown' }}\"]}]}}\n",
+    );
+    let pv = samples::pv();
+    let handle = pv.spec.clone().unwrap().csi.unwrap().volume_handle;
+    let params = [("tier".to_owned(), "cold".to_owned())].into();
+    let context = SnapshotContext::creation("snapshot-1", &params, &pv, None).unwrap();
+    let creation = provisioner.render_snapshot_creation(&context).unwrap();
+    assert_eq!(creation.handle, Some(format!("snapshot-1.{handle}")));
+    assert_eq!(
+        creation.size,
+        Some(pav_templates::context::pv_capacity(&pv).unwrap())
+    );
+    assert_eq!(
+        creation.pod_template.unwrap().spec.unwrap().containers[0].args,
+        Some(vec!["snapshot-1".to_owned(), "cold".to_owned()])
+    );
+    let deletion = provisioner
+        .render_snapshot_deletion(&SnapshotContext::deletion("snap-9", None))
+        .unwrap();
+    assert_eq!(
+        deletion.pod_template.unwrap().spec.unwrap().containers[0].args,
+        Some(vec!["snap-9".to_owned(), "unknown".to_owned()])
+    );
+}
