@@ -139,3 +139,47 @@ pub(crate) fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `scripts/versions.env` as KEY=value pairs, `${KEY}` expanded.
+    fn versions() -> BTreeMap<String, String> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/versions.env");
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let mut vars = BTreeMap::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((key, value)) = line.split_once('=') else {
+                continue;
+            };
+            let value = vars
+                .iter()
+                .fold(value.to_owned(), |v, (k, x): (&String, &String)| {
+                    v.replace(&format!("${{{k}}}"), x)
+                });
+            vars.insert(key.to_owned(), value);
+        }
+        vars
+    }
+
+    /// The cluster scripts build the sidecar images under the names in
+    /// versions.env and install pav with the default settings, so the
+    /// defaults must be those names.
+    #[test]
+    fn default_sidecar_images_are_those_the_cluster_scripts_load() {
+        let versions = versions();
+        for (default, key) in [
+            (DEFAULT_PROVISIONER_IMAGE, "CSI_PROVISIONER_IMAGE"),
+            (DEFAULT_RESIZER_IMAGE, "CSI_RESIZER_IMAGE"),
+            (DEFAULT_SNAPSHOTTER_IMAGE, "CSI_SNAPSHOTTER_IMAGE"),
+            (DEFAULT_REGISTRAR_IMAGE, "CSI_NODE_DRIVER_REGISTRAR_IMAGE"),
+        ] {
+            assert_eq!(
+                Some(default),
+                versions.get(key).map(String::as_str),
+                "{key}"
+            );
+        }
+    }
+}
