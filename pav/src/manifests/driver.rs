@@ -328,7 +328,10 @@ impl<'a> Builder<'a> {
                     // pav csi-node reports its node as the volume's
                     // topology (crate::csi::TOPOLOGY_KEY); with the gate the
                     // sidecar passes it (the selected node's first) to
-                    // CreateVolume.
+                    // CreateVolume. The gate is GA and on by default in
+                    // v5.3.0: stated so pav's topology does not rest on a
+                    // sidecar default. A release that drops the gate
+                    // refuses the flag (exits): take it out then.
                     "--feature-gates=Topology=true",
                 ],
             ),
