@@ -13,9 +13,10 @@
 //!    `observedGeneration`, `volumes`.
 //!
 //! Deleting a PavProvisioner is refused, with a Warning event and the
-//! `Ready` condition saying why, while PersistentVolumes of its driver or
-//! claims of one of its StorageClasses exist; then the driver's objects
-//! are deleted and the finalizer released.
+//! `Ready` condition saying why, while PersistentVolumes of its driver,
+//! claims of one of its StorageClasses, its staged volumes or
+//! VolumeSnapshotContents of its driver exist ([`InUse`]); then the
+//! driver's objects are deleted and the finalizer released.
 //!
 //! Deployments, DaemonSets, CSIDrivers (by the provisioner label) and
 //! PersistentVolumes (by `spec.csi.driver`, when one appears or goes) trigger
@@ -33,7 +34,7 @@ mod status;
 
 use self::apply::{apply_driver, delete_driver, delete_named};
 pub use self::in_use::{InUse, claims_in, volumes_in};
-use self::in_use::{claims_of, staging_pods_of, volumes_of};
+use self::in_use::{claims_of, snapshots_of, staging_pods_of, volumes_of};
 use self::status::update_status;
 pub use self::status::{condition, next_status, readiness};
 
@@ -78,7 +79,8 @@ pub mod reason {
     pub const DRIVER_READY: &str = "DriverReady";
     /// The driver is deployed but not available yet.
     pub const DRIVER_NOT_READY: &str = "DriverNotReady";
-    /// Deletion is refused while volumes or claims exist.
+    /// Deletion is refused while volumes, claims, staged volumes or
+    /// snapshots exist ([`InUse`](super::InUse)).
     pub const DELETION_BLOCKED: &str = "DeletionBlocked";
 }
 
@@ -116,8 +118,8 @@ pub enum Error {
     /// An API call failed.
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
-    /// Deletion refused: the provisioner still has volumes, claims or
-    /// staged volumes.
+    /// Deletion refused: the provisioner still has volumes, claims,
+    /// staged volumes or snapshots.
     #[error(transparent)]
     InUse(InUse),
     /// Deletion goes on once the driver's pods have stopped.
@@ -524,11 +526,13 @@ async fn cleanup(p: &PavProvisioner, ctx: &Context) -> Result<(Action, Outcome),
     let volumes = volumes_of(&ctx.client, &name).await?;
     let claims = claims_of(&ctx.client, &name).await?;
     let staged = staging_pods_of(&ctx.client, &name).await?;
+    let snapshots = snapshots_of(&ctx.client, &name).await?;
     let in_use = InUse {
         provisioner: name.clone(),
         volumes: volumes.len(),
         claims: claims.len(),
         staged,
+        snapshots,
     };
     if in_use.blocks() {
         let message = in_use.to_string();

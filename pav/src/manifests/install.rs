@@ -68,8 +68,8 @@ pub fn service_account(settings: &Settings) -> ServiceAccount {
 /// watch PavProvisioners and patch their finalizer and status, apply and
 /// delete CSIDrivers and the drivers' ClusterRoleBindings, bind the three
 /// shared driver roles (by name: no `escalate`, no other role), count
-/// volumes, claims and staging pods of a provisioner being deleted, and
-/// record events.
+/// volumes, claims, staging pods and snapshots of a provisioner being
+/// deleted, and record events.
 pub fn cluster_role() -> ClusterRole {
     typed(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -124,6 +124,13 @@ pub fn cluster_role() -> ClusterRole {
             {
                 "apiGroups": ["storage.k8s.io"],
                 "resources": ["storageclasses"],
+                "verbs": ["list"],
+            },
+            {
+                // Snapshots keep a provisioner from being deleted: deleting
+                // one needs its driver.
+                "apiGroups": ["snapshot.storage.k8s.io"],
+                "resources": ["volumesnapshotcontents"],
                 "verbs": ["list"],
             },
             {

@@ -1,19 +1,21 @@
 //! What keeps a PavProvisioner from being deleted: its volumes, the claims
-//! of its StorageClasses, its staging pods ([`InUse`]).
+//! of its StorageClasses, its staging pods, its snapshots ([`InUse`]).
 
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::ListParams;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client, ResourceExt as _};
 
 use super::Error;
 
 /// Why a PavProvisioner may not be deleted yet: what still uses it —
-/// volumes, claims, or volumes still staged for a client pod (a claim may be
+/// volumes, claims, volumes still staged for a client pod (a claim may be
 /// deleted before kubelet unpublishes it, and unstaging needs the node
-/// plugin). Its message is the condition's and the event's.
+/// plugin), or snapshots (deleting one runs the provisioner's snapshot
+/// deletion pod through its driver; without the driver its data would
+/// leak). Its message is the condition's and the event's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("PavProvisioner {provisioner} is still used by {}; delete them before the PavProvisioner can be deleted", self.uses())]
 pub struct InUse {
@@ -25,21 +27,25 @@ pub struct InUse {
     pub claims: usize,
     /// Its volumes still staged for client pods.
     pub staged: usize,
+    /// VolumeSnapshotContents of its driver.
+    pub snapshots: usize,
 }
 
 impl InUse {
     /// Whether anything still uses the provisioner.
     pub fn blocks(&self) -> bool {
-        self.volumes + self.claims + self.staged > 0
+        self.volumes + self.claims + self.staged + self.snapshots > 0
     }
 
-    /// `1 PersistentVolume, 2 PersistentVolumeClaims and 1 staged volume`.
+    /// `1 PersistentVolume, 2 PersistentVolumeClaims, 1 staged volume and
+    /// 3 VolumeSnapshotContents`.
     fn uses(&self) -> String {
         let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
         let uses: Vec<String> = [
             (self.volumes, "PersistentVolume"),
             (self.claims, "PersistentVolumeClaim"),
             (self.staged, "staged volume"),
+            (self.snapshots, "VolumeSnapshotContent"),
         ]
         .into_iter()
         .filter(|(n, _)| *n > 0)
@@ -65,6 +71,36 @@ pub(super) async fn staging_pods_of(client: &Client, name: &str) -> Result<usize
         .list_metadata(&ListParams::default().labels(&selector))
         .await?;
     Ok(pods.items.len())
+}
+
+/// The VolumeSnapshotContent resource (external-snapshotter's CRD), in
+/// which csi-snapshotter records each snapshot of a driver.
+fn snapshot_contents() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("snapshot.storage.k8s.io", "v1", "VolumeSnapshotContent"),
+        "volumesnapshotcontents",
+    )
+}
+
+/// How many VolumeSnapshotContents of provisioner `name`'s driver exist.
+/// None in a cluster without the snapshot CRDs: the API server answers
+/// their list with 404 (by status code: the message is not a contract).
+pub(super) async fn snapshots_of(client: &Client, name: &str) -> Result<usize, Error> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &snapshot_contents());
+    match api.list(&ListParams::default()).await {
+        Ok(contents) => Ok(snapshots_in(&contents.items, name)),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(0),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// How many of the VolumeSnapshotContents `contents` are of driver `name`
+/// (`spec.driver`).
+fn snapshots_in(contents: &[DynamicObject], name: &str) -> usize {
+    contents
+        .iter()
+        .filter(|c| c.data.pointer("/spec/driver").and_then(|d| d.as_str()) == Some(name))
+        .count()
 }
 
 /// Names of the PersistentVolumes whose CSI driver is `name`.
@@ -142,29 +178,40 @@ mod tests {
 
     #[test]
     fn in_use_message_counts() {
-        let in_use_message = |provisioner: &str, volumes, claims, staged| {
+        let in_use_message = |provisioner: &str, volumes, claims, staged, snapshots| {
             let in_use = InUse {
                 provisioner: provisioner.to_owned(),
                 volumes,
                 claims,
                 staged,
+                snapshots,
             };
             in_use.blocks().then(|| in_use.to_string())
         };
-        assert_eq!(in_use_message("p", 0, 0, 0), None);
+        assert_eq!(in_use_message("p", 0, 0, 0, 0), None);
         assert_eq!(
-            in_use_message("p", 1, 2, 0).unwrap(),
+            in_use_message("p", 1, 2, 0, 0).unwrap(),
             "PavProvisioner p is still used by 1 PersistentVolume and 2 PersistentVolumeClaims; \
              delete them before the PavProvisioner can be deleted"
         );
         assert_eq!(
-            in_use_message("p", 0, 0, 1).unwrap(),
+            in_use_message("p", 0, 0, 1, 0).unwrap(),
             "PavProvisioner p is still used by 1 staged volume; \
              delete them before the PavProvisioner can be deleted"
         );
         assert_eq!(
-            in_use_message("p", 1, 1, 3).unwrap(),
+            in_use_message("p", 1, 1, 3, 0).unwrap(),
             "PavProvisioner p is still used by 1 PersistentVolume, 1 PersistentVolumeClaim and 3 staged volumes; \
+             delete them before the PavProvisioner can be deleted"
+        );
+        assert_eq!(
+            in_use_message("p", 0, 0, 0, 1).unwrap(),
+            "PavProvisioner p is still used by 1 VolumeSnapshotContent; \
+             delete them before the PavProvisioner can be deleted"
+        );
+        assert_eq!(
+            in_use_message("p", 0, 1, 0, 2).unwrap(),
+            "PavProvisioner p is still used by 1 PersistentVolumeClaim and 2 VolumeSnapshotContents; \
              delete them before the PavProvisioner can be deleted"
         );
     }
@@ -190,5 +237,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(claims_in(&pvcs, &classes, "hello"), ["ns/one", "ns/three"]);
+    }
+
+    #[test]
+    fn snapshots_of_a_provisioner_are_those_of_its_driver() {
+        let contents: Vec<DynamicObject> = serde_yaml::from_str(
+            "- { apiVersion: snapshot.storage.k8s.io/v1, kind: VolumeSnapshotContent, metadata: { name: a }, spec: { driver: hello } }\n\
+             - { apiVersion: snapshot.storage.k8s.io/v1, kind: VolumeSnapshotContent, metadata: { name: b }, spec: { driver: other } }\n\
+             - { apiVersion: snapshot.storage.k8s.io/v1, kind: VolumeSnapshotContent, metadata: { name: c }, spec: { driver: hello } }\n\
+             - { apiVersion: snapshot.storage.k8s.io/v1, kind: VolumeSnapshotContent, metadata: { name: d } }\n",
+        )
+        .unwrap();
+        assert_eq!(snapshots_in(&contents, "hello"), 2);
+        assert_eq!(snapshots_in(&contents, "other"), 1);
+        assert_eq!(snapshots_in(&contents, "none"), 0);
     }
 }

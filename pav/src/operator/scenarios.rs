@@ -248,9 +248,10 @@ fn deleted() -> PavProvisioner {
 }
 
 const PVS: &str = "/api/v1/persistentvolumes";
+const SNAPSHOT_CONTENTS: &str = "/apis/snapshot.storage.k8s.io/v1/volumesnapshotcontents";
 
 /// Lists of what could use the provisioner: `pvs` volumes, no
-/// classes, claims or pods.
+/// classes, claims, pods or VolumeSnapshotContents.
 fn uses(server: &ApiServer, pvs: Vec<Value>) {
     server.route(Method::GET, PVS, list("PersistentVolume", pvs));
     server.route(
@@ -269,6 +270,34 @@ fn uses(server: &ApiServer, pvs: Vec<Value>) {
         "/api/v1/namespaces/pav/pods",
         list("Pod", vec![]),
     );
+    server.route(
+        Method::GET,
+        SNAPSHOT_CONTENTS,
+        list("VolumeSnapshotContent", vec![]),
+    );
+}
+
+/// A VolumeSnapshotContent csi-snapshotter recorded for `driver`.
+fn snapshot_content(name: &str, driver: &str) -> Value {
+    json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotContent",
+        "metadata": {"name": name},
+        "spec": {"driver": driver, "deletionPolicy": "Delete",
+                 "source": {"volumeHandle": "h"},
+                 "volumeSnapshotRef": {"namespace": "ns", "name": name}},
+    })
+}
+
+/// The requests of a deletion up to the counting of what uses the
+/// provisioner.
+fn counting() -> Vec<String> {
+    vec![
+        format!("GET {PVS}"),
+        "GET /apis/storage.k8s.io/v1/storageclasses".to_owned(),
+        "GET /api/v1/persistentvolumeclaims".to_owned(),
+        "GET /api/v1/pods".to_owned(),
+        format!("GET {SNAPSHOT_CONTENTS}"),
+    ]
 }
 
 #[tokio::test]
@@ -285,18 +314,21 @@ async fn deletion_is_refused_while_volumes_exist() {
     let finalizer::Error::CleanupFailed(Error::InUse(in_use)) = &error else {
         panic!("{error:?}");
     };
-    assert_eq!((in_use.volumes, in_use.claims, in_use.staged), (1, 0, 0));
     assert_eq!(
-        lines(&server),
-        [
-            format!("GET {PVS}"),
-            "GET /apis/storage.k8s.io/v1/storageclasses".to_owned(),
-            "GET /api/v1/persistentvolumeclaims".to_owned(),
-            "GET /api/v1/pods".to_owned(),
-            format!("POST {EVENTS}"),
-            format!("PATCH {PROVISIONER}/status"),
-        ]
+        (
+            in_use.volumes,
+            in_use.claims,
+            in_use.staged,
+            in_use.snapshots
+        ),
+        (1, 0, 0, 0)
     );
+    let mut expected = counting();
+    expected.extend([
+        format!("POST {EVENTS}"),
+        format!("PATCH {PROVISIONER}/status"),
+    ]);
+    assert_eq!(lines(&server), expected);
     let status = body(&server, &format!("PATCH {PROVISIONER}/status"))["status"].clone();
     let ready = &status["conditions"][0];
     assert_eq!(ready["reason"], reason::DELETION_BLOCKED);
@@ -308,44 +340,91 @@ async fn deletion_is_refused_while_volumes_exist() {
 }
 
 #[tokio::test]
+async fn deletion_is_refused_while_snapshots_of_its_driver_exist() {
+    let p = deleted();
+    let (server, ctx) = scenario(&p, json!({}));
+    uses(&server, vec![]);
+    server.route(
+        Method::GET,
+        SNAPSHOT_CONTENTS,
+        list(
+            "VolumeSnapshotContent",
+            vec![
+                snapshot_content("snapcontent-1", "p"),
+                snapshot_content("snapcontent-2", "other"),
+            ],
+        ),
+    );
+    let error = reconcile(Arc::new(p), ctx).await.unwrap_err();
+    let finalizer::Error::CleanupFailed(Error::InUse(in_use)) = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(
+        (
+            in_use.volumes,
+            in_use.claims,
+            in_use.staged,
+            in_use.snapshots
+        ),
+        (0, 0, 0, 1)
+    );
+    let mut expected = counting();
+    expected.extend([
+        format!("POST {EVENTS}"),
+        format!("PATCH {PROVISIONER}/status"),
+    ]);
+    assert_eq!(lines(&server), expected);
+    let message = "PavProvisioner p is still used by 1 VolumeSnapshotContent; \
+                   delete them before the PavProvisioner can be deleted";
+    let status = body(&server, &format!("PATCH {PROVISIONER}/status"))["status"].clone();
+    let ready = &status["conditions"][0];
+    assert_eq!(ready["reason"], reason::DELETION_BLOCKED);
+    assert_eq!(ready["message"], message);
+    let event = body(&server, &format!("POST {EVENTS}"));
+    assert_eq!(event["reason"], reason::DELETION_BLOCKED);
+    assert_eq!(event["note"], message);
+}
+
+/// The requests of deleting provisioner `p`'s driver, once nothing uses
+/// it, through the finalizer's removal.
+fn removal() -> Vec<String> {
+    let controller = driver::controller_name("p");
+    let node = driver::node_name("p");
+    let ns = Some("pav");
+    vec![
+        format!("DELETE {}", path_of::<Deployment>(ns, &controller)),
+        format!("DELETE {}", path_of::<DaemonSet>(ns, &node)),
+        format!("DELETE {}", path_of::<RoleBinding>(ns, &controller)),
+        format!("DELETE {}", path_of::<ServiceAccount>(ns, &controller)),
+        format!(
+            "DELETE {}",
+            path_of::<ClusterRoleBinding>(None, &controller)
+        ),
+        format!("DELETE {}", path_of::<ServiceAccount>(ns, &node)),
+        format!("DELETE {}", path_of::<ClusterRoleBinding>(None, &node)),
+        format!("DELETE {}", path_of::<CSIDriver>(None, "p")),
+        // The CSI controller is gone: its sidecars' Leases may go.
+        "GET /api/v1/namespaces/pav/pods".to_owned(),
+        format!("DELETE {}", path_of::<Lease>(ns, "p")),
+        format!("DELETE {}", path_of::<Lease>(ns, "external-resizer-p")),
+        format!(
+            "DELETE {}",
+            path_of::<Lease>(ns, "external-snapshotter-leader-p")
+        ),
+        // Then the finalizer.
+        format!("PATCH {PROVISIONER}"),
+    ]
+}
+
+#[tokio::test]
 async fn an_unused_provisioner_loses_its_driver_lease_and_finalizer() {
     let p = deleted();
     let (server, ctx) = scenario(&p, json!({}));
     uses(&server, vec![]);
     reconcile(Arc::new(p), ctx).await.unwrap();
-    let controller = driver::controller_name("p");
-    let node = driver::node_name("p");
-    let ns = Some("pav");
-    assert_eq!(
-        lines(&server),
-        [
-            format!("GET {PVS}"),
-            "GET /apis/storage.k8s.io/v1/storageclasses".to_owned(),
-            "GET /api/v1/persistentvolumeclaims".to_owned(),
-            "GET /api/v1/pods".to_owned(),
-            format!("DELETE {}", path_of::<Deployment>(ns, &controller)),
-            format!("DELETE {}", path_of::<DaemonSet>(ns, &node)),
-            format!("DELETE {}", path_of::<RoleBinding>(ns, &controller)),
-            format!("DELETE {}", path_of::<ServiceAccount>(ns, &controller)),
-            format!(
-                "DELETE {}",
-                path_of::<ClusterRoleBinding>(None, &controller)
-            ),
-            format!("DELETE {}", path_of::<ServiceAccount>(ns, &node)),
-            format!("DELETE {}", path_of::<ClusterRoleBinding>(None, &node)),
-            format!("DELETE {}", path_of::<CSIDriver>(None, "p")),
-            // The CSI controller is gone: its sidecars' Leases may go.
-            "GET /api/v1/namespaces/pav/pods".to_owned(),
-            format!("DELETE {}", path_of::<Lease>(ns, "p")),
-            format!("DELETE {}", path_of::<Lease>(ns, "external-resizer-p")),
-            format!(
-                "DELETE {}",
-                path_of::<Lease>(ns, "external-snapshotter-leader-p")
-            ),
-            // Then the finalizer.
-            format!("PATCH {PROVISIONER}"),
-        ]
-    );
+    let mut expected = counting();
+    expected.extend(removal());
+    assert_eq!(lines(&server), expected);
     let patch = body(&server, &format!("PATCH {PROVISIONER}"));
     assert!(
         patch
@@ -355,6 +434,48 @@ async fn an_unused_provisioner_loses_its_driver_lease_and_finalizer() {
             .any(|op| op["op"] == "remove" && op["path"] == "/metadata/finalizers/0"),
         "{patch}"
     );
+}
+
+#[tokio::test]
+async fn without_the_snapshot_crds_a_provisioner_has_no_snapshots_and_is_deleted() {
+    let p = deleted();
+    let (server, ctx) = scenario(&p, json!({}));
+    uses(&server, vec![]);
+    // What the API server answers for a resource it does not serve.
+    server.route(
+        Method::GET,
+        SNAPSHOT_CONTENTS,
+        crate::csi::fixtures::status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        ),
+    );
+    reconcile(Arc::new(p), ctx).await.unwrap();
+    let mut expected = counting();
+    expected.extend(removal());
+    assert_eq!(lines(&server), expected);
+}
+
+#[tokio::test]
+async fn a_refused_snapshot_list_is_an_error_and_deletes_nothing() {
+    let p = deleted();
+    let (server, ctx) = scenario(&p, json!({}));
+    uses(&server, vec![]);
+    server.route(
+        Method::GET,
+        SNAPSHOT_CONTENTS,
+        crate::csi::fixtures::status(403, "Forbidden", "cannot list volumesnapshotcontents"),
+    );
+    let error = reconcile(Arc::new(p), ctx).await.unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            finalizer::Error::CleanupFailed(Error::Kube(kube::Error::Api(s))) if s.code == 403
+        ),
+        "{error:?}"
+    );
+    assert_eq!(lines(&server), counting());
 }
 
 #[tokio::test]
