@@ -20,4 +20,5 @@ pub mod csi;
 pub mod manifests;
 pub mod operator;
 pub mod pods;
+pub mod snapshots;
 pub mod telemetry;

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{DynamicObject, ListParams};
 use kube::{Api, Client, ResourceExt as _};
 
 use super::Error;
@@ -73,20 +73,11 @@ pub(super) async fn staging_pods_of(client: &Client, name: &str) -> Result<usize
     Ok(pods.items.len())
 }
 
-/// The VolumeSnapshotContent resource (external-snapshotter's CRD), in
-/// which csi-snapshotter records each snapshot of a driver.
-fn snapshot_contents() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("snapshot.storage.k8s.io", "v1", "VolumeSnapshotContent"),
-        "volumesnapshotcontents",
-    )
-}
-
 /// How many VolumeSnapshotContents of provisioner `name`'s driver exist.
 /// None in a cluster without the snapshot CRDs: the API server answers
 /// their list with 404 (by status code: the message is not a contract).
 pub(super) async fn snapshots_of(client: &Client, name: &str) -> Result<usize, Error> {
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &snapshot_contents());
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &crate::snapshots::api_resource());
     match api.list(&ListParams::default()).await {
         Ok(contents) => Ok(snapshots_in(&contents.items, name)),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(0),
@@ -99,7 +90,7 @@ pub(super) async fn snapshots_of(client: &Client, name: &str) -> Result<usize, E
 fn snapshots_in(contents: &[DynamicObject], name: &str) -> usize {
     contents
         .iter()
-        .filter(|c| c.data.pointer("/spec/driver").and_then(|d| d.as_str()) == Some(name))
+        .filter(|c| crate::snapshots::is_of_driver(c, name))
         .count()
 }
 

@@ -4,7 +4,7 @@
 
 use std::time::SystemTime;
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::{Resource, ResourceExt};
 use pav_sdk::{DeleteSnapshotRequest, Error, Result, Snapshot, SnapshotInfo, SnapshotRequest};
 use pav_templates::quantity::{Rounding, parse_bytes};
@@ -83,21 +83,13 @@ impl From<SnapshotError> for Error {
     }
 }
 
-/// The VolumeSnapshotContent resource (external-snapshotter's CRD).
-fn snapshot_contents() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("snapshot.storage.k8s.io", "v1", "VolumeSnapshotContent"),
-        "volumesnapshotcontents",
-    )
-}
-
 /// A snapshot as its VolumeSnapshotContent records it, if it is one of
 /// `driver`'s that was taken (csi-snapshotter writes the status).
 fn recorded_snapshot(content: &DynamicObject, driver: &str) -> Option<SnapshotInfo> {
-    let data = &content.data;
-    if data.pointer("/spec/driver").and_then(|d| d.as_str()) != Some(driver) {
+    if !crate::snapshots::is_of_driver(content, driver) {
         return None;
     }
+    let data = &content.data;
     let handle = data
         .pointer("/status/snapshotHandle")
         .or_else(|| data.pointer("/spec/source/snapshotHandle"))
@@ -147,8 +139,10 @@ impl PodController {
     pub(super) async fn recorded_snapshots(
         &self,
     ) -> std::result::Result<Vec<SnapshotInfo>, DriverError> {
-        let api: Api<DynamicObject> =
-            Api::all_with(self.driver.client.clone(), &snapshot_contents());
+        let api: Api<DynamicObject> = Api::all_with(
+            self.driver.client.clone(),
+            &crate::snapshots::api_resource(),
+        );
         let contents = api
             .list(&ListParams::default())
             .await
