@@ -17,8 +17,9 @@
 //!
 //! The creation and deletion contexts also have `selectedNode` (the node
 //! the scheduler picked for a `WaitForFirstConsumer` claim, none
-//! otherwise) and `source` (none, or what the volume is created from: see
-//! [`Source`]).
+//! otherwise), `source` (none, or what the volume is created from: see
+//! [`Source`]); the deletion context of an existing volume has its `handle`
+//! (undefined when creating, or undoing a failed creation).
 //!
 //! Every context also has the function `get_pvc(name, namespace)`, answered
 //! by the [`PvcLookup`] given with [`with_pvc_lookup`](CreationContext::with_pvc_lookup).
@@ -500,6 +501,15 @@ impl CreationContext {
     /// `pvc-<claim uid>`: the handle of a volume whose creation names none.
     pub fn default_handle(&self) -> &str {
         &self.default_handle
+    }
+
+    /// For the deletion of an existing volume: its handle (the templates'
+    /// `handle`, undefined otherwise, so `handle | default(defaultHandle)`
+    /// reads either).
+    pub fn with_handle(mut self, handle: &str) -> Self {
+        self.vars.replace("handle", Value::from(handle));
+        self.value = self.vars.to_value();
+        self
     }
 
     /// The volume is created from `source` (the templates' `source`).

@@ -136,7 +136,7 @@ const COMPILE_ROWS: &[(&str, &str, &str)] = &[
     (
         "unknown field in a phase",
         "@SPEC@provisioningModes: [Dynamic]\nvolumeCreation: {capacity: 1Gi, size: 1Gi}\nvolumeStaging: {podTemplate: {}}\n",
-        "provisioner \"bad\", field spec.volumeCreation.size: unknown field (allowed: handle, capacity, podTemplate, timeout)",
+        "provisioner \"bad\", field spec.volumeCreation.size: unknown field (allowed: handle, capacity, topology, podTemplate, timeout)",
     ),
     (
         "unknown field in a pod template",

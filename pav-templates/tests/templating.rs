@@ -805,7 +805,7 @@ fn unknown_fields_produced_by_yaml_mode_are_refused() {
         .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "provisioner \"test-prov\", field spec.volumeCreation.size: unknown field (allowed: handle, capacity, podTemplate, timeout)"
+        "provisioner \"test-prov\", field spec.volumeCreation.size: unknown field (allowed: handle, capacity, topology, podTemplate, timeout)"
     );
 }
 

@@ -602,6 +602,8 @@ fn render(
                 let pods = claim_pods(evaluated.pod_template.as_ref(), evaluated.timeout);
                 to_yaml(&name, phase, evaluated, pods)?
             } else {
+                // As DeleteVolume: the volume exists, its handle is known.
+                let context = context.with_handle(&handle);
                 let evaluated = provisioner.render_deletion(&context)?;
                 let pods = claim_pods(evaluated.pod_template.as_ref(), evaluated.timeout);
                 to_yaml(&name, phase, evaluated, pods)?

@@ -119,6 +119,7 @@ impl PodController {
             .map_err(DeleteError::Provisioner)?;
         let context = CreationContext::new(&claim.pvc, &claim.sc)
             .map_err(DeleteError::Context)?
+            .with_handle(&req.handle)
             .with_pvc_lookup(self.driver.lookup());
         let deletion = DriverContext::render(move || compiled.render_deletion(&context)).await;
         let result = match deletion {
