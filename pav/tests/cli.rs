@@ -204,6 +204,7 @@ fn render_places_the_local_volumes_pods_on_the_volumes_node() {
     // The example's volume lives on sample-node: its handle says so.
     let handle = "pvc-3f9c2d1e-8b7a-4c6d-9e5f-0a1b2c3d4e5f.sample-node";
     for (phase, step, variable) in [
+        ("deletion", "delete", "HANDLE"),
         ("expansion", "expand", "HANDLE"),
         ("snapshot-creation", "snapshot", "SOURCE_HANDLE"),
         ("staging", "stage", "HANDLE"),
