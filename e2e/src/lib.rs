@@ -778,6 +778,46 @@ impl PodObserver {
     }
 }
 
+/// Sizes in bytes pod `namespace/name` printed (lines `size=<bytes>`),
+/// last first.
+pub async fn printed_sizes(client: &Client, namespace: &str, name: &str) -> Vec<u64> {
+    let output = logs(client, namespace, name).await.unwrap_or_default();
+    let mut sizes: Vec<u64> = output
+        .lines()
+        .filter_map(|l| l.strip_prefix("size=")?.trim().parse().ok())
+        .collect();
+    sizes.reverse();
+    sizes
+}
+
+/// The kubelet's stats of volume `volume` of pod `namespace/pod` on
+/// `node` (Summary API): (capacityBytes, usedBytes), once it has measured
+/// them (it asks NodeGetVolumeStats every volumeStatsAggPeriod).
+pub async fn kubelet_volume_stats(
+    client: &Client,
+    node: &str,
+    namespace: &str,
+    pod: &str,
+    volume: &str,
+) -> Option<(u64, u64)> {
+    let request = http::Request::get(format!("/api/v1/nodes/{node}/proxy/stats/summary"))
+        .body(Vec::new())
+        .unwrap();
+    let summary: serde_json::Value = client.request(request).await.ok()?;
+    let pods = summary["pods"].as_array()?;
+    let pod = pods
+        .iter()
+        .find(|p| p["podRef"]["name"] == pod && p["podRef"]["namespace"] == namespace)?;
+    let stats = pod["volume"]
+        .as_array()?
+        .iter()
+        .find(|v| v["name"] == volume)?;
+    Some((
+        stats["capacityBytes"].as_u64()?,
+        stats["usedBytes"].as_u64()?,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::documents;

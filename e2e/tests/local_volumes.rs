@@ -304,17 +304,6 @@ async fn local_volume_is_on_its_node_holds_its_size_and_is_deleted() {
     );
 }
 
-/// Sizes in bytes the pod `name` printed (lines `size=<bytes>`), last first.
-async fn printed_sizes(client: &Client, name: &str) -> Vec<u64> {
-    let output = logs(client, NS, name).await.unwrap_or_default();
-    let mut sizes: Vec<u64> = output
-        .lines()
-        .filter_map(|l| l.strip_prefix("size=")?.trim().parse().ok())
-        .collect();
-    sizes.reverse();
-    sizes
-}
-
 #[tokio::test]
 #[ignore = "needs a cluster"]
 async fn local_volume_grows_while_its_pod_runs() {
@@ -348,11 +337,31 @@ async fn local_volume_grows_while_its_pod_runs() {
         );
     }
     let first = wait_until("the pod to print its size", STEP, || async {
-        Ok(printed_sizes(&client, "user").await.first().copied())
+        Ok(printed_sizes(&client, NS, "user").await.first().copied())
     })
     .await
     .unwrap();
     assert!(first <= FIRST && first > FIRST / 2, "{first}");
+
+    // Stats: the kubelet measures the volume's own filesystem (pav-csi's
+    // statvfs of the published /pav/volume), not the node's.
+    let node = pods
+        .get("user")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .node_name
+        .unwrap();
+    let (capacity, used) = wait_until("the kubelet's stats of the volume", STEP, || async {
+        Ok(kubelet_volume_stats(&client, &node, NS, "user", "data").await)
+    })
+    .await
+    .unwrap();
+    assert!(
+        capacity <= FIRST && capacity > FIRST / 2 && used < capacity,
+        "the volume's size, not the node's: capacity {capacity}, used {used}"
+    );
 
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
     let grow =
@@ -374,7 +383,7 @@ async fn local_volume_grows_while_its_pod_runs() {
         );
     }
     let seen = wait_until("the pod to see the new size", STEP, || async {
-        let last = printed_sizes(&client, "user").await.first().copied();
+        let last = printed_sizes(&client, NS, "user").await.first().copied();
         Ok(last.filter(|&size| size > FIRST))
     })
     .await

@@ -73,38 +73,6 @@ async fn run_pod(client: &Client, name: &str, claim: &str, script: &str) -> Stri
     sparse_file::run_client(client, NS, name, claim, script).await
 }
 
-/// The kubelet's stats of volume `volume` of pod `pod` (Summary API):
-/// (capacityBytes, usedBytes), once it has measured them.
-async fn kubelet_volume_stats(client: &Client, pod: &str, volume: &str) -> Option<(u64, u64)> {
-    let request = http::Request::get(format!("/api/v1/nodes/{FIRST_NODE}/proxy/stats/summary"))
-        .body(Vec::new())
-        .unwrap();
-    let summary: serde_json::Value = client.request(request).await.ok()?;
-    let pods = summary["pods"].as_array()?;
-    let pod = pods
-        .iter()
-        .find(|p| p["podRef"]["name"] == pod && p["podRef"]["namespace"] == NS)?;
-    let stats = pod["volume"]
-        .as_array()?
-        .iter()
-        .find(|v| v["name"] == volume)?;
-    Some((
-        stats["capacityBytes"].as_u64()?,
-        stats["usedBytes"].as_u64()?,
-    ))
-}
-
-/// Sizes in bytes the pod `name` printed (lines `size=<bytes>`), last first.
-async fn printed_sizes(client: &Client, name: &str) -> Vec<u64> {
-    let output = logs(client, NS, name).await.unwrap_or_default();
-    let mut sizes: Vec<u64> = output
-        .lines()
-        .filter_map(|l| l.strip_prefix("size=")?.trim().parse().ok())
-        .collect();
-    sizes.reverse();
-    sizes
-}
-
 /// Files of the driver on the node (volume and snapshot images).
 fn driver_files() -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(VOLUMES_DIR)
@@ -208,7 +176,7 @@ async fn sparse_file_grows_snapshots_clones_and_reports_capacity_and_stats() {
         "the volume is on the node: {affinity}"
     );
     let first = wait_until("the pod to print its size", STEP, || async {
-        Ok(printed_sizes(&client, "user").await.first().copied())
+        Ok(printed_sizes(&client, NS, "user").await.first().copied())
     })
     .await
     .unwrap();
@@ -219,7 +187,7 @@ async fn sparse_file_grows_snapshots_clones_and_reports_capacity_and_stats() {
 
     // Stats: the kubelet asks NodeGetVolumeStats of the mounted volume.
     let (capacity, used) = wait_until("the kubelet's stats of the volume", STEP, || async {
-        Ok(kubelet_volume_stats(&client, "user", "data").await)
+        Ok(kubelet_volume_stats(&client, FIRST_NODE, NS, "user", "data").await)
     })
     .await
     .unwrap();
@@ -244,7 +212,7 @@ async fn sparse_file_grows_snapshots_clones_and_reports_capacity_and_stats() {
         panic!("{e}; events: {:#?}", event_lines(&client, NS, "data").await);
     }
     let seen = wait_until("the pod to see the new size", STEP, || async {
-        let last = printed_sizes(&client, "user").await.first().copied();
+        let last = printed_sizes(&client, NS, "user").await.first().copied();
         Ok(last.filter(|&size| size > FIRST_SIZE))
     })
     .await
