@@ -643,7 +643,7 @@ fn render(
             let pods = evaluated
                 .pod_template
                 .iter()
-                .map(|t| origin.expansion_pod(t, evaluated.timeout, &handle, &pv_name))
+                .map(|t| origin.expansion_pod(t, evaluated.timeout, &handle, min, &pv_name))
                 .collect();
             to_yaml(&name, phase, evaluated, pods)?
         }

@@ -137,8 +137,9 @@ pub struct PodTarget<'a> {
     /// The phase the pod carries out.
     pub phase: Phase,
     /// For validation, creation and deletion the claim's UID; for staging
-    /// and unstaging the [`staging_key`]; for expansion the volume handle;
-    /// for node expansion the staging pod's name; for snapshot creation
+    /// and unstaging the [`staging_key`]; for expansion the volume handle
+    /// and size; for node expansion the staging pod's name and size; for
+    /// snapshot creation
     /// the snapshot's name, for its deletion its handle.
     pub volume: &'a str,
     /// The node, for staging and unstaging.
@@ -316,21 +317,26 @@ impl<'a> PodOrigin<'a> {
         )
     }
 
-    /// The expansion pod of the volume `handle` (PersistentVolume `pv`).
+    /// The expansion pod growing the volume `handle` (PersistentVolume
+    /// `pv`) to `requested` bytes.
     pub fn expansion_pod(
         &self,
         template: &PodTemplateSpec,
         timeout: Option<std::time::Duration>,
         handle: &str,
+        requested: u64,
         pv: &str,
     ) -> Pod {
+        // Named after the size too: a pod left by an earlier growth (its
+        // deletion interrupted) is not this one.
+        let key = format!("{handle}\n{requested}");
         build_pod(
             template,
             &PodParams {
                 target: PodTarget {
                     provisioner: self.provisioner,
                     phase: Phase::Expansion,
-                    volume: handle,
+                    volume: &key,
                     node: None,
                 },
                 owner: self.owner,

@@ -135,13 +135,11 @@ impl PodController {
         let exported = match &expansion.pod_template {
             None => None,
             Some(template) => {
-                // Named after the size too: a pod left by an earlier
-                // growth (its deletion interrupted) is not this one.
-                let key = format!("{}\n{requested}", req.handle);
                 let pod = self.driver.origin(owner.as_ref()).expansion_pod(
                     template,
                     expansion.timeout,
-                    &key,
+                    &req.handle,
+                    requested,
                     &pv.name_any(),
                 );
                 let ran = self

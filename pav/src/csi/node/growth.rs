@@ -4,6 +4,7 @@
 //! path kubelet published it at.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::{Api, ResourceExt};
@@ -15,8 +16,8 @@ use crate::csi::context::{DriverContext, DriverError, api_error, core_ref, pod_r
 use crate::csi::phase_run::{PhaseError, PodFiles};
 use crate::csi::state;
 use crate::pods::{
-    ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, label_value,
-    staging_key,
+    ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, LABEL_NODE,
+    LABEL_PHASE, LABEL_VOLUME, label_value, staging_key,
 };
 
 /// Why NodeExpandVolume or NodeGetVolumeStats failed: one variant per
@@ -24,7 +25,7 @@ use crate::pods::{
 /// codes.
 #[derive(Debug, thiserror::Error)]
 enum GrowthError {
-    /// Listing the staging pods.
+    /// Reading the pod cache for the staging pod.
     #[error("{0}")]
     ListStagingPods(#[source] DriverError),
     /// No staging pod on this node has the volume at that path.
@@ -115,18 +116,27 @@ fn pod_name(pod: &Pod) -> String {
 }
 
 impl PodNode {
-    /// The staging pod of `handle` published at `path` on this node.
+    /// The staging pod of `handle` published at `path` on this node, from
+    /// the node plugin's pod cache: kubelet asks for stats of every
+    /// published volume periodically, which must cost no request.
     async fn staging_pod_at(
         &self,
         handle: &str,
         path: &Path,
-    ) -> std::result::Result<Pod, GrowthError> {
+    ) -> std::result::Result<Arc<Pod>, GrowthError> {
         let key = label_value(&staging_key(handle, &path.display().to_string()));
-        self.staging_pods(&key)
+        let is_staging_of_key = |pod: &Pod| {
+            let labels = pod.labels();
+            labels.get(LABEL_PHASE).map(String::as_str) == Some(Phase::Staging.name())
+                && labels.get(LABEL_VOLUME) == Some(&key)
+                && labels.get(LABEL_NODE).map(String::as_str) == Some(self.node.as_str())
+        };
+        self.driver
+            .cached_pods()
             .await
             .map_err(GrowthError::ListStagingPods)?
             .into_iter()
-            .next()
+            .find(|pod| is_staging_of_key(pod))
             .ok_or_else(|| GrowthError::NotStaged {
                 handle: handle.to_owned(),
                 path: path.display().to_string(),
