@@ -40,7 +40,10 @@ pub fn render_every_phase(provisioner: &CompiledProvisioner) {
         let value = match phase {
             Phase::Validation => contexts.validation.value(),
             Phase::Creation | Phase::Deletion => contexts.creation.value(),
-            Phase::Staging | Phase::Unstaging => contexts.staging.value(),
+            Phase::Staging | Phase::Unstaging | Phase::NodeExpansion => contexts.staging.value(),
+            Phase::Expansion => contexts.expansion.value(),
+            Phase::SnapshotCreation => contexts.snapshot_creation.value(),
+            Phase::SnapshotDeletion => contexts.snapshot_deletion.value(),
         };
         if let Ok(raw) = provisioner.render_raw(phase, value) {
             assert_within_limits(&raw);
@@ -56,4 +59,8 @@ pub fn render_every_phase(provisioner: &CompiledProvisioner) {
     let _ = provisioner.render_deletion(&contexts.creation);
     let _ = provisioner.render_staging(&contexts.staging);
     let _ = provisioner.render_unstaging(&contexts.staging);
+    let _ = provisioner.render_expansion(&contexts.expansion);
+    let _ = provisioner.render_node_expansion(&contexts.staging);
+    let _ = provisioner.render_snapshot_creation(&contexts.snapshot_creation);
+    let _ = provisioner.render_snapshot_deletion(&contexts.snapshot_deletion);
 }

@@ -69,8 +69,44 @@ pub struct Contexts {
     pub static_validation: ValidationContext,
     /// Creation and deletion of the sample claim.
     pub creation: CreationContext,
-    /// Staging and unstaging of the sample volume.
+    /// Staging and unstaging of the sample volume (and its node expansion).
     pub staging: StagingContext,
+    /// Expansion of the sample volume to twice its capacity.
+    pub expansion: crate::ExpansionContext,
+    /// A snapshot of the sample volume being taken.
+    pub snapshot_creation: crate::SnapshotContext,
+    /// A snapshot of the sample volume being deleted.
+    pub snapshot_deletion: crate::SnapshotContext,
+}
+
+/// Expansion of the sample volume, bound to the sample claim, to twice its
+/// capacity.
+pub fn expansion_context() -> crate::ExpansionContext {
+    let pv = pv();
+    let capacity = crate::context::pv_capacity(&pv).expect("samples are consistent");
+    crate::ExpansionContext::new(&pv, Some(&pvc()), capacity * 2, None)
+        .expect("samples are consistent")
+}
+
+/// The name of the sample snapshot (`snapshot-<uid>`, as csi-snapshotter
+/// names them).
+pub const SNAPSHOT_NAME: &str = "snapshot-0f8e7d6c-5b4a-4392-8180-7f6e5d4c3b2a";
+
+/// A snapshot of the sample volume, bound to the sample claim, being taken.
+pub fn snapshot_creation_context() -> crate::SnapshotContext {
+    crate::SnapshotContext::creation(SNAPSHOT_NAME, &Default::default(), &pv(), Some(&pvc()))
+        .expect("samples are consistent")
+}
+
+/// The sample snapshot being deleted.
+pub fn snapshot_deletion_context() -> crate::SnapshotContext {
+    let pv = pv();
+    let source = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.csi.as_ref())
+        .map(|c| c.volume_handle.as_str());
+    crate::SnapshotContext::deletion(SNAPSHOT_NAME, source)
 }
 
 /// A `get_pvc` lookup that knows the sample claim and one claim of another
@@ -96,6 +132,9 @@ pub fn contexts(lookup: Arc<PvcMap>) -> Contexts {
             .expect("samples are consistent")
             .with_pvc_lookup(lookup.clone()),
         creation: creation_context().with_pvc_lookup(lookup.clone()),
-        staging: staging_context().with_pvc_lookup(lookup),
+        staging: staging_context().with_pvc_lookup(lookup.clone()),
+        expansion: expansion_context().with_pvc_lookup(lookup.clone()),
+        snapshot_creation: snapshot_creation_context().with_pvc_lookup(lookup.clone()),
+        snapshot_deletion: snapshot_deletion_context().with_pvc_lookup(lookup),
     }
 }
