@@ -20,7 +20,7 @@
 use minijinja::syntax::SyntaxConfig;
 use std::cell::RefCell;
 
-use minijinja::value::{Kwargs, StringInput, Value, ValueKind, ValueOrKwargs};
+use minijinja::value::{ArgType, Kwargs, StringInput, Value, ValueKind, ValueOrKwargs};
 use minijinja::{AutoEscape, Environment, Error as JinjaError, ErrorKind, Output, State};
 
 mod collections;
@@ -378,12 +378,29 @@ pub fn tobash(text: &str) -> String {
     out
 }
 
+/// Keyword argument `name` of a filter or function, if given. minijinja's
+/// `Kwargs::get` allocates on every lookup (the key as a value, and again
+/// as a string to mark it used), so calls without keywords, nearly all of
+/// them, skip it: `default('x')` in every field must not cost that.
+pub(crate) fn keyword<'a, T>(kwargs: &'a Kwargs, name: &'a str) -> Result<Option<T>, JinjaError>
+where
+    Option<T>: ArgType<'a, Output = Option<T>>,
+{
+    if kwargs.args().next().is_none() {
+        return Ok(None);
+    }
+    kwargs.get::<Option<T>>(name)
+}
+
 /// `kwargs` with the positional arguments added under `names`, in order:
 /// Jinja2 takes these filters' arguments either way, minijinja's builtins
 /// as keywords only.
 fn keywords(names: &[&str], positional: &[Value], kwargs: Kwargs) -> Result<Kwargs, JinjaError> {
     if positional.len() > names.len() {
         return Err(JinjaError::from(ErrorKind::TooManyArguments));
+    }
+    if positional.is_empty() {
+        return Ok(kwargs);
     }
     let mut merged: Vec<(String, Value)> = names
         .iter()
@@ -448,7 +465,7 @@ fn join_filter(
     }
     let attribute = match attribute {
         Some(attribute) => Some(attribute.to_owned()),
-        None => kwargs.get::<Option<String>>("attribute")?,
+        None => keyword::<String>(&kwargs, "attribute")?,
     };
     kwargs.assert_all_used()?;
     // Items (or their `attribute`, a dotted path) as Python's `str()`

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use minijinja::value::{Kwargs, Object, ObjectRepr, Rest, Value, from_args};
 use minijinja::{Error as JinjaError, ErrorKind, State};
 
-use super::keywords;
+use super::{keyword, keywords};
 
 /// Jinja2's `Cycler`: `next()` returns the current item and moves to the
 /// following one (back to the first after the last), `current` is the item
@@ -80,7 +80,7 @@ pub(crate) fn lipsum(
     let mut arguments = ["n", "html", "min", "max"]
         .into_iter()
         .filter_map(|name| {
-            let given = kwargs.get::<Option<Value>>(name).transpose()?;
+            let given = keyword::<Value>(&kwargs, name).transpose()?;
             Some(given.map(|value| (name, value)))
         })
         .collect::<Result<Vec<(&str, Value)>, JinjaError>>()?;

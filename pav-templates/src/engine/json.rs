@@ -9,7 +9,7 @@ use minijinja::value::{Kwargs, Value, ValueKind};
 use minijinja::{Error as JinjaError, ErrorKind, State};
 
 use super::numbers::python_number;
-use super::{BYTES_PER_FUEL, check_value_shape, kind_name};
+use super::{BYTES_PER_FUEL, check_value_shape, keyword, kind_name};
 
 pub(crate) fn tojson_filter(
     state: &State<'_, '_>,
@@ -20,7 +20,7 @@ pub(crate) fn tojson_filter(
     check_value_shape(state, "tojson", value)?;
     let indent = match indent {
         Some(indent) => Some(indent),
-        None => kwargs.get::<Option<Value>>("indent")?,
+        None => keyword::<Value>(&kwargs, "indent")?,
     };
     kwargs.assert_all_used()?;
     let indent = match indent {

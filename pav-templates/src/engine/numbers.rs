@@ -10,7 +10,7 @@
 use minijinja::value::{Kwargs, Rest, Value, ValueKind, from_args};
 use minijinja::{Error as JinjaError, ErrorKind};
 
-use super::keywords;
+use super::{keyword, keywords};
 
 /// Python's `str()` of a number: integers in full, floats as `repr` does
 /// (`1.0`, `1e+16`, `1e-05`).
@@ -148,10 +148,8 @@ pub(crate) fn int_filter(
     kwargs: Kwargs,
 ) -> Result<Value, JinjaError> {
     let kwargs = keywords(&["default", "base"], &positional, kwargs)?;
-    let default = kwargs
-        .get::<Option<Value>>("default")?
-        .unwrap_or(Value::from(0));
-    let base = kwargs.get::<Option<u32>>("base")?.unwrap_or(10);
+    let default = keyword::<Value>(&kwargs, "default")?.unwrap_or(Value::from(0));
+    let base = keyword::<u32>(&kwargs, "base")?.unwrap_or(10);
     kwargs.assert_all_used()?;
     if base != 0 && !(2..=36).contains(&base) {
         return Err(JinjaError::new(
@@ -206,9 +204,7 @@ pub(crate) fn float_filter(
     kwargs: Kwargs,
 ) -> Result<Value, JinjaError> {
     let kwargs = keywords(&["default"], &positional, kwargs)?;
-    let default = kwargs
-        .get::<Option<Value>>("default")?
-        .unwrap_or(Value::from(0.0));
+    let default = keyword::<Value>(&kwargs, "default")?.unwrap_or(Value::from(0.0));
     kwargs.assert_all_used()?;
     let parsed = match value.kind() {
         ValueKind::Undefined => return Err(undefined_error("float")),
@@ -277,7 +273,7 @@ fn byte_order(byteorder: Option<&str>, kwargs: &Kwargs) -> Result<(bool, bool), 
             ));
         }
     };
-    let signed = kwargs.get::<Option<bool>>("signed")?.unwrap_or(false);
+    let signed = keyword::<bool>(kwargs, "signed")?.unwrap_or(false);
     kwargs.assert_all_used()?;
     Ok((big, signed))
 }

@@ -22,7 +22,7 @@ use std::cmp::Ordering;
 use minijinja::value::{Kwargs, Rest, Value, ValueKind};
 use minijinja::{Error as JinjaError, ErrorKind, State};
 
-use super::{ITEMS_PER_FUEL, MAX_VALUE_DEPTH, keywords};
+use super::{ITEMS_PER_FUEL, MAX_VALUE_DEPTH, keyword, keywords};
 
 /// Python's name of a value's type, as its `TypeError`s write it.
 fn python_type(value: &Value) -> &'static str {
@@ -370,10 +370,8 @@ fn items_and_keys(
     ) {
         return Ok((value, None));
     }
-    let attribute = kwargs.get::<Option<String>>("attribute")?;
-    let case_sensitive = kwargs
-        .get::<Option<bool>>("case_sensitive")?
-        .unwrap_or(false);
+    let attribute = keyword::<String>(kwargs, "attribute")?;
+    let case_sensitive = keyword::<bool>(kwargs, "case_sensitive")?.unwrap_or(false);
     let items: Vec<Value> = value.try_iter()?.collect();
     let keys = items
         .iter()
@@ -459,10 +457,8 @@ pub(crate) fn groupby_filter(
         Some(attribute) => attribute,
         None => kwargs.get::<String>("attribute")?,
     };
-    let default = kwargs.get::<Option<Value>>("default")?.unwrap_or_default();
-    let case_sensitive = kwargs
-        .get::<Option<bool>>("case_sensitive")?
-        .unwrap_or(false);
+    let default = keyword::<Value>(&kwargs, "default")?.unwrap_or_default();
+    let case_sensitive = keyword::<bool>(&kwargs, "case_sensitive")?.unwrap_or(false);
     let value = if matches!(value.kind(), ValueKind::Seq | ValueKind::Iterable) {
         let items: Vec<Value> = value.try_iter()?.collect();
         let keys = items
@@ -535,10 +531,8 @@ pub(crate) fn dictsort_filter(
 ) -> Result<Value, JinjaError> {
     let kwargs = keywords(&["case_sensitive", "by", "reverse"], &positional, kwargs)?;
     if value.kind() == ValueKind::Map {
-        let case_sensitive = kwargs
-            .get::<Option<bool>>("case_sensitive")?
-            .unwrap_or(false);
-        let by_value = kwargs.get::<Option<&str>>("by")? == Some("value");
+        let case_sensitive = keyword::<bool>(&kwargs, "case_sensitive")?.unwrap_or(false);
+        let by_value = keyword::<&str>(&kwargs, "by")? == Some("value");
         let keys = value
             .try_iter()?
             .map(|key| {

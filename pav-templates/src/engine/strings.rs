@@ -9,7 +9,7 @@ use minijinja::value::{ArgType, Kwargs, Rest, Value, ValueKind, ValueOrKwargs, f
 use minijinja::{Error as JinjaError, ErrorKind, State};
 
 use super::pyrepr::{python_repr, python_str};
-use super::{BYTES_PER_FUEL, keywords};
+use super::{BYTES_PER_FUEL, keyword, keywords};
 
 /// Fails with the fuel error when `bytes` more of output cannot be paid for.
 fn afford(state: &State<'_, '_>, bytes: u64) -> Result<(), JinjaError> {
@@ -304,14 +304,10 @@ pub(crate) fn wordwrap_filter(
         &positional,
         kwargs,
     )?;
-    let width = kwargs.get::<Option<i64>>("width")?.unwrap_or(79);
-    let break_long_words = kwargs
-        .get::<Option<bool>>("break_long_words")?
-        .unwrap_or(true);
-    let wrapstring = kwargs.get::<Option<String>>("wrapstring")?;
-    let break_on_hyphens = kwargs
-        .get::<Option<bool>>("break_on_hyphens")?
-        .unwrap_or(true);
+    let width = keyword::<i64>(&kwargs, "width")?.unwrap_or(79);
+    let break_long_words = keyword::<bool>(&kwargs, "break_long_words")?.unwrap_or(true);
+    let wrapstring = keyword::<String>(&kwargs, "wrapstring")?;
+    let break_on_hyphens = keyword::<bool>(&kwargs, "break_on_hyphens")?.unwrap_or(true);
     kwargs.assert_all_used()?;
     let wrapstring = wrapstring.as_deref().unwrap_or("\n");
     let text = text_of("wordwrap", value)?;
@@ -472,9 +468,9 @@ pub(crate) fn indent_filter(
     kwargs: Kwargs,
 ) -> Result<String, JinjaError> {
     let kwargs = keywords(&["width", "first", "blank"], &positional, kwargs)?;
-    let width = kwargs.get::<Option<Value>>("width")?;
-    let first = kwargs.get::<Option<bool>>("first")?.unwrap_or(false);
-    let blank = kwargs.get::<Option<bool>>("blank")?.unwrap_or(false);
+    let width = keyword::<Value>(&kwargs, "width")?;
+    let first = keyword::<bool>(&kwargs, "first")?.unwrap_or(false);
+    let blank = keyword::<bool>(&kwargs, "blank")?.unwrap_or(false);
     kwargs.assert_all_used()?;
     let text = text_of("indent", value)?;
     let indentation = match width {
@@ -534,21 +530,19 @@ pub(crate) fn truncate_filter(
     ) = from_args(&positional)?;
     let length = match length {
         Some(length) => length,
-        None => kwargs.get::<Option<usize>>("length")?.unwrap_or(255),
+        None => keyword::<usize>(&kwargs, "length")?.unwrap_or(255),
     };
     let killwords = match killwords {
         Some(killwords) => killwords,
-        None => kwargs.get::<Option<bool>>("killwords")?.unwrap_or(false),
+        None => keyword::<bool>(&kwargs, "killwords")?.unwrap_or(false),
     };
     let end = match end {
         Some(end) => end,
-        None => kwargs
-            .get::<Option<String>>("end")?
-            .unwrap_or_else(|| "...".to_owned()),
+        None => keyword::<String>(&kwargs, "end")?.unwrap_or_else(|| "...".to_owned()),
     };
     let leeway = match leeway {
         Some(leeway) => leeway,
-        None => kwargs.get::<Option<usize>>("leeway")?.unwrap_or(5),
+        None => keyword::<usize>(&kwargs, "leeway")?.unwrap_or(5),
     };
     kwargs.assert_all_used()?;
     let text = text_of("truncate", value)?;
@@ -583,13 +577,11 @@ pub(crate) fn default_filter(
 ) -> Result<Value, JinjaError> {
     let default_value = match default_value {
         Some(default_value) => default_value,
-        None => kwargs
-            .get::<Option<Value>>("default_value")?
-            .unwrap_or(Value::from("")),
+        None => keyword::<Value>(&kwargs, "default_value")?.unwrap_or(Value::from("")),
     };
     let boolean = match boolean {
         Some(boolean) => boolean,
-        None => kwargs.get::<Option<bool>>("boolean")?.unwrap_or(false),
+        None => keyword::<bool>(&kwargs, "boolean")?.unwrap_or(false),
     };
     kwargs.assert_all_used()?;
     if value.is_undefined() || (boolean && !value.is_true()) {
