@@ -306,11 +306,14 @@ impl NodeService {
         })?;
         let mode = capability.mode;
         let records = self.node.staged.clone();
+        let published_at = target.clone();
         blocking(move || {
             check_free("target_path", &target, &records)?;
             bind_once(&staged.path, &target, mode, read_only)
         })
         .await?;
+        // With the "staging" line above, a volume's time in this call.
+        tracing::info!(volume_id, target = ?published_at, "NodePublishVolume: published");
         Ok(Response::new(csi::NodePublishVolumeResponse {}))
     }
 }
