@@ -22,7 +22,7 @@ rounds="${3:-${AB_ROUNDS:-8}}"
 work="${AB_TARGET:-/tmp/pav-ab}"
 mkdir -p "$work"
 
-build() { # build <side> <rev>: prints the binary's path
+build() { # build <side> <rev>: a worktree at <rev>, render-timing in $work/target-<side>
     local side="$1" rev="$2" tree="$work/$1"
     git -C "$root" worktree remove --force "$tree" 2>/dev/null || true
     git -C "$root" worktree add --force --detach "$tree" "$rev" >/dev/null 2>&1
