@@ -30,6 +30,8 @@ use super::{
     FIELD_MANAGER, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NAME, LABEL_PROVISIONER, PAV_BINARY,
     Settings, labels, typed,
 };
+use crate::client::{DEFAULT_BURST, DEFAULT_QPS};
+use crate::operator::leader;
 use crate::pods::HOST_POD_DIR;
 
 /// How long the CSI controller's sidecars (external-provisioner,
@@ -46,14 +48,23 @@ pub const SIDECAR_TIMEOUT: &str = "300s";
 /// defaults (10 s) an API server restart or an etcd stall of that length
 /// restarts it, and repeated ones put it in CrashLoopBackOff, stalling
 /// every claim of the driver for minutes (the fault scenarios saw it with
-/// external-provisioner). 45 s rides them out; a crashed leader is
-/// replaced within the 60 s lease.
-const SIDECAR_LEADER_ELECTION: [&str; 4] = [
-    "--leader-election",
-    "--leader-election-lease-duration=60s",
-    "--leader-election-renew-deadline=45s",
-    "--leader-election-retry-period=10s",
-];
+/// external-provisioner). pav's controller's own durations ride them out
+/// ([`leader::RENEW_DEADLINE`]); a crashed leader is replaced within
+/// [`leader::LEASE_DURATION`].
+fn sidecar_leader_election() -> [String; 4] {
+    [
+        "--leader-election".to_owned(),
+        format!(
+            "--leader-election-lease-duration={}s",
+            leader::LEASE_DURATION.as_secs()
+        ),
+        format!(
+            "--leader-election-renew-deadline={}s",
+            leader::RENEW_DEADLINE.as_secs()
+        ),
+        "--leader-election-retry-period=10s".to_owned(),
+    ]
+}
 
 /// API group of VolumeSnapshots, their contents and classes.
 const SNAPSHOT_GROUP: &str = "snapshot.storage.k8s.io";
@@ -372,16 +383,22 @@ impl<'a> Builder<'a> {
 
     /// A sidecar of the CSI controller next to `pav csi-controller`: its
     /// socket, leader election in the pav namespace
-    /// ([`SIDECAR_LEADER_ELECTION`]), [`SIDECAR_TIMEOUT`], `--v=2`, then
-    /// `extra`.
+    /// ([`sidecar_leader_election`]), [`SIDECAR_TIMEOUT`], pav's own API
+    /// rate limit, `--v=2`, then `extra`.
     fn sidecar(&self, name: &str, image: &str, extra: &[&str]) -> Value {
         let mut args = vec![format!("--csi-address={CSI_SOCKET}")];
-        args.extend(SIDECAR_LEADER_ELECTION.map(str::to_owned));
+        args.extend(sidecar_leader_election());
         args.push(format!(
             "--leader-election-namespace={}",
             self.settings.namespace
         ));
         args.push(format!("--timeout={SIDECAR_TIMEOUT}"));
+        // client-go's defaults (5 requests/s, burst 10) held
+        // external-provisioner's requests back for seconds each at 200
+        // claims (docs/performance.md), while pav's components beside it
+        // may send ten times as many.
+        args.push(format!("--kube-api-qps={DEFAULT_QPS}"));
+        args.push(format!("--kube-api-burst={DEFAULT_BURST}"));
         args.push("--v=2".to_owned());
         args.extend(extra.iter().map(|a| (*a).to_owned()));
         json!({
@@ -604,7 +621,7 @@ mod tests {
     }
 
     /// The flags every sidecar of the CSI controller takes.
-    const COMMON_SIDECAR_FLAGS: [&str; 8] = [
+    const COMMON_SIDECAR_FLAGS: [&str; 10] = [
         "--csi-address=/csi/csi.sock",
         "--leader-election",
         "--leader-election-lease-duration=60s",
@@ -612,6 +629,8 @@ mod tests {
         "--leader-election-retry-period=10s",
         "--leader-election-namespace=pav",
         "--timeout=300s",
+        "--kube-api-qps=50",
+        "--kube-api-burst=100",
         "--v=2",
     ];
 

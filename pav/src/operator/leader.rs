@@ -4,8 +4,9 @@
 //! The holder renews the Lease every [`RENEW`]; a candidate takes it over
 //! once it has not been renewed for [`LEASE_DURATION`]. Writes use the
 //! Lease's resourceVersion, so two candidates cannot both win. A leader
-//! that cannot renew in time exits the process (its replacement contends
-//! again), and a leader shutting down releases the Lease.
+//! that cannot renew within [`RENEW_DEADLINE`] exits the process (its
+//! replacement contends again), and a leader shutting down releases the
+//! Lease.
 
 use std::time::Duration;
 
@@ -15,8 +16,16 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 
-/// How long a Lease stays valid without renewal.
-pub const LEASE_DURATION: Duration = Duration::from_secs(15);
+/// How long a Lease stays valid without renewal. Long enough that the
+/// API server's restart (20 to 40 s on the test cluster) or etcd's pause
+/// costs no restart of the controller: one that exited there went into
+/// the kubelet's CrashLoopBackOff, minutes without a controller after a
+/// few such faults. The CSI controller's sidecars take the same durations
+/// (`pav manifests`).
+pub const LEASE_DURATION: Duration = Duration::from_secs(60);
+/// How long the leader goes on failing to renew before it exits: it stops
+/// well before another candidate may take the Lease.
+pub const RENEW_DEADLINE: Duration = Duration::from_secs(45);
 /// How often the leader renews.
 pub const RENEW: Duration = Duration::from_secs(5);
 
@@ -125,7 +134,7 @@ impl Leadership {
     }
 
     /// Renews the Lease forever; exits the process when leadership is lost
-    /// or cannot be renewed within [`LEASE_DURATION`].
+    /// or cannot be renewed within [`RENEW_DEADLINE`].
     pub async fn keep(&self) {
         let mut last = tokio::time::Instant::now();
         loop {
@@ -138,7 +147,7 @@ impl Leadership {
                 }
                 Err(err) => {
                     tracing::warn!(lease = %self.name, error = %err, "cannot renew lease");
-                    if last.elapsed() >= LEASE_DURATION - RENEW {
+                    if last.elapsed() >= RENEW_DEADLINE {
                         tracing::error!(lease = %self.name, "lease not renewed in time; exiting");
                         std::process::exit(1);
                     }
