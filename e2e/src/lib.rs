@@ -22,7 +22,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, LogParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{self, Scope};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
@@ -307,6 +307,119 @@ pub async fn wait_event(
             event_lines(client, namespace, name).await
         ),
     }
+}
+
+/// What a failed wait in scenario `namespace` of `provisioner` prints so
+/// the failure can be told apart after the cluster is gone: the claims,
+/// pods and their events in `namespace`, and pav's own pods of
+/// `provisioner` (restarts, last termination, each container's last log
+/// lines, and those of its previous run), and the last lines about
+/// `namespace` in each cluster component's log.
+pub async fn diagnosis(client: &Client, namespace: &str, provisioner: &str) -> String {
+    let mut out = String::new();
+    let logs_dir = cluster_state_dir().join("logs");
+    let mut component_logs: Vec<PathBuf> = std::fs::read_dir(&logs_dir)
+        .map(|dir| dir.filter_map(|e| Some(e.ok()?.path())).collect())
+        .unwrap_or_default();
+    component_logs.sort();
+    for path in component_logs {
+        let Ok(text) = std::fs::read(&path) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&text);
+        let about: Vec<&str> = text.lines().filter(|l| l.contains(namespace)).collect();
+        let last = &about[about.len().saturating_sub(20)..];
+        if !last.is_empty() {
+            out += &format!(
+                "--- {} about {namespace}:\n{}\n",
+                path.display(),
+                last.join("\n")
+            );
+        }
+    }
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    match claims.list(&ListParams::default()).await {
+        Ok(list) => {
+            for claim in list {
+                let name = claim.name_any();
+                out += &format!(
+                    "claim {namespace}/{name}: {} volume {:?}; events: {:#?}\n",
+                    claim_phase(&claim),
+                    volume_name(&claim),
+                    event_lines(client, namespace, &name).await
+                );
+            }
+        }
+        Err(e) => out += &format!("(cannot list claims: {e})\n"),
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    match pods.list(&ListParams::default()).await {
+        Ok(list) => {
+            for pod in list {
+                let name = pod.name_any();
+                out += &format!(
+                    "pod {namespace}/{name}: {} on {:?}; events: {:#?}\n",
+                    pod_phase(&pod),
+                    pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+                    event_lines(client, namespace, &name).await
+                );
+            }
+        }
+        Err(e) => out += &format!("(cannot list pods: {e})\n"),
+    }
+    let own: Api<Pod> = Api::namespaced(client.clone(), PAV_NAMESPACE);
+    let prefix = format!("pav-{provisioner}-");
+    let list = match own.list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        Err(e) => return out + &format!("(cannot list pav's pods: {e})\n"),
+    };
+    for pod in list.iter().filter(|p| p.name_any().starts_with(&prefix)) {
+        let name = pod.name_any();
+        let statuses = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.clone())
+            .unwrap_or_default();
+        for status in statuses {
+            let last = status
+                .last_state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .map(|t| {
+                    format!(
+                        "{:?} (exit {}) at {:?}",
+                        t.reason, t.exit_code, t.finished_at
+                    )
+                });
+            out += &format!(
+                "pav pod {name} container {}: {} restarts, last terminated {last:?}\n",
+                status.name, status.restart_count
+            );
+            let runs: &[bool] = if status.restart_count > 0 {
+                &[true, false]
+            } else {
+                &[false]
+            };
+            for &previous in runs {
+                let params = LogParams {
+                    container: Some(status.name.clone()),
+                    previous,
+                    tail_lines: Some(40),
+                    timestamps: true,
+                    ..LogParams::default()
+                };
+                let text = own
+                    .logs(&name, &params)
+                    .await
+                    .unwrap_or_else(|e| format!("(cannot read the log: {e})"));
+                out += &format!(
+                    "--- log of {name}/{} (previous run: {previous}):\n{text}\n",
+                    status.name
+                );
+            }
+        }
+    }
+    out
 }
 
 /// PaV pods (those with a phase label) of `provisioner`, any namespace.
@@ -717,7 +830,9 @@ impl PodObserver {
             .labels(&format!("{LABEL_PROVISIONER}={provisioner},{LABEL_PHASE}"));
         let record = seen.clone();
         tokio::spawn(async move {
-            let mut stream = std::pin::pin!(watcher(api, config));
+            // Backing off, the watch does not spin while the API server is
+            // away (the fault tests restart it on a two-core machine).
+            let mut stream = std::pin::pin!(watcher(api, config).default_backoff());
             while let Some(event) = stream.next().await {
                 if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event {
                     let entry = SeenPod {
