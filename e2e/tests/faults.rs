@@ -123,10 +123,13 @@ fn slow_objects(name: &str, seconds: u32) -> String {
 /// claim took 70 s after one restart here), and the node may be marked
 /// NotReady and tainted until the kubelet reports again. After an API
 /// server restart the kubelet once started a pod created 8 s after the
-/// restart 100 s late, with nothing about it in its log, and a CI run's
-/// client pod got no staging pod within 300 s. Our reading: the kubelet's
-/// pod watch missed the restart and went on until its timeout, which
-/// client-go's reflector picks between 5 and 10 min; so 10 min and a margin.
+/// restart 100 s late, with nothing about it in its log; the scheduler
+/// still saw a claim unbound 16 s after it was bound, and set its client
+/// pod aside as unschedulable (retried on a later change of the claim, or
+/// after 5 min); a CI run's client pod got no staging pod within 300 s.
+/// Our reading: watches that missed the restart go on until their timeout,
+/// which client-go's reflector picks between 5 and 10 min; so 10 min and a
+/// margin.
 const AFTER_FAULT: Duration = Duration::from_secs(660);
 
 /// Waits until the API server answers again (after a restart or while etcd
