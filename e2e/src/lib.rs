@@ -9,15 +9,19 @@
 //! holds every node of the cluster ([`local_nodes`]), so they can read each
 //! node's mount table and `/var/lib/pav/pods`.
 
+use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::future::Future;
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Event, Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    ContainerStatus, Event, Namespace, PersistentVolume, PersistentVolumeClaim, Pod,
+};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, LogParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
@@ -309,6 +313,34 @@ pub async fn wait_event(
     }
 }
 
+/// The statuses of `pod`'s containers (none before the kubelet reports).
+pub fn container_statuses(pod: &Pod) -> &[ContainerStatus] {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default()
+}
+
+/// The last `most` lines of the file at `path` that contain `needle`, read
+/// line by line so a large log costs no more memory than those lines
+/// (none if it cannot be read).
+fn last_lines_containing(path: &std::path::Path, needle: &str, most: usize) -> VecDeque<String> {
+    let mut last = VecDeque::with_capacity(most);
+    let Ok(file) = std::fs::File::open(path) else {
+        return last;
+    };
+    for line in BufReader::new(file).split(b'\n').map_while(Result::ok) {
+        let line = String::from_utf8_lossy(&line);
+        if line.contains(needle) {
+            if last.len() == most {
+                last.pop_front();
+            }
+            last.push_back(line.into_owned());
+        }
+    }
+    last
+}
+
 /// What a failed wait in scenario `namespace` of `provisioner` prints so
 /// the failure can be told apart after the cluster is gone: the claims,
 /// pods and their events in `namespace`, and pav's own pods of
@@ -323,17 +355,12 @@ pub async fn diagnosis(client: &Client, namespace: &str, provisioner: &str) -> S
         .unwrap_or_default();
     component_logs.sort();
     for path in component_logs {
-        let Ok(text) = std::fs::read(&path) else {
-            continue;
-        };
-        let text = String::from_utf8_lossy(&text);
-        let about: Vec<&str> = text.lines().filter(|l| l.contains(namespace)).collect();
-        let last = &about[about.len().saturating_sub(20)..];
+        let last = last_lines_containing(&path, namespace, 20);
         if !last.is_empty() {
             out += &format!(
                 "--- {} about {namespace}:\n{}\n",
                 path.display(),
-                last.join("\n")
+                Vec::from(last).join("\n")
             );
         }
     }
@@ -367,20 +394,16 @@ pub async fn diagnosis(client: &Client, namespace: &str, provisioner: &str) -> S
         }
         Err(e) => out += &format!("(cannot list pods: {e})\n"),
     }
+    // The driver's pods: the provisioner's label without a PaV phase.
     let own: Api<Pod> = Api::namespaced(client.clone(), PAV_NAMESPACE);
-    let prefix = format!("pav-{provisioner}-");
-    let list = match own.list(&ListParams::default()).await {
+    let selector = format!("{LABEL_PROVISIONER}={provisioner},!{LABEL_PHASE}");
+    let list = match own.list(&ListParams::default().labels(&selector)).await {
         Ok(list) => list.items,
         Err(e) => return out + &format!("(cannot list pav's pods: {e})\n"),
     };
-    for pod in list.iter().filter(|p| p.name_any().starts_with(&prefix)) {
+    for pod in &list {
         let name = pod.name_any();
-        let statuses = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.clone())
-            .unwrap_or_default();
-        for status in statuses {
+        for status in container_statuses(pod) {
             let last = status
                 .last_state
                 .as_ref()

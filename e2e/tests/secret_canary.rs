@@ -284,12 +284,7 @@ fn watch_pods(client: Client, scan: Shared) {
             if pod.labels().contains_key(LABEL_PHASE) {
                 guard.pav_pods.insert(uid.clone(), pod.clone());
             }
-            let statuses = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.container_statuses.clone())
-                .unwrap_or_default();
-            for status in statuses {
+            for status in container_statuses(&pod) {
                 let ended = status
                     .state
                     .as_ref()
@@ -297,8 +292,9 @@ fn watch_pods(client: Client, scan: Shared) {
                 let key = (uid.clone(), status.name.clone(), status.restart_count);
                 if ended && guard.fetched.insert(key) {
                     let (client, scan, pod) = (client.clone(), scan.clone(), pod.clone());
+                    let container = status.name.clone();
                     tokio::spawn(async move {
-                        scan_logs(&client, &scan, &pod, &status.name, false).await;
+                        scan_logs(&client, &scan, &pod, &container, false).await;
                     });
                 }
             }
@@ -346,12 +342,7 @@ async fn scan_pod_logs(client: &Client, scan: &Shared, namespace: &str, selector
         .expect("listing pods")
         .items;
     for pod in &pods {
-        let statuses = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.clone())
-            .unwrap_or_default();
-        for status in statuses {
+        for status in container_statuses(pod) {
             scan_logs(client, scan, pod, &status.name, false).await;
             if status.restart_count > 0 {
                 scan_logs(client, scan, pod, &status.name, true).await;
