@@ -26,6 +26,10 @@ pub const LEASE_DURATION: Duration = Duration::from_secs(60);
 /// How long the leader goes on failing to renew before it exits: it stops
 /// well before another candidate may take the Lease.
 pub const RENEW_DEADLINE: Duration = Duration::from_secs(45);
+const _: () = assert!(
+    RENEW_DEADLINE.as_secs() + RENEW.as_secs() < LEASE_DURATION.as_secs(),
+    "a leader must give up, even one renewal late, before its Lease expires"
+);
 /// How often the leader renews.
 pub const RENEW: Duration = Duration::from_secs(5);
 
