@@ -836,8 +836,11 @@ pub struct PodObserver {
 /// One state of a PaV pod seen by a [`PodObserver`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeenPod {
-    /// Pod name.
+    /// Pod name. PaV derives it from provisioner, volume and node, so a
+    /// pod PaV starts again has the same name and a new `uid`.
     pub name: String,
+    /// Pod UID: one per pod PaV started.
+    pub uid: String,
     /// PaV phase label (`creation`, `staging`, ...).
     pub pav_phase: String,
     /// Pod phase.
@@ -857,9 +860,17 @@ impl PodObserver {
             // away (the fault tests restart it on a two-core machine).
             let mut stream = std::pin::pin!(watcher(api, config).default_backoff());
             while let Some(event) = stream.next().await {
-                if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event {
+                // A deleted pod's last state counts as seen: PaV deletes a
+                // finished pod soon after it finishes.
+                if let Ok(
+                    watcher::Event::Apply(pod)
+                    | watcher::Event::InitApply(pod)
+                    | watcher::Event::Delete(pod),
+                ) = event
+                {
                     let entry = SeenPod {
                         name: pod.name_any(),
+                        uid: pod.uid().unwrap_or_default(),
                         pav_phase: pod.labels().get(LABEL_PHASE).cloned().unwrap_or_default(),
                         pod_phase: pod_phase(&pod).to_owned(),
                     };
@@ -888,6 +899,20 @@ impl PodObserver {
             .collect();
         names.dedup();
         names
+    }
+
+    /// How many pods of `pav_phase` were seen (distinct UIDs): more than
+    /// one means PaV started the phase's pod again. Unlike a pod's states,
+    /// which a watch can miss while the API server restarts (the re-list
+    /// shows only the present), a pod PaV starts is seen, unless it also
+    /// finishes and goes while the API server is away.
+    pub fn runs(&self, pav_phase: &str) -> usize {
+        self.seen()
+            .into_iter()
+            .filter(|s| s.pav_phase == pav_phase)
+            .map(|s| s.uid)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
     }
 
     /// Panics unless a pod of `pav_phase` was seen succeeding.

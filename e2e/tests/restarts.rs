@@ -212,7 +212,7 @@ async fn components_restart_mid_phase() {
     kill(&client, "csi-controller").await;
     let volume = bound_volume(&client, NS).await;
     assert_eq!(
-        observer.pods("creation", "Succeeded").len(),
+        observer.runs("creation"),
         1,
         "one creation pod, picked up after the restart: {:#?}",
         observer.seen()
@@ -223,12 +223,7 @@ async fn components_restart_mid_phase() {
     observer.wait("staging", "Running", STEP).await.unwrap();
     kill(&client, "csi-node").await;
     client_read_the_volume(&client, NS).await;
-    assert_eq!(
-        observer.pods("staging", "Succeeded").len(),
-        1,
-        "{:#?}",
-        observer.seen()
-    );
+    assert_eq!(observer.runs("staging"), 1, "{:#?}", observer.seen());
 
     tear_down(&client, NAME, OBJECTS, &volume).await;
     eprintln!(
@@ -264,7 +259,7 @@ async fn node_plugin_killed_between_staging_and_bind() {
 
     client_read_the_volume(&client, BIND).await;
     assert_eq!(
-        observer.pods("staging", "Succeeded").len(),
+        observer.runs("staging"),
         1,
         "the restarted plugin must use the finished staging pod: {:#?}",
         observer.seen()
