@@ -833,6 +833,25 @@ pub struct PodObserver {
     seen: Arc<Mutex<Vec<SeenPod>>>,
 }
 
+/// A failed watch is retried after a second, always: it does not spin
+/// while the API server is away (the fault tests restart it on a
+/// two-core machine), and it is back within a second of the API server,
+/// where kube's exponential default (up to 30 s) could miss a phase's pod
+/// that starts and ends in the meantime.
+struct EverySecond;
+
+impl Iterator for EverySecond {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(Duration::from_secs(1))
+    }
+}
+
+impl kube::runtime::utils::Backoff for EverySecond {
+    fn reset(&mut self) {}
+}
+
 /// One state of a PaV pod seen by a [`PodObserver`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeenPod {
@@ -856,9 +875,7 @@ impl PodObserver {
             .labels(&format!("{LABEL_PROVISIONER}={provisioner},{LABEL_PHASE}"));
         let record = seen.clone();
         tokio::spawn(async move {
-            // Backing off, the watch does not spin while the API server is
-            // away (the fault tests restart it on a two-core machine).
-            let mut stream = std::pin::pin!(watcher(api, config).default_backoff());
+            let mut stream = std::pin::pin!(watcher(api, config).backoff(EverySecond));
             while let Some(event) = stream.next().await {
                 // A deleted pod's last state counts as seen: PaV deletes a
                 // finished pod soon after it finishes.
