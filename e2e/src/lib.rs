@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
-    ContainerStatus, Event, Namespace, PersistentVolume, PersistentVolumeClaim, Pod,
+    ContainerStatus, Event, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, ServiceAccount,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, LogParams, Patch, PatchParams};
@@ -661,7 +661,12 @@ pub async fn assert_no_leaks(client: &Client, provisioner: &str, timeout: Durati
 }
 
 /// Creates namespace `name` (fine if it exists) for a scenario's claims
-/// and client pods.
+/// and client pods, and waits for its `default` ServiceAccount, without
+/// which the API server refuses the client pods. kube-controller-manager
+/// creates it, normally within a second; after the fault tests restart
+/// the API server its watches have lagged for minutes (in a CI run the
+/// next scenario's client pod was refused: no `default` yet), hence the
+/// long timeout.
 pub async fn namespace(client: &Client, name: &str) -> anyhow::Result<()> {
     let api: Api<Namespace> = Api::all(client.clone());
     if let Some(ns) = api.get_opt(name).await?
@@ -672,6 +677,15 @@ pub async fn namespace(client: &Client, name: &str) -> anyhow::Result<()> {
     apply(
         client,
         &format!("apiVersion: v1\nkind: Namespace\nmetadata: {{ name: {name} }}\n"),
+    )
+    .await?;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
+    wait_for(
+        &accounts,
+        "default",
+        Duration::from_secs(600),
+        "made by kube-controller-manager",
+        |_| true,
     )
     .await?;
     Ok(())
