@@ -129,7 +129,8 @@ fn slow_objects(name: &str, seconds: u32) -> String {
 /// after 5 min); a CI run's client pod got no staging pod within 300 s.
 /// Our reading: watches that missed the restart go on until their timeout,
 /// which client-go's reflector picks between 5 and 10 min; so 10 min and a
-/// margin.
+/// margin. Every wait on the cluster in this file takes it, not only those
+/// right after a fault: each scenario may start right after another's.
 const AFTER_FAULT: Duration = Duration::from_secs(660);
 
 /// Waits until the API server answers again (after a restart or while etcd
@@ -227,7 +228,7 @@ where
     or_diagnose(
         client,
         name,
-        observer.wait("creation", "Running", STEP).await,
+        observer.wait("creation", "Running", AFTER_FAULT).await,
     )
     .await;
     fault().await;
@@ -333,7 +334,7 @@ async fn evicted_creation_pod_is_retried() {
     or_diagnose(
         &client,
         name,
-        observer.wait("creation", "Running", STEP).await,
+        observer.wait("creation", "Running", AFTER_FAULT).await,
     )
     .await;
     let evicted = observer.pods("creation", "Running").remove(0);
@@ -348,7 +349,7 @@ async fn evicted_creation_pod_is_retried() {
         name,
         "data",
         &["ProvisioningFailed", &evicted],
-        STEP,
+        AFTER_FAULT,
     )
     .await;
     let line = or_diagnose(&client, name, line).await;
@@ -392,7 +393,7 @@ async fn staging_pod_never_ready_times_out_and_unstages() {
         name,
         "client",
         &["FailedMount", "staging pod", "did not finish within 10s"],
-        STEP,
+        AFTER_FAULT,
     )
     .await;
     let line = or_diagnose(&client, name, line).await;
@@ -408,7 +409,7 @@ async fn staging_pod_never_ready_times_out_and_unstages() {
     );
 
     tear_down(&client, name, &objects).await;
-    let unstaged = observer.wait("unstaging", "Succeeded", STEP).await;
+    let unstaged = observer.wait("unstaging", "Succeeded", AFTER_FAULT).await;
     or_diagnose(&client, name, unstaged).await;
     eprintln!(
         "staging_pod_never_ready_times_out_and_unstages: {:.1}s",
