@@ -845,6 +845,8 @@ pub const STEP: Duration = Duration::from_secs(120);
 #[derive(Debug, Clone)]
 pub struct PodObserver {
     seen: Arc<Mutex<Vec<SeenPod>>>,
+    pods: Api<Pod>,
+    selector: String,
 }
 
 /// A failed watch is retried after a second, always: it does not spin
@@ -883,11 +885,13 @@ pub struct SeenPod {
 impl PodObserver {
     /// Starts watching the PaV pods of `provisioner`.
     pub fn start(client: &Client, provisioner: &str) -> PodObserver {
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let api: Api<Pod> = Api::all(client.clone());
-        let config = watcher::Config::default()
-            .labels(&format!("{LABEL_PROVISIONER}={provisioner},{LABEL_PHASE}"));
-        let record = seen.clone();
+        let observer = PodObserver {
+            seen: Arc::new(Mutex::new(Vec::new())),
+            pods: Api::all(client.clone()),
+            selector: format!("{LABEL_PROVISIONER}={provisioner},{LABEL_PHASE}"),
+        };
+        let config = watcher::Config::default().labels(&observer.selector);
+        let (api, watching) = (observer.pods.clone(), observer.clone());
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(watcher(api, config).backoff(EverySecond));
             while let Some(event) = stream.next().await {
@@ -899,20 +903,24 @@ impl PodObserver {
                     | watcher::Event::Delete(pod),
                 ) = event
                 {
-                    let entry = SeenPod {
-                        name: pod.name_any(),
-                        uid: pod.uid().unwrap_or_default(),
-                        pav_phase: pod.labels().get(LABEL_PHASE).cloned().unwrap_or_default(),
-                        pod_phase: pod_phase(&pod).to_owned(),
-                    };
-                    let mut seen = record.lock().expect("not poisoned");
-                    if !seen.contains(&entry) {
-                        seen.push(entry);
-                    }
+                    watching.record(&pod);
                 }
             }
         });
-        PodObserver { seen }
+        observer
+    }
+
+    fn record(&self, pod: &Pod) {
+        let entry = SeenPod {
+            name: pod.name_any(),
+            uid: pod.uid().unwrap_or_default(),
+            pav_phase: pod.labels().get(LABEL_PHASE).cloned().unwrap_or_default(),
+            pod_phase: pod_phase(pod).to_owned(),
+        };
+        let mut seen = self.seen.lock().expect("not poisoned");
+        if !seen.contains(&entry) {
+            seen.push(entry);
+        }
     }
 
     /// Everything seen so far.
@@ -955,7 +963,10 @@ impl PodObserver {
         );
     }
 
-    /// Waits until a pod of `pav_phase` was seen in `pod_phase`.
+    /// Waits until a pod of `pav_phase` was seen in `pod_phase`. Besides
+    /// the watch, each round lists the pods, so a state lasting a few
+    /// seconds is seen even while the watch is behind (watches here have
+    /// lagged for minutes after an API-server restart).
     pub async fn wait(
         &self,
         pav_phase: &str,
@@ -965,7 +976,16 @@ impl PodObserver {
         let found = wait_until(
             &format!("a {pav_phase} pod {pod_phase}"),
             timeout,
-            || async { Ok((!self.pods(pav_phase, pod_phase).is_empty()).then_some(())) },
+            || async {
+                let listed = self
+                    .pods
+                    .list(&ListParams::default().labels(&self.selector))
+                    .await;
+                for pod in listed.iter().flat_map(|list| &list.items) {
+                    self.record(pod);
+                }
+                Ok((!self.pods(pav_phase, pod_phase).is_empty()).then_some(()))
+            },
         )
         .await;
         found.with_context(|| format!("seen: {:#?}", self.seen()))
