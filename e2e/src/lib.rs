@@ -341,6 +341,37 @@ fn last_lines_containing(path: &std::path::Path, needle: &str, most: usize) -> V
     last
 }
 
+/// A line per `kind` object in `namespace`: its name, `state` and its
+/// events (for [`diagnosis`]).
+async fn with_events<K>(
+    client: &Client,
+    namespace: &str,
+    kind: &str,
+    state: impl Fn(&K) -> String,
+) -> String
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let list = match api.list(&ListParams::default()).await {
+        Ok(list) => list,
+        Err(e) => return format!("(cannot list {kind}s: {e})\n"),
+    };
+    let mut out = String::new();
+    for object in list {
+        let name = object.name_any();
+        out += &format!(
+            "{kind} {namespace}/{name}: {}; events: {:#?}\n",
+            state(&object),
+            event_lines(client, namespace, &name).await
+        );
+    }
+    out
+}
+
 /// What a failed wait in scenario `namespace` of `provisioner` prints so
 /// the failure can be told apart after the cluster is gone: the claims,
 /// pods and their events in `namespace`, and pav's own pods of
@@ -364,36 +395,23 @@ pub async fn diagnosis(client: &Client, namespace: &str, provisioner: &str) -> S
             );
         }
     }
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
-    match claims.list(&ListParams::default()).await {
-        Ok(list) => {
-            for claim in list {
-                let name = claim.name_any();
-                out += &format!(
-                    "claim {namespace}/{name}: {} volume {:?}; events: {:#?}\n",
-                    claim_phase(&claim),
-                    volume_name(&claim),
-                    event_lines(client, namespace, &name).await
-                );
-            }
-        }
-        Err(e) => out += &format!("(cannot list claims: {e})\n"),
-    }
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    match pods.list(&ListParams::default()).await {
-        Ok(list) => {
-            for pod in list {
-                let name = pod.name_any();
-                out += &format!(
-                    "pod {namespace}/{name}: {} on {:?}; events: {:#?}\n",
-                    pod_phase(&pod),
-                    pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
-                    event_lines(client, namespace, &name).await
-                );
-            }
-        }
-        Err(e) => out += &format!("(cannot list pods: {e})\n"),
-    }
+    out += &with_events(
+        client,
+        namespace,
+        "claim",
+        |claim: &PersistentVolumeClaim| {
+            format!("{} volume {:?}", claim_phase(claim), volume_name(claim))
+        },
+    )
+    .await;
+    out += &with_events(client, namespace, "pod", |pod: &Pod| {
+        format!(
+            "{} on {:?}",
+            pod_phase(pod),
+            pod.spec.as_ref().and_then(|s| s.node_name.as_deref())
+        )
+    })
+    .await;
     // The driver's pods: the provisioner's label without a PaV phase.
     let own: Api<Pod> = Api::namespaced(client.clone(), PAV_NAMESPACE);
     let selector = format!("{LABEL_PROVISIONER}={provisioner},!{LABEL_PHASE}");
