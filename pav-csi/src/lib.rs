@@ -17,6 +17,8 @@
 //! //! ```text
 //! //! cargo run -p hostdir -- --endpoint /tmp/hostdir.sock --dir /tmp/hostdir --node-id $(hostname)
 //! //! ```
+//! //!
+//! //! `--log-format json` logs one JSON object per line, for log collectors.
 //!
 //! mod provisioner;
 //!
@@ -45,20 +47,19 @@
 //!     /// Kubelet's root directory: volumes are staged and published only inside it.
 //!     #[arg(long, default_value = pav_csi::DEFAULT_KUBELET_DIR)]
 //!     kubelet_dir: PathBuf,
+//!     /// Log format: text (coloured only on a terminal) or json.
+//!     #[arg(long, default_value_t)]
+//!     log_format: pav_csi::logging::LogFormat,
 //! }
 //!
 //! // #[tokio::main] needs tokio's "macros" and "rt-multi-thread" features;
 //! // pav-csi enables what it needs itself.
 //! #[tokio::main]
 //! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let cli = Cli::parse();
 //!     // pav-csi logs each call through `tracing`: without a subscriber, a
 //!     // driver logs nothing. RUST_LOG=debug shows more.
-//!     tracing_subscriber::fmt()
-//!         .with_env_filter(
-//!             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-//!         )
-//!         .init();
-//!     let cli = Cli::parse();
+//!     pav_csi::logging::init(cli.log_format);
 //!     let socket = PathBuf::from(cli.endpoint.trim_start_matches("unix://"));
 //!
 //!     let provisioner = Provisioner::new(HostDir::new(cli.dir, cli.budget)?)
@@ -79,8 +80,8 @@
 //! }
 //! ```
 //!
-//! Its `Cargo.toml` dependencies: `pav-sdk`, `pav-csi`, `clap` (feature
-//! `derive`), `tracing-subscriber` (feature `env-filter`) and `tokio` with
+//! Its `Cargo.toml` dependencies: `pav-sdk`, `pav-csi` (feature `logging`),
+//! `clap` (feature `derive`) and `tokio` with
 //! the features `macros` and `rt-multi-thread`, which `#[tokio::main]`
 //! needs; pav-csi enables the runtime features it uses itself (`net`,
 //! `signal`, `sync`, `time`, `fs`).
@@ -92,7 +93,8 @@
 //! failures at `warn`, the deletion of a volume whose Create answer CSI
 //! cannot carry at `error`. A driver without
 //! a subscriber logs nothing at all: install one in `main`, as above
-//! (`tracing_subscriber::fmt()` with an `EnvFilter`, so `RUST_LOG` works).
+//! (`logging::init`, with the cargo feature `logging`: text coloured only
+//! on a terminal, or JSON lines, filtered by `RUST_LOG`), or your own.
 //! Request strings are logged escaped (`Debug`), so a newline in an id or a
 //! path cannot forge a log line, and secrets are never logged.
 //!
@@ -138,6 +140,8 @@ mod error;
 mod guard;
 mod identity;
 mod limits;
+#[cfg(feature = "logging")]
+pub mod logging;
 pub mod mount;
 mod node;
 mod occupancy;

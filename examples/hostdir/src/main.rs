@@ -5,6 +5,8 @@
 //! ```text
 //! cargo run -p hostdir -- --endpoint /tmp/hostdir.sock --dir /tmp/hostdir --node-id $(hostname)
 //! ```
+//!
+//! `--log-format json` logs one JSON object per line, for log collectors.
 
 mod provisioner;
 
@@ -33,20 +35,19 @@ struct Cli {
     /// Kubelet's root directory: volumes are staged and published only inside it.
     #[arg(long, default_value = pav_csi::DEFAULT_KUBELET_DIR)]
     kubelet_dir: PathBuf,
+    /// Log format: text (coloured only on a terminal) or json.
+    #[arg(long, default_value_t)]
+    log_format: pav_csi::logging::LogFormat,
 }
 
 // #[tokio::main] needs tokio's "macros" and "rt-multi-thread" features;
 // pav-csi enables what it needs itself.
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let cli = Cli::parse();
     // pav-csi logs each call through `tracing`: without a subscriber, a
     // driver logs nothing. RUST_LOG=debug shows more.
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
-    let cli = Cli::parse();
+    pav_csi::logging::init(cli.log_format);
     let socket = PathBuf::from(cli.endpoint.trim_start_matches("unix://"));
 
     let provisioner = Provisioner::new(HostDir::new(cli.dir, cli.budget)?)

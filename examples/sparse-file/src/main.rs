@@ -8,6 +8,10 @@
 //! ```text
 //! cargo run -p sparse-file -- --endpoint /tmp/sparse.sock --dir /tmp/sparse-volumes --node-id $(hostname)
 //! ```
+//!
+//! Logs go to standard output, filtered by `RUST_LOG` (default `info`): text,
+//! coloured only on a terminal, or with `--log-format json` one JSON object
+//! per line, for log collectors.
 
 mod provisioner;
 
@@ -44,16 +48,16 @@ struct Cli {
     /// at paths inside it.
     #[arg(long, default_value = pav_csi::DEFAULT_KUBELET_DIR)]
     kubelet_dir: PathBuf,
+    /// Log format: text (coloured only on a terminal) or json (one object
+    /// per line).
+    #[arg(long, default_value_t)]
+    log_format: pav_csi::logging::LogFormat,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     let cli = Cli::parse();
+    pav_csi::logging::init(cli.log_format);
     let socket = PathBuf::from(cli.endpoint.trim_start_matches("unix://"));
     std::fs::create_dir_all(&cli.dir)?;
 
