@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -41,6 +42,7 @@ var (
 	pluginRegPath    = flag.String("plugin-registration-path", "/registration", "kubelet's plugin registration directory inside this container")
 	operationTimeout = flag.Duration("timeout", time.Second, "timeout of each GetPluginInfo call")
 	httpEndpoint     = flag.String("http-endpoint", "", "address for /healthz (e.g. :9809); empty disables it")
+	loggingFormat    = flag.String("logging-format", "text", `"text" or "json" (one object per line), as upstream's component-base flag`)
 	mode             = flag.String("mode", "registration", "registration or kubelet-registration-probe")
 	showVersion      = flag.Bool("version", false, "print the version and exit")
 	_                = flag.Int("v", 0, "log verbosity (ignored)")
@@ -109,7 +111,15 @@ func driverName(ctx context.Context) (string, error) {
 
 func main() {
 	flag.Parse()
-	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
+	switch *loggingFormat {
+	case "text":
+		log.SetFlags(log.LstdFlags | log.Lmicroseconds)
+	case "json":
+		// The log package's output then goes through this handler.
+		slog.SetDefault(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+	default:
+		log.Fatalf("unknown --logging-format %q: text or json", *loggingFormat)
+	}
 	if *showVersion {
 		fmt.Println(os.Args[0], version)
 		return
