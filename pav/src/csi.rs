@@ -53,9 +53,13 @@ pub struct CommonArgs {
     /// or 5m (at most 24h, as a phase's own `timeout`).
     #[arg(long, env = "PAV_PHASE_TIMEOUT", default_value = "300s", value_parser = pav_templates::duration::parse_timeout)]
     pub phase_timeout: Duration,
-    /// Address of the HTTP server with /metrics and /healthz.
-    #[arg(long, env = "PAV_METRICS_ADDR", default_value = "0.0.0.0:9808")]
+    /// Address of the HTTP server with /metrics and /healthz (which
+    /// answers 503 while the CSI socket does not answer Probe).
+    #[arg(long, env = "PAV_METRICS_ADDR", default_value_t = SocketAddr::from(([0, 0, 0, 0], METRICS_PORT)))]
     pub metrics_addr: SocketAddr,
+    /// Log format.
+    #[command(flatten)]
+    pub logging: crate::telemetry::Logging,
     /// Client-side API rate limit.
     #[command(flatten)]
     pub api: crate::client::ApiLimits,
@@ -88,6 +92,11 @@ pub struct NodeArgs {
     pub kubelet_dir: PathBuf,
 }
 
+/// Port of the drivers' `/metrics` and `/healthz` (their `--metrics-addr`
+/// listens on it on every address unless told otherwise; the manifests'
+/// probes and container ports name it).
+pub const METRICS_PORT: u16 = 9808;
+
 /// The topology key of every pav driver: each node plugin reports its
 /// node's name under it (kubelet then labels the Node with it), and a
 /// volume accessible from some nodes only gets node affinity on it.
@@ -105,7 +114,7 @@ async fn driver_context(
     let client = crate::client::client(common.api, component).await?;
     let metrics = Arc::new(Metrics::default());
     let addr = common.metrics_addr;
-    let router = metrics.clone().router();
+    let router = metrics.clone().router(common.endpoint.clone());
     tokio::spawn(async move {
         if let Err(e) = crate::telemetry::serve(addr, router).await {
             tracing::error!(error = %e, "metrics server failed");
@@ -152,7 +161,7 @@ pub fn controller_provisioner(
 
 /// Serves the CSI controller service until SIGTERM.
 pub async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
-    crate::telemetry::init_tracing();
+    args.common.logging.init();
     let driver = driver_context(&args.common, "csi-controller").await?;
     // Listed at startup, so the first CreateVolume does not wait for them.
     driver.start_pod_cache(None);
@@ -172,7 +181,7 @@ pub async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
 
 /// Serves the CSI node service until SIGTERM.
 pub async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
-    crate::telemetry::init_tracing();
+    args.common.logging.init();
     let driver = driver_context(&args.common, "csi-node").await?;
     // Only this node's staging and unstaging pods.
     driver.start_pod_cache(Some(&args.node_id));

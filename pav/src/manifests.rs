@@ -71,6 +71,9 @@ pub struct Settings {
     /// The kubelet's root directory on every node.
     #[arg(long, env = "PAV_KUBELET_DIR", default_value = DEFAULT_KUBELET_DIR)]
     pub kubelet_dir: String,
+    /// How the controller, its drivers and their sidecars log.
+    #[command(flatten)]
+    pub logging: crate::telemetry::Logging,
 }
 
 impl Default for Settings {
@@ -83,6 +86,7 @@ impl Default for Settings {
             snapshotter_image: DEFAULT_SNAPSHOTTER_IMAGE.into(),
             registrar_image: DEFAULT_REGISTRAR_IMAGE.into(),
             kubelet_dir: DEFAULT_KUBELET_DIR.into(),
+            logging: Default::default(),
         }
     }
 }

@@ -252,7 +252,7 @@ impl Context {
 
 /// Runs the controller until SIGTERM.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    crate::telemetry::init_tracing();
+    args.settings.logging.init();
     let client = crate::client::client(args.api, "controller").await?;
     run_with(client, args).await
 }

@@ -1,18 +1,36 @@
-//! What every pav component shares to be observed: the log set-up, the
+//! What every pav component shares to be observed: the log flag, the
 //! HTTP server of `/metrics` and the health endpoints, and the bound on
 //! messages shown in events and gRPC statuses.
 
 use std::net::SocketAddr;
 
+pub use pav_csi::logging::LogFormat;
+
 /// Content type of the Prometheus text format served at `/metrics`.
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`). A second call
-/// (tests running several components) keeps the first set-up.
-pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
+/// `--log-format`, of every command that serves and of `pav manifests`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::Args)]
+pub struct Logging {
+    /// Log lines as `text` (coloured only when stdout is a terminal) or
+    /// `json` (one object per line). `pav controller` deploys its drivers
+    /// with the same format, their CSI sidecars included.
+    #[arg(
+        long = "log-format",
+        env = "PAV_LOG_FORMAT",
+        default_value_t,
+        value_name = "text|json"
+    )]
+    pub format: LogFormat,
+}
+
+impl Logging {
+    /// Logs to stdout in this format, filtered by `RUST_LOG` (default
+    /// `info`). A second call (tests running several components) keeps the
+    /// first set-up.
+    pub fn init(self) {
+        pav_csi::logging::init(self.format);
+    }
 }
 
 /// Serves `router` (the component's `/metrics` and health endpoints) on

@@ -1,8 +1,10 @@
 //! Prometheus metrics and the `/metrics` and `/healthz` endpoints.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use axum::http::StatusCode;
 use pav_templates::Phase;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -123,9 +125,14 @@ impl Metrics {
         }
     }
 
-    /// The HTTP routes: `/metrics` and `/healthz` (see
-    /// [`telemetry::serve`](crate::telemetry::serve)).
-    pub fn router(self: Arc<Self>) -> axum::Router {
+    /// The HTTP routes: `/metrics`, and `/healthz` answering whether the
+    /// CSI `socket` serves ([`health`]); see
+    /// [`telemetry::serve`](crate::telemetry::serve).
+    pub fn router(self: Arc<Self>, socket: PathBuf) -> axum::Router {
+        self.routes(socket, HEALTH_TIMEOUT)
+    }
+
+    fn routes(self: Arc<Self>, socket: PathBuf, health_timeout: Duration) -> axum::Router {
         use axum::routing::get;
         axum::Router::new()
             .route(
@@ -140,7 +147,10 @@ impl Metrics {
                     }
                 }),
             )
-            .route("/healthz", get(|| async { "ok" }))
+            .route(
+                "/healthz",
+                get(move || async move { health(&socket, health_timeout).await }),
+            )
     }
 
     /// The metrics in the Prometheus text format.
@@ -150,6 +160,42 @@ impl Metrics {
             tracing::warn!(error = %e, "cannot encode metrics");
         }
         text
+    }
+}
+
+/// How long `/healthz` waits for the CSI socket to answer: less than the
+/// liveness probe's `timeoutSeconds`, so the kubelet records the reason
+/// (the 503's body) rather than its own timeout.
+pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(3);
+
+const _: () = assert!(
+    HEALTH_TIMEOUT.as_secs() < crate::manifests::driver::LIVENESS_TIMEOUT_SECONDS as u64,
+    "/healthz must answer before the kubelet gives up on it"
+);
+
+/// `/healthz` of a driver: 200 while its CSI socket answers Identity
+/// `Probe` within `timeout`, 503 with the reason otherwise. The liveness
+/// probe of the manifests restarts a driver whose socket stopped serving
+/// (its server failed, or hangs) while the process and this HTTP server
+/// live on; the CSI sidecars cannot reach such a driver either.
+pub async fn health(socket: &Path, timeout: Duration) -> (StatusCode, String) {
+    match pav_csi::client::probe(socket, timeout).await {
+        Ok(()) => (StatusCode::OK, "ok".to_owned()),
+        Err(error) => {
+            // The innermost cause says why (no such file, connection
+            // refused); the transport layers between only repeat
+            // "transport error".
+            let cause = std::iter::successors(std::error::Error::source(&error), |e| e.source())
+                .last()
+                .map(|cause| format!(": {cause}"))
+                .unwrap_or_default();
+            let reason = format!("{error}{cause}");
+            tracing::warn!(socket = %socket.display(), %reason, "CSI socket does not answer Probe: unhealthy");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("CSI socket {}: {reason}", socket.display()),
+            )
+        }
     }
 }
 
@@ -178,5 +224,77 @@ mod tests {
         );
         assert!(text.contains("pav_phase_in_flight{phase=\"creation\"} 0"));
         assert!(text.contains("pav_phase_duration_seconds_count{phase=\"creation\"} 2"));
+    }
+
+    /// `GET /healthz` of `routes`: status and body.
+    async fn healthz(router: &axum::Router) -> (StatusCode, String) {
+        use tower::ServiceExt as _;
+        let request = axum::http::Request::get("/healthz")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    /// `/healthz` answered "ok" whatever the CSI socket did, so a driver
+    /// whose gRPC server had stopped was never restarted.
+    #[tokio::test]
+    async fn healthz_answers_whether_the_csi_socket_serves() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("csi.sock");
+        let timeout = Duration::from_millis(500);
+        let router = Arc::new(Metrics::default()).routes(socket.clone(), timeout);
+
+        // Nothing serves yet (the driver is starting, or gone).
+        let (status, body) = healthz(&router).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(
+            body,
+            format!(
+                "CSI socket {}: cannot connect to the CSI socket: No such file or directory (os error 2)",
+                socket.display()
+            )
+        );
+
+        // A pav-csi driver serves.
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let driver = tokio::spawn(
+            pav_csi::Driver::builder("health.example.com")
+                .provisioner(pav_sdk::Provisioner::new(()))
+                .serve_controller(&socket)
+                .run_until(async {
+                    let _ = stopped.await;
+                }),
+        );
+        let mut answer = healthz(&router).await;
+        for _ in 0..100 {
+            if answer.0 == StatusCode::OK {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            answer = healthz(&router).await;
+        }
+        assert_eq!(answer, (StatusCode::OK, "ok".to_owned()));
+
+        // It stopped serving.
+        let _ = stop.send(());
+        driver.await.unwrap().unwrap();
+        assert_eq!(healthz(&router).await.0, StatusCode::SERVICE_UNAVAILABLE);
+
+        // Something holds the socket but never answers (a hung server).
+        let _listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        let (status, body) = healthz(&router).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(
+            body,
+            format!(
+                "CSI socket {}: no answer to Probe within 500ms",
+                socket.display()
+            )
+        );
     }
 }

@@ -33,6 +33,7 @@ use super::{
 use crate::client::{DEFAULT_BURST, DEFAULT_QPS};
 use crate::operator::leader;
 use crate::pods::HOST_POD_DIR;
+use crate::telemetry::LogFormat;
 
 /// How long the CSI controller's sidecars (external-provisioner,
 /// external-resizer, csi-snapshotter) wait for a call to `pav
@@ -64,6 +65,67 @@ fn sidecar_leader_election() -> [String; 4] {
         ),
         "--leader-election-retry-period=10s".to_owned(),
     ]
+}
+
+/// A sidecar of the CSI controller and the port of its HTTP server
+/// (`--http-endpoint`): `/metrics` (csi-lib-utils'
+/// `csi_sidecar_operations_seconds`, its CSI calls, among others) and
+/// [`LEADER_ELECTION_HEALTH_PATH`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sidecar {
+    /// Container name.
+    pub name: &'static str,
+    /// Port of its HTTP server, distinct from every other port in the pod.
+    pub http_port: u16,
+    /// Name of that container port: at most 15 characters (an IANA
+    /// service name), hence `-m` for metrics, not `-metrics`.
+    pub port_name: &'static str,
+}
+
+/// external-provisioner.
+pub const PROVISIONER: Sidecar = Sidecar {
+    name: "csi-provisioner",
+    http_port: 8081,
+    port_name: "provisioner-m",
+};
+/// external-resizer (provisioners with `volumeExpansion`).
+pub const RESIZER: Sidecar = Sidecar {
+    name: "csi-resizer",
+    http_port: 8082,
+    port_name: "resizer-m",
+};
+/// csi-snapshotter (provisioners with `snapshotCreation`).
+pub const SNAPSHOTTER: Sidecar = Sidecar {
+    name: "csi-snapshotter",
+    http_port: 8083,
+    port_name: "snapshotter-m",
+};
+
+/// Where the sidecars' leader-election health check is served
+/// (csi-lib-utils' `HealthCheckerAddress`): it fails only while the sidecar
+/// leads but has not renewed its lease for the lease duration and 20 s more,
+/// that is when it hangs, as it exits by itself when renewing fails.
+pub const LEADER_ELECTION_HEALTH_PATH: &str = "/healthz/leader-election";
+
+/// How long the kubelet waits for a liveness probe's answer.
+pub const LIVENESS_TIMEOUT_SECONDS: i32 = 5;
+
+/// The liveness probe of pav's containers and the CSI controller's
+/// sidecars: `GET path` on the container port named `port` every 10 s; three
+/// failures in a row (30 s) restart the container.
+fn liveness(path: &str, port: &str) -> Value {
+    json!({
+        "httpGet": { "path": path, "port": port },
+        "periodSeconds": 10,
+        "timeoutSeconds": LIVENESS_TIMEOUT_SECONDS,
+        "failureThreshold": 3,
+    })
+}
+
+/// The port of `pav csi-controller` and `pav csi-node` with `/metrics` and
+/// `/healthz`, named `metrics`.
+fn pav_metrics_port() -> Value {
+    json!({ "name": "metrics", "containerPort": crate::csi::METRICS_PORT, "protocol": "TCP" })
 }
 
 /// API group of VolumeSnapshots, their contents and classes.
@@ -326,13 +388,19 @@ impl<'a> Builder<'a> {
                 "image": s.image,
                 "imagePullPolicy": "IfNotPresent",
                 "command": [PAV_BINARY],
-                "args": ["csi-controller", "--provisioner", self.name, "--endpoint", CSI_SOCKET],
+                "args": [
+                    "csi-controller", "--provisioner", self.name, "--endpoint", CSI_SOCKET,
+                    "--log-format", s.logging.format.name(),
+                ],
                 "env": self.pav_env(),
+                "ports": [pav_metrics_port()],
+                // Restarts it when its CSI socket stops answering Probe.
+                "livenessProbe": liveness("/healthz", "metrics"),
                 "volumeMounts": [{ "name": "socket-dir", "mountPath": "/csi" }],
                 "resources": { "requests": { "cpu": "10m", "memory": "32Mi" } },
             }),
             self.sidecar(
-                "csi-provisioner",
+                PROVISIONER,
                 &s.provisioner_image,
                 &[
                     "--extra-create-metadata",
@@ -351,13 +419,13 @@ impl<'a> Builder<'a> {
             // Defaults otherwise: --handle-volume-inuse-error stays on, so
             // a claim whose expansion the driver refused while in use
             // (FailedPrecondition) is retried once no pod uses it.
-            containers.push(self.sidecar("csi-resizer", &s.resizer_image, &[]));
+            containers.push(self.sidecar(RESIZER, &s.resizer_image, &[]));
         }
         if self.snapshots {
             // The VolumeSnapshot's and VolumeSnapshotContent's names reach
             // CreateSnapshot as parameters.
             containers.push(self.sidecar(
-                "csi-snapshotter",
+                SNAPSHOTTER,
                 &s.snapshotter_image,
                 &["--extra-create-metadata"],
             ));
@@ -384,8 +452,9 @@ impl<'a> Builder<'a> {
     /// A sidecar of the CSI controller next to `pav csi-controller`: its
     /// socket, leader election in the pav namespace
     /// ([`sidecar_leader_election`]), [`SIDECAR_TIMEOUT`], pav's own API
-    /// rate limit, `--v=2`, then `extra`.
-    fn sidecar(&self, name: &str, image: &str, extra: &[&str]) -> Value {
+    /// rate limit, `--v=2`, pav's log format, its HTTP server (metrics and
+    /// the leader-election liveness probe), then `extra`.
+    fn sidecar(&self, sidecar: Sidecar, image: &str, extra: &[&str]) -> Value {
         let mut args = vec![format!("--csi-address={CSI_SOCKET}")];
         args.extend(sidecar_leader_election());
         args.push(format!(
@@ -400,15 +469,28 @@ impl<'a> Builder<'a> {
         args.push(format!("--kube-api-qps={DEFAULT_QPS}"));
         args.push(format!("--kube-api-burst={DEFAULT_BURST}"));
         args.push("--v=2".to_owned());
+        args.extend(self.sidecar_logging_format());
+        args.push(format!("--http-endpoint=:{}", sidecar.http_port));
         args.extend(extra.iter().map(|a| (*a).to_owned()));
         json!({
-            "name": name,
+            "name": sidecar.name,
             "image": image,
             "imagePullPolicy": "IfNotPresent",
             "args": args,
+            "ports": [{ "name": sidecar.port_name, "containerPort": sidecar.http_port, "protocol": "TCP" }],
+            "livenessProbe": liveness(LEADER_ELECTION_HEALTH_PATH, sidecar.port_name),
             "volumeMounts": [{ "name": "socket-dir", "mountPath": "/csi" }],
             "resources": { "requests": { "cpu": "10m", "memory": "32Mi" } },
         })
+    }
+
+    /// The sidecars' (Kubernetes component-base) flag for pav's log
+    /// format: none for text, their default.
+    fn sidecar_logging_format(&self) -> Option<String> {
+        match self.settings.logging.format {
+            LogFormat::Text => None,
+            LogFormat::Json => Some("--logging-format=json".to_owned()),
+        }
     }
 
     fn daemon_set(&self) -> DaemonSet {
@@ -421,6 +503,14 @@ impl<'a> Builder<'a> {
             .as_object_mut()
             .expect("labels are a map")
             .remove(LABEL_MANAGED_BY);
+        let mut registrar_args = vec![
+            format!("--csi-address={CSI_SOCKET}"),
+            format!("--kubelet-registration-path={plugin_dir}/csi.sock"),
+            "--v=2".to_owned(),
+        ];
+        // node-driver-registrar v2.11 and later take it, as does the test
+        // cluster's stand-in.
+        registrar_args.extend(self.sidecar_logging_format());
         typed(json!({
             "apiVersion": "apps/v1",
             "kind": "DaemonSet",
@@ -445,8 +535,13 @@ impl<'a> Builder<'a> {
                                     "--endpoint", CSI_SOCKET, "--node-id", "$(NODE_NAME)",
                                     // Publishing only inside it.
                                     "--kubelet-dir", kubelet,
+                                    "--log-format", s.logging.format.name(),
                                 ],
                                 "env": self.pav_env(),
+                                "ports": [pav_metrics_port()],
+                                // Restarts it when its CSI socket stops
+                                // answering Probe.
+                                "livenessProbe": liveness("/healthz", "metrics"),
                                 // Bind mounts into kubelet's directories and
                                 // reading what staging pods mount need it.
                                 "securityContext": { "privileged": true },
@@ -462,11 +557,7 @@ impl<'a> Builder<'a> {
                                 "name": "node-driver-registrar",
                                 "image": s.registrar_image,
                                 "imagePullPolicy": "IfNotPresent",
-                                "args": [
-                                    format!("--csi-address={CSI_SOCKET}"),
-                                    format!("--kubelet-registration-path={plugin_dir}/csi.sock"),
-                                    "--v=2",
-                                ],
+                                "args": registrar_args,
                                 "volumeMounts": [
                                     { "name": "socket-dir", "mountPath": "/csi" },
                                     { "name": "registration-dir", "mountPath": "/registration" },
@@ -593,6 +684,7 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{Container, PodSpec};
     use k8s_openapi::api::rbac::v1::PolicyRule;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
     fn provisioner() -> PavProvisioner {
         with_sections("")
@@ -699,14 +791,20 @@ mod tests {
                 "--provisioner",
                 "hello",
                 "--endpoint",
-                "/csi/csi.sock"
+                "/csi/csi.sock",
+                "--log-format",
+                "text"
             ]
         );
         assert_eq!(pav.image.as_deref(), Some("pav:dev"));
         let sidecar = container(&pod, "csi-provisioner");
         let args = sidecar.args.clone().unwrap();
         let mut expected = COMMON_SIDECAR_FLAGS.to_vec();
-        expected.extend(["--extra-create-metadata", "--feature-gates=Topology=true"]);
+        expected.extend([
+            "--http-endpoint=:8081",
+            "--extra-create-metadata",
+            "--feature-gates=Topology=true",
+        ]);
         assert_eq!(args, expected);
         assert_eq!(
             sidecar.image.as_deref(),
@@ -770,11 +868,13 @@ mod tests {
             .collect();
         let resizer = &all[1];
         assert_eq!(resizer.image.as_deref(), Some("example/resizer:1"));
-        assert_eq!(resizer.args.as_deref().unwrap(), common);
+        let mut expected = common.clone();
+        expected.push("--http-endpoint=:8082".to_owned());
+        assert_eq!(resizer.args.as_deref().unwrap(), expected);
         let snapshotter = &all[2];
         assert_eq!(snapshotter.image.as_deref(), Some("example/snapshotter:1"));
         let mut expected = common.clone();
-        expected.push("--extra-create-metadata".to_owned());
+        expected.extend(["--http-endpoint=:8083", "--extra-create-metadata"].map(String::from));
         assert_eq!(snapshotter.args.as_deref().unwrap(), expected);
         for sidecar in &all {
             assert_eq!(sidecar.image_pull_policy.as_deref(), Some("IfNotPresent"));
@@ -797,6 +897,144 @@ mod tests {
                 super::super::DEFAULT_SNAPSHOTTER_IMAGE,
             ]
         );
+    }
+
+    /// Every container of a driver with all three sidecars, the CSI
+    /// controller's then the node plugin's.
+    fn pods(settings: &Settings) -> (PodSpec, PodSpec) {
+        let all = with_sections(concat!(
+            "  volumeExpansion: { capacity: '{{ requestedMinCapacity }}' }\n",
+            "  snapshotCreation: { handle: h, size: '1Gi' }\n",
+        ));
+        let o = objects(&all, settings);
+        (
+            o.deployment.spec.template.spec.unwrap(),
+            o.daemon_set.spec.template.spec.unwrap(),
+        )
+    }
+
+    /// The liveness probe of `c`: path, port name, and period, timeout and
+    /// failure threshold.
+    fn probe(c: &Container) -> (String, String, i32, i32, i32) {
+        let probe = c
+            .liveness_probe
+            .clone()
+            .unwrap_or_else(|| panic!("{} has no liveness probe", c.name));
+        let get = probe.http_get.unwrap();
+        let port = match get.port {
+            IntOrString::String(name) => name,
+            IntOrString::Int(n) => panic!("{}: probe port {n} by number", c.name),
+        };
+        (
+            get.path.unwrap(),
+            port,
+            probe.period_seconds.unwrap(),
+            probe.timeout_seconds.unwrap(),
+            probe.failure_threshold.unwrap(),
+        )
+    }
+
+    /// `(name, port)` of each port `c` declares.
+    fn ports(c: &Container) -> Vec<(String, i32)> {
+        c.ports
+            .iter()
+            .flatten()
+            .map(|p| (p.name.clone().unwrap(), p.container_port))
+            .collect()
+    }
+
+    /// A driver that stopped serving its CSI socket was never restarted:
+    /// nothing probed it. And the sidecars' metrics had no port.
+    #[test]
+    fn driver_containers_are_probed_on_their_declared_ports() {
+        let (controller, node) = pods(&Settings::default());
+        for pod in [&controller, &node] {
+            let pav = container(pod, "pav");
+            assert_eq!(ports(pav), [("metrics".to_owned(), 9808)]);
+            assert_eq!(
+                probe(pav),
+                ("/healthz".to_owned(), "metrics".to_owned(), 10, 5, 3)
+            );
+        }
+        for (sidecar, port) in [(PROVISIONER, 8081), (RESIZER, 8082), (SNAPSHOTTER, 8083)] {
+            let c = container(&controller, sidecar.name);
+            assert_eq!(ports(c), [(sidecar.port_name.to_owned(), port)]);
+            let args = c.args.as_deref().unwrap();
+            assert!(
+                args.contains(&format!("--http-endpoint=:{port}")),
+                "{args:?}"
+            );
+            assert_eq!(
+                probe(c),
+                (
+                    "/healthz/leader-election".to_owned(),
+                    sidecar.port_name.to_owned(),
+                    10,
+                    5,
+                    3
+                )
+            );
+        }
+        // Ports and their names are distinct within the pod and valid
+        // IANA service names (what the API server accepts).
+        let declared: Vec<(String, i32)> = controller.containers.iter().flat_map(ports).collect();
+        assert_eq!(declared.len(), 4);
+        for (i, (name, port)) in declared.iter().enumerate() {
+            assert!(
+                name.len() <= 15
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    && !name.contains("--"),
+                "{name}"
+            );
+            for (other, other_port) in &declared[i + 1..] {
+                assert!(name != other && port != other_port, "{declared:?}");
+            }
+        }
+    }
+
+    /// pav's containers logged coloured text whatever was asked; with json
+    /// the CSI sidecars must log JSON too.
+    #[test]
+    fn drivers_log_in_the_settings_format() {
+        use crate::telemetry::Logging;
+        use clap::Parser as _;
+        let json = Settings {
+            logging: Logging {
+                format: LogFormat::Json,
+            },
+            ..Settings::default()
+        };
+        for (settings, name) in [(Settings::default(), "text"), (json, "json")] {
+            let (controller, node) = pods(&settings);
+            for pod in [&controller, &node] {
+                let args = container(pod, "pav").args.clone().unwrap();
+                // pav's own flag, as pav parses it.
+                let cli = crate::cli::Cli::try_parse_from(
+                    ["pav"].into_iter().map(String::from).chain(args.clone()),
+                )
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+                let common = match cli.command {
+                    crate::cli::Command::CsiController(a) => a.common,
+                    crate::cli::Command::CsiNode(a) => a.common,
+                    other => panic!("{other:?}"),
+                };
+                assert_eq!(common.logging.format.name(), name);
+                for c in pod.containers.iter().filter(|c| c.name != "pav") {
+                    let flags: Vec<&String> = c
+                        .args
+                        .iter()
+                        .flatten()
+                        .filter(|a| a.starts_with("--logging-format"))
+                        .collect();
+                    match name {
+                        "json" => assert_eq!(flags, ["--logging-format=json"], "{}", c.name),
+                        _ => assert!(flags.is_empty(), "{}: {flags:?}", c.name),
+                    }
+                }
+            }
+        }
     }
 
     #[test]
@@ -837,7 +1075,9 @@ mod tests {
                 "--node-id",
                 "$(NODE_NAME)",
                 "--kubelet-dir",
-                "/var/lib/k0s/kubelet"
+                "/var/lib/k0s/kubelet",
+                "--log-format",
+                "text"
             ]
         );
         let node_env = pav

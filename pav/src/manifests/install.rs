@@ -256,6 +256,7 @@ pub fn deployment(settings: &Settings) -> Deployment {
                             format!("--snapshotter-image={}", settings.snapshotter_image),
                             format!("--registrar-image={}", settings.registrar_image),
                             format!("--kubelet-dir={}", settings.kubelet_dir),
+                            format!("--log-format={}", settings.logging.format),
                             format!("--metrics-addr={DEFAULT_METRICS_ADDR}"),
                             "--leader-election".to_owned(),
                         ],
@@ -324,6 +325,9 @@ mod tests {
             snapshotter_image: "example/snapshotter:1".into(),
             registrar_image: "example/registrar:1".into(),
             kubelet_dir: "/var/lib/k0s/kubelet".into(),
+            logging: crate::telemetry::Logging {
+                format: crate::telemetry::LogFormat::Json,
+            },
         };
         let spec = deployment(&settings).spec.template.spec.unwrap();
         let args = spec.containers[0].args.clone().unwrap();
