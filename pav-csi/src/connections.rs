@@ -1,14 +1,17 @@
-//! How many connections a driver serves at once, and for how long.
+//! How many connections a driver serves at once.
 //!
 //! Kubelet opens a connection per operation and the sidecars keep one or
-//! two; an idle connection costs memory (about 20 KiB each), so neither
-//! their number nor their life is left unbounded.
+//! two for as long as they run. A connection is never closed by the
+//! driver: the Kubernetes CSI sidecars (csi-lib-utils) exit when their
+//! connection is lost, by design, so a driver that closes idle or old
+//! connections restarts every sidecar (and costs it its leader lease).
+//! An idle connection costs memory (about 20 KiB), so their number is
+//! bounded instead.
 
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use futures::Stream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -19,11 +22,6 @@ use tonic::transport::server::Connected;
 /// Connections served at once per socket; further ones wait in the
 /// listener's backlog until one closes.
 pub(crate) const MAX_CONNECTIONS: usize = 256;
-
-/// Age after which a connection is asked to go (HTTP/2 GOAWAY): an idle one
-/// closes at once, a busy one once its calls finish. gRPC clients reconnect
-/// by themselves.
-pub(crate) const MAX_CONNECTION_AGE: Duration = Duration::from_secs(600);
 
 /// A connection holding one of its socket's slots until it closes.
 #[derive(Debug)]

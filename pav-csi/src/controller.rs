@@ -62,22 +62,46 @@ fn check_modes(
     }
 }
 
-/// Checks a volume the provisioner created against what CSI allows in a
-/// `CreateVolumeResponse`: a `volume_id` of 1 to 128 bytes free of the
-/// control characters CSI bans in names (kubelet and the sidecars pass it
-/// on as the PV's `volumeHandle`), a `volume_context` of at most 4 KiB and
-/// valid topology segments.
-fn check_created(volume: &pav_sdk::Volume) -> Result<(), Status> {
+/// The CSI form of a volume the provisioner created or listed, checked
+/// against what CSI allows in a `CreateVolumeResponse`: a `volume_id` of 1
+/// to 128 bytes free of the control characters CSI bans in names (kubelet
+/// and the sidecars pass it on as the PV's `volumeHandle`), a size that
+/// fits an int64, a `volume_context` of at most 4 KiB and valid topology
+/// segments.
+fn csi_volume(volume: &pav_sdk::Volume) -> Result<csi::Volume, Status> {
     limits::name("volume_id", &volume.handle)?;
-    limits::map("volume_context", &convert::unsorted(&volume.context))?;
+    let volume_context = convert::unsorted(&volume.context);
+    limits::map("volume_context", &volume_context)?;
     limits::repeated("accessible_topology", volume.accessible_topology.len())?;
-    for (i, topology) in volume.accessible_topology.iter().enumerate() {
-        limits::topology(
-            &format!("accessible_topology[{i}]"),
-            &convert::topology(topology).segments,
-        )?;
+    let accessible_topology: Vec<csi::Topology> = volume
+        .accessible_topology
+        .iter()
+        .map(convert::topology)
+        .collect();
+    for (i, topology) in accessible_topology.iter().enumerate() {
+        limits::topology(&format!("accessible_topology[{i}]"), &topology.segments)?;
     }
-    Ok(())
+    Ok(csi::Volume {
+        capacity_bytes: limits::int64("capacity_bytes", volume.capacity_bytes)?,
+        volume_context,
+        content_source: None,
+        accessible_topology,
+        volume_id: volume.handle.to_string(),
+    })
+}
+
+/// Checks that a created volume's size is within the requested range. 0
+/// is CSI's "unknown" (an NFS share, say) and passes.
+fn check_sized(volume: &pav_sdk::Volume, capacity: CapacityRange) -> Result<(), Status> {
+    let bytes = volume.capacity_bytes;
+    if bytes == 0 || capacity.contains(bytes) {
+        return Ok(());
+    }
+    Err(Status::invalid_argument(format!(
+        "capacity_bytes {bytes} is outside the requested range (required_bytes {}, limit_bytes {})",
+        capacity.min_bytes.unwrap_or(0),
+        capacity.max_bytes.unwrap_or(0)
+    )))
 }
 
 /// Checks that a volume created for `requisite` topologies is accessible
@@ -103,22 +127,6 @@ fn check_placed(volume: &pav_sdk::Volume, requisite: &[pav_sdk::Topology]) -> Re
     )))
 }
 
-/// The CSI form of a volume the provisioner returned (checked with
-/// [`check_created`]).
-fn csi_volume(volume: pav_sdk::Volume) -> csi::Volume {
-    csi::Volume {
-        capacity_bytes: i64::try_from(volume.capacity_bytes).unwrap_or(i64::MAX),
-        volume_context: convert::unsorted(&volume.context),
-        content_source: None,
-        accessible_topology: volume
-            .accessible_topology
-            .iter()
-            .map(convert::topology)
-            .collect(),
-        volume_id: volume.handle,
-    }
-}
-
 /// The CSI form of a snapshot the provisioner returned, or `INTERNAL` when
 /// CSI cannot carry it.
 fn csi_snapshot(snapshot: pav_sdk::SnapshotInfo) -> Result<csi::Snapshot, Status> {
@@ -129,7 +137,7 @@ fn csi_snapshot(snapshot: pav_sdk::SnapshotInfo) -> Result<csi::Snapshot, Status
         ))
     })?;
     Ok(csi::Snapshot {
-        size_bytes: i64::try_from(snapshot.size_bytes).unwrap_or(i64::MAX),
+        size_bytes: limits::int64("size_bytes", snapshot.size_bytes)?,
         snapshot_id: snapshot.handle,
         source_volume_id: snapshot.source,
         creation_time: Some(prost_types::Timestamp::from(snapshot.created)),
@@ -271,7 +279,7 @@ impl ControllerService {
     }
 
     /// Deletes a volume the provisioner created but CSI cannot carry (see
-    /// [`check_created`]), so that refusing it leaks nothing, and returns
+    /// [`csi_volume`]), so that refusing it leaks nothing, and returns
     /// the `INTERNAL` status that answers the `CreateVolume`: the request
     /// was fine, the provisioner's answer was not.
     async fn delete_refused(&self, name: &str, volume: pav_sdk::Volume, refused: Status) -> Status {
@@ -416,12 +424,13 @@ impl csi::controller_server::Controller for ControllerService {
             tracing::warn!(name, error = e.message(), "CreateVolume failed");
             status(e)
         })?;
-        if let Err(refused) =
-            check_created(&volume).and_then(|()| check_placed(&volume, &requisite))
-        {
-            return Err(self.delete_refused(name, volume, refused).await);
-        }
-        let mut volume = csi_volume(volume);
+        let checked = check_sized(&volume, capacity)
+            .and_then(|()| check_placed(&volume, &requisite))
+            .and_then(|()| csi_volume(&volume));
+        let mut volume = match checked {
+            Ok(checked) => checked,
+            Err(refused) => return Err(self.delete_refused(name, volume, refused).await),
+        };
         volume.content_source = req.volume_content_source;
         tracing::info!(
             name,
@@ -596,7 +605,7 @@ impl csi::controller_server::Controller for ControllerService {
         let node_expansion_required = expanded.node_expansion_required
             && (self.shared.provisioner.node_expand().is_some() || !self.shared.serves_node);
         Ok(Response::new(csi::ControllerExpandVolumeResponse {
-            capacity_bytes: i64::try_from(expanded.capacity_bytes).unwrap_or(i64::MAX),
+            capacity_bytes: limits::int64("capacity_bytes", expanded.capacity_bytes)?,
             node_expansion_required,
         }))
     }
@@ -638,11 +647,12 @@ impl csi::controller_server::Controller for ControllerService {
             tracing::warn!(error = e.message(), "GetCapacity failed");
             status(e)
         })?;
-        let bytes = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
+        let bytes = limits::int64;
+        let size = |field, b: Option<u64>| b.map(|b| bytes(field, b)).transpose();
         Ok(Response::new(csi::GetCapacityResponse {
-            available_capacity: bytes(available.available_bytes),
-            maximum_volume_size: available.maximum_volume_size.map(bytes),
-            minimum_volume_size: available.minimum_volume_size.map(bytes),
+            available_capacity: bytes("available_capacity", available.available_bytes)?,
+            maximum_volume_size: size("maximum_volume_size", available.maximum_volume_size)?,
+            minimum_volume_size: size("minimum_volume_size", available.minimum_volume_size)?,
         }))
     }
 
@@ -662,13 +672,13 @@ impl csi::controller_server::Controller for ControllerService {
         })?;
         let mut entries = Vec::with_capacity(volumes.len());
         for listed in volumes {
-            check_created(&listed.volume).map_err(|refused| {
+            let volume = csi_volume(&listed.volume).map_err(|refused| {
                 Status::internal(format!(
                     "the provisioner listed a volume CSI cannot return: {}",
                     refused.message()
                 ))
             })?;
-            let handle = listed.volume.handle.clone();
+            let handle = listed.volume.handle.to_string();
             let status = listed
                 .condition
                 .map(|c| csi::list_volumes_response::VolumeStatus {
@@ -679,7 +689,7 @@ impl csi::controller_server::Controller for ControllerService {
                     }),
                 });
             let entry = csi::list_volumes_response::Entry {
-                volume: Some(csi_volume(listed.volume)),
+                volume: Some(volume),
                 status,
             };
             entries.push((handle, entry));
@@ -834,6 +844,9 @@ impl csi::controller_server::Controller for ControllerService {
         }
         if self.shared.provisioner.clones() {
             rpcs.push(RpcType::CloneVolume);
+        }
+        if self.shared.provisioner.tells_single_node_writers_apart() {
+            rpcs.push(RpcType::SingleNodeMultiWriter);
         }
         if let Some(lister) = self.shared.provisioner.list() {
             rpcs.push(RpcType::ListVolumes);

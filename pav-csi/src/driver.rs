@@ -11,6 +11,7 @@ use tokio::net::UnixListener;
 use tonic::transport::Server;
 
 use crate::Error;
+use crate::completion::RunToCompletionLayer;
 use crate::connections;
 use crate::controller::ControllerService;
 use crate::csi::controller_server::ControllerServer;
@@ -242,12 +243,13 @@ impl DriverBuilder {
         let mut servers = Vec::new();
         for (path, (controller, node)) in sockets {
             let listener = bind(&path)?;
-            let mut router = Server::builder()
-                .max_connection_age(connections::MAX_CONNECTION_AGE)
-                .add_service(IdentityServer::new(IdentityService {
-                    shared: shared.clone(),
-                    controller,
-                }));
+            let mut router =
+                Server::builder()
+                    .layer(RunToCompletionLayer)
+                    .add_service(IdentityServer::new(IdentityService {
+                        shared: shared.clone(),
+                        controller,
+                    }));
             if controller {
                 router = router.add_service(ControllerServer::new(ControllerService {
                     shared: shared.clone(),

@@ -106,13 +106,15 @@
 //! | Capabilities | `ControllerGetCapabilities`, `NodeGetCapabilities` | derived from the touch points in the [`pav_sdk::Provisioner`] |
 //! | Required fields, size limits | every RPC | `INVALID_ARGUMENT` naming the field; strings ≤ 128 bytes, maps ≤ 4 KiB, paths ≤ 4096 bytes, repeated fields ≤ 64 entries |
 //! | Paths | node RPCs | staging and target paths must resolve inside the kubelet directory ([`DriverBuilder::kubelet_dir`]); publishing binds only a staging path recorded at stage time for the same volume ([`DriverBuilder::state_dir`]) |
-//! | Other volumes | node RPCs | a new stage or publish refuses a path that holds mounts (it would hide them) or lies inside a staged or published volume, and a target holding another volume; one operation per target path; unpublish removes only the empty file or directory it made; a failed stage forgets its record |
-//! | One operation per volume | every mutating RPC | a concurrent call for the same volume (or name) is `ABORTED` |
+//! | Other volumes | node RPCs | a new stage or publish refuses a path that holds mounts (it would hide them) or lies inside a staged or published volume, and a target holding another volume; one operation per target path; unpublish removes only the empty file or directory it made; a failed stage is undone at once (staging path unmounted, the provisioner's Unstage called, record removed; kept for the next NodeUnstageVolume if that Unstage fails) |
+//! | One operation per volume | every mutating RPC | a concurrent call for the same volume (or name) is `ABORTED`; a call runs to completion even when its client gives up (deadline passed, cancelled), keeping the volume until the provisioner returns |
 //! | Claim | `CreateVolume` | [`pav_sdk::Claim`] from external-provisioner's `--extra-create-metadata` parameters; with the `kube` cargo feature and `DriverBuilder::claim_lookup`, also the claim's labels, annotations and selected node, read from the API server |
 //! | Idempotency | `CreateVolume`, `CreateSnapshot` | the 1024 most recent answers of each cached by name; an incompatible repeat is `ALREADY_EXISTS` |
 //! | Idempotency | `DeleteVolume`, `NodeUnstageVolume`, `NodeUnpublishVolume` | what is gone is success; checked against `/proc/self/mountinfo` |
 //! | Publishing | `NodePublishVolume` | bind mount of the staged directory (Filesystem) or device (Block, onto a file), read-only when asked |
 //! | Usage | `NodeGetVolumeStats` | the provisioner's [`pav_sdk::Stats`] answer when it has one (then `VOLUME_CONDITION` is advertised and a missing condition is reported healthy); otherwise, and as [`pav_sdk::StatsRequest::measured`], `statvfs` for filesystems, device size for blocks |
+//! | Sizes answered | `CreateVolume`, `ControllerExpandVolume`, `NodeExpandVolume`, `GetCapacity`, snapshots, stats | a size or count that does not fit CSI's int64 is `INTERNAL` naming the field and value, never clamped; a created volume outside the requested range (0, "unknown", aside) is deleted and answered `INTERNAL` |
+//! | Access modes | every RPC with a capability | those the provisioner declares ([`pav_sdk::Provisioner::access_modes`], default the single-node ones); `SINGLE_NODE_MULTI_WRITER` advertised (controller and node) when both single-node writer modes are served, so Kubernetes provisions `ReadWriteOncePod` claims |
 //! | Expansion | `ControllerExpandVolume`, `NodeExpandVolume` | with [`pav_sdk::Expand`] / [`pav_sdk::NodeExpand`]: `capacity_range` required, an unknown volume or a path with no volume mounted is `NOT_FOUND`, an answer outside the range is `INTERNAL`; the `VolumeExpansion` plugin capability (`ONLINE`, or `OFFLINE`) |
 //! | Capacity | `GetCapacity` | with [`pav_sdk::Capacity`]: per topology segment; 0 without asking for volume capabilities the provisioner does not serve |
 //! | Topology | `NodeGetInfo`, `CreateVolume` | [`DriverBuilder::node_topology`] reported by the node and advertised; `accessibility_requirements` passed to Create (bounded), its `accessible_topology` checked and returned |
@@ -120,7 +122,7 @@
 //! | Snapshots | `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` | with [`pav_sdk::Snapshot`]: name and source required, an unknown source volume `NOT_FOUND`, one call per name and source volume, recent answers cached by name (another source is `ALREADY_EXISTS`), listing filtered, sorted and paged |
 //! | Content sources | `CreateVolume` | a snapshot (with [`pav_sdk::Snapshot`]) or a volume (with [`pav_sdk::Provisioner::clones_volumes`]), else `INVALID_ARGUMENT`; a missing source `NOT_FOUND`, a limit below its size `OUT_OF_RANGE`, the source volume guarded while copied |
 //! | Everything else | publish/attach, group snapshots, modify | `UNIMPLEMENTED`, not advertised |
-//! | Socket | [`DriverBuilder::run`] | stale socket replaced, mode `0600`, removed on SIGTERM/SIGINT; at most 256 connections at once, each asked to go after 10 minutes (an idle one closes then) |
+//! | Socket | [`DriverBuilder::run`] | stale socket replaced, mode `0600`, removed on SIGTERM/SIGINT; at most 256 connections at once, each kept open as long as its client keeps it (the CSI sidecars exit when a connection is lost) |
 //! | Secrets | logs | CSI messages with secrets have no `Debug`; [`pav_sdk::Secrets`] redacts values |
 //! | Logs | every RPC | request strings are logged escaped (`Debug`), so a newline in a path or id cannot forge a line |
 //! | Mounts | [`mount::unmount_below`] | unmount with system calls, never a `mount` or `umount` program |
@@ -131,6 +133,7 @@
 #[cfg(feature = "kube")]
 mod claims;
 pub mod client;
+mod completion;
 mod connections;
 mod controller;
 mod convert;

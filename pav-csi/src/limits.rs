@@ -25,6 +25,16 @@ pub(crate) fn repeated(field: &str, len: usize) -> Result<(), Status> {
     Ok(())
 }
 
+/// A size or count the provisioner answered, as CSI's int64: one that does
+/// not fit is `INTERNAL` naming the field and the value, never clamped.
+pub(crate) fn int64(field: &str, value: u64) -> Result<i64, Status> {
+    i64::try_from(value).map_err(|_| {
+        Status::internal(format!(
+            "the provisioner answered {field} = {value}, more than CSI's int64 carries"
+        ))
+    })
+}
+
 /// A required string field: non-empty and within the string size limit.
 pub(crate) fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, Status> {
     if value.is_empty() {

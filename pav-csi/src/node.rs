@@ -223,6 +223,30 @@ fn unmount_and_remove(path: &Path) -> Result<(), Status> {
     }
 }
 
+/// Runs the provisioner's Stage, then binds what it staged at the staging
+/// path (a Block volume's device at `<staging>/device`) unless it mounted
+/// the volume there itself.
+async fn stage_and_bind(
+    stager: &dyn pav_sdk::Stage,
+    stage: pav_sdk::StageRequest,
+) -> Result<(), Status> {
+    let (staging, mode, read_only) = (
+        stage.target_path.clone(),
+        stage.volume_mode,
+        stage.read_only,
+    );
+    let staged = stager.stage(stage).await.map_err(status)?;
+    blocking(move || {
+        let (source, target) = match mode {
+            VolumeMode::Filesystem if staged.path == staging => return Ok(()),
+            VolumeMode::Filesystem => (staged.path, staging),
+            VolumeMode::Block => (staged.path, staging.join(STAGED_DEVICE)),
+        };
+        bind_once(&source, &target, mode, read_only)
+    })
+    .await
+}
+
 impl NodeService {
     /// Refuses a capability the provisioner does not serve: a volume mode or
     /// access mode it never declared is unsupported by the plugin, not by
@@ -242,6 +266,51 @@ impl NodeService {
             )));
         }
         Ok(())
+    }
+
+    /// Undoes a stage recorded at `staging`: unmounts what is mounted there
+    /// (the driver's binds and whatever the provisioner mounted), runs the
+    /// provisioner's Unstage, then forgets the record. A failure keeps the
+    /// record, so that the next NodeUnstageVolume tries again.
+    async fn unstage_recorded(
+        &self,
+        volume_id: &str,
+        staging: PathBuf,
+        mode: VolumeMode,
+    ) -> Result<(), Status> {
+        let path = staging.clone();
+        blocking(move || {
+            // Only a Block volume's staging path holds our device bind; in
+            // a Filesystem volume `device` is the volume's own file.
+            if mode == VolumeMode::Block {
+                unmount_and_remove(&path.join(STAGED_DEVICE))?;
+            }
+            mount::unmount_all(&path).map_err(|e| internal("unmounting staging path", e))
+        })
+        .await?;
+        if let Some(unstager) = self.shared.provisioner.unstage() {
+            let unstage = pav_sdk::build::unstage(volume_id, self.node.node_id.clone(), staging);
+            unstager.unstage(unstage).await.map_err(status)?;
+        }
+        let (records, id) = (self.node.staged.clone(), volume_id.to_owned());
+        blocking(move || {
+            records
+                .remove(&id)
+                .map_err(|e| internal("removing the staging record", e))
+        })
+        .await
+    }
+
+    /// [`Self::unstage_recorded`] for a stage that failed; its own failure
+    /// is logged (the stage's is what the caller answers).
+    async fn undo_failed_stage(&self, volume_id: &str, staging: PathBuf, mode: VolumeMode) {
+        if let Err(failed) = self.unstage_recorded(volume_id, staging, mode).await {
+            tracing::warn!(
+                volume_id,
+                error = failed.message(),
+                "NodeStageVolume: undoing the failed stage failed; the next NodeUnstageVolume tries again"
+            );
+        }
     }
 
     /// `UNIMPLEMENTED` unless the node service stages per node.
@@ -364,36 +433,21 @@ impl csi::node_server::Node for NodeService {
         stage.mount = capability.mount;
         stage.context = convert::sorted(&req.volume_context);
         stage.secrets = convert::secrets(&req.secrets);
-        let read_only = stage.read_only;
-        let staged = match stager.stage(stage).await {
-            Ok(staged) => staged,
-            Err(e) => {
-                tracing::warn!(volume_id, error = e.message(), "NodeStageVolume failed");
-                // Nothing is staged: a record made by this call would keep
-                // the path from every other volume.
-                if recorded_now {
-                    let (records, id) = (self.node.staged.clone(), volume_id.to_owned());
-                    blocking(move || {
-                        records
-                            .remove(&id)
-                            .map_err(|e| internal("removing the staging record", e))
-                    })
-                    .await?;
-                }
-                return Err(status(e));
+        if let Err(failed) = stage_and_bind(stager, stage).await {
+            tracing::warn!(
+                volume_id,
+                error = failed.message(),
+                "NodeStageVolume failed"
+            );
+            // Kubelet does not unstage a volume whose stage failed: what
+            // this call did is undone here. A stage recorded earlier may
+            // be in use, and stays.
+            if recorded_now {
+                self.undo_failed_stage(volume_id, staging, capability.mode)
+                    .await;
             }
-        };
-
-        let mode = capability.mode;
-        blocking(move || {
-            let (source, target) = match mode {
-                VolumeMode::Filesystem if staged.path == staging => return Ok(()),
-                VolumeMode::Filesystem => (staged.path, staging),
-                VolumeMode::Block => (staged.path, staging.join(STAGED_DEVICE)),
-            };
-            bind_once(&source, &target, mode, read_only)
-        })
-        .await?;
+            return Err(failed);
+        }
         Ok(Response::new(csi::NodeStageVolumeResponse {}))
     }
 
@@ -409,47 +463,34 @@ impl csi::node_server::Node for NodeService {
             .paths
             .path("staging_target_path", &req.staging_target_path)?;
         let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
-        let records = self.node.staged.clone();
-        let id = volume_id.to_owned();
-        let path = staging.clone();
-        let staged_here = blocking(move || {
+        let (records, id, path) = (
+            self.node.staged.clone(),
+            volume_id.to_owned(),
+            staging.clone(),
+        );
+        let recorded = blocking(move || {
             let record = records
                 .get(&id)
                 .map_err(|e| internal("reading staging records", e))?;
-            // Not staged here (never, or unstaged already): nothing to undo,
-            // and nothing at this path is ours to unmount.
-            let Some(record) = record.filter(|r| r.staging == path) else {
-                return Ok(false);
-            };
-            // Only a Block volume's staging path holds our device bind; in
-            // a Filesystem volume `device` is the volume's own file.
-            if record.capability.mode == VolumeMode::Block {
-                unmount_and_remove(&path.join(STAGED_DEVICE))?;
-            }
-            mount::unmount_all(&path).map_err(|e| internal("unmounting staging path", e))?;
-            Ok(true)
+            Ok(record.filter(|r| r.staging == path))
         })
         .await?;
-        if !staged_here {
+        // Not staged here (never, or unstaged already): nothing to undo,
+        // and nothing at this path is ours to unmount.
+        let Some(record) = recorded else {
             tracing::info!(volume_id, staging = ?staging, "NodeUnstageVolume: not staged there");
             return Ok(Response::new(csi::NodeUnstageVolumeResponse {}));
-        }
+        };
         tracing::info!(volume_id, staging = ?staging, "NodeUnstageVolume");
-        if let Some(unstager) = self.shared.provisioner.unstage() {
-            let unstage = pav_sdk::build::unstage(volume_id, self.node.node_id.clone(), staging);
-            unstager.unstage(unstage).await.map_err(|e| {
-                tracing::warn!(volume_id, error = e.message(), "NodeUnstageVolume failed");
-                status(e)
+        self.unstage_recorded(volume_id, staging, record.capability.mode)
+            .await
+            .inspect_err(|failed| {
+                tracing::warn!(
+                    volume_id,
+                    error = failed.message(),
+                    "NodeUnstageVolume failed"
+                );
             })?;
-        }
-        let records = self.node.staged.clone();
-        let id = volume_id.to_owned();
-        blocking(move || {
-            records
-                .remove(&id)
-                .map_err(|e| internal("removing the staging record", e))
-        })
-        .await?;
         Ok(Response::new(csi::NodeUnstageVolumeResponse {}))
     }
 
@@ -621,7 +662,7 @@ impl csi::node_server::Node for NodeService {
         Ok(Response::new(csi_stats(
             stats,
             self.shared.provisioner.stats().is_some(),
-        )))
+        )?))
     }
 
     async fn node_expand_volume(
@@ -684,7 +725,7 @@ impl csi::node_server::Node for NodeService {
             status(e)
         })?;
         Ok(Response::new(csi::NodeExpandVolumeResponse {
-            capacity_bytes: i64::try_from(bytes).unwrap_or(i64::MAX),
+            capacity_bytes: limits::int64("capacity_bytes", bytes)?,
         }))
     }
 
@@ -702,6 +743,9 @@ impl csi::node_server::Node for NodeService {
         }
         if self.shared.provisioner.node_expand().is_some() {
             rpcs.push(RpcType::ExpandVolume);
+        }
+        if self.shared.provisioner.tells_single_node_writers_apart() {
+            rpcs.push(RpcType::SingleNodeMultiWriter);
         }
         let capabilities = rpcs
             .into_iter()
@@ -761,27 +805,40 @@ fn measure(path: &Path, mode: VolumeMode) -> std::io::Result<VolumeStats> {
 /// The CSI answer for `stats`. With `VOLUME_CONDITION` advertised
 /// (`condition_advertised`) the spec requires a condition: none from the
 /// provisioner is reported as healthy.
-fn csi_stats(stats: VolumeStats, condition_advertised: bool) -> csi::NodeGetVolumeStatsResponse {
+fn csi_stats(
+    stats: VolumeStats,
+    condition_advertised: bool,
+) -> Result<csi::NodeGetVolumeStatsResponse, Status> {
     use csi::volume_usage::Unit;
-    let usage = |unit: Unit, u: Usage| csi::VolumeUsage {
-        available: i64::try_from(u.available).unwrap_or(i64::MAX),
-        total: i64::try_from(u.total).unwrap_or(i64::MAX),
-        used: i64::try_from(u.used).unwrap_or(i64::MAX),
-        unit: unit as i32,
+    let usage = |unit: Unit, u: Usage| {
+        let count = |field: &str, value| {
+            let field = format!("{} {field}", unit.as_str_name().to_lowercase());
+            limits::int64(&field, value)
+        };
+        Ok::<_, Status>(csi::VolumeUsage {
+            available: count("available", u.available)?,
+            total: count("total", u.total)?,
+            used: count("used", u.used)?,
+            unit: unit as i32,
+        })
     };
     let mut usages = Vec::new();
-    usages.extend(stats.bytes.map(|u| usage(Unit::Bytes, u)));
-    usages.extend(stats.inodes.map(|u| usage(Unit::Inodes, u)));
+    if let Some(bytes) = stats.bytes {
+        usages.push(usage(Unit::Bytes, bytes)?);
+    }
+    if let Some(inodes) = stats.inodes {
+        usages.push(usage(Unit::Inodes, inodes)?);
+    }
     let condition = match stats.condition {
         Some(c) => Some(c),
         None if condition_advertised => Some(VolumeCondition::healthy()),
         None => None,
     };
-    csi::NodeGetVolumeStatsResponse {
+    Ok(csi::NodeGetVolumeStatsResponse {
         usage: usages,
         volume_condition: condition.map(|c| csi::VolumeCondition {
             abnormal: c.abnormal,
             message: c.message,
         }),
-    }
+    })
 }

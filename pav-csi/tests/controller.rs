@@ -6,9 +6,9 @@ use std::collections::HashSet;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::Ordering;
 
-use common::{Harness, capability, create_request};
+use common::{Harness, Options, capability, create_request};
 use pav_csi::csi;
-use pav_sdk::VolumeMode;
+use pav_sdk::{AccessMode, VolumeMode};
 use tonic::Code;
 
 #[tokio::test]
@@ -93,21 +93,38 @@ async fn builder_refuses_node_service_without_stage() {
 
 #[tokio::test]
 async fn controller_capabilities_follow_the_provisioner() {
-    let mut h = Harness::start().await;
-    let caps = h
-        .controller
-        .controller_get_capabilities(csi::ControllerGetCapabilitiesRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .capabilities;
     use csi::controller_service_capability::{Type, rpc};
-    let rpcs: Vec<i32> = caps
-        .iter()
-        .filter_map(|c| c.r#type.as_ref().map(|Type::Rpc(r)| r.r#type))
-        .collect();
-    assert_eq!(rpcs, vec![rpc::Type::CreateDeleteVolume as i32]);
-    h.stop().await;
+    async fn rpcs(options: Options) -> Vec<i32> {
+        let mut h = Harness::start_with(options).await;
+        let caps = h
+            .controller
+            .controller_get_capabilities(csi::ControllerGetCapabilitiesRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .capabilities;
+        h.stop().await;
+        caps.iter()
+            .filter_map(|c| c.r#type.as_ref().map(|Type::Rpc(r)| r.r#type))
+            .collect()
+    }
+    // The default access modes tell ReadWriteOncePod from ReadWriteOnce.
+    assert_eq!(
+        rpcs(Options::default()).await,
+        [
+            rpc::Type::CreateDeleteVolume,
+            rpc::Type::SingleNodeMultiWriter
+        ]
+        .map(|t| t as i32)
+    );
+    let single_writer_only = Options {
+        access_modes: Some(vec![AccessMode::SingleNodeWriter]),
+        ..Options::default()
+    };
+    assert_eq!(
+        rpcs(single_writer_only).await,
+        [rpc::Type::CreateDeleteVolume as i32]
+    );
 }
 
 #[tokio::test]
@@ -280,6 +297,10 @@ async fn hundred_concurrent_creates_make_one_volume() {
     }
     assert_eq!(ids.len(), 1, "every success returns the same volume");
     assert!(aborted < 100);
+    // The provisioner is asked once: the others were refused while it ran,
+    // or answered from the cache once it had. (Its own store would hide a
+    // second call: it dedupes by name.)
+    assert_eq!(h.provisioner.count("create"), 1, "calls overlapped");
     assert_eq!(h.provisioner.creates.load(Ordering::SeqCst), 1);
     assert_eq!(h.provisioner.volumes.lock().unwrap().len(), 1);
     h.stop().await;
@@ -479,5 +500,78 @@ async fn unserved_rpcs_answer_unimplemented() {
         .await
         .unwrap_err();
     assert_eq!(expand.code(), Code::Unimplemented);
+    h.stop().await;
+}
+
+/// A size CSI cannot carry, or outside what was asked, is refused naming
+/// the value, and the volume made is deleted: nothing leaks, nothing is
+/// clamped.
+#[tokio::test]
+async fn created_sizes_outside_int64_or_the_range_are_refused_and_deleted() {
+    let mut h = Harness::start().await;
+    let too_big = (1u64 << 63).to_string();
+    let cases = [
+        (
+            "huge",
+            too_big.as_str(),
+            0,
+            "capacity_bytes = 9223372036854775808",
+        ),
+        (
+            "over-limit",
+            "3145728",
+            2 << 20,
+            "capacity_bytes 3145728 is outside",
+        ),
+        (
+            "under-required",
+            "4096",
+            0,
+            "capacity_bytes 4096 is outside",
+        ),
+    ];
+    for (name, size, limit_bytes, message) in cases {
+        let mut request = create_request(name);
+        request.parameters.insert("size".into(), size.into());
+        request.capacity_range.as_mut().unwrap().limit_bytes = limit_bytes;
+        let status = h.controller.create_volume(request).await.unwrap_err();
+        assert_eq!(status.code(), Code::Internal, "{name}: {status:?}");
+        assert!(status.message().contains(message), "{name}: {status:?}");
+        assert!(
+            status.message().contains("it was deleted"),
+            "{name}: {status:?}"
+        );
+    }
+    assert!(
+        h.provisioner.volumes.lock().unwrap().is_empty(),
+        "a volume leaked"
+    );
+    h.stop().await;
+}
+
+/// A provisioner that declares no access modes serves those of one node:
+/// a multi-node claim is refused before the provisioner is asked.
+#[tokio::test]
+async fn multi_node_access_modes_are_refused_unless_declared() {
+    use csi::volume_capability::access_mode::Mode;
+    let mut h = Harness::start().await;
+    for mode in [
+        Mode::MultiNodeMultiWriter,
+        Mode::MultiNodeReaderOnly,
+        Mode::MultiNodeSingleWriter,
+    ] {
+        let mut request = create_request("shared");
+        request.volume_capabilities[0].access_mode =
+            Some(csi::volume_capability::AccessMode { mode: mode as i32 });
+        let status = h.controller.create_volume(request).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{mode:?}: {status:?}");
+    }
+    for mode in [Mode::SingleNodeSingleWriter, Mode::SingleNodeMultiWriter] {
+        let mut request = create_request(mode.as_str_name());
+        request.volume_capabilities[0].access_mode =
+            Some(csi::volume_capability::AccessMode { mode: mode as i32 });
+        h.controller.create_volume(request).await.unwrap();
+    }
+    assert_eq!(h.provisioner.count("create"), 2);
     h.stop().await;
 }

@@ -912,7 +912,7 @@ fn full_driver_rows(p: &Paths) -> Vec<Row> {
             "publish without stage, read-only",
             pb(&|r| {
                 r.readonly = true;
-                r.volume_capability = Some(cap_access(fs, Mode::MultiNodeReaderOnly));
+                r.volume_capability = Some(cap_access(fs, Mode::SingleNodeReaderOnly));
             }),
             Code::FailedPrecondition,
             "not staged",
@@ -1295,7 +1295,7 @@ async fn staged_and_published_volumes_refuse_inconsistent_requests() {
         fails(
             "same volume and path, another access mode",
             Call::NodeStageVolume(csi::NodeStageVolumeRequest {
-                volume_capability: cap(fs, Mode::MultiNodeMultiWriter),
+                volume_capability: cap(fs, Mode::SingleNodeMultiWriter),
                 ..stage("fs-1", &p_fs, fs)
             }),
             Code::AlreadyExists,
@@ -1438,14 +1438,14 @@ async fn staged_and_published_volumes_refuse_inconsistent_requests() {
             Code::FailedPrecondition,
             "not removed",
         ),
-        // A failed stage is forgotten: the path stays free for others
+        // A failed stage is undone and forgotten: the path stays free for others
         fails(
             "stage that the provisioner fails",
             Call::NodeStageVolume(stage("missing", &p_failed, fs)),
             Code::NotFound,
             "no such volume",
         )
-        .calling(&["stage"]),
+        .calling(&["stage", "unstage"]),
         ok(
             "another volume at the path of the failed stage",
             Call::NodeStageVolume(stage("fs-5", &p_failed, fs)),

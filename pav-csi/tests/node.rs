@@ -86,6 +86,8 @@ async fn node_info_and_capabilities() {
         .collect();
     assert!(rpcs.contains(&(rpc::Type::StageUnstageVolume as i32)));
     assert!(rpcs.contains(&(rpc::Type::GetVolumeStats as i32)));
+    // The default access modes tell ReadWriteOncePod from ReadWriteOnce.
+    assert!(rpcs.contains(&(rpc::Type::SingleNodeMultiWriter as i32)));
     h.stop().await;
 }
 

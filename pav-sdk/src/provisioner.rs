@@ -373,8 +373,10 @@ pub struct Provisioner<P = ()> {
 impl<P: Send + Sync + 'static> Provisioner<P> {
     /// Wraps `inner`; add its touch points with the `with_*` methods.
     ///
-    /// By default only [`VolumeMode::Filesystem`] and every access mode are
-    /// accepted; see [`volume_modes`](Self::volume_modes).
+    /// By default only [`VolumeMode::Filesystem`] and the access modes of a
+    /// single node ([`AccessMode::SINGLE_NODE`]) are accepted; see
+    /// [`volume_modes`](Self::volume_modes) and
+    /// [`access_modes`](Self::access_modes).
     pub fn new(inner: P) -> Self {
         Self {
             inner: Arc::new(inner),
@@ -392,7 +394,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             snapshot: None,
             clones: false,
             volume_modes: BTreeSet::from([VolumeMode::Filesystem]),
-            access_modes: AccessMode::ALL.into_iter().collect(),
+            access_modes: AccessMode::SINGLE_NODE.into_iter().collect(),
             stage_on_publish: false,
         }
     }
@@ -525,7 +527,10 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         self
     }
 
-    /// Sets the access modes this provisioner serves (checked before Validate).
+    /// Sets the access modes this provisioner serves (checked before Validate;
+    /// default [`AccessMode::SINGLE_NODE`]). Declare a multi-node mode only
+    /// when a volume really can be used from several nodes at once: a
+    /// node-local volume would be mounted on each node separately.
     pub fn access_modes(mut self, modes: impl IntoIterator<Item = AccessMode>) -> Self {
         self.access_modes = modes.into_iter().collect();
         self
@@ -656,6 +661,16 @@ impl<P> Provisioner<P> {
     /// True when `mode` is served.
     pub fn supports_access_mode(&self, mode: AccessMode) -> bool {
         self.access_modes.contains(&mode)
+    }
+
+    /// True when both single-node writer modes are served, told apart:
+    /// `SingleNodeSingleWriter` (Kubernetes `ReadWriteOncePod`) and
+    /// `SingleNodeMultiWriter` (`ReadWriteOnce`). pav-csi then advertises
+    /// the `SINGLE_NODE_MULTI_WRITER` controller and node capabilities,
+    /// without which Kubernetes refuses `ReadWriteOncePod` claims.
+    pub fn tells_single_node_writers_apart(&self) -> bool {
+        self.supports_access_mode(AccessMode::SingleNodeSingleWriter)
+            && self.supports_access_mode(AccessMode::SingleNodeMultiWriter)
     }
 }
 

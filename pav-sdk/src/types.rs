@@ -62,6 +62,19 @@ impl AccessMode {
         Self::SingleNodeMultiWriter,
     ];
 
+    /// The modes of one node: what a provisioner serves unless it declares
+    /// more ([`Provisioner::access_modes`](crate::Provisioner::access_modes)).
+    /// With both `SingleNodeSingleWriter` and `SingleNodeMultiWriter`,
+    /// pav-csi advertises `SINGLE_NODE_MULTI_WRITER`, so that Kubernetes
+    /// sends `ReadWriteOncePod` claims as `SingleNodeSingleWriter` and
+    /// `ReadWriteOnce` ones as `SingleNodeMultiWriter`.
+    pub const SINGLE_NODE: [AccessMode; 4] = [
+        Self::SingleNodeWriter,
+        Self::SingleNodeReaderOnly,
+        Self::SingleNodeSingleWriter,
+        Self::SingleNodeMultiWriter,
+    ];
+
     /// True when no writer is allowed.
     pub fn is_read_only(self) -> bool {
         matches!(self, Self::SingleNodeReaderOnly | Self::MultiNodeReaderOnly)

@@ -157,6 +157,18 @@ pub fn controller_provisioner(
         .with_snapshot()
         .clones_volumes()
         .volume_modes([pav_sdk::VolumeMode::Filesystem, pav_sdk::VolumeMode::Block])
+        .access_modes(access_modes())
+}
+
+/// The CSI access modes a PaV driver accepts: each PavProvisioner checks
+/// its claims' modes itself (`volumeValidation.accessModes`, any of the
+/// guide's three by default). `SingleNodeSingleWriter` is left out, so
+/// that `SINGLE_NODE_MULTI_WRITER` is not advertised and Kubernetes
+/// refuses `ReadWriteOncePod` claims before they reach a provisioner that
+/// has no way to declare them.
+fn access_modes() -> impl Iterator<Item = pav_sdk::AccessMode> {
+    (pav_sdk::AccessMode::ALL.into_iter())
+        .filter(|mode| *mode != pav_sdk::AccessMode::SingleNodeSingleWriter)
 }
 
 /// Serves the CSI controller service until SIGTERM.
@@ -202,7 +214,8 @@ pub async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     .with_node_expand()
     .with_stats()
     .stage_on_publish()
-    .volume_modes([pav_sdk::VolumeMode::Filesystem, pav_sdk::VolumeMode::Block]);
+    .volume_modes([pav_sdk::VolumeMode::Filesystem, pav_sdk::VolumeMode::Block])
+    .access_modes(access_modes());
     pav_csi::Driver::builder(args.common.provisioner.clone())
         .version(env!("CARGO_PKG_VERSION"))
         .provisioner(provisioner)

@@ -30,6 +30,8 @@ pub struct Memory {
     pub calls: Mutex<Vec<&'static str>>,
     /// Snapshots by name.
     pub snapshots: Mutex<HashMap<String, SnapshotInfo>>,
+    /// Handles whose Unstage fails (`Internal`) while listed here.
+    pub failing_unstages: Mutex<Vec<String>>,
 }
 
 impl Memory {
@@ -42,6 +44,7 @@ impl Memory {
             unstages: AtomicUsize::new(0),
             calls: Mutex::default(),
             snapshots: Mutex::default(),
+            failing_unstages: Mutex::default(),
         }
     }
 
@@ -52,6 +55,25 @@ impl Memory {
     /// The trait methods called so far, in order.
     pub fn calls(&self) -> Vec<&'static str> {
         self.calls.lock().unwrap().clone()
+    }
+
+    /// How many times `method` was called so far.
+    pub fn count(&self, method: &str) -> usize {
+        self.calls().iter().filter(|m| **m == method).count()
+    }
+
+    /// Waits (up to 5 s) until `method` has been called `times` times.
+    pub async fn wait_for_calls(&self, method: &str, times: usize) {
+        for _ in 0..500 {
+            if self.count(method) >= times {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "{method} was called {} times, not {times}",
+            self.count(method)
+        );
     }
 }
 
@@ -99,14 +121,23 @@ impl Create for Memory {
         if let Some(err) = requested_error(&req.parameters) {
             return Err(err);
         }
-        // Slow enough for concurrent requests to overlap.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Slow enough for concurrent requests to overlap; the `slow`
+        // parameter makes it outlast a client's short deadline.
+        let pause = match req.parameters.contains_key("slow") {
+            true => 500,
+            false => 50,
+        };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
         let mut volumes = self.volumes.lock().unwrap();
         if let Some(volume) = volumes.get(&req.name) {
             return Ok(volume.clone());
         }
         self.creates.fetch_add(1, Ordering::SeqCst);
-        let size = req.capacity.choose(1 << 20, 1 << 20)?;
+        // The `size` parameter makes the test's choice of size, right or wrong.
+        let size = match req.parameters.get("size") {
+            Some(size) => size.parse().expect("a number of bytes"),
+            None => req.capacity.choose(1 << 20, 1 << 20)?,
+        };
         // The `handle` parameter makes the test's choice of handle, valid or not.
         let handle = (req.parameters.get("handle").cloned())
             .unwrap_or_else(|| format!("vol-{}", req.name.len() + volumes.len()));
@@ -146,11 +177,22 @@ impl Delete for Memory {
 impl Stage for Memory {
     async fn stage(&self, req: StageRequest) -> Result<Staged> {
         self.record("stage");
-        if req.handle == "slow" {
+        // A handle starting with `slow` takes a while, and says when done.
+        if req.handle.starts_with("slow") {
             tokio::time::sleep(Duration::from_millis(500)).await;
+            self.record("stage finished");
         }
         if req.handle == "missing" {
             return Err(Error::NotFound("no such volume".into()));
+        }
+        // A handle ending in `in-place` is mounted at the staging path by
+        // the provisioner itself (nothing for pav-csi to bind, no root
+        // needed); `vanishing` answers a path that does not exist.
+        if req.handle.ends_with("in-place") {
+            return Ok(Staged::at(req.target_path));
+        }
+        if req.handle == "vanishing" {
+            return Ok(Staged::at(self.root.join("vanished")));
         }
         let path = self.root.join("backing").join(req.handle.path_component()?);
         match req.volume_mode {
@@ -167,9 +209,12 @@ impl Stage for Memory {
 
 #[async_trait]
 impl Unstage for Memory {
-    async fn unstage(&self, _req: UnstageRequest) -> Result<()> {
+    async fn unstage(&self, req: UnstageRequest) -> Result<()> {
         self.record("unstage");
         self.unstages.fetch_add(1, Ordering::SeqCst);
+        if (self.failing_unstages.lock().unwrap()).contains(&req.handle.to_string()) {
+            return Err(Error::Internal("unstage failure requested by test".into()));
+        }
         Ok(())
     }
 }
