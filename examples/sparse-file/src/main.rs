@@ -17,6 +17,7 @@ mod provisioner;
 
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::Parser;
 use pav_sdk::{Provisioner, VolumeMode};
 
@@ -52,13 +53,29 @@ struct Cli {
     /// per line).
     #[arg(long, default_value_t)]
     log_format: pav_csi::logging::LogFormat,
+    /// Instead of serving, ask the driver serving `--endpoint` whether it
+    /// answers (CSI `Probe`, within 3 s): exit 0 if it does, 1 if not. The
+    /// command of the driver containers' exec liveness probe.
+    #[arg(long)]
+    probe: bool,
 }
+
+/// How long `--probe` waits for an answer: below the liveness probe's
+/// `timeoutSeconds` (5) in deploy/driver.yaml, so a hung driver is told
+/// from a slow probe.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     pav_csi::logging::init(cli.log_format);
     let socket = PathBuf::from(cli.endpoint.trim_start_matches("unix://"));
+    if cli.probe {
+        pav_csi::client::probe(&socket, PROBE_TIMEOUT)
+            .await
+            .with_context(|| format!("CSI socket {}", socket.display()))?;
+        return Ok(());
+    }
     std::fs::create_dir_all(&cli.dir)?;
 
     // Volumes are files on this node: accessible from it only, one
