@@ -250,6 +250,45 @@ async fn grow_filesystem(fs: &str, device: &str, mount_point: &Path) -> Result<(
     Ok(())
 }
 
+/// Grows the ext2/3/4 filesystem on `device`, not mounted, to the
+/// `device_bytes` of its device when it is smaller: a volume expanded while
+/// unstaged, or restored from a smaller snapshot. Growing an unmounted ext
+/// filesystem needs no capability beyond opening the device, unlike
+/// growing a mounted one (CAP_SYS_RESOURCE, which some nodes withhold);
+/// resize2fs asks for a forced check first.
+async fn grow_ext_offline(device: &str, device_bytes: u64) -> Result<()> {
+    let header = run("dumpe2fs", &["-h", device]).await?;
+    let field = |name: &str| {
+        (header.lines())
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|value| value.trim().parse::<u64>().ok())
+    };
+    let (Some(blocks), Some(block_size)) = (field("Block count:"), field("Block size:")) else {
+        return Err(Error::Internal(format!(
+            "dumpe2fs -h {device}: no block count or block size"
+        )));
+    };
+    // resize2fs grows in whole blocks: a last partial block stays unused.
+    if blocks.saturating_add(1).saturating_mul(block_size) > device_bytes {
+        return Ok(());
+    }
+    let checked = Command::new("e2fsck")
+        .args(["-f", "-p", device])
+        .output()
+        .await
+        .map_err(|e| Error::Internal(format!("running e2fsck: {e}")))?;
+    // 0: clean; 1: errors corrected. Anything else needs a human.
+    if !matches!(checked.status.code(), Some(0 | 1)) {
+        return Err(Error::Internal(format!(
+            "e2fsck -f -p {device}: {}: {}",
+            checked.status,
+            String::from_utf8_lossy(&checked.stdout).trim()
+        )));
+    }
+    run("resize2fs", &[device]).await?;
+    Ok(())
+}
+
 /// Arguments that make `mkfs.<fs>` format without asking (each tool has
 /// its own flag for "even if something is there").
 fn mkfs_args(fs: &str) -> [&'static str; 2] {
@@ -556,6 +595,16 @@ impl Stage for SparseFiles {
             let [quiet, force] = mkfs_args(fs);
             run(&format!("mkfs.{fs}"), &[quiet, force, &device]).await?;
         }
+        // An ext filesystem grows before it is mounted; xfs can only grow
+        // mounted (below).
+        if let Some(ext) = found.as_deref().filter(|fs| fs.starts_with("ext"))
+            && !req.read_only
+        {
+            let device_bytes = std::fs::metadata(&image)?.len();
+            if let Err(e) = grow_ext_offline(&device, device_bytes).await {
+                tracing::warn!(handle = %req.handle, fs = ext, error = %e, "growing the filesystem at stage failed");
+            }
+        }
         std::fs::create_dir_all(&req.target_path)?;
         let mut options = req.mount.mount_flags.clone();
         if req.read_only {
@@ -573,15 +622,12 @@ impl Stage for SparseFiles {
             args.extend(["-o", &options]);
         }
         run("mount", &args).await?;
-        if let Some(fs) = found
-            .as_deref()
-            .filter(|fs| grows_online(fs) && !req.read_only)
-        {
+        if let Some(fs) = found.as_deref().filter(|fs| *fs == "xfs" && !req.read_only) {
             // The image may have grown while it was not staged (offline
-            // expansion): grow the filesystem to it, online now that it is
-            // mounted. Without the capability growing needs, the volume is
-            // still usable at its old size, and kubelet's NodeExpand reports
-            // why.
+            // expansion, a restore into a larger volume): grow the
+            // filesystem to it, online now that it is mounted. Without the
+            // capability growing needs, the volume is still usable at its
+            // old size, and kubelet's NodeExpand reports why.
             if let Err(e) = grow_filesystem(fs, &device, &req.target_path).await {
                 tracing::warn!(handle = %req.handle, error = %e, "growing the filesystem at stage failed");
             }
@@ -1300,12 +1346,15 @@ mod tests {
             pav_sdk::build::node_expand(volume.handle.as_str(), &target, VolumeMode::Filesystem);
         let grown = files.node_expand(ask).await;
         if !capable(CAP_SYS_RESOURCE) {
-            println!("SKIPPED: growth itself: no CAP_SYS_RESOURCE here");
+            println!("online growth not checked: no CAP_SYS_RESOURCE here");
             assert!(matches!(grown, Err(Error::Internal(_))), "{grown:?}");
+            // Growing it unmounted needs no such capability: the next
+            // stage does.
             let unstage = pav_sdk::build::unstage(volume.handle.as_str(), "n1", &target);
             files.unstage(unstage).await.unwrap();
             files.stage(stage).await.unwrap();
-            assert_eq!(size(&target), before, "staged again at its old size");
+            let offline = size(&target);
+            assert!(offline > before + (24 << 20), "{before} -> {offline}");
             return;
         }
         assert_eq!(grown.unwrap(), 64 << 20);
@@ -1319,6 +1368,56 @@ mod tests {
         files.stage(stage).await.unwrap();
         let offline = size(&target);
         assert!(offline > online + (24 << 20), "{online} -> {offline}");
+    }
+
+    /// Needs root, loop devices and e2fsprogs. A volume restored from a
+    /// snapshot into a larger claim holds the snapshot's filesystem, which
+    /// grows to the volume at its first stage (Kubernetes' "should
+    /// provision correct filesystem size when restoring snapshot to larger
+    /// size pvc").
+    #[tokio::test]
+    async fn a_restore_into_a_larger_volume_grows_its_filesystem_at_stage() {
+        const CAP_SYS_ADMIN: u32 = 21;
+        if !capable(CAP_SYS_ADMIN) || !Path::new("/dev/loop-control").exists() {
+            println!("SKIPPED: needs root and loop devices");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let files = SparseFiles::new(dir.path().join("volumes"));
+        std::fs::create_dir(dir.path().join("volumes")).unwrap();
+        let size = |path: &Path| {
+            let fs = rustix::fs::statvfs(path).unwrap();
+            fs.f_blocks * fs.f_frsize
+        };
+        let stage_at = |handle: &str, target: PathBuf| {
+            std::fs::create_dir_all(&target).unwrap();
+            pav_sdk::build::stage(handle, "n1", target, VolumeMode::Filesystem)
+        };
+        // A 32 MiB volume with its filesystem, and a snapshot of it.
+        let volume = files.create(create_request(32 << 20)).await.unwrap();
+        let first = dir.path().join("first");
+        let _first = Staging(&first, files.existing_image(&volume.handle).unwrap());
+        let stage = stage_at(&volume.handle, first.clone());
+        files.stage(stage).await.unwrap();
+        let small = size(&first);
+        let unstage = pav_sdk::build::unstage(volume.handle.as_str(), "n1", &first);
+        files.unstage(unstage).await.unwrap();
+        let taken = (files.create_snapshot(pav_sdk::build::snapshot("s", volume.handle.as_str())))
+            .await
+            .unwrap();
+        // Restored into 96 MiB.
+        let mut restore = create_request(96 << 20);
+        restore.name = "pvc-larger".into();
+        restore.source = Some(ContentSource::Snapshot(taken.handle.as_str().into()));
+        let restored = files.create(restore).await.unwrap();
+        let second = dir.path().join("second");
+        let _second = Staging(&second, files.existing_image(&restored.handle).unwrap());
+        files
+            .stage(stage_at(&restored.handle, second.clone()))
+            .await
+            .unwrap();
+        let large = size(&second);
+        assert!(large > small + (56 << 20), "{small} -> {large}");
     }
 
     /// Needs root, loop devices and xfsprogs. XFS grows online with
