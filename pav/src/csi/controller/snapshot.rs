@@ -84,7 +84,16 @@ impl From<SnapshotError> for Error {
 }
 
 /// A snapshot as its VolumeSnapshotContent records it, if it is one of
-/// `driver`'s that was taken (csi-snapshotter writes the status).
+/// `driver`'s with a handle: a dynamic content once CreateSnapshot has
+/// answered (csi-snapshotter writes the status), or a pre-provisioned one
+/// (`spec.source.snapshotHandle`, written by an administrator for a
+/// snapshot that exists, with no status until ListSnapshots answers).
+///
+/// Such a snapshot is ready: PaV answers CreateSnapshot only once the
+/// snapshot is taken, so readiness is never read from the content's status
+/// (a pre-provisioned content asking about itself would stay "not ready"
+/// forever). Its size is `status.restoreSize`, 0 (CSI's "unknown") while
+/// there is none.
 fn recorded_snapshot(content: &DynamicObject, driver: &str) -> Option<SnapshotInfo> {
     if !crate::snapshots::is_of_driver(content, driver) {
         return None;
@@ -109,12 +118,29 @@ fn recorded_snapshot(content: &DynamicObject, driver: &str) -> Option<SnapshotIn
         .map_or(SystemTime::UNIX_EPOCH, |nanos| {
             SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(nanos)
         });
-    let mut info = SnapshotInfo::new(handle, source, size, created);
-    info.ready = data
-        .pointer("/status/readyToUse")
-        .and_then(|r| r.as_bool())
-        .unwrap_or(false);
-    Some(info)
+    // SnapshotInfo::new is ready.
+    Some(SnapshotInfo::new(handle, source, size, created))
+}
+
+/// One entry per handle: a handle recorded twice (a pre-provisioned
+/// content naming a snapshot that a dynamic content records too) keeps
+/// what either knows of its source and size.
+fn by_handle(recorded: impl Iterator<Item = SnapshotInfo>) -> Vec<SnapshotInfo> {
+    let mut snapshots = std::collections::BTreeMap::<String, SnapshotInfo>::new();
+    for info in recorded {
+        match snapshots.get_mut(&info.handle) {
+            None => {
+                snapshots.insert(info.handle.clone(), info);
+            }
+            Some(known) => {
+                if known.source.is_empty() {
+                    known.source = info.source;
+                }
+                known.size_bytes = known.size_bytes.max(info.size_bytes);
+            }
+        }
+    }
+    snapshots.into_values().collect()
 }
 
 #[pav_sdk::async_trait]
@@ -147,11 +173,9 @@ impl PodController {
             .list(&ListParams::default())
             .await
             .map_err(|e| api_error("listing VolumeSnapshotContents", e))?;
-        Ok(contents
-            .items
-            .iter()
-            .filter_map(|c| recorded_snapshot(c, &self.driver.provisioner))
-            .collect())
+        Ok(by_handle((contents.items.iter()).filter_map(|c| {
+            recorded_snapshot(c, &self.driver.provisioner)
+        })))
     }
 
     async fn take_snapshot(
@@ -277,5 +301,50 @@ impl PodController {
             .run_phase(Phase::SnapshotDeletion, &pod, PodFiles::Collected)
             .await
             .map_err(SnapshotError::Pod)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn content(data: serde_json::Value) -> DynamicObject {
+        let mut object = DynamicObject::new("c", &crate::snapshots::api_resource());
+        object.data = data;
+        object
+    }
+
+    /// A pre-provisioned content (kubernetes' "Pre-provisioned Snapshot"
+    /// specs) has no status until ListSnapshots answers: it must be ready.
+    #[test]
+    fn a_pre_provisioned_snapshot_is_ready_and_known_once() {
+        let pre_provisioned = content(serde_json::json!({
+            "spec": {"driver": "d", "source": {"snapshotHandle": "snap-1"}},
+        }));
+        let dynamic = content(serde_json::json!({
+            "spec": {"driver": "d", "source": {"volumeHandle": "vol-1"}},
+            "status": {"snapshotHandle": "snap-1", "restoreSize": 1024, "readyToUse": true},
+        }));
+        let other_driver = content(serde_json::json!({
+            "spec": {"driver": "e", "source": {"snapshotHandle": "snap-2"}},
+        }));
+        let alone = recorded_snapshot(&pre_provisioned, "d").unwrap();
+        assert!(alone.ready);
+        assert_eq!((alone.handle.as_str(), alone.size_bytes), ("snap-1", 0));
+        assert!(recorded_snapshot(&other_driver, "d").is_none());
+        let listed = by_handle(
+            [pre_provisioned, dynamic, other_driver]
+                .iter()
+                .filter_map(|c| recorded_snapshot(c, "d")),
+        );
+        assert_eq!(listed.len(), 1);
+        assert_eq!(
+            (
+                listed[0].source.as_str(),
+                listed[0].size_bytes,
+                listed[0].ready
+            ),
+            ("vol-1", 1024, true)
+        );
     }
 }
