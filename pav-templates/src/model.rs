@@ -220,15 +220,27 @@ pub enum AccessMode {
     ReadOnlyMany,
     /// Read-write by pods on many nodes.
     ReadWriteMany,
+    /// Read-write by a single pod. Not in the PaV guide (it predates the
+    /// mode): a provisioner serves it only when its
+    /// `volumeValidation.accessModes` names it.
+    ReadWriteOncePod,
 }
 
 impl AccessMode {
-    /// The three modes PaV knows, in the guide's order; the default of
+    /// The guide's three modes, in its order: the default of
     /// `volumeValidation.accessModes`.
-    pub const ALL: [AccessMode; 3] = [
+    pub const DEFAULT: [AccessMode; 3] = [
         AccessMode::ReadWriteOnce,
         AccessMode::ReadOnlyMany,
         AccessMode::ReadWriteMany,
+    ];
+
+    /// Every mode a claim may ask for.
+    pub const ALL: [AccessMode; 4] = [
+        AccessMode::ReadWriteOnce,
+        AccessMode::ReadOnlyMany,
+        AccessMode::ReadWriteMany,
+        AccessMode::ReadWriteOncePod,
     ];
 
     /// The Kubernetes spelling.
@@ -237,6 +249,7 @@ impl AccessMode {
             AccessMode::ReadWriteOnce => "ReadWriteOnce",
             AccessMode::ReadOnlyMany => "ReadOnlyMany",
             AccessMode::ReadWriteMany => "ReadWriteMany",
+            AccessMode::ReadWriteOncePod => "ReadWriteOncePod",
         }
     }
 }

@@ -260,7 +260,7 @@ impl ValidationPhase {
     /// use pav_templates::{phase::ValidationPhase, model::{AccessMode, VolumeMode}};
     /// let rules = ValidationPhase {
     ///     volume_modes: vec![VolumeMode::Filesystem],
-    ///     access_modes: AccessMode::ALL.to_vec(),
+    ///     access_modes: AccessMode::DEFAULT.to_vec(),
     ///     min_capacity: 1,
     ///     max_capacity: Some(1 << 30),
     ///     pod_template: None,

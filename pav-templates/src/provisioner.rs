@@ -264,7 +264,7 @@ impl CompiledProvisioner {
             Some(value) => fields.enum_list("volumeModes", value)?,
         };
         let access_modes = match fields.take("accessModes") {
-            None => AccessMode::ALL.to_vec(),
+            None => AccessMode::DEFAULT.to_vec(),
             Some(value) => fields.enum_list("accessModes", value)?,
         };
         let min_capacity = match fields.take("minCapacity") {

@@ -598,10 +598,32 @@ fn validation_defaults_follow_the_guide() {
         .render_validation(&samples::validation_context())
         .unwrap();
     assert_eq!(validation.volume_modes, vec![VolumeMode::Filesystem]);
-    assert_eq!(validation.access_modes, AccessMode::ALL.to_vec());
+    assert_eq!(validation.access_modes, AccessMode::DEFAULT.to_vec());
     assert_eq!(validation.min_capacity, 1);
     assert_eq!(validation.max_capacity, None);
     assert_eq!(validation.pod_template, None);
+}
+
+/// `ReadWriteOncePod` (newer than the guide) is served only when named.
+#[test]
+fn read_write_once_pod_is_admitted_only_when_named() {
+    let rwop = [AccessMode::ReadWriteOncePod];
+    let by_default = compiled(
+        "provisioningModes: [Dynamic]\nvolumeCreation: {capacity: 1Gi}\nvolumeStaging: {podTemplate: {}}\n",
+    );
+    let rules = (by_default.render_validation(&samples::validation_context())).unwrap();
+    let refused = rules
+        .admits(VolumeMode::Filesystem, &rwop, 1, None)
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("ReadWriteOncePod"),
+        "{refused}"
+    );
+    let named = compiled(
+        "provisioningModes: [Dynamic]\nvolumeValidation: {accessModes: [ReadWriteOnce, ReadWriteOncePod]}\nvolumeCreation: {capacity: 1Gi}\nvolumeStaging: {podTemplate: {}}\n",
+    );
+    let rules = (named.render_validation(&samples::validation_context())).unwrap();
+    assert!(rules.admits(VolumeMode::Filesystem, &rwop, 1, None).is_ok());
 }
 
 #[test]

@@ -160,15 +160,14 @@ pub fn controller_provisioner(
         .access_modes(access_modes())
 }
 
-/// The CSI access modes a PaV driver accepts: each PavProvisioner checks
-/// its claims' modes itself (`volumeValidation.accessModes`, any of the
-/// guide's three by default). `SingleNodeSingleWriter` is left out, so
-/// that `SINGLE_NODE_MULTI_WRITER` is not advertised and Kubernetes
-/// refuses `ReadWriteOncePod` claims before they reach a provisioner that
-/// has no way to declare them.
-fn access_modes() -> impl Iterator<Item = pav_sdk::AccessMode> {
-    (pav_sdk::AccessMode::ALL.into_iter())
-        .filter(|mode| *mode != pav_sdk::AccessMode::SingleNodeSingleWriter)
+/// The CSI access modes a PaV driver accepts: all of them, as each
+/// PavProvisioner checks its claims' modes itself
+/// (`volumeValidation.accessModes`, the guide's three by default;
+/// `ReadWriteOncePod` only when named). With both single-node writer modes
+/// pav-csi advertises `SINGLE_NODE_MULTI_WRITER`, without which Kubernetes
+/// refuses `ReadWriteOncePod` claims.
+fn access_modes() -> [pav_sdk::AccessMode; 7] {
+    pav_sdk::AccessMode::ALL
 }
 
 /// Serves the CSI controller service until SIGTERM.

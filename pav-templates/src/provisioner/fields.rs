@@ -300,7 +300,7 @@ const KEYS: [(&str, Kind); 10] = [
     (
         "accessModes",
         Kind::EnumList {
-            allowed: "ReadWriteOnce, ReadOnlyMany, ReadWriteMany",
+            allowed: "ReadWriteOnce, ReadOnlyMany, ReadWriteMany, ReadWriteOncePod",
             valid: is::<AccessMode>,
         },
     ),
