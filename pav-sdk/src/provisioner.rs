@@ -696,3 +696,34 @@ impl<P> fmt::Debug for Provisioner<P> {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn by_default_a_provisioner_serves_filesystems_on_one_node() {
+        let provisioner = Provisioner::new(());
+        for mode in AccessMode::ALL {
+            assert_eq!(
+                provisioner.supports_access_mode(mode),
+                !mode.is_multi_node(),
+                "{mode:?}"
+            );
+        }
+        assert!(provisioner.tells_single_node_writers_apart());
+        assert!(provisioner.supports_volume_mode(VolumeMode::Filesystem));
+        assert!(!provisioner.supports_volume_mode(VolumeMode::Block));
+    }
+
+    #[test]
+    fn declared_modes_replace_the_defaults() {
+        let provisioner = Provisioner::new(()).access_modes([
+            AccessMode::SingleNodeWriter,
+            AccessMode::MultiNodeMultiWriter,
+        ]);
+        assert!(provisioner.supports_access_mode(AccessMode::MultiNodeMultiWriter));
+        assert!(!provisioner.supports_access_mode(AccessMode::SingleNodeReaderOnly));
+        assert!(!provisioner.tells_single_node_writers_apart());
+    }
+}

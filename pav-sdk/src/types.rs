@@ -105,8 +105,20 @@ impl CapacityRange {
             && self.max_bytes.is_none_or(|max| bytes <= max)
     }
 
-    /// Picks a size: `min` (or `default` when unset) rounded up to a multiple
-    /// of `granularity`, failing with [`Error::OutOfRange`] if that exceeds `max`.
+    /// Picks a size: `min` (or `default` when unset, and at least 1) rounded
+    /// up to a multiple of `granularity`. When rounding up passes `max` but
+    /// the unrounded size fits, the answer is `max` itself (a volume of an
+    /// odd size beats refusing the claim); [`Error::OutOfRange`] only when
+    /// the unrounded size exceeds `max`, or rounding overflows.
+    ///
+    /// ```
+    /// use pav_sdk::CapacityRange;
+    /// let range = |min, max| CapacityRange { min_bytes: min, max_bytes: max };
+    /// assert_eq!(range(Some(5000), None).choose(1, 4096).unwrap(), 8192);
+    /// assert_eq!(range(None, None).choose(100, 4096).unwrap(), 4096);
+    /// assert_eq!(range(Some(1), Some(1)).choose(64 << 20, 4096).unwrap(), 1);
+    /// assert!(range(Some(2), Some(1)).choose(1, 1).is_err());
+    /// ```
     pub fn choose(&self, default: u64, granularity: u64) -> Result<u64> {
         let wanted = self.min_bytes.unwrap_or(default).max(1);
         let granularity = granularity.max(1);
@@ -892,5 +904,90 @@ pub mod build {
             node_id: node_id.into(),
             target_path: target_path.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(min: Option<u64>, max: Option<u64>) -> CapacityRange {
+        CapacityRange {
+            min_bytes: min,
+            max_bytes: max,
+        }
+    }
+
+    #[test]
+    fn choose_rounds_up_within_the_limit() {
+        assert_eq!(range(Some(5000), None).choose(1, 4096).unwrap(), 8192);
+        assert_eq!(range(Some(8192), None).choose(1, 4096).unwrap(), 8192);
+        assert_eq!(range(None, None).choose(100, 4096).unwrap(), 4096);
+        // No size at all is still one byte, rounded.
+        assert_eq!(range(Some(0), None).choose(0, 512).unwrap(), 512);
+        // A granularity of 0 means none.
+        assert_eq!(range(Some(7), None).choose(1, 0).unwrap(), 7);
+    }
+
+    #[test]
+    fn choose_answers_the_limit_when_only_rounding_passes_it() {
+        assert_eq!(range(Some(1), Some(1)).choose(64 << 20, 4096).unwrap(), 1);
+        assert_eq!(range(Some(5000), Some(6000)).choose(1, 4096).unwrap(), 6000);
+    }
+
+    #[test]
+    fn choose_refuses_what_cannot_fit() {
+        for (chosen, what) in [
+            (range(Some(2), Some(1)).choose(1, 1), "min above max"),
+            (range(None, Some(10)).choose(11, 1), "default above max"),
+            (range(Some(u64::MAX), None).choose(1, 4096), "overflow"),
+        ] {
+            assert!(
+                matches!(chosen, Err(Error::OutOfRange(_))),
+                "{what}: {chosen:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn contains_is_inclusive_and_unset_bounds_are_open() {
+        let bounded = range(Some(10), Some(20));
+        assert!(bounded.contains(10) && bounded.contains(20));
+        assert!(!bounded.contains(9) && !bounded.contains(21));
+        assert!(range(None, None).contains(0));
+        assert!(range(None, Some(5)).contains(0));
+        assert!(range(Some(5), None).contains(u64::MAX));
+    }
+
+    #[test]
+    fn the_single_node_modes_are_the_modes_of_one_node() {
+        let single: Vec<_> = (AccessMode::ALL.into_iter())
+            .filter(|m| !m.is_multi_node())
+            .collect();
+        assert_eq!(single, AccessMode::SINGLE_NODE);
+        let read_only: Vec<_> = (AccessMode::ALL.into_iter())
+            .filter(|m| m.is_read_only())
+            .collect();
+        assert_eq!(
+            read_only,
+            [
+                AccessMode::SingleNodeReaderOnly,
+                AccessMode::MultiNodeReaderOnly
+            ]
+        );
+    }
+
+    #[test]
+    fn secrets_never_print_their_values() {
+        let secrets: Secrets = [("token".to_owned(), "hunter2".to_owned())]
+            .into_iter()
+            .collect();
+        let printed = format!("{secrets:?}");
+        assert!(
+            printed.contains("token") && !printed.contains("hunter2"),
+            "{printed}"
+        );
+        assert_eq!(secrets.get("token"), Some("hunter2"));
+        assert_eq!(secrets.keys().collect::<Vec<_>>(), ["token"]);
     }
 }
