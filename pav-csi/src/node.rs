@@ -223,6 +223,27 @@ fn unmount_and_remove(path: &Path) -> Result<(), Status> {
     }
 }
 
+/// A `SINGLE_NODE_SINGLE_WRITER` volume is published at one target only:
+/// a mount of its staged `source` elsewhere in the kubelet directory is
+/// `FAILED_PRECONDITION`, as the spec requires of a second target path.
+fn check_published_nowhere(
+    volume_id: &str,
+    source: &Path,
+    kubelet_dir: &Path,
+) -> Result<(), Status> {
+    let canonical = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_owned());
+    let source = canonical(source);
+    let mounts =
+        mount::mounts_inside(&canonical(kubelet_dir)).map_err(|e| internal("reading mounts", e))?;
+    match (mounts.iter()).find(|point| **point != source && same_file(point, &source)) {
+        Some(other) => Err(Status::failed_precondition(format!(
+            "volume {volume_id} is single-writer (SINGLE_NODE_SINGLE_WRITER) and already published at {}",
+            other.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Runs the provisioner's Stage, then binds what it staged at the staging
 /// path (a Block volume's device at `<staging>/device`) unless it mounted
 /// the volume there itself.
@@ -541,6 +562,8 @@ impl csi::node_server::Node for NodeService {
         let read_only = req.readonly || capability.access_mode.is_read_only();
         tracing::info!(volume_id, target = ?target, read_only, "NodePublishVolume");
         let mode = capability.mode;
+        let single_writer = capability.access_mode == pav_sdk::AccessMode::SingleNodeSingleWriter;
+        let kubelet_dir = self.node.paths.kubelet_dir.clone();
         let records = self.node.staged.clone();
         let id = volume_id.to_owned();
         blocking(move || {
@@ -579,6 +602,9 @@ impl csi::node_server::Node for NodeService {
                 })?;
             if published(&target, Some(&source), mode, read_only, source_read_only)? {
                 return Ok(());
+            }
+            if single_writer {
+                check_published_nowhere(&id, &source, &kubelet_dir)?;
             }
             check_free("target_path", &target, &records)?;
             bind_once(&source, &target, mode, read_only)
