@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Harness, Options, capability, create_request, is_root};
+use common::{Harness, Options, capability, create_request};
 use pav_csi::csi;
 use pav_sdk::VolumeMode;
 use tonic::Code;
@@ -215,6 +215,7 @@ async fn controller_expand_checks_and_grows() {
 }
 
 #[tokio::test]
+#[ignore = "needs root (mounts): .ci/run runs it as root"]
 async fn node_expand_needs_a_published_volume() {
     let mut h = Harness::start_with(Options {
         expand: true,
@@ -252,10 +253,6 @@ async fn node_expand_needs_a_published_volume() {
         Code::NotFound
     );
     assert!(!h.provisioner.calls().contains(&"node_expand"));
-    if !is_root() {
-        eprintln!("SKIPPED: publishing needs root to mount");
-        return;
-    }
     let volume = h
         .controller
         .create_volume(create_request("pvc-node"))

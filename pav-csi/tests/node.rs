@@ -1,24 +1,15 @@
-//! Node RPCs through a real tonic client over a Unix socket. Mounting needs
-//! root: those tests skip with a message otherwise.
+//! Node RPCs through a real tonic client over a Unix socket. Tests that
+//! mount need root: they are `#[ignore]`d, and `.ci/run` runs them as root.
 
 mod common;
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
-use common::{Harness, capability, is_root};
+use common::{Harness, capability};
 use pav_csi::csi;
 use pav_sdk::VolumeMode;
 use tonic::Code;
-
-macro_rules! require_root {
-    () => {
-        if !is_root() {
-            eprintln!("SKIPPED: needs root to mount (run the tests as root)");
-            return;
-        }
-    };
-}
 
 fn stage_request(h: &Harness, id: &str, mode: VolumeMode) -> csi::NodeStageVolumeRequest {
     let staging = h.path(&format!("staging-{id}"));
@@ -269,8 +260,8 @@ async fn node_errors_map_to_grpc_codes() {
 }
 
 #[tokio::test]
+#[ignore = "needs root (mounts): .ci/run runs it as root"]
 async fn concurrent_operation_on_one_volume_is_aborted() {
-    require_root!();
     let h = Harness::start().await;
     let slow = stage_request(&h, "slow", VolumeMode::Filesystem);
     let mut first = h.node.clone();
@@ -292,8 +283,8 @@ async fn concurrent_operation_on_one_volume_is_aborted() {
 }
 
 #[tokio::test]
+#[ignore = "needs root (mounts): .ci/run runs it as root"]
 async fn filesystem_lifecycle_is_idempotent() {
-    require_root!();
     let mut h = Harness::start().await;
     let stage = stage_request(&h, "fs", VolumeMode::Filesystem);
     let staging = h.path("staging-fs");
@@ -373,8 +364,8 @@ async fn filesystem_lifecycle_is_idempotent() {
 }
 
 #[tokio::test]
+#[ignore = "needs root (mounts): .ci/run runs it as root"]
 async fn block_lifecycle_is_idempotent() {
-    require_root!();
     let mut h = Harness::start().await;
     let stage = stage_request(&h, "blk", VolumeMode::Block);
     for _ in 0..2 {
@@ -422,8 +413,8 @@ async fn block_lifecycle_is_idempotent() {
 }
 
 #[tokio::test]
+#[ignore = "needs root (mounts): .ci/run runs it as root"]
 async fn stats_come_from_the_provisioner_when_it_has_them() {
-    require_root!();
     let mut h = Harness::start_with(common::Options {
         stats: true,
         ..Default::default()

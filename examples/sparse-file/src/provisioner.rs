@@ -933,17 +933,29 @@ mod tests {
     }
 
     /// 15 TiB was accepted on a 79 GB disk, and an i64::MAX or 100 TiB
-    /// request left `<handle>.partial` behind. Sizes are relative to the
-    /// test directory's filesystem, so the outcome does not depend on the
-    /// disk.
+    /// request left `<handle>.partial` behind. The volumes live on a 64 MiB
+    /// tmpfs with 8 MiB taken, so every case runs whatever the disk holds.
     #[tokio::test]
+    #[ignore = "needs root (mounts a tmpfs): .ci/run runs it as root"]
     async fn sizes_the_filesystem_cannot_hold_are_refused_and_leave_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let files = SparseFiles::new(dir.path().into());
-        let fs = rustix::fs::statvfs(dir.path()).unwrap();
+        let root = tempfile::tempdir().unwrap();
+        // Unmounted at the end, also on a panic (no loop device to detach).
+        let _tmpfs = Staging(root.path(), PathBuf::new());
+        rustix::mount::mount(
+            "tmpfs",
+            root.path(),
+            "tmpfs",
+            rustix::mount::MountFlags::empty(),
+            Some(c"size=64m"),
+        )
+        .unwrap();
+        std::fs::write(root.path().join("taken"), vec![1u8; 8 << 20]).unwrap();
+        let dir = root.path().join("volumes");
+        std::fs::create_dir(&dir).unwrap();
+        let files = SparseFiles::new(dir.clone());
+        let fs = rustix::fs::statvfs(&dir).unwrap();
         let total = fs.f_blocks * fs.f_frsize;
-        let free = fs.f_bavail * fs.f_frsize;
-        let mut cases = vec![
+        let cases = [
             ("i64::MAX", i64::MAX.unsigned_abs(), "out of range"),
             ("u64::MAX", u64::MAX, "out of range"),
             ("100 TiB", 100 << 40, "out of range"),
@@ -952,24 +964,17 @@ mod tests {
                 total + GRANULARITY,
                 "out of range",
             ),
-        ];
-        if free + GRANULARITY <= total / GRANULARITY * GRANULARITY {
-            cases.push((
+            // Fits the filesystem, not the room left on it.
+            (
                 "the whole filesystem",
                 total / GRANULARITY * GRANULARITY,
                 "resource exhausted",
-            ));
-        } else {
-            println!("SKIPPED: the whole filesystem case: {free} of {total} bytes are free");
-        }
+            ),
+        ];
         for (what, min_bytes, category) in cases {
-            if what == "100 TiB" && min_bytes <= total {
-                println!("SKIPPED: 100 TiB fits this {total}-byte filesystem");
-                continue;
-            }
             let error = files.create(create_request(min_bytes)).await.unwrap_err();
             assert!(error.to_string().starts_with(category), "{what}: {error}");
-            assert_eq!(entries(dir.path()), Vec::<String>::new(), "{what}");
+            assert_eq!(entries(&dir), Vec::<String>::new(), "{what}");
         }
     }
 
@@ -1313,13 +1318,9 @@ mod tests {
     /// without it NodeExpand fails, and the volume still stages at its old
     /// size.
     #[tokio::test]
+    #[ignore = "needs root and loop devices: .ci/run runs it as root"]
     async fn filesystems_grow_online_and_at_the_next_stage() {
-        const CAP_SYS_ADMIN: u32 = 21;
         const CAP_SYS_RESOURCE: u32 = 24;
-        if !capable(CAP_SYS_ADMIN) || !Path::new("/dev/loop-control").exists() {
-            println!("SKIPPED: needs root and loop devices");
-            return;
-        }
         let dir = tempfile::tempdir().unwrap();
         let files = SparseFiles::new(dir.path().join("volumes"));
         std::fs::create_dir(dir.path().join("volumes")).unwrap();
@@ -1376,12 +1377,8 @@ mod tests {
     /// provision correct filesystem size when restoring snapshot to larger
     /// size pvc").
     #[tokio::test]
+    #[ignore = "needs root and loop devices: .ci/run runs it as root"]
     async fn a_restore_into_a_larger_volume_grows_its_filesystem_at_stage() {
-        const CAP_SYS_ADMIN: u32 = 21;
-        if !capable(CAP_SYS_ADMIN) || !Path::new("/dev/loop-control").exists() {
-            println!("SKIPPED: needs root and loop devices");
-            return;
-        }
         let dir = tempfile::tempdir().unwrap();
         let files = SparseFiles::new(dir.path().join("volumes"));
         std::fs::create_dir(dir.path().join("volumes")).unwrap();
@@ -1424,12 +1421,8 @@ mod tests {
     /// CAP_SYS_ADMIN alone (ext4 also needs CAP_SYS_RESOURCE), so this is
     /// the filesystem the end-to-end suite grows while a pod uses it.
     #[tokio::test]
+    #[ignore = "needs root and loop devices: .ci/run runs it as root"]
     async fn xfs_grows_online_and_at_the_next_stage() {
-        const CAP_SYS_ADMIN: u32 = 21;
-        if !capable(CAP_SYS_ADMIN) || !Path::new("/dev/loop-control").exists() {
-            println!("SKIPPED: needs root and loop devices");
-            return;
-        }
         // mkfs.xfs refuses filesystems under 300 MB; the images are sparse.
         const MIB: u64 = 1 << 20;
         let dir = tempfile::tempdir().unwrap();

@@ -568,21 +568,3 @@ pub fn create_request(name: &str) -> csi::CreateVolumeRequest {
         ..Default::default()
     }
 }
-
-/// True when running as root (mount tests need it).
-pub fn is_root() -> bool {
-    rustix_uid() == 0
-}
-
-fn rustix_uid() -> u32 {
-    // /proc/self/status "Uid:" line: real, effective, saved, fs.
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2))
-                .and_then(|u| u.parse().ok())
-        })
-        .unwrap_or(u32::MAX)
-}
