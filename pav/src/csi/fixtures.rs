@@ -5,11 +5,18 @@
 //! own pod store) sends.
 //!
 //! With [`ApiServer::serve_pods`], the fake keeps pods as an API server
-//! does: created, read, listed (by label selector), merge-patched and
-//! deleted (a pod with finalizers is only marked deleted until they are
-//! removed), each change a watch event, and a watch opened after a list
-//! gets the changes since that list's resourceVersion. A kubelet function
-//! of the test moves each new pod on (running, terminated, files written).
+//! does: created, read, listed (by label and field selector: equality on
+//! `metadata.name`, `metadata.namespace` and `spec.nodeName`),
+//! merge-patched (a patch naming a stale `metadata.resourceVersion` is 409
+//! Conflict) and deleted (a pod with finalizers is only marked deleted
+//! until they are removed), each change a watch event to the watches whose
+//! selectors match, and a watch opened after a list gets the changes since
+//! that list's resourceVersion. [`ApiServer::expire_watches`] ends every
+//! watch with 410 Gone, as an API server does when its watch cache moves
+//! on, so the client must list again. A kubelet function of the test moves
+//! each new pod on (running, terminated, files written). Handlers
+//! ([`ApiServer::on`]) are asked before the pod store, so a scenario can
+//! make any request fail.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -65,10 +72,31 @@ struct State {
     log: Vec<Logged>,
     /// Tried newest first; the first to answer wins.
     handlers: Vec<Handler>,
-    /// Open watches: path and the sender of their stream.
-    watches: Vec<(String, mpsc::UnboundedSender<Bytes>)>,
+    /// Open watches.
+    watches: Vec<Watch>,
     /// The pod store, once [`ApiServer::serve_pods`] is called.
     pods: Option<Pods>,
+}
+
+/// An open watch: what it watches and the sender of its stream.
+struct Watch {
+    path: String,
+    /// Its `labelSelector` and `fieldSelector` (empty: everything).
+    labels: String,
+    fields: String,
+    sender: mpsc::UnboundedSender<Bytes>,
+}
+
+impl Watch {
+    /// Sends `line` (one watch event of `object`) if the watch selects it.
+    fn send(&self, path: &str, object: &Value, line: &str) {
+        if self.path == path
+            && matches_labels(object, &self.labels)
+            && matches_fields(object, &self.fields)
+        {
+            let _ = self.sender.unbounded_send(Bytes::from(line.to_owned()));
+        }
+    }
 }
 
 /// The pods of [`ApiServer::serve_pods`].
@@ -77,8 +105,11 @@ struct Pods {
     objects: BTreeMap<(String, String), Value>,
     /// The last resourceVersion given out.
     version: u64,
-    /// Every change as a watch line, with its resourceVersion.
-    history: Vec<(u64, String)>,
+    /// Every change since the last expiry: its resourceVersion, the pod
+    /// and its watch line.
+    history: Vec<(u64, Value, String)>,
+    /// The oldest resourceVersion a watch may start from (410 Gone before).
+    oldest: u64,
     kubelet: Kubelet,
 }
 
@@ -135,24 +166,34 @@ impl ApiServer {
         let mut state = self.state.lock().unwrap();
         state.log.push(logged.clone());
         if logged.is_watch() {
+            let watch = Watch {
+                path: logged.path.clone(),
+                labels: query_param(&logged.query, "labelSelector").unwrap_or_default(),
+                fields: query_param(&logged.query, "fieldSelector").unwrap_or_default(),
+                sender,
+            };
             if logged.path == PODS
                 && let Some(pods) = &state.pods
             {
                 let since = query_param(&logged.query, "resourceVersion")
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(0);
-                for (version, line) in &pods.history {
+                if since != 0 && since < pods.oldest {
+                    let gone = gone_event(since);
+                    let _ = watch.sender.unbounded_send(Bytes::from(gone));
+                    return Response::new(ChannelBody(receiver));
+                }
+                for (version, pod, line) in &pods.history {
                     if *version > since {
-                        let _ = sender.unbounded_send(Bytes::from(line.clone()));
+                        watch.send(PODS, pod, line);
                     }
                 }
             }
-            state.watches.push((logged.path.clone(), sender));
+            state.watches.push(watch);
             return Response::new(ChannelBody(receiver));
         }
-        let answer = state
-            .answer_pods(&logged)
-            .or_else(|| state.handlers.iter().rev().find_map(|h| h(&logged)));
+        let answer = (state.handlers.iter().rev().find_map(|h| h(&logged)))
+            .or_else(|| state.answer_pods(&logged));
         let (status, body) = answer.unwrap_or_else(|| not_found(&logged.path));
         let _ = sender.unbounded_send(Bytes::from(body.to_string()));
         drop(sender);
@@ -180,11 +221,29 @@ impl ApiServer {
     pub fn send(&self, path: &str, kind: &str, object: &Value) {
         let line = format!("{}\n", json!({"type": kind, "object": object}));
         let state = self.state.lock().unwrap();
-        for (watched, sender) in &state.watches {
-            if watched == path {
-                let _ = sender.unbounded_send(Bytes::from(line.clone()));
-            }
+        for watch in &state.watches {
+            watch.send(path, object, &line);
         }
+    }
+
+    /// Ends every open watch with a 410 Gone error event, and forgets the
+    /// pod history: a watch from a resourceVersion before now is 410 too,
+    /// so clients must list again (an API server whose watch cache moved
+    /// on, or that restarted).
+    pub fn expire_watches(&self) {
+        let mut state = self.state.lock().unwrap();
+        for watch in state.watches.drain(..) {
+            let _ = (watch.sender).unbounded_send(Bytes::from(gone_event(0)));
+        }
+        if let Some(pods) = state.pods.as_mut() {
+            pods.history.clear();
+            pods.oldest = pods.version + 1;
+        }
+    }
+
+    /// How many watches are open now.
+    pub fn open_watches(&self) -> usize {
+        self.state.lock().unwrap().watches.len()
     }
 
     /// Every request so far.
@@ -199,6 +258,7 @@ impl ApiServer {
             objects: BTreeMap::new(),
             version: 1,
             history: Vec::new(),
+            oldest: 0,
             kubelet: Box::new(kubelet),
         });
     }
@@ -257,11 +317,13 @@ impl State {
         let answer = match (&request.method, name) {
             (&Method::GET, None) => {
                 let selector = query_param(&request.query, "labelSelector").unwrap_or_default();
+                let fields = query_param(&request.query, "fieldSelector").unwrap_or_default();
                 let items = pods
                     .objects
                     .values()
                     .filter(|pod| namespace.is_none_or(|ns| pod["metadata"]["namespace"] == ns))
                     .filter(|pod| matches_labels(pod, &selector))
+                    .filter(|pod| matches_fields(pod, &fields))
                     .cloned()
                     .collect();
                 let (status, mut body) = list("Pod", items);
@@ -293,7 +355,14 @@ impl State {
             }
             (&Method::PATCH, Some(name)) => match pods.objects.get(&key(name)).cloned() {
                 Some(mut pod) => {
-                    merge(&mut pod, &request.body.clone().unwrap_or_default());
+                    let patch = request.body.clone().unwrap_or_default();
+                    // Optimistic concurrency: a patch naming a version is
+                    // applied only to that version.
+                    let wanted = &patch["metadata"]["resourceVersion"];
+                    if !wanted.is_null() && *wanted != pod["metadata"]["resourceVersion"] {
+                        return Some(status(409, "Conflict", "the object has been modified"));
+                    }
+                    merge(&mut pod, &patch);
                     (200, pods.put_or_release(key(name), pod, &mut events))
                 }
                 None => not_found(&request.path),
@@ -309,11 +378,9 @@ impl State {
             },
             _ => return None,
         };
-        for (path, line) in events {
-            for (watched, sender) in &self.watches {
-                if *watched == path {
-                    let _ = sender.unbounded_send(Bytes::from(line.clone()));
-                }
+        for (pod, line) in events {
+            for watch in &self.watches {
+                watch.send(PODS, &pod, &line);
             }
         }
         Some(answer)
@@ -327,7 +394,7 @@ impl Pods {
         key: (String, String),
         mut pod: Value,
         kind: &str,
-        events: &mut Vec<(String, String)>,
+        events: &mut Vec<(Value, String)>,
     ) -> Value {
         self.version += 1;
         pod["metadata"]["resourceVersion"] = json!(self.version.to_string());
@@ -346,7 +413,7 @@ impl Pods {
         &mut self,
         key: (String, String),
         pod: Value,
-        events: &mut Vec<(String, String)>,
+        events: &mut Vec<(Value, String)>,
     ) -> Value {
         let finalizers = pod["metadata"]["finalizers"]
             .as_array()
@@ -355,10 +422,10 @@ impl Pods {
         self.put(key, pod, if gone { "DELETED" } else { "MODIFIED" }, events)
     }
 
-    fn record(&mut self, kind: &str, pod: &Value, events: &mut Vec<(String, String)>) {
+    fn record(&mut self, kind: &str, pod: &Value, events: &mut Vec<(Value, String)>) {
         let line = format!("{}\n", json!({"type": kind, "object": pod}));
-        self.history.push((self.version, line.clone()));
-        events.push((PODS.to_owned(), line));
+        self.history.push((self.version, pod.clone(), line.clone()));
+        events.push((pod.clone(), line));
     }
 }
 
@@ -390,6 +457,34 @@ fn matches_labels(pod: &Value, selector: &str) -> bool {
             None => false,
         }
     })
+}
+
+/// Whether `object` has every `field=value` (or `field==value`) of a field
+/// selector, for the fields the API server selects pods by.
+fn matches_fields(object: &Value, selector: &str) -> bool {
+    selector.split(',').filter(|s| !s.is_empty()).all(|term| {
+        let (field, value) = match term.split_once("==") {
+            Some(pair) => pair,
+            None => term.split_once('=').unwrap_or((term, "")),
+        };
+        let actual = match field {
+            "metadata.name" => &object["metadata"]["name"],
+            "metadata.namespace" => &object["metadata"]["namespace"],
+            "spec.nodeName" => &object["spec"]["nodeName"],
+            other => panic!("the fake API server cannot select by field {other:?}"),
+        };
+        actual.as_str().unwrap_or_default() == value
+    })
+}
+
+/// The watch line of a 410 Gone error event.
+fn gone_event(since: u64) -> String {
+    let (_, status) = status(
+        410,
+        "Expired",
+        &format!("too old resource version: {since}"),
+    );
+    format!("{}\n", json!({"type": "ERROR", "object": status}))
 }
 
 /// The decoded value of `name` in a query string.

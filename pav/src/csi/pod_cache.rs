@@ -512,4 +512,88 @@ mod tests {
         let (key, value) = selector.split_once('=').unwrap();
         assert_eq!(labels.get(key).map(String::as_str), Some(value));
     }
+
+    /// Against the fake API server, which selects by field as a real one.
+    mod served {
+        use super::*;
+        use crate::csi::fixtures::ApiServer;
+        use kube::api::PostParams;
+        use serde_json::json;
+
+        fn pod_on(name: &str, node: &str) -> serde_json::Value {
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {
+                    "name": name, "namespace": "pav",
+                    "labels": {crate::pods::LABEL_PROVISIONER: label_value("p")},
+                },
+                "spec": {"nodeName": node, "containers": []},
+            })
+        }
+
+        fn names(cache: &PodCache) -> Vec<String> {
+            let mut names: Vec<_> = (cache.store.state().iter())
+                .map(|pod| pod.metadata.name.clone().unwrap_or_default())
+                .collect();
+            names.sort();
+            names
+        }
+
+        /// Waits (up to 10 s) until the cache holds pod `name`.
+        async fn until_cached(cache: &PodCache, name: &str) {
+            for _ in 0..1000 {
+                if cache.get("pav", name).is_some() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("pod {name} never reached the cache: {:?}", names(cache));
+        }
+
+        async fn create(client: &Client, pod: serde_json::Value) {
+            let pod: Pod = serde_json::from_value(pod).unwrap();
+            let api = Api::<Pod>::namespaced(client.clone(), "pav");
+            api.create(&PostParams::default(), &pod).await.unwrap();
+        }
+
+        /// A node plugin's cache holds its node's pods only, listed and
+        /// watched: the field selector is the API server's to apply.
+        #[tokio::test]
+        async fn a_node_cache_holds_the_pods_of_its_node_only() {
+            let (server, client) = ApiServer::start();
+            server.serve_pods(|_| Vec::new());
+            server.put_pod(pod_on("listed-a", "a"));
+            server.put_pod(pod_on("listed-b", "b"));
+            let cache = PodCache::start(client.clone(), "p", Some("a"));
+            cache.ready(Duration::from_secs(10)).await.unwrap();
+            create(&client, pod_on("watched-b", "b")).await;
+            create(&client, pod_on("watched-a", "a")).await;
+            until_cached(&cache, "watched-a").await;
+            // watched-b was created first: had it been sent, it would be here.
+            assert_eq!(names(&cache), ["listed-a", "watched-a"]);
+        }
+
+        /// A watch the API server ends with 410 Gone is followed by a new
+        /// list, and the cache goes on seeing new pods.
+        #[tokio::test]
+        async fn after_its_watch_expires_the_cache_lists_again() {
+            let (server, client) = ApiServer::start();
+            server.serve_pods(|_| Vec::new());
+            let cache = PodCache::start(client.clone(), "p", None);
+            cache.ready(Duration::from_secs(10)).await.unwrap();
+            create(&client, pod_on("before", "a")).await;
+            until_cached(&cache, "before").await;
+            server.expire_watches();
+            create(&client, pod_on("after", "a")).await;
+            until_cached(&cache, "after").await;
+            let lists = (server.requests().iter())
+                .filter(|r| r.path == "/api/v1/pods" && !r.is_watch())
+                .count();
+            assert!(
+                lists >= 2,
+                "{lists} lists: the expired watch was not followed by one"
+            );
+            assert_eq!(names(&cache), ["after", "before"]);
+        }
+    }
 }
