@@ -12,11 +12,13 @@ pav renders them through `render-cases` (pav-templates/examples), Jinja2
 through PaV's environment (benches/jinja2_pav.py: sandboxed, trim_blocks,
 lstrip_blocks, its finalize and `tobash`, `yaml` read from the template's
 module). A case agrees when both outputs are equal (same JSON types) or
-both fail.
+both fail with the same kind of failure (syntax, undefined, yaml or
+evaluation: render-cases names pav's, `python_kind` Jinja2's).
 
 Disagreements must be listed: known-differences.txt (to be fixed) or
 deliberate.yaml (differences pav makes on purpose, each also in
-docs/templates.md). The suite fails on an unlisted difference and on a
+docs/templates.md, each case with pav's recorded answer, which must not
+change). The suite fails on an unlisted difference and on a
 listed case that agrees (the lists can only shrink honestly).
 
 Usage: differential.py RENDER_CASES_BINARY [--show NAME...] [--list]
@@ -225,10 +227,38 @@ def same_json(a: object, b: object) -> bool:
     return a == b
 
 
+# Jinja2's exceptions by the kind of failure render-cases reports for pav.
+SYNTAX_ERRORS = {"TemplateSyntaxError", "TemplateAssertionError"}
+YAML_ERRORS = {"ParserError", "ScannerError", "ComposerError", "ConstructorError"}
+
+
+def python_kind(error: str) -> str:
+    """The kind (render-cases' word) of a Jinja2 failure `Class: message`."""
+    name, _, message = error.partition(":")
+    if name in SYNTAX_ERRORS:
+        return "syntax"
+    # Jinja2 raises TypeError when an Undefined reaches json.dumps and the like.
+    if name == "UndefinedError" or (name == "TypeError" and "Undefined" in message):
+        return "undefined"
+    if name in YAML_ERRORS:
+        return "yaml"
+    return "evaluation"
+
+
 def agree(pav: dict, python: dict) -> bool:
+    """Equal outputs (same JSON types), or failures of the same kind."""
     if "error" in pav or "error" in python:
-        return "error" in pav and "error" in python
+        return ("error" in pav and "error" in python
+                and pav["kind"] == python_kind(python["error"]))
     return same_json(pav["output"], normal(python["output"]))
+
+
+def as_recorded(pav: dict, recorded: dict) -> bool:
+    """Whether pav's result is the one deliberate.yaml records for it: the
+    same output, or a failure of the same kind."""
+    if "error" in recorded:
+        return pav.get("kind") == recorded["error"]
+    return "output" in pav and same_json(pav["output"], normal(recorded["output"]))
 
 
 def read_known() -> list[str]:
@@ -254,7 +284,11 @@ def main() -> int:
 
     known = read_known()
     groups = yaml.safe_load((HERE / "deliberate.yaml").read_text()) or {}
-    deliberate = [name for group in groups.values() for name in group["cases"]]
+    # Each deliberate case records what pav answers: {output: VALUE} or
+    # {error: KIND}, so it cannot change to another wrong answer unnoticed.
+    recorded = {name: outcome for group in groups.values()
+                for name, outcome in group["cases"].items()}
+    deliberate = list(recorded)
     problems = []
     for name in known + deliberate:
         if name not in cases:
@@ -272,6 +306,9 @@ def main() -> int:
                   f"      jinja2: {json.dumps(normal(python), ensure_ascii=False)}")
         if name in args.show:
             print(detail)
+        if name in recorded and not as_recorded(pav, recorded[name]):
+            problems.append(f"deliberate case {name!r} no longer answers what deliberate.yaml "
+                            f"records ({json.dumps(recorded[name])}): " + detail)
         if not ok:
             differing.append(name)
             if name not in known and name not in deliberate:
