@@ -451,3 +451,50 @@ pub fn core_ref(kind: &str, namespace: &str, name: &str, uid: Option<&str>) -> O
         ..Default::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use http::Method;
+    use k8s_openapi::api::core::v1::Pod;
+    use serde_json::json;
+
+    use super::DriverContext;
+    use crate::csi::fixtures::{ApiServer, status};
+
+    fn driver(client: kube::Client) -> DriverContext {
+        DriverContext::new(
+            client,
+            "p".into(),
+            "pav".into(),
+            Duration::from_secs(30),
+            Arc::new(crate::csi::metrics::Metrics::default()),
+            None,
+        )
+    }
+
+    /// A pod the cache has not seen yet but the API server has: creating
+    /// it again answers 409, which means it exists, not a failure.
+    #[tokio::test]
+    async fn a_pod_created_meanwhile_is_picked_up_not_failed() {
+        let (server, client) = ApiServer::start();
+        server.serve_pods(|_| Vec::new());
+        server.on(|r| {
+            (r.method == Method::POST && r.path == "/api/v1/namespaces/pav/pods")
+                .then(|| status(409, "AlreadyExists", "pods \"x\" already exists"))
+        });
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "x", "namespace": "pav"},
+            "spec": {"containers": []},
+        }))
+        .unwrap();
+        let created = driver(client).ensure_pod(&pod).await.unwrap();
+        assert!(!created, "a 409 was taken as a pod this call created");
+        let posts = (server.requests().iter())
+            .filter(|r| r.method == Method::POST)
+            .count();
+        assert_eq!(posts, 1);
+    }
+}
