@@ -27,8 +27,8 @@ use pav_templates::PavProvisioner;
 use serde_json::{Value, json};
 
 use super::{
-    FIELD_MANAGER, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NAME, LABEL_PROVISIONER, PAV_BINARY,
-    Settings, labels, typed,
+    FIELD_MANAGER, Json, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NAME, LABEL_PROVISIONER,
+    PAV_BINARY, Settings, labels, typed,
 };
 use crate::client::{DEFAULT_BURST, DEFAULT_QPS};
 use crate::operator::leader;
@@ -126,6 +126,32 @@ fn liveness(path: &str, port: &str) -> Value {
 /// `/healthz`, named `metrics`.
 fn pav_metrics_port() -> Value {
     json!({ "name": "metrics", "containerPort": crate::csi::METRICS_PORT, "protocol": "TCP" })
+}
+
+/// Sets what `settings` say about scheduling and pulling on a pod spec:
+/// the priority class and `fields` (nodeSelector, tolerations, affinity)
+/// unless empty, and the image pull secrets.
+pub(super) fn place(
+    spec: &mut Value,
+    settings: &Settings,
+    priority_class: &str,
+    fields: [(&str, &Json); 3],
+) {
+    if !priority_class.is_empty() {
+        spec["priorityClassName"] = json!(priority_class);
+    }
+    for (field, value) in fields {
+        if !value.is_empty() {
+            spec[field] = value.0.clone();
+        }
+    }
+    if !settings.image_pull_secrets.is_empty() {
+        spec["imagePullSecrets"] = settings
+            .image_pull_secrets
+            .iter()
+            .map(|name| json!({ "name": name }))
+            .collect();
+    }
 }
 
 /// API group of VolumeSnapshots, their contents and classes.
@@ -386,7 +412,7 @@ impl<'a> Builder<'a> {
             json!({
                 "name": "pav",
                 "image": s.image,
-                "imagePullPolicy": "IfNotPresent",
+                "imagePullPolicy": s.image_pull_policy,
                 "command": [PAV_BINARY],
                 "args": [
                     "csi-controller", "--provisioner", self.name, "--endpoint", CSI_SOCKET,
@@ -397,11 +423,12 @@ impl<'a> Builder<'a> {
                 // Restarts it when its CSI socket stops answering Probe.
                 "livenessProbe": liveness("/healthz", "metrics"),
                 "volumeMounts": [{ "name": "socket-dir", "mountPath": "/csi" }],
-                "resources": { "requests": { "cpu": "10m", "memory": "32Mi" } },
+                "resources": s.resources.csi_controller.0,
             }),
             self.sidecar(
                 PROVISIONER,
                 &s.provisioner_image,
+                &s.resources.provisioner,
                 &[
                     "--extra-create-metadata",
                     // pav csi-node reports its node as the volume's
@@ -419,7 +446,7 @@ impl<'a> Builder<'a> {
             // Defaults otherwise: --handle-volume-inuse-error stays on, so
             // a claim whose expansion the driver refused while in use
             // (FailedPrecondition) is retried once no pod uses it.
-            containers.push(self.sidecar(RESIZER, &s.resizer_image, &[]));
+            containers.push(self.sidecar(RESIZER, &s.resizer_image, &s.resources.resizer, &[]));
         }
         if self.snapshots {
             // The VolumeSnapshot's and VolumeSnapshotContent's names reach
@@ -427,9 +454,26 @@ impl<'a> Builder<'a> {
             containers.push(self.sidecar(
                 SNAPSHOTTER,
                 &s.snapshotter_image,
+                &s.resources.snapshotter,
                 &["--extra-create-metadata"],
             ));
         }
+        let mut spec = json!({
+            "serviceAccountName": self.controller,
+            "containers": containers,
+            "volumes": [{ "name": "socket-dir", "emptyDir": {} }],
+        });
+        let placement = &s.controller;
+        place(
+            &mut spec,
+            s,
+            &placement.priority_class,
+            [
+                ("nodeSelector", &placement.node_selector),
+                ("tolerations", &placement.tolerations),
+                ("affinity", &placement.affinity),
+            ],
+        );
         typed(json!({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -439,11 +483,7 @@ impl<'a> Builder<'a> {
                 "selector": { "matchLabels": selector },
                 "template": {
                     "metadata": { "labels": pod_labels },
-                    "spec": {
-                        "serviceAccountName": self.controller,
-                        "containers": containers,
-                        "volumes": [{ "name": "socket-dir", "emptyDir": {} }],
-                    },
+                    "spec": spec,
                 },
             },
         }))
@@ -454,7 +494,7 @@ impl<'a> Builder<'a> {
     /// ([`sidecar_leader_election`]), [`SIDECAR_TIMEOUT`], pav's own API
     /// rate limit, `--v=2`, pav's log format, its HTTP server (metrics and
     /// the leader-election liveness probe), then `extra`.
-    fn sidecar(&self, sidecar: Sidecar, image: &str, extra: &[&str]) -> Value {
+    fn sidecar(&self, sidecar: Sidecar, image: &str, resources: &Json, extra: &[&str]) -> Value {
         let mut args = vec![format!("--csi-address={CSI_SOCKET}")];
         args.extend(sidecar_leader_election());
         args.push(format!(
@@ -475,12 +515,12 @@ impl<'a> Builder<'a> {
         json!({
             "name": sidecar.name,
             "image": image,
-            "imagePullPolicy": "IfNotPresent",
+            "imagePullPolicy": self.settings.image_pull_policy,
             "args": args,
             "ports": [{ "name": sidecar.port_name, "containerPort": sidecar.http_port, "protocol": "TCP" }],
             "livenessProbe": liveness(LEADER_ELECTION_HEALTH_PATH, sidecar.port_name),
             "volumeMounts": [{ "name": "socket-dir", "mountPath": "/csi" }],
-            "resources": { "requests": { "cpu": "10m", "memory": "32Mi" } },
+            "resources": resources.0,
         })
     }
 
@@ -511,24 +551,13 @@ impl<'a> Builder<'a> {
         // node-driver-registrar v2.11 and later take it, as does the test
         // cluster's stand-in.
         registrar_args.extend(self.sidecar_logging_format());
-        typed(json!({
-            "apiVersion": "apps/v1",
-            "kind": "DaemonSet",
-            "metadata": self.namespaced(&self.node, "csi-node"),
-            "spec": {
-                "selector": { "matchLabels": selector },
-                "updateStrategy": { "type": "RollingUpdate", "rollingUpdate": { "maxUnavailable": 1 } },
-                "template": {
-                    "metadata": { "labels": pod_labels },
-                    "spec": {
+        let mut spec = json!({
                         "serviceAccountName": self.node,
-                        // Every node a client pod may land on needs the plugin.
-                        "tolerations": [{ "operator": "Exists" }],
                         "containers": [
                             {
                                 "name": "pav",
                                 "image": s.image,
-                                "imagePullPolicy": "IfNotPresent",
+                                "imagePullPolicy": s.image_pull_policy,
                                 "command": [PAV_BINARY],
                                 "args": [
                                     "csi-node", "--provisioner", self.name,
@@ -551,18 +580,18 @@ impl<'a> Builder<'a> {
                                     { "name": "pav-pods", "mountPath": HOST_POD_DIR, "mountPropagation": "Bidirectional" },
                                     { "name": "dev", "mountPath": "/dev" },
                                 ],
-                                "resources": { "requests": { "cpu": "10m", "memory": "32Mi" } },
+                                "resources": s.resources.node_plugin.0,
                             },
                             {
                                 "name": "node-driver-registrar",
                                 "image": s.registrar_image,
-                                "imagePullPolicy": "IfNotPresent",
+                                "imagePullPolicy": s.image_pull_policy,
                                 "args": registrar_args,
                                 "volumeMounts": [
                                     { "name": "socket-dir", "mountPath": "/csi" },
                                     { "name": "registration-dir", "mountPath": "/registration" },
                                 ],
-                                "resources": { "requests": { "cpu": "5m", "memory": "16Mi" } },
+                                "resources": s.resources.registrar.0,
                             },
                         ],
                         "volumes": [
@@ -572,7 +601,30 @@ impl<'a> Builder<'a> {
                             { "name": "pav-pods", "hostPath": { "path": HOST_POD_DIR, "type": "DirectoryOrCreate" } },
                             { "name": "dev", "hostPath": { "path": "/dev", "type": "Directory" } },
                         ],
-                    },
+        });
+        // Every node a client pod may land on needs the plugin: by default
+        // it tolerates every taint.
+        let placement = &s.node_plugin;
+        place(
+            &mut spec,
+            s,
+            &placement.priority_class,
+            [
+                ("nodeSelector", &placement.node_selector),
+                ("tolerations", &placement.tolerations),
+                ("affinity", &placement.affinity),
+            ],
+        );
+        typed(json!({
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": self.namespaced(&self.node, "csi-node"),
+            "spec": {
+                "selector": { "matchLabels": selector },
+                "updateStrategy": { "type": "RollingUpdate", "rollingUpdate": { "maxUnavailable": 1 } },
+                "template": {
+                    "metadata": { "labels": pod_labels },
+                    "spec": spec,
                 },
             },
         }))
@@ -796,7 +848,7 @@ mod tests {
                 "text"
             ]
         );
-        assert_eq!(pav.image.as_deref(), Some("pav:dev"));
+        assert_eq!(pav.image.as_deref(), Some(crate::manifests::DEFAULT_IMAGE));
         let sidecar = container(&pod, "csi-provisioner");
         let args = sidecar.args.clone().unwrap();
         let mut expected = COMMON_SIDECAR_FLAGS.to_vec();
@@ -911,6 +963,82 @@ mod tests {
             o.deployment.spec.template.spec.unwrap(),
             o.daemon_set.spec.template.spec.unwrap(),
         )
+    }
+
+    /// Priority classes, scheduling, pull secrets and policy, and each
+    /// container's resources come from the settings.
+    #[test]
+    fn drivers_are_placed_and_sized_by_the_settings() {
+        let (controller, node) = pods(&Settings::default());
+        assert_eq!(
+            controller.priority_class_name.as_deref(),
+            Some("system-cluster-critical")
+        );
+        assert_eq!(
+            node.priority_class_name.as_deref(),
+            Some("system-node-critical")
+        );
+        let tolerations = node.tolerations.clone().unwrap();
+        assert_eq!(tolerations.len(), 1);
+        assert_eq!(tolerations[0].operator.as_deref(), Some("Exists"));
+        assert!(controller.tolerations.is_none() && controller.node_selector.is_none());
+        assert!(controller.image_pull_secrets.is_none() && node.affinity.is_none());
+
+        let json = |text: &str| super::super::Json(serde_json::from_str(text).unwrap());
+        let mut settings = Settings {
+            image_pull_policy: "Always".into(),
+            image_pull_secrets: vec!["regcred".into()],
+            ..Settings::default()
+        };
+        settings.node_plugin.priority_class = String::new();
+        settings.node_plugin.tolerations = json("[]");
+        settings.node_plugin.node_selector = json(r#"{"disk":"ssd"}"#);
+        settings.controller.affinity = json(r#"{"podAntiAffinity":{}}"#);
+        settings.resources.registrar = json(r#"{"limits":{"memory":"20Mi"}}"#);
+        settings.resources.resizer = json(r#"{"requests":{"cpu":"7m"}}"#);
+        let (controller, node) = pods(&settings);
+        assert_eq!(node.priority_class_name, None);
+        assert_eq!(node.tolerations, None);
+        assert_eq!(
+            node.node_selector
+                .as_ref()
+                .unwrap()
+                .get("disk")
+                .map(String::as_str),
+            Some("ssd")
+        );
+        assert!(
+            controller
+                .affinity
+                .as_ref()
+                .unwrap()
+                .pod_anti_affinity
+                .is_some()
+        );
+        for spec in [&controller, &node] {
+            assert_eq!(spec.image_pull_secrets.as_ref().unwrap()[0].name, "regcred");
+            for c in &spec.containers {
+                assert_eq!(c.image_pull_policy.as_deref(), Some("Always"), "{}", c.name);
+            }
+        }
+        let registrar = container(&node, "node-driver-registrar");
+        let limits = registrar
+            .resources
+            .as_ref()
+            .unwrap()
+            .limits
+            .clone()
+            .unwrap();
+        assert_eq!(limits["memory"].0, "20Mi");
+        let resizer = container(&controller, RESIZER.name);
+        let requests = resizer
+            .resources
+            .as_ref()
+            .unwrap()
+            .requests
+            .clone()
+            .unwrap();
+        assert_eq!(requests["cpu"].0, "7m");
     }
 
     /// The liveness probe of `c`: path, port name, and period, timeout and

@@ -2,14 +2,14 @@
 //! `pav-controller` Deployment.
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use serde_json::{Value, json};
 
 use super::driver::{self, CSI_CONTROLLER_ROLE, CSI_LEADER_ELECTION_ROLE, CSI_NODE_ROLE};
 use super::{
-    DEFAULT_METRICS_ADDR, LABEL_COMPONENT, LABEL_NAME, PAV_BINARY, Settings, json as to_json,
-    labels, typed,
+    Args, LABEL_COMPONENT, LABEL_NAME, LABEL_POD_SECURITY_ENFORCE, PAV_BINARY, Settings,
+    json as to_json, labels, typed,
 };
 
 /// Name of the controller's Deployment, ServiceAccount and RBAC objects.
@@ -26,10 +26,14 @@ fn meta(name: &str, namespace: Option<&str>) -> Value {
     meta
 }
 
+/// Name of the headless Service over every pav pod's metrics ports.
+pub const METRICS_SERVICE: &str = "pav-metrics";
+
 /// Everything `pav manifests` prints, in the order `kubectl apply` needs.
-pub fn objects(settings: &Settings) -> Vec<Value> {
+pub fn objects(args: &Args) -> Vec<Value> {
+    let settings = &args.settings;
     vec![
-        to_json(&namespace(settings)),
+        to_json(&namespace(args)),
         to_json(&pav_templates::PavProvisioner::definition()),
         to_json(&driver::csi_controller_role()),
         to_json(&driver::csi_node_role()),
@@ -39,18 +43,59 @@ pub fn objects(settings: &Settings) -> Vec<Value> {
         to_json(&cluster_role_binding(settings)),
         to_json(&role(settings)),
         to_json(&role_binding(settings)),
-        to_json(&deployment(settings)),
+        to_json(&metrics_service(args)),
+        to_json(&deployment(args)),
     ]
 }
 
-/// The pav namespace.
-pub fn namespace(settings: &Settings) -> Namespace {
+/// The pav namespace, enforcing the Pod Security level `--pod-security`
+/// (`privileged` by default: the node plugins and staging pods are).
+pub fn namespace(args: &Args) -> Namespace {
     typed(json!({
         "apiVersion": "v1",
         "kind": "Namespace",
         "metadata": {
-            "name": settings.namespace,
-            "labels": labels(&[(LABEL_NAME, "pav")]),
+            "name": args.settings.namespace,
+            "labels": labels(&[
+                (LABEL_NAME, "pav"),
+                (LABEL_POD_SECURITY_ENFORCE, &args.pod_security),
+            ]),
+        },
+    }))
+}
+
+/// A headless Service over the metrics ports of every pav pod in the pav
+/// namespace (the controller's `metrics`, each driver's `metrics` and its
+/// CSI controller's sidecars' ports), for a Prometheus ServiceMonitor;
+/// each port resolves by name on the pods that declare it.
+pub fn metrics_service(args: &Args) -> Service {
+    let sidecars = [driver::PROVISIONER, driver::RESIZER, driver::SNAPSHOTTER];
+    let mut ports = vec![json!({
+        "name": "metrics",
+        "port": args.metrics_addr.port(),
+        "targetPort": "metrics",
+        "protocol": "TCP",
+    })];
+    ports.extend(sidecars.iter().map(|s| {
+        json!({
+            "name": s.port_name,
+            "port": s.http_port,
+            "targetPort": s.port_name,
+            "protocol": "TCP",
+        })
+    }));
+    typed(json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": METRICS_SERVICE,
+            "namespace": args.settings.namespace,
+            "labels": labels(&[(LABEL_NAME, "pav"), (LABEL_COMPONENT, "metrics")]),
+        },
+        "spec": {
+            "clusterIP": "None",
+            "selector": labels(&[(LABEL_NAME, "pav")]),
+            "ports": ports,
         },
     }))
 }
@@ -218,13 +263,67 @@ pub fn role_binding(settings: &Settings) -> RoleBinding {
 
 /// The `pav controller` Deployment: one replica with leader election, so
 /// a rolling update never has two controllers reconciling at once.
-pub fn deployment(settings: &Settings) -> Deployment {
-    let port = DEFAULT_METRICS_ADDR
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse::<i32>().ok())
-        .unwrap_or(8080);
+pub fn deployment(args: &Args) -> Deployment {
+    let settings = &args.settings;
     let selector = labels(&[(LABEL_NAME, "pav"), (LABEL_COMPONENT, "controller")]);
+    let mut controller_args = vec![
+        "controller".to_owned(),
+        format!("--namespace={}", settings.namespace),
+        format!("--metrics-addr={}", args.metrics_addr),
+        "--leader-election".to_owned(),
+        format!("--kube-api-qps={}", args.api.qps),
+        format!("--kube-api-burst={}", args.api.burst),
+    ];
+    if let Some(selector) = &args.selector {
+        controller_args.push(format!("--selector={selector}"));
+    }
+    controller_args.extend(settings_args(settings));
+    let mut spec = json!({
+        "serviceAccountName": CONTROLLER,
+        "securityContext": {
+            "runAsNonRoot": true,
+            "runAsUser": 65532,
+            "runAsGroup": 65532,
+            "seccompProfile": { "type": "RuntimeDefault" },
+        },
+        "containers": [{
+            "name": "pav",
+            "image": settings.image,
+            "imagePullPolicy": settings.image_pull_policy,
+            "command": [PAV_BINARY],
+            "args": controller_args,
+            "env": [
+                { "name": "RUST_LOG", "value": "info" },
+                { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
+            ],
+            "ports": [{ "name": "metrics", "containerPort": args.metrics_addr.port(), "protocol": "TCP" }],
+            "livenessProbe": {
+                "httpGet": { "path": "/healthz", "port": "metrics" },
+                "periodSeconds": 20,
+            },
+            "readinessProbe": {
+                "httpGet": { "path": "/readyz", "port": "metrics" },
+                "periodSeconds": 10,
+            },
+            "resources": settings.resources.controller.0,
+            "securityContext": {
+                "allowPrivilegeEscalation": false,
+                "readOnlyRootFilesystem": true,
+                "capabilities": { "drop": ["ALL"] },
+            },
+        }],
+    });
+    let placement = &settings.controller;
+    driver::place(
+        &mut spec,
+        settings,
+        &placement.priority_class,
+        [
+            ("nodeSelector", &placement.node_selector),
+            ("tolerations", &placement.tolerations),
+            ("affinity", &placement.affinity),
+        ],
+    );
     typed(json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -234,73 +333,77 @@ pub fn deployment(settings: &Settings) -> Deployment {
             "selector": { "matchLabels": selector },
             "template": {
                 "metadata": { "labels": selector },
-                "spec": {
-                    "serviceAccountName": CONTROLLER,
-                    "securityContext": {
-                        "runAsNonRoot": true,
-                        "runAsUser": 65532,
-                        "runAsGroup": 65532,
-                        "seccompProfile": { "type": "RuntimeDefault" },
-                    },
-                    "containers": [{
-                        "name": "pav",
-                        "image": settings.image,
-                        "imagePullPolicy": "IfNotPresent",
-                        "command": [PAV_BINARY],
-                        "args": [
-                            "controller",
-                            format!("--namespace={}", settings.namespace),
-                            format!("--image={}", settings.image),
-                            format!("--provisioner-image={}", settings.provisioner_image),
-                            format!("--resizer-image={}", settings.resizer_image),
-                            format!("--snapshotter-image={}", settings.snapshotter_image),
-                            format!("--registrar-image={}", settings.registrar_image),
-                            format!("--kubelet-dir={}", settings.kubelet_dir),
-                            format!("--log-format={}", settings.logging.format),
-                            format!("--metrics-addr={DEFAULT_METRICS_ADDR}"),
-                            "--leader-election".to_owned(),
-                        ],
-                        "env": [
-                            { "name": "RUST_LOG", "value": "info" },
-                            { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
-                        ],
-                        "ports": [{ "name": "metrics", "containerPort": port, "protocol": "TCP" }],
-                        "livenessProbe": {
-                            "httpGet": { "path": "/healthz", "port": "metrics" },
-                            "periodSeconds": 20,
-                        },
-                        "readinessProbe": {
-                            "httpGet": { "path": "/readyz", "port": "metrics" },
-                            "periodSeconds": 10,
-                        },
-                        "resources": {
-                            "requests": { "cpu": "10m", "memory": "32Mi" },
-                            "limits": { "memory": "256Mi" },
-                        },
-                        "securityContext": {
-                            "allowPrivilegeEscalation": false,
-                            "readOnlyRootFilesystem": true,
-                            "capabilities": { "drop": ["ALL"] },
-                        },
-                    }],
-                },
+                "spec": spec,
             },
         },
     }))
 }
 
+/// The controller's flags that it passes on to the drivers it deploys,
+/// every one of them, in a fixed order (the Helm chart writes the same).
+fn settings_args(settings: &Settings) -> Vec<String> {
+    let s = settings;
+    let mut args = vec![
+        format!("--image={}", s.image),
+        format!("--image-pull-policy={}", s.image_pull_policy),
+        format!("--provisioner-image={}", s.provisioner_image),
+        format!("--resizer-image={}", s.resizer_image),
+        format!("--snapshotter-image={}", s.snapshotter_image),
+        format!("--registrar-image={}", s.registrar_image),
+        format!("--kubelet-dir={}", s.kubelet_dir),
+        format!("--log-format={}", s.logging.format),
+        format!(
+            "--controller-priority-class={}",
+            s.controller.priority_class
+        ),
+        format!("--controller-node-selector={}", s.controller.node_selector),
+        format!("--controller-tolerations={}", s.controller.tolerations),
+        format!("--controller-affinity={}", s.controller.affinity),
+        format!(
+            "--node-plugin-priority-class={}",
+            s.node_plugin.priority_class
+        ),
+        format!(
+            "--node-plugin-node-selector={}",
+            s.node_plugin.node_selector
+        ),
+        format!("--node-plugin-tolerations={}", s.node_plugin.tolerations),
+        format!("--node-plugin-affinity={}", s.node_plugin.affinity),
+        format!("--controller-resources={}", s.resources.controller),
+        format!("--csi-controller-resources={}", s.resources.csi_controller),
+        format!("--node-plugin-resources={}", s.resources.node_plugin),
+        format!("--provisioner-resources={}", s.resources.provisioner),
+        format!("--resizer-resources={}", s.resources.resizer),
+        format!("--snapshotter-resources={}", s.resources.snapshotter),
+        format!("--registrar-resources={}", s.resources.registrar),
+    ];
+    if !s.image_pull_secrets.is_empty() {
+        args.push(format!(
+            "--image-pull-secret={}",
+            s.image_pull_secrets.join(",")
+        ));
+    }
+    args
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::manifests::Json;
+    use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration};
+    use std::collections::BTreeMap;
 
     #[test]
     fn controller_deployment_passes_settings() {
-        let settings = Settings {
-            namespace: "storage".into(),
-            image: "example/pav:1".into(),
-            ..Settings::default()
+        let args = Args {
+            settings: Settings {
+                namespace: "storage".into(),
+                image: "example/pav:1".into(),
+                ..Settings::default()
+            },
+            ..Args::default()
         };
-        let deployment = deployment(&settings);
+        let deployment = deployment(&args);
         assert_eq!(deployment.metadata.namespace.as_deref(), Some("storage"));
         let spec = deployment.spec.template.spec.unwrap();
         assert_eq!(spec.service_account_name.as_deref(), Some(CONTROLLER));
@@ -314,6 +417,13 @@ mod tests {
         assert!(args.contains(&"--leader-election".to_owned()));
     }
 
+    fn resources(cpu: &str) -> Json {
+        Json::parser::<ResourceRequirements>(&format!(r#"{{"requests":{{"cpu":"{cpu}"}}}}"#))
+            .unwrap()
+    }
+
+    /// Every setting reaches the controller through its arguments, so it
+    /// deploys its drivers with them (and the arguments parse).
     #[test]
     fn the_controller_gets_every_setting() {
         use clap::Parser as _;
@@ -328,8 +438,40 @@ mod tests {
             logging: crate::telemetry::Logging {
                 format: crate::telemetry::LogFormat::Json,
             },
+            image_pull_policy: "Always".into(),
+            image_pull_secrets: vec!["one".into(), "two".into()],
+            controller: crate::manifests::ControllerPlacement {
+                priority_class: String::new(),
+                node_selector: Json::parser::<BTreeMap<String, String>>(r#"{"role":"infra"}"#)
+                    .unwrap(),
+                tolerations: Json::parser::<Vec<Toleration>>(
+                    r#"[{"key":"infra","operator":"Exists","effect":"NoSchedule"}]"#,
+                )
+                .unwrap(),
+                affinity: Json::parser::<Affinity>(r#"{"podAntiAffinity":{}}"#).unwrap(),
+            },
+            node_plugin: crate::manifests::NodePluginPlacement {
+                priority_class: "storage-critical".into(),
+                node_selector: Json::parser::<BTreeMap<String, String>>(r#"{"disk":"ssd"}"#)
+                    .unwrap(),
+                tolerations: Json::parser::<Vec<Toleration>>("[]").unwrap(),
+                affinity: Json::parser::<Affinity>(r#"{"nodeAffinity":{}}"#).unwrap(),
+            },
+            resources: crate::manifests::Resources {
+                controller: resources("1m"),
+                csi_controller: resources("2m"),
+                node_plugin: resources("3m"),
+                provisioner: resources("4m"),
+                resizer: resources("5m"),
+                snapshotter: resources("6m"),
+                registrar: resources("7m"),
+            },
         };
-        let spec = deployment(&settings).spec.template.spec.unwrap();
+        let args = Args {
+            settings: settings.clone(),
+            ..Args::default()
+        };
+        let spec = deployment(&args).spec.template.spec.unwrap();
         let args = spec.containers[0].args.clone().unwrap();
         let cli = crate::cli::Cli::try_parse_from(std::iter::once("pav".to_owned()).chain(args))
             .expect("the controller's arguments parse");
@@ -366,7 +508,7 @@ mod tests {
             );
         }
         // Every role the controller binds is installed next to it.
-        let installed: Vec<String> = objects(&Settings::default())
+        let installed: Vec<String> = objects(&Args::default())
             .iter()
             .filter(|o| o["kind"] == "ClusterRole")
             .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned())
@@ -378,7 +520,7 @@ mod tests {
 
     #[test]
     fn objects_are_in_apply_order() {
-        let kinds: Vec<String> = objects(&Settings::default())
+        let kinds: Vec<String> = objects(&Args::default())
             .iter()
             .map(|o| o["kind"].as_str().unwrap().to_owned())
             .collect();
@@ -395,6 +537,7 @@ mod tests {
                 "ClusterRoleBinding",
                 "Role",
                 "RoleBinding",
+                "Service",
                 "Deployment"
             ]
         );
