@@ -481,7 +481,7 @@ mod tests {
     async fn a_pod_created_meanwhile_is_picked_up_not_failed() {
         let (server, client) = ApiServer::start();
         server.serve_pods(|_| Vec::new());
-        server.on(|r| {
+        server.intercept(|r| {
             (r.method == Method::POST && r.path == "/api/v1/namespaces/pav/pods")
                 .then(|| status(409, "AlreadyExists", "pods \"x\" already exists"))
         });

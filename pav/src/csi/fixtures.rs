@@ -14,9 +14,10 @@
 //! that list's resourceVersion. [`ApiServer::expire_watches`] ends every
 //! watch with 410 Gone, as an API server does when its watch cache moves
 //! on, so the client must list again. A kubelet function of the test moves
-//! each new pod on (running, terminated, files written). Handlers
-//! ([`ApiServer::on`]) are asked before the pod store, so a scenario can
-//! make any request fail.
+//! each new pod on (running, terminated, files written). Interceptors
+//! ([`ApiServer::intercept`]) are asked before the pod store, so a
+//! scenario can make any request fail; handlers ([`ApiServer::on`]) after
+//! it.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -70,7 +71,9 @@ type Kubelet = Box<dyn Fn(&Value) -> Vec<Value> + Send>;
 #[derive(Default)]
 struct State {
     log: Vec<Logged>,
-    /// Tried newest first; the first to answer wins.
+    /// Tried newest first; the first to answer wins. Interceptors come
+    /// before the pod store, handlers after it.
+    interceptors: Vec<Handler>,
     handlers: Vec<Handler>,
     /// Open watches.
     watches: Vec<Watch>,
@@ -192,8 +195,9 @@ impl ApiServer {
             state.watches.push(watch);
             return Response::new(ChannelBody(receiver));
         }
-        let answer = (state.handlers.iter().rev().find_map(|h| h(&logged)))
-            .or_else(|| state.answer_pods(&logged));
+        let answer = (state.interceptors.iter().rev().find_map(|h| h(&logged)))
+            .or_else(|| state.answer_pods(&logged))
+            .or_else(|| state.handlers.iter().rev().find_map(|h| h(&logged)));
         let (status, body) = answer.unwrap_or_else(|| not_found(&logged.path));
         let _ = sender.unbounded_send(Bytes::from(body.to_string()));
         drop(sender);
@@ -208,6 +212,12 @@ impl ApiServer {
     /// handlers are asked first.
     pub fn on(&self, handler: impl Fn(&Logged) -> Option<Answer> + Send + 'static) {
         self.state.lock().unwrap().handlers.push(Box::new(handler));
+    }
+
+    /// Like [`on`](Self::on), but asked before the pod store too: a
+    /// scenario's way to make a pod request fail (409, 500, ...).
+    pub fn intercept(&self, handler: impl Fn(&Logged) -> Option<Answer> + Send + 'static) {
+        (self.state.lock().unwrap().interceptors).push(Box::new(handler));
     }
 
     /// Answers `method path` with `answer` every time.
@@ -548,6 +558,29 @@ pub fn status(code: u16, reason: &str, message: &str) -> Answer {
 
 fn not_found(path: &str) -> Answer {
     status(404, "NotFound", &format!("{path} not found"))
+}
+
+/// Asserts that `actual` is the object in the golden file `path` (relative
+/// to the pav crate): an object written out and checked by hand once, so a
+/// scenario compares what the code builds with a literal, not with what
+/// the same code builds again. `PAV_BLESS=1` rewrites the file instead;
+/// review its diff before committing it.
+pub fn assert_golden(path: &str, actual: &Value) {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    if std::env::var_os("PAV_BLESS").is_some() {
+        let text = serde_json::to_string_pretty(actual).expect("JSON") + "\n";
+        std::fs::write(&file, text).expect("writing the golden file");
+        return;
+    }
+    let text = std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| panic!("{}: {e} (PAV_BLESS=1 writes it)", file.display()));
+    let expected: Value = serde_json::from_str(&text).expect("the golden file holds JSON");
+    assert!(
+        *actual == expected,
+        "{} differs from what was built:\n{}\n(if the change is meant, PAV_BLESS=1 rewrites it; review the diff)",
+        file.display(),
+        serde_json::to_string_pretty(actual).expect("JSON")
+    );
 }
 
 /// Labels of an object as a map, for building fixtures.

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::csi::fixtures::{ApiServer, Logged, list};
+use crate::csi::fixtures::{ApiServer, Logged, assert_golden, list};
 use crate::pods::LABEL_PHASE;
 use http::Method;
 use kube::Client;
@@ -324,40 +324,10 @@ fn failed(container: &str, reason: &str) -> serde_json::Value {
     })
 }
 
-/// The pod the driver must create for `phase` of claim
-/// `apps/data`: the template of `spec` rendered and built as
-/// `pav render` builds it.
-fn expected_pod(spec: &serde_json::Value, phase: Phase) -> serde_json::Value {
-    let provisioner: pav_templates::PavProvisioner = serde_json::from_value(json!({
-        "apiVersion": "pav.albertofaria.github.io/v1alpha1", "kind": "PavProvisioner",
-        "metadata": {"name": "p", "uid": "u-p", "generation": 1, "resourceVersion": "1"},
-        "spec": spec,
-    }))
-    .unwrap();
-    let compiled = pav_templates::CompiledProvisioner::new(&provisioner).unwrap();
-    let pvc: PersistentVolumeClaim = serde_json::from_value(claim()).unwrap();
-    let sc: StorageClass = serde_json::from_value(class()).unwrap();
-    let context = CreationContext::new(&pvc, &sc).unwrap();
-    let (template, timeout) = match phase {
-        Phase::Creation => {
-            let creation = compiled.render_creation(&context).unwrap();
-            (creation.pod_template.unwrap(), creation.timeout)
-        }
-        Phase::Deletion => {
-            let deletion = compiled.render_deletion(&context).unwrap();
-            (deletion.pod_template.unwrap(), deletion.timeout)
-        }
-        _ => unreachable!("claim pods only"),
-    };
-    let owner = provisioner.owner_ref(&());
-    let origin = crate::pods::PodOrigin {
-        provisioner: "p",
-        owner: owner.as_ref(),
-        default_namespace: "pav",
-    };
-    let pod = origin.claim_pod(phase, &template, timeout, &pvc);
-    serde_json::to_value(pod).unwrap()
-}
+/// The creation and deletion pods of claim `apps/data` for
+/// [`spec_with_pods`], as checked by hand.
+const CREATION_POD: &str = "src/csi/controller/golden/creation-pod.json";
+const DELETION_POD: &str = "src/csi/controller/golden/deletion-pod.json";
 
 fn pod_path(pod: &serde_json::Value) -> String {
     format!(
@@ -404,7 +374,7 @@ async fn a_creation_pod_runs_to_completion_and_its_files_make_the_volume() {
     let created = server.created_pods();
     assert_eq!(created.len(), 1, "{created:#?}");
     let pod = &created[0];
-    assert_eq!(*pod, expected_pod(&spec_with_pods(), Phase::Creation));
+    assert_golden(CREATION_POD, pod);
     assert_eq!(pod["spec"]["containers"][0]["args"], json!(["1048576"]));
     assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], "u-p");
     // The pod stays, its files recorded, until the claim is bound
@@ -471,7 +441,7 @@ async fn a_failed_creation_pod_is_an_error_with_its_reason_an_event_and_an_undo(
         .collect();
     assert_eq!(phases, [json!("creation"), json!("deletion")]);
     let (creation, deletion) = (&created[0], &created[1]);
-    assert_eq!(*deletion, expected_pod(&spec_with_pods(), Phase::Deletion));
+    assert_golden(DELETION_POD, deletion);
     assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
     assert_eq!(
         status.message(),
@@ -539,7 +509,7 @@ async fn a_deletion_pod_runs_and_a_failed_one_is_reported_and_retried() {
     .await;
     let created = server.created_pods();
     assert_eq!(created.len(), 2, "a deleted volume ran a third pod");
-    assert_eq!(created[0], expected_pod(&spec_with_pods(), Phase::Deletion));
+    assert_golden(DELETION_POD, &created[0]);
     let path = pod_path(&created[0]);
     let status = answers[0].as_ref().unwrap_err();
     assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");

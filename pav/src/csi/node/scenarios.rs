@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::csi::fixtures::{ApiServer, Logged, list, status};
+use crate::csi::fixtures::{ApiServer, Logged, assert_golden, list, status};
 use crate::csi::metrics::Metrics;
 use crate::csi::phase_run::PhaseError;
 use http::Method;
@@ -171,48 +171,10 @@ fn client_info() -> PodInfo {
     }
 }
 
-/// The staging and unstaging pods `pav render` builds for the
-/// client pod.
-fn expected_pods() -> (Value, Value) {
-    let provisioner: pav_templates::PavProvisioner = serde_json::from_value(provisioner()).unwrap();
-    let compiled = pav_templates::CompiledProvisioner::new(&provisioner).unwrap();
-    let pvc: PersistentVolumeClaim = serde_json::from_value(claim()).unwrap();
-    let pv: PersistentVolume = serde_json::from_value(volume()).unwrap();
-    let node: Node = serde_json::from_value(node()).unwrap();
-    let context = StagingContext::new(&pvc, &pv, &node, false).unwrap();
-    let staging = compiled.render_staging(&context).unwrap();
-    let unstaging = compiled.render_unstaging(&context).unwrap();
-    let owner = provisioner.owner_ref(&());
-    let origin = crate::pods::PodOrigin {
-        provisioner: "p",
-        owner: owner.as_ref(),
-        default_namespace: "pav",
-    };
-    let staging_pod = origin.staging_pod(
-        &staging,
-        Some(&unstaging),
-        &Publication {
-            handle: "vol-1",
-            target_path: TARGET,
-            node: "n1",
-            claim: "apps/data",
-            pv: "pvc-u-data",
-            client: ("apps", "client", "u-client"),
-            read_only: false,
-        },
-    );
-    let key = staging_pod.labels()[LABEL_VOLUME].clone();
-    let unstaging_pod = origin.unstaging_pod(
-        unstaging.pod_template.as_ref().unwrap(),
-        &key,
-        "n1",
-        "apps/data",
-    );
-    (
-        serde_json::to_value(staging_pod).unwrap(),
-        serde_json::to_value(unstaging_pod).unwrap(),
-    )
-}
+/// The staging pod of the scenario's claim for its client pod, and the
+/// unstaging pod recorded on it, as checked by hand.
+const STAGING_POD: &str = "src/csi/node/golden/staging-pod.json";
+const UNSTAGING_POD: &str = "src/csi/node/golden/unstaging-pod.json";
 
 fn pod_path(pod: &Value) -> String {
     format!(
@@ -234,13 +196,13 @@ fn asked(server: &ApiServer) -> Vec<String> {
 #[tokio::test]
 async fn a_volume_is_staged_by_its_pod_and_unstaged_by_another() {
     let (server, node, pods_dir) = scenario(ready, done);
-    let (expected_staging, expected_unstaging) = expected_pods();
     let staged = node
         .stage_for(&publishing(), &client_info())
         .await
         .expect("staging");
     let created = server.created_pods();
-    assert_eq!(created, [expected_staging]);
+    assert_eq!(created.len(), 1);
+    assert_golden(STAGING_POD, &created[0]);
     let staging = &created[0];
     assert_eq!(staging["spec"]["containers"][0]["args"], json!(["vol-1"]));
     assert_eq!(staging["spec"]["nodeName"], "n1");
@@ -267,7 +229,7 @@ async fn a_volume_is_staged_by_its_pod_and_unstaged_by_another() {
         .expect("unstaging");
     let created = server.created_pods();
     assert_eq!(created.len(), 2);
-    assert_eq!(created[1], expected_unstaging);
+    assert_golden(UNSTAGING_POD, &created[1]);
     let unstaging = &created[1];
     assert_eq!(unstaging["spec"]["nodeName"], "n1");
     let unstage_asked: Vec<String> = server.requests()[before..]
@@ -516,7 +478,6 @@ async fn a_failed_unstaging_pod_is_reported_on_the_client() {
 #[tokio::test]
 async fn a_volume_whose_claim_is_gone_is_unstaged_as_recorded() {
     let (server, node, _pods_dir) = scenario(ready, done);
-    let (_, expected_unstaging) = expected_pods();
     node.stage_for(&publishing(), &client_info())
         .await
         .expect("staging");
@@ -530,7 +491,7 @@ async fn a_volume_whose_claim_is_gone_is_unstaged_as_recorded() {
         .expect("unstaging");
     let created = server.created_pods();
     assert_eq!(created.len(), 2);
-    assert_eq!(created[1], expected_unstaging);
+    assert_golden(UNSTAGING_POD, &created[1]);
     let left: Vec<String> = server.pods().iter().map(name).collect();
     assert_eq!(left, ["client"]);
     assert!(events(&server).is_empty());
