@@ -141,10 +141,20 @@ pub trait Stage: Send + Sync {
     /// `Unavailable`, `Aborted`, `ResourceExhausted` or a timeout it treats
     /// the volume as possibly staged, and calls [`Unstage`] if the pod goes
     /// away before a stage succeeds.
+    ///
+    /// **Failure and cancellation:** a Stage that fails (with any error)
+    /// is undone by pav-csi at once: it unmounts the staging path and calls
+    /// [`Unstage`], because kubelet does not unstage what it believes was
+    /// never staged; if that Unstage fails, the next `NodeUnstageVolume`
+    /// runs it again. A call whose client gives up (kubelet's deadline)
+    /// still runs to its end, and the volume stays busy (`ABORTED` to a
+    /// repeat) until it returns.
     async fn stage(&self, req: StageRequest) -> Result<Staged>;
 }
 
-/// Undoes [`Stage`]. Without it, unstaging only unmounts what pav-csi mounted.
+/// Undoes [`Stage`]. Before it runs, pav-csi has unmounted everything
+/// mounted at the staging path (its own bind mounts and whatever Stage
+/// mounted there); without it, that unmounting is all unstaging does.
 #[async_trait]
 pub trait Unstage: Send + Sync {
     /// Releases what Stage set up; succeeds if nothing is staged.
@@ -152,7 +162,8 @@ pub trait Unstage: Send + Sync {
     /// **CSI call:** `NodeUnstageVolume`, from kubelet, after the last pod
     /// on the node using the volume is gone and pav-csi has unmounted the
     /// staging path (with [`Provisioner::stage_on_publish`]:
-    /// `NodeUnpublishVolume`, per pod).
+    /// `NodeUnpublishVolume`, per pod); and from pav-csi itself right after
+    /// a Stage that failed, to undo whatever it did before failing.
     ///
     /// **Codes:** any error is retried by kubelet with exponential backoff
     /// until it succeeds; until then the volume counts as in use on the
