@@ -18,32 +18,6 @@ pub(crate) struct ControllerService {
     pub(crate) shared: Arc<Shared>,
 }
 
-/// A capacity range from CSI, where 0 means unset.
-pub(crate) fn capacity_range(range: Option<&csi::CapacityRange>) -> Result<CapacityRange, Status> {
-    let Some(range) = range else {
-        return Ok(CapacityRange::default());
-    };
-    let bytes = |field: &str, v: i64| match v {
-        0 => Ok(None),
-        v if v < 0 => Err(Status::invalid_argument(format!(
-            "capacity_range.{field} must not be negative"
-        ))),
-        v => Ok(Some(v as u64)),
-    };
-    let capacity = CapacityRange {
-        min_bytes: bytes("required_bytes", range.required_bytes)?,
-        max_bytes: bytes("limit_bytes", range.limit_bytes)?,
-    };
-    if let (Some(min), Some(max)) = (capacity.min_bytes, capacity.max_bytes)
-        && max < min
-    {
-        return Err(Status::out_of_range(format!(
-            "capacity_range.limit_bytes {max} is below required_bytes {min}"
-        )));
-    }
-    Ok(capacity)
-}
-
 /// Refuses volume and access modes the provisioner did not declare.
 fn check_modes(
     shared: &Shared,
@@ -317,11 +291,11 @@ impl csi::controller_server::Controller for ControllerService {
         let req = request.into_inner();
         let name = limits::name("name", &req.name)?;
         limits::map("parameters", &req.parameters)?;
-        limits::map("secrets", &req.secrets)?;
+        let secrets = convert::secrets(&req.secrets)?;
         limits::map("mutable_parameters", &req.mutable_parameters)?;
         let (volume_mode, access_modes, mut mount) =
             convert::capabilities("volume_capabilities", &req.volume_capabilities)?;
-        let capacity = capacity_range(req.capacity_range.as_ref())?;
+        let capacity = convert::capacity_range(req.capacity_range.as_ref())?;
         if let Some(requirement) = &req.accessibility_requirements {
             if !self.shared.topology_aware {
                 return Err(Status::invalid_argument(
@@ -372,7 +346,7 @@ impl csi::controller_server::Controller for ControllerService {
         let requisite = topology.requisite.clone();
         create.topology = topology;
         create.source = source.clone();
-        create.secrets = convert::secrets(&req.secrets);
+        create.secrets = secrets;
 
         let _guard = self
             .shared
@@ -458,12 +432,12 @@ impl csi::controller_server::Controller for ControllerService {
         }
         let req = request.into_inner();
         let volume_id = limits::required("volume_id", &req.volume_id)?;
-        limits::map("secrets", &req.secrets)?;
+        let secrets = convert::secrets(&req.secrets)?;
         let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
         tracing::info!(volume_id, "DeleteVolume");
         if let Some(deleter) = self.shared.provisioner.delete() {
             let mut delete = pav_sdk::build::delete(volume_id);
-            delete.secrets = convert::secrets(&req.secrets);
+            delete.secrets = secrets;
             match deleter.delete(delete).await {
                 Ok(()) | Err(pav_sdk::Error::NotFound(_)) => {}
                 Err(e) => {
@@ -489,7 +463,7 @@ impl csi::controller_server::Controller for ControllerService {
         limits::map("volume_context", &req.volume_context)?;
         limits::map("parameters", &req.parameters)?;
         limits::map("mutable_parameters", &req.mutable_parameters)?;
-        limits::map("secrets", &req.secrets)?;
+        let secrets = convert::secrets(&req.secrets)?;
         let capabilities =
             convert::capability_list("volume_capabilities", &req.volume_capabilities)?;
         let unconfirmed = |message: String| {
@@ -513,7 +487,7 @@ impl csi::controller_server::Controller for ControllerService {
         validate.parameters = parameters;
         validate.claim = claim;
         validate.mount = mount;
-        validate.secrets = convert::secrets(&req.secrets);
+        validate.secrets = secrets;
 
         if let Err(message) = check_modes(&self.shared, volume_mode, &validate.access_modes) {
             return Ok(unconfirmed(message));
@@ -553,11 +527,11 @@ impl csi::controller_server::Controller for ControllerService {
         };
         let req = request.into_inner();
         let volume_id = limits::required("volume_id", &req.volume_id)?;
-        limits::map("secrets", &req.secrets)?;
+        let secrets = convert::secrets(&req.secrets)?;
         let Some(range) = req.capacity_range.as_ref() else {
             return Err(Status::invalid_argument("capacity_range is required"));
         };
-        let capacity = capacity_range(Some(range))?;
+        let capacity = convert::capacity_range(Some(range))?;
         if capacity.min_bytes.is_none() && capacity.max_bytes.is_none() {
             return Err(Status::invalid_argument(
                 "capacity_range: required_bytes or limit_bytes must be set",
@@ -578,7 +552,7 @@ impl csi::controller_server::Controller for ControllerService {
         let mut expand = pav_sdk::build::expand(volume_id, 0);
         expand.capacity = capacity;
         expand.volume_mode = volume_mode;
-        expand.secrets = convert::secrets(&req.secrets);
+        expand.secrets = secrets;
         let expanded = expander.expand(expand).await.map_err(|e| {
             tracing::warn!(
                 volume_id,
@@ -711,10 +685,10 @@ impl csi::controller_server::Controller for ControllerService {
         let name = limits::name("name", &req.name)?;
         let source = limits::required("source_volume_id", &req.source_volume_id)?;
         limits::map("parameters", &req.parameters)?;
-        limits::map("secrets", &req.secrets)?;
+        let secrets = convert::secrets(&req.secrets)?;
         let mut snapshot = pav_sdk::build::snapshot(name, source);
         snapshot.parameters = convert::split_parameters(&req.parameters).0;
-        snapshot.secrets = convert::secrets(&req.secrets);
+        snapshot.secrets = secrets;
 
         let _guard = (self.shared.in_flight).claim(format!("snapshot name {name:?}"))?;
         let _source_guard = self.shared.in_flight.claim(format!("volume {source}"))?;
@@ -777,11 +751,11 @@ impl csi::controller_server::Controller for ControllerService {
         let snapshotter = self.snapshotter()?;
         let req = request.into_inner();
         let snapshot_id = limits::required("snapshot_id", &req.snapshot_id)?;
-        limits::map("secrets", &req.secrets)?;
+        let secrets = convert::secrets(&req.secrets)?;
         let _guard = (self.shared.in_flight).claim(format!("snapshot {snapshot_id}"))?;
         tracing::info!(snapshot_id, "DeleteSnapshot");
         let mut delete = pav_sdk::build::delete_snapshot(snapshot_id);
-        delete.secrets = convert::secrets(&req.secrets);
+        delete.secrets = secrets;
         match snapshotter.delete_snapshot(delete).await {
             Ok(()) | Err(pav_sdk::Error::NotFound(_)) => {}
             Err(e) => {
@@ -803,7 +777,7 @@ impl csi::controller_server::Controller for ControllerService {
         let req = request.into_inner();
         limits::limited("snapshot_id", &req.snapshot_id)?;
         limits::limited("source_volume_id", &req.source_volume_id)?;
-        limits::map("secrets", &req.secrets)?;
+        convert::secrets(&req.secrets)?;
         let mut entries = Vec::new();
         for snapshot in self.list_snapshots_of_provisioner().await? {
             let wanted = (req.snapshot_id.is_empty() || snapshot.handle == req.snapshot_id)

@@ -134,9 +134,40 @@ pub(crate) fn unsorted(map: &BTreeMap<String, String>) -> HashMap<String, String
     map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
-/// Secrets from a proto map.
-pub(crate) fn secrets(map: &HashMap<String, String>) -> Secrets {
-    Secrets::from(sorted(map))
+/// A request's `secrets`, checked against CSI's map size limit
+/// (`INVALID_ARGUMENT` naming the field) and kept unprintable.
+pub(crate) fn secrets(map: &HashMap<String, String>) -> Result<Secrets, Status> {
+    limits::map("secrets", map)?;
+    Ok(Secrets::from(sorted(map)))
+}
+
+/// A capacity range from CSI, where 0 means unset: a negative size is
+/// `INVALID_ARGUMENT`, a limit below the required size `OUT_OF_RANGE`.
+pub(crate) fn capacity_range(
+    range: Option<&csi::CapacityRange>,
+) -> Result<pav_sdk::CapacityRange, Status> {
+    let Some(range) = range else {
+        return Ok(pav_sdk::CapacityRange::default());
+    };
+    let bytes = |field: &str, v: i64| match v {
+        0 => Ok(None),
+        v if v < 0 => Err(Status::invalid_argument(format!(
+            "capacity_range.{field} must not be negative"
+        ))),
+        v => Ok(Some(v as u64)),
+    };
+    let capacity = pav_sdk::CapacityRange {
+        min_bytes: bytes("required_bytes", range.required_bytes)?,
+        max_bytes: bytes("limit_bytes", range.limit_bytes)?,
+    };
+    if let (Some(min), Some(max)) = (capacity.min_bytes, capacity.max_bytes)
+        && max < min
+    {
+        return Err(Status::out_of_range(format!(
+            "capacity_range.limit_bytes {max} is below required_bytes {min}"
+        )));
+    }
+    Ok(capacity)
 }
 
 /// Splits StorageClass parameters into the author's parameters, the claim

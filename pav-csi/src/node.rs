@@ -334,6 +334,24 @@ impl NodeService {
         }
     }
 
+    /// The StageRequest of `volume_id` at `path` (the staging path, or the
+    /// publish target when staging on publish), for `capability`; context,
+    /// secrets and pod are the caller's to add.
+    fn stage_request(
+        &self,
+        volume_id: &str,
+        path: PathBuf,
+        capability: convert::Capability,
+        read_only: bool,
+    ) -> pav_sdk::StageRequest {
+        let node_id = self.node.node_id.clone();
+        let mut stage = pav_sdk::build::stage(volume_id, node_id, path, capability.mode);
+        stage.access_mode = capability.access_mode;
+        stage.read_only = read_only;
+        stage.mount = capability.mount;
+        stage
+    }
+
     /// `UNIMPLEMENTED` unless the node service stages per node.
     fn stages_per_node(&self) -> Result<&dyn pav_sdk::Stage, Status> {
         match self.shared.provisioner.stage() {
@@ -352,40 +370,26 @@ impl NodeService {
     /// bind-mount what it returns onto the target path.
     async fn stage_and_publish(
         &self,
-        req: &csi::NodePublishVolumeRequest,
-        volume_id: &str,
-        target: PathBuf,
-        capability: convert::Capability,
+        stage: pav_sdk::StageRequest,
     ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
         let Some(stager) = self.shared.provisioner.stage() else {
             return Err(Status::unimplemented(
                 "this provisioner does not stage volumes",
             ));
         };
+        let volume_id = stage.handle.to_string();
+        let volume_id = volume_id.as_str();
+        let target = stage.target_path.clone();
         let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
         // Two volumes published at one target at once must not both find it free.
         let _target_guard = (self.shared.in_flight).claim(format!("target path {target:?}"))?;
-        let read_only = req.readonly || capability.access_mode.is_read_only();
-        let (path, mode) = (target.clone(), capability.mode);
+        let (path, mode, read_only) = (target.clone(), stage.volume_mode, stage.read_only);
         // What the provisioner stages is unknown until it runs: a read-only
         // mount there may be the provisioner's own choice.
         if blocking(move || published(&path, None, mode, read_only, true)).await? {
             return Ok(Response::new(csi::NodePublishVolumeResponse {}));
         }
-        tracing::info!(volume_id, target = ?target, read_only, mode = %capability.mode, "NodePublishVolume: staging");
-        let (context, pod) = convert::split_pod_info(&req.volume_context);
-        let mut stage = pav_sdk::build::stage(
-            volume_id,
-            self.node.node_id.clone(),
-            target.clone(),
-            capability.mode,
-        );
-        stage.access_mode = capability.access_mode;
-        stage.read_only = read_only;
-        stage.mount = capability.mount;
-        stage.context = context;
-        stage.secrets = convert::secrets(&req.secrets);
-        stage.pod = pod;
+        tracing::info!(volume_id, target = ?target, read_only, %mode, "NodePublishVolume: staging");
         let staged = stager.stage(stage).await.map_err(|e| {
             tracing::warn!(
                 volume_id,
@@ -394,7 +398,6 @@ impl NodeService {
             );
             status(e)
         })?;
-        let mode = capability.mode;
         let records = self.node.staged.clone();
         let published_at = target.clone();
         blocking(move || {
@@ -428,7 +431,7 @@ impl csi::node_server::Node for NodeService {
         let capability = convert::capability("volume_capability", capability)?;
         limits::map("publish_context", &req.publish_context)?;
         limits::map("volume_context", &req.volume_context)?;
-        limits::map("secrets", &req.secrets)?;
+        let secrets = convert::secrets(&req.secrets)?;
         self.check_capability(&capability)?;
 
         let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
@@ -443,17 +446,11 @@ impl csi::node_server::Node for NodeService {
         let records = self.node.staged.clone();
         let recorded_now = blocking(move || record_stage(&records, &record)).await?;
         tracing::info!(volume_id, staging = ?staging, mode = %capability.mode, "NodeStageVolume");
-        let mut stage = pav_sdk::build::stage(
-            volume_id,
-            self.node.node_id.clone(),
-            staging.clone(),
-            capability.mode,
-        );
-        stage.access_mode = capability.access_mode;
-        stage.read_only = capability.access_mode.is_read_only();
-        stage.mount = capability.mount;
+        let mode = capability.mode;
+        let read_only = capability.access_mode.is_read_only();
+        let mut stage = self.stage_request(volume_id, staging.clone(), capability, read_only);
         stage.context = convert::sorted(&req.volume_context);
-        stage.secrets = convert::secrets(&req.secrets);
+        stage.secrets = secrets;
         if let Err(failed) = stage_and_bind(stager, stage).await {
             tracing::warn!(
                 volume_id,
@@ -464,8 +461,7 @@ impl csi::node_server::Node for NodeService {
             // this call did is undone here. A stage recorded earlier may
             // be in use, and stays.
             if recorded_now {
-                self.undo_failed_stage(volume_id, staging, capability.mode)
-                    .await;
+                self.undo_failed_stage(volume_id, staging, mode).await;
             }
             return Err(failed);
         }
@@ -529,14 +525,18 @@ impl csi::node_server::Node for NodeService {
         let capability = convert::capability("volume_capability", capability)?;
         limits::map("publish_context", &req.publish_context)?;
         limits::map("volume_context", &req.volume_context)?;
-        limits::map("secrets", &req.secrets)?;
+        let secrets = convert::secrets(&req.secrets)?;
         self.check_capability(&capability)?;
         if self.shared.provisioner.stages_on_publish() {
             // staging_target_path is not ours to use: STAGE_UNSTAGE_VOLUME
             // is not advertised, so the CO leaves it unset.
-            return self
-                .stage_and_publish(&req, volume_id, target, capability)
-                .await;
+            let read_only = req.readonly || capability.access_mode.is_read_only();
+            let (context, pod) = convert::split_pod_info(&req.volume_context);
+            let mut stage = self.stage_request(volume_id, target, capability, read_only);
+            stage.context = context;
+            stage.secrets = secrets;
+            stage.pod = pod;
+            return self.stage_and_publish(stage).await;
         }
         self.stages_per_node()?;
         if req.staging_target_path.is_empty() {
@@ -704,8 +704,8 @@ impl csi::node_server::Node for NodeService {
         let volume_id = limits::required("volume_id", &req.volume_id)?;
         let volume_path = limits::required_path("volume_path", &req.volume_path)?;
         limits::path("staging_target_path", &req.staging_target_path)?;
-        limits::map("secrets", &req.secrets)?;
-        let capacity = crate::controller::capacity_range(req.capacity_range.as_ref())?;
+        convert::secrets(&req.secrets)?;
+        let capacity = convert::capacity_range(req.capacity_range.as_ref())?;
         let wanted_mode = match &req.volume_capability {
             Some(cap) => {
                 let cap = convert::capability("volume_capability", cap)?;
