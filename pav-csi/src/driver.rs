@@ -203,6 +203,9 @@ impl DriverBuilder {
                 state_dir.display()
             )));
         }
+        // A trait implemented but not added with its `with_*` call is not
+        // served: say what is.
+        tracing::info!(driver = %self.name, ?provisioner, "touch points");
         let shared = Arc::new(Shared {
             name: self.name,
             version: self.version,

@@ -1,9 +1,11 @@
 //! The mount table, and mounting and unmounting with system calls (never a
 //! `mount` or `umount` program, which a driver's image may not hold).
 //!
-//! Most of this module serves pav-csi's node service. [`unmount_below`] is
-//! public for drivers that clean up directories where something else (a
-//! helper pod, through mount propagation) may have left mounts.
+//! Most of this module serves pav-csi's node service. Two functions are
+//! public for provisioners: [`is_mount_point`], for a Stage that must not
+//! mount twice, and [`unmount_below`], for drivers that clean up
+//! directories where something else (a helper pod, through mount
+//! propagation) may have left mounts.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -70,7 +72,21 @@ fn mount_root(path: &Path) -> Option<bool> {
 }
 
 /// True when something is mounted on `path` (false when it does not exist).
-pub(crate) fn is_mount_point(path: &Path) -> io::Result<bool> {
+///
+/// For a provisioner's Stage, which pav-csi calls again for a volume
+/// already staged (kubelet retries, a second pod on the node): a Stage
+/// that mounts at its target path asks this first and answers the same
+/// place instead of mounting twice. `statx`'s mount-root attribute answers
+/// without reading the mount table where the kernel has it (Linux 5.8+).
+///
+/// ```no_run
+/// # fn f(target: &std::path::Path) -> std::io::Result<()> {
+/// if !pav_csi::mount::is_mount_point(target)? {
+///     // mount the volume at target
+/// }
+/// # Ok(()) }
+/// ```
+pub fn is_mount_point(path: &Path) -> io::Result<bool> {
     match mount_root(path) {
         Some(answer) => Ok(answer),
         None => Ok(read_only_from_table(path)?.is_some()),
