@@ -93,20 +93,12 @@ async fn builder_refuses_node_service_without_stage() {
 
 #[tokio::test]
 async fn controller_capabilities_follow_the_provisioner() {
-    use csi::controller_service_capability::{Type, rpc};
+    use csi::controller_service_capability::rpc;
     async fn rpcs(options: Options) -> Vec<i32> {
         let mut h = Harness::start_with(options).await;
-        let caps = h
-            .controller
-            .controller_get_capabilities(csi::ControllerGetCapabilitiesRequest {})
-            .await
-            .unwrap()
-            .into_inner()
-            .capabilities;
+        let rpcs = common::controller_rpcs(&mut h).await;
         h.stop().await;
-        caps.iter()
-            .filter_map(|c| c.r#type.as_ref().map(|Type::Rpc(r)| r.r#type))
-            .collect()
+        rpcs
     }
     // The default access modes tell ReadWriteOncePod from ReadWriteOnce.
     assert_eq!(

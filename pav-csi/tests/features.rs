@@ -9,21 +9,6 @@ use pav_csi::csi;
 use pav_sdk::VolumeMode;
 use tonic::Code;
 
-/// The controller RPC capabilities the driver advertises.
-async fn controller_rpcs(h: &mut Harness) -> Vec<i32> {
-    use csi::controller_service_capability::Type;
-    let caps = h
-        .controller
-        .controller_get_capabilities(csi::ControllerGetCapabilitiesRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .capabilities;
-    caps.iter()
-        .filter_map(|c| c.r#type.as_ref().map(|Type::Rpc(r)| r.r#type))
-        .collect()
-}
-
 /// The node RPC capabilities the driver advertises.
 async fn node_rpcs(h: &mut Harness) -> Vec<i32> {
     use csi::node_service_capability::Type;
@@ -75,7 +60,7 @@ async fn expansion_is_advertised_only_when_implemented() {
     use csi::plugin_capability::volume_expansion::Type as Kind;
     let mut plain = Harness::start().await;
     assert!(
-        !controller_rpcs(&mut plain)
+        !common::controller_rpcs(&mut plain)
             .await
             .contains(&(Controller::ExpandVolume as i32))
     );
@@ -99,7 +84,7 @@ async fn expansion_is_advertised_only_when_implemented() {
     };
     let mut online = Harness::start_with(options.clone()).await;
     assert!(
-        controller_rpcs(&mut online)
+        common::controller_rpcs(&mut online)
             .await
             .contains(&(Controller::ExpandVolume as i32))
     );
@@ -312,7 +297,7 @@ async fn capacity_is_reported_per_topology_segment() {
     use csi::controller_service_capability::rpc::Type as Controller;
     let mut plain = Harness::start().await;
     assert!(
-        !controller_rpcs(&mut plain)
+        !common::controller_rpcs(&mut plain)
             .await
             .contains(&(Controller::GetCapacity as i32))
     );
@@ -326,7 +311,7 @@ async fn capacity_is_reported_per_topology_segment() {
     })
     .await;
     assert!(
-        controller_rpcs(&mut h)
+        common::controller_rpcs(&mut h)
             .await
             .contains(&(Controller::GetCapacity as i32))
     );
@@ -403,7 +388,7 @@ async fn capacity_is_reported_per_topology_segment() {
 async fn list_volumes_pages_by_handle_with_conditions() {
     use csi::controller_service_capability::rpc::Type as Controller;
     let mut plain = Harness::start().await;
-    let rpcs = controller_rpcs(&mut plain).await;
+    let rpcs = common::controller_rpcs(&mut plain).await;
     assert!(!rpcs.contains(&(Controller::ListVolumes as i32)));
     assert!(!rpcs.contains(&(Controller::VolumeCondition as i32)));
     plain.stop().await;
@@ -413,7 +398,7 @@ async fn list_volumes_pages_by_handle_with_conditions() {
         ..Default::default()
     })
     .await;
-    let rpcs = controller_rpcs(&mut h).await;
+    let rpcs = common::controller_rpcs(&mut h).await;
     assert!(rpcs.contains(&(Controller::ListVolumes as i32)));
     assert!(rpcs.contains(&(Controller::VolumeCondition as i32)));
     for handle in ["v-c", "v-a", "sick-b", "v-d"] {
@@ -518,7 +503,7 @@ fn of_volume(id: &str) -> csi::volume_content_source::Type {
 async fn without_snapshots_content_sources_are_refused() {
     use csi::controller_service_capability::rpc::Type as Controller;
     let mut h = Harness::start().await;
-    let rpcs = controller_rpcs(&mut h).await;
+    let rpcs = common::controller_rpcs(&mut h).await;
     for rpc in [
         Controller::CreateDeleteSnapshot,
         Controller::ListSnapshots,
@@ -557,7 +542,7 @@ async fn snapshots_are_checked_cached_listed_and_restored() {
         ..Default::default()
     })
     .await;
-    let rpcs = controller_rpcs(&mut h).await;
+    let rpcs = common::controller_rpcs(&mut h).await;
     for rpc in [
         Controller::CreateDeleteSnapshot,
         Controller::ListSnapshots,

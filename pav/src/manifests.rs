@@ -158,6 +158,44 @@ impl Default for ControllerPlacement {
     }
 }
 
+/// Where pods go: a priority class and the scheduling fields of a pod spec
+/// (nodeSelector, tolerations, affinity). Two types hold it, because each
+/// has command-line flags of its own.
+pub trait Placement {
+    /// The priority class (empty: none).
+    fn priority_class(&self) -> &str;
+    /// The pod spec fields, by name; an empty one is left out.
+    fn scheduling(&self) -> [(&'static str, &Json); 3];
+}
+
+impl Placement for ControllerPlacement {
+    fn priority_class(&self) -> &str {
+        &self.priority_class
+    }
+
+    fn scheduling(&self) -> [(&'static str, &Json); 3] {
+        [
+            ("nodeSelector", &self.node_selector),
+            ("tolerations", &self.tolerations),
+            ("affinity", &self.affinity),
+        ]
+    }
+}
+
+impl Placement for NodePluginPlacement {
+    fn priority_class(&self) -> &str {
+        &self.priority_class
+    }
+
+    fn scheduling(&self) -> [(&'static str, &Json); 3] {
+        [
+            ("nodeSelector", &self.node_selector),
+            ("tolerations", &self.tolerations),
+            ("affinity", &self.affinity),
+        ]
+    }
+}
+
 /// Scheduling of every driver's node plugin DaemonSet.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct NodePluginPlacement {

@@ -568,3 +568,18 @@ pub fn create_request(name: &str) -> csi::CreateVolumeRequest {
         ..Default::default()
     }
 }
+
+/// The controller RPC capabilities the driver advertises.
+pub async fn controller_rpcs(h: &mut Harness) -> Vec<i32> {
+    use csi::controller_service_capability::Type;
+    let caps = h
+        .controller
+        .controller_get_capabilities(csi::ControllerGetCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .capabilities;
+    caps.iter()
+        .filter_map(|c| c.r#type.as_ref().map(|Type::Rpc(r)| r.r#type))
+        .collect()
+}

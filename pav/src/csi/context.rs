@@ -454,26 +454,11 @@ pub fn core_ref(kind: &str, namespace: &str, name: &str, uid: Option<&str>) -> O
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::time::Duration;
-
     use http::Method;
     use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
 
-    use super::DriverContext;
-    use crate::csi::fixtures::{ApiServer, status};
-
-    fn driver(client: kube::Client) -> DriverContext {
-        DriverContext::new(
-            client,
-            "p".into(),
-            "pav".into(),
-            Duration::from_secs(30),
-            Arc::new(crate::csi::metrics::Metrics::default()),
-            None,
-        )
-    }
+    use crate::csi::fixtures::{ApiServer, driver_context, status};
 
     /// A pod the cache has not seen yet but the API server has: creating
     /// it again answers 409, which means it exists, not a failure.
@@ -490,7 +475,7 @@ mod tests {
             "spec": {"containers": []},
         }))
         .unwrap();
-        let created = driver(client).ensure_pod(&pod).await.unwrap();
+        let created = (driver_context(client).ensure_pod(&pod).await).unwrap();
         assert!(!created, "a 409 was taken as a pod this call created");
         let posts = (server.requests().iter())
             .filter(|r| r.method == Method::POST)

@@ -145,14 +145,7 @@ mod tests {
             (r.method == Method::POST && r.path.ends_with("/events"))
                 .then(|| (201, r.body.clone().unwrap_or_default()))
         });
-        let driver = DriverContext::new(
-            client,
-            "p".into(),
-            "pav".into(),
-            Duration::from_secs(30),
-            Arc::new(crate::csi::metrics::Metrics::default()),
-            None,
-        );
+        let driver = crate::csi::fixtures::driver_context(client);
 
         let mut released = release_once(&driver).await.unwrap();
         released.sort();

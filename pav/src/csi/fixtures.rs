@@ -583,6 +583,20 @@ pub fn assert_golden(path: &str, actual: &Value) {
     );
 }
 
+/// The driver context of provisioner `p` in namespace `pav` over
+/// `client`, as the scenarios use it (30 s phase timeout, no pods
+/// directory).
+pub fn driver_context(client: Client) -> super::context::DriverContext {
+    super::context::DriverContext::new(
+        client,
+        "p".into(),
+        "pav".into(),
+        std::time::Duration::from_secs(30),
+        Arc::new(super::metrics::Metrics::default()),
+        None,
+    )
+}
+
 /// Labels of an object as a map, for building fixtures.
 pub fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs

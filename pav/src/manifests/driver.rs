@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 
 use super::{
     FIELD_MANAGER, Json, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NAME, LABEL_PROVISIONER,
-    PAV_BINARY, Settings, labels, typed,
+    PAV_BINARY, Placement, Settings, labels, typed,
 };
 use crate::client::{DEFAULT_BURST, DEFAULT_QPS};
 use crate::operator::leader;
@@ -129,18 +129,13 @@ fn pav_metrics_port() -> Value {
 }
 
 /// Sets what `settings` say about scheduling and pulling on a pod spec:
-/// the priority class and `fields` (nodeSelector, tolerations, affinity)
-/// unless empty, and the image pull secrets.
-pub(super) fn place(
-    spec: &mut Value,
-    settings: &Settings,
-    priority_class: &str,
-    fields: [(&str, &Json); 3],
-) {
-    if !priority_class.is_empty() {
-        spec["priorityClassName"] = json!(priority_class);
+/// `placement`'s priority class and scheduling fields unless empty, and
+/// the image pull secrets.
+pub(super) fn place(spec: &mut Value, settings: &Settings, placement: &impl Placement) {
+    if !placement.priority_class().is_empty() {
+        spec["priorityClassName"] = json!(placement.priority_class());
     }
-    for (field, value) in fields {
+    for (field, value) in placement.scheduling() {
         if !value.is_empty() {
             spec[field] = value.0.clone();
         }
@@ -463,17 +458,7 @@ impl<'a> Builder<'a> {
             "containers": containers,
             "volumes": [{ "name": "socket-dir", "emptyDir": {} }],
         });
-        let placement = &s.controller;
-        place(
-            &mut spec,
-            s,
-            &placement.priority_class,
-            [
-                ("nodeSelector", &placement.node_selector),
-                ("tolerations", &placement.tolerations),
-                ("affinity", &placement.affinity),
-            ],
-        );
+        place(&mut spec, s, &s.controller);
         typed(json!({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -604,17 +589,7 @@ impl<'a> Builder<'a> {
         });
         // Every node a client pod may land on needs the plugin: by default
         // it tolerates every taint.
-        let placement = &s.node_plugin;
-        place(
-            &mut spec,
-            s,
-            &placement.priority_class,
-            [
-                ("nodeSelector", &placement.node_selector),
-                ("tolerations", &placement.tolerations),
-                ("affinity", &placement.affinity),
-            ],
-        );
+        place(&mut spec, s, &s.node_plugin);
         typed(json!({
             "apiVersion": "apps/v1",
             "kind": "DaemonSet",

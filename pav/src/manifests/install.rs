@@ -313,17 +313,7 @@ pub fn deployment(args: &Args) -> Deployment {
             },
         }],
     });
-    let placement = &settings.controller;
-    driver::place(
-        &mut spec,
-        settings,
-        &placement.priority_class,
-        [
-            ("nodeSelector", &placement.node_selector),
-            ("tolerations", &placement.tolerations),
-            ("affinity", &placement.affinity),
-        ],
-    );
+    driver::place(&mut spec, settings, &settings.controller);
     typed(json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",

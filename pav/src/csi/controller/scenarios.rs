@@ -115,14 +115,7 @@ async fn with_controller<T>(
     client: Client,
     calls: impl AsyncFnOnce(csi::controller_client::ControllerClient<tonic::transport::Channel>) -> T,
 ) -> T {
-    let driver = Arc::new(DriverContext::new(
-        client,
-        "p".into(),
-        "pav".into(),
-        Duration::from_secs(30),
-        Arc::new(crate::csi::metrics::Metrics::default()),
-        None,
-    ));
+    let driver = Arc::new(crate::csi::fixtures::driver_context(client));
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("csi.sock");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -2,11 +2,8 @@
 //! ([`fixtures`](super::super::fixtures)): the pods, the requests, the
 //! `/pav` directories on this node.
 
-use std::time::Duration;
-
 use super::*;
 use crate::csi::fixtures::{ApiServer, Logged, assert_golden, list, status};
-use crate::csi::metrics::Metrics;
 use crate::csi::phase_run::PhaseError;
 use http::Method;
 use pav_sdk::Error;
@@ -117,14 +114,7 @@ fn scenario(staging: Pods, unstaging: Pods) -> (ApiServer, PodNode, tempfile::Te
         }
     });
     server.put_pod(client_pod());
-    let driver = Arc::new(DriverContext::new(
-        client,
-        "p".into(),
-        "pav".into(),
-        Duration::from_secs(30),
-        Arc::new(Metrics::default()),
-        None,
-    ));
+    let driver = Arc::new(crate::csi::fixtures::driver_context(client));
     driver.start_pod_cache(Some("n1"));
     let node = PodNode::new(driver, "n1".into(), pods_dir.path().to_owned());
     (server, node, pods_dir)
