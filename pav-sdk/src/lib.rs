@@ -30,7 +30,7 @@
 //! | [`Claim`] | `csi.storage.k8s.io/pvc/*`, `.../pv/name` parameters | PVC name, namespace and PV name (external-provisioner `--extra-create-metadata`); labels, annotations and selected node with pav-csi's `kube` feature | |
 //! | [`Secrets`] | `secrets` | StorageClass secret references | never logged |
 //! | [`VolumeMode`] | `VolumeCapability.access_type` | `volumeMode` | |
-//! | [`AccessMode`] | `VolumeCapability.access_mode` | `accessModes` | |
+//! | [`AccessMode`] | `VolumeCapability.access_mode` | `accessModes` | served: [`AccessMode::SINGLE_NODE`] unless [`Provisioner::access_modes`] says more; `ReadWriteOncePod` is `SingleNodeSingleWriter`, `ReadWriteOnce` `SingleNodeMultiWriter` |
 //! | [`CapacityRange`] | `capacity_range` | `resources.requests/limits.storage` | |
 //! | [`TopologyRequirement`] | `accessibility_requirements` | `allowedTopologies` (requisite); the selected node's topology first in `preferred` (`WaitForFirstConsumer`) | |
 //! | [`Error`] | gRPC status code | event on the PVC/pod | |
