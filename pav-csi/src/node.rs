@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use pav_sdk::{Topology, Usage, VolumeCondition, VolumeMode, VolumeStats};
+use pav_sdk::{AccessMode, Topology, Usage, VolumeCondition, VolumeMode, VolumeStats};
 use tonic::{Request, Response, Status};
 
 use crate::convert;
@@ -153,7 +153,7 @@ fn record_stage(records: &Records, wanted: &Record) -> Result<bool, Status> {
                 staging.display()
             )));
         }
-        if record.capability != wanted.capability {
+        if !same_use(&record.capability, &wanted.capability) {
             return Err(Status::already_exists(format!(
                 "volume {id} is staged at {} as {}, incompatible with {}",
                 staging.display(),
@@ -183,6 +183,22 @@ fn record_stage(records: &Records, wanted: &Record) -> Result<bool, Status> {
         .put(wanted)
         .map_err(|e| internal("writing the staging record", e))?;
     Ok(true)
+}
+
+/// Whether a volume staged with capability `a` serves a request for `b`.
+/// `SINGLE_NODE_WRITER` and `SINGLE_NODE_MULTI_WRITER` are both
+/// Kubernetes' `ReadWriteOnce`: which one kubelet sends depends only on
+/// whether the driver advertises `SINGLE_NODE_MULTI_WRITER`, so a volume
+/// staged before an upgrade that started advertising it is asked again
+/// with the other.
+fn same_use(a: &convert::Capability, b: &convert::Capability) -> bool {
+    let read_write_once = |mode: AccessMode| match mode {
+        AccessMode::SingleNodeMultiWriter => AccessMode::SingleNodeWriter,
+        other => other,
+    };
+    a.mode == b.mode
+        && a.mount == b.mount
+        && read_write_once(a.access_mode) == read_write_once(b.access_mode)
 }
 
 /// A capability in words, for messages.
@@ -562,7 +578,7 @@ impl csi::node_server::Node for NodeService {
         let read_only = req.readonly || capability.access_mode.is_read_only();
         tracing::info!(volume_id, target = ?target, read_only, "NodePublishVolume");
         let mode = capability.mode;
-        let single_writer = capability.access_mode == pav_sdk::AccessMode::SingleNodeSingleWriter;
+        let single_writer = capability.access_mode == AccessMode::SingleNodeSingleWriter;
         let kubelet_dir = self.node.paths.kubelet_dir.clone();
         let records = self.node.staged.clone();
         let id = volume_id.to_owned();

@@ -1292,7 +1292,7 @@ async fn staged_and_published_volumes_refuse_inconsistent_requests() {
         fails(
             "same volume and path, another access mode",
             Call::NodeStageVolume(csi::NodeStageVolumeRequest {
-                volume_capability: cap(fs, Mode::SingleNodeMultiWriter),
+                volume_capability: cap(fs, Mode::SingleNodeReaderOnly),
                 ..stage("fs-1", &p_fs, fs)
             }),
             Code::AlreadyExists,

@@ -463,3 +463,31 @@ async fn stats_come_from_the_provisioner_when_it_has_them() {
     }
     h.stop().await;
 }
+
+/// A volume staged as `SINGLE_NODE_WRITER` (before pav-csi advertised
+/// `SINGLE_NODE_MULTI_WRITER`) is asked again as `SINGLE_NODE_MULTI_WRITER`
+/// after the upgrade: both are `ReadWriteOnce`, the same use. Another
+/// access mode still is not.
+#[tokio::test]
+async fn a_volume_staged_before_single_node_multi_writer_stages_again_after() {
+    use csi::volume_capability::access_mode::Mode;
+    let mut h = Harness::start().await;
+    let before = stage_request(&h, "rwo-in-place", VolumeMode::Filesystem);
+    h.node.node_stage_volume(before.clone()).await.unwrap();
+    let with_mode = |mode: Mode| {
+        let mut request = before.clone();
+        let capability = request.volume_capability.as_mut().unwrap();
+        capability.access_mode = Some(csi::volume_capability::AccessMode { mode: mode as i32 });
+        request
+    };
+    (h.node
+        .node_stage_volume(with_mode(Mode::SingleNodeMultiWriter))
+        .await)
+        .unwrap();
+    let other = h
+        .node
+        .node_stage_volume(with_mode(Mode::SingleNodeReaderOnly))
+        .await;
+    assert_eq!(other.unwrap_err().code(), Code::AlreadyExists);
+    h.stop().await;
+}
