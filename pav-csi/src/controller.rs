@@ -9,6 +9,7 @@ use crate::convert;
 use crate::csi;
 use crate::csi::controller_service_capability::rpc::Type as RpcType;
 use crate::error::status;
+use crate::guard::Key;
 use crate::limits;
 use crate::shared::Shared;
 
@@ -351,11 +352,11 @@ impl csi::controller_server::Controller for ControllerService {
         let _guard = self
             .shared
             .in_flight
-            .claim(format!("volume name {name:?}"))?;
+            .claim(Key::VolumeName(name.to_owned()))?;
         // The source volume is not deleted or changed while it is copied.
         let _source_guard = match &source {
             Some(ContentSource::Volume(id)) => {
-                Some(self.shared.in_flight.claim(format!("volume {id}"))?)
+                Some(self.shared.in_flight.claim(Key::Volume(id.to_string()))?)
             }
             _ => None,
         };
@@ -433,7 +434,10 @@ impl csi::controller_server::Controller for ControllerService {
         let req = request.into_inner();
         let volume_id = limits::required("volume_id", &req.volume_id)?;
         let secrets = convert::secrets(&req.secrets)?;
-        let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        let _guard = self
+            .shared
+            .in_flight
+            .claim(Key::Volume(volume_id.to_owned()))?;
         tracing::info!(volume_id, "DeleteVolume");
         if let Some(deleter) = self.shared.provisioner.delete() {
             let mut delete = pav_sdk::build::delete(volume_id);
@@ -492,7 +496,10 @@ impl csi::controller_server::Controller for ControllerService {
         if let Err(message) = check_modes(&self.shared, volume_mode, &validate.access_modes) {
             return Ok(unconfirmed(message));
         }
-        let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        let _guard = self
+            .shared
+            .in_flight
+            .claim(Key::Volume(volume_id.to_owned()))?;
         // A provisioner that creates volumes knows which exist; one that
         // does not (static provisioning only) leaves it to Validate.
         self.check_exists(volume_id).await?;
@@ -546,7 +553,10 @@ impl csi::controller_server::Controller for ControllerService {
             }
             None => None,
         };
-        let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        let _guard = self
+            .shared
+            .in_flight
+            .claim(Key::Volume(volume_id.to_owned()))?;
         self.check_exists(volume_id).await?;
         tracing::info!(volume_id, ?capacity, "ControllerExpandVolume");
         let mut expand = pav_sdk::build::expand(volume_id, 0);
@@ -690,8 +700,11 @@ impl csi::controller_server::Controller for ControllerService {
         snapshot.parameters = convert::split_parameters(&req.parameters).0;
         snapshot.secrets = secrets;
 
-        let _guard = (self.shared.in_flight).claim(format!("snapshot name {name:?}"))?;
-        let _source_guard = self.shared.in_flight.claim(format!("volume {source}"))?;
+        let _guard = (self.shared.in_flight).claim(Key::SnapshotName(name.to_owned()))?;
+        let _source_guard = self
+            .shared
+            .in_flight
+            .claim(Key::Volume(source.to_owned()))?;
         tracing::info!(name, source, secrets = ?snapshot.secrets, "CreateSnapshot");
         let mut fingerprint = snapshot.clone();
         fingerprint.secrets = Default::default();
@@ -752,7 +765,7 @@ impl csi::controller_server::Controller for ControllerService {
         let req = request.into_inner();
         let snapshot_id = limits::required("snapshot_id", &req.snapshot_id)?;
         let secrets = convert::secrets(&req.secrets)?;
-        let _guard = (self.shared.in_flight).claim(format!("snapshot {snapshot_id}"))?;
+        let _guard = (self.shared.in_flight).claim(Key::Snapshot(snapshot_id.to_owned()))?;
         tracing::info!(snapshot_id, "DeleteSnapshot");
         let mut delete = pav_sdk::build::delete_snapshot(snapshot_id);
         delete.secrets = secrets;

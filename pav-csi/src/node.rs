@@ -10,6 +10,7 @@ use crate::convert;
 use crate::csi;
 use crate::csi::node_service_capability::rpc::Type as RpcType;
 use crate::error::{internal, status};
+use crate::guard::Key;
 use crate::limits;
 use crate::mount;
 use crate::occupancy::{check_free, same_file};
@@ -396,9 +397,12 @@ impl NodeService {
         let volume_id = stage.handle.to_string();
         let volume_id = volume_id.as_str();
         let target = stage.target_path.clone();
-        let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        let _guard = self
+            .shared
+            .in_flight
+            .claim(Key::Volume(volume_id.to_owned()))?;
         // Two volumes published at one target at once must not both find it free.
-        let _target_guard = (self.shared.in_flight).claim(format!("target path {target:?}"))?;
+        let _target_guard = (self.shared.in_flight).claim(Key::TargetPath(target.clone()))?;
         let (path, mode, read_only) = (target.clone(), stage.volume_mode, stage.read_only);
         // What the provisioner stages is unknown until it runs: a read-only
         // mount there may be the provisioner's own choice.
@@ -450,10 +454,12 @@ impl csi::node_server::Node for NodeService {
         let secrets = convert::secrets(&req.secrets)?;
         self.check_capability(&capability)?;
 
-        let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        let _guard = self
+            .shared
+            .in_flight
+            .claim(Key::Volume(volume_id.to_owned()))?;
         // Two volumes staged at one path at once must not both find it free.
-        let _path_guard =
-            (self.shared.in_flight).claim(format!("staging path {}", staging.display()))?;
+        let _path_guard = (self.shared.in_flight).claim(Key::StagingPath(staging.clone()))?;
         let record = Record {
             volume_id: volume_id.to_owned(),
             staging: staging.clone(),
@@ -495,7 +501,10 @@ impl csi::node_server::Node for NodeService {
             .node
             .paths
             .path("staging_target_path", &req.staging_target_path)?;
-        let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        let _guard = self
+            .shared
+            .in_flight
+            .claim(Key::Volume(volume_id.to_owned()))?;
         let (records, id, path) = (
             self.node.staged.clone(),
             volume_id.to_owned(),
@@ -572,9 +581,12 @@ impl csi::node_server::Node for NodeService {
             )));
         }
 
-        let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        let _guard = self
+            .shared
+            .in_flight
+            .claim(Key::Volume(volume_id.to_owned()))?;
         // Two volumes published at one target at once must not both find it free.
-        let _target_guard = (self.shared.in_flight).claim(format!("target path {target:?}"))?;
+        let _target_guard = (self.shared.in_flight).claim(Key::TargetPath(target.clone()))?;
         let read_only = req.readonly || capability.access_mode.is_read_only();
         tracing::info!(volume_id, target = ?target, read_only, "NodePublishVolume");
         let mode = capability.mode;
@@ -636,7 +648,10 @@ impl csi::node_server::Node for NodeService {
         let req = request.into_inner();
         let volume_id = limits::required("volume_id", &req.volume_id)?;
         let target = self.node.paths.path("target_path", &req.target_path)?;
-        let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        let _guard = self
+            .shared
+            .in_flight
+            .claim(Key::Volume(volume_id.to_owned()))?;
         tracing::info!(volume_id, target = ?target, "NodeUnpublishVolume");
         let path = target.clone();
         blocking(move || unmount_and_remove(&path)).await?;
@@ -737,7 +752,10 @@ impl csi::node_server::Node for NodeService {
         let staging_path = (!req.staging_target_path.is_empty())
             .then(|| self.node.paths.lookup(&req.staging_target_path))
             .flatten();
-        let _guard = self.shared.in_flight.claim(format!("volume {volume_id}"))?;
+        let _guard = self
+            .shared
+            .in_flight
+            .claim(Key::Volume(volume_id.to_owned()))?;
         let (path, mode) = blocking(move || {
             let not_found = || Status::not_found(message.clone());
             if !mount::is_mount_point(&path).map_err(|e| internal("reading mounts", e))? {
