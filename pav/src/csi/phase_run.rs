@@ -39,8 +39,8 @@ pub enum PhaseError {
     #[error("{0}")]
     Failed(String),
     /// The pod could not be created, or its run did not end.
-    #[error("{0}")]
-    Run(#[source] DriverError),
+    #[error(transparent)]
+    Run(DriverError),
 }
 
 /// A phase pod that terminated.

@@ -47,8 +47,8 @@ pub enum DriverError {
     #[error("{}", crate::telemetry::truncate(.0.to_string()))]
     Render(#[source] pav_templates::Error),
     /// The blocking thread that renders panicked or was cancelled.
-    #[error("{0}")]
-    RenderThread(#[source] tokio::task::JoinError),
+    #[error(transparent)]
+    RenderThread(tokio::task::JoinError),
     /// A pod did not finish, or was not deleted, in time; a pod that runs
     /// carries on and the CO's retry picks it up.
     #[error("{0}")]

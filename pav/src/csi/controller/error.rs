@@ -18,11 +18,11 @@ pub(super) enum CreateError {
     #[error("the claim is unknown: run external-provisioner with --extra-create-metadata")]
     NoClaim,
     /// Reading the claim or its StorageClass.
-    #[error("{0}")]
-    ReadObjects(#[source] DriverError),
+    #[error(transparent)]
+    ReadObjects(DriverError),
     /// The PavProvisioner is missing, not listed yet or invalid.
-    #[error("{0}")]
-    Provisioner(#[source] DriverError),
+    #[error(transparent)]
+    Provisioner(DriverError),
     /// The PavProvisioner does not list `Dynamic`.
     #[error("PavProvisioner {provisioner} does not do dynamic provisioning")]
     NotDynamic {
@@ -30,8 +30,8 @@ pub(super) enum CreateError {
         provisioner: String,
     },
     /// The claim and class do not make a template context.
-    #[error("{0}")]
-    Context(#[source] pav_templates::Error),
+    #[error(transparent)]
+    Context(pav_templates::Error),
     /// Evaluating a phase's templates.
     #[error("{source}")]
     Render {
@@ -63,17 +63,17 @@ pub(super) enum CreateError {
         handle: String,
     },
     /// The evaluated validation rules refuse the request.
-    #[error("{0}")]
-    Refused(#[source] pav_templates::phase::Refusal),
+    #[error(transparent)]
+    Refused(pav_templates::phase::Refusal),
     /// Reading the pod cache.
-    #[error("{0}")]
-    PodCache(#[source] DriverError),
+    #[error(transparent)]
+    PodCache(DriverError),
     /// The validation pod failed (`INVALID_ARGUMENT`) or did not finish.
-    #[error("{0}")]
-    ValidationPod(#[source] PhaseError),
+    #[error(transparent)]
+    ValidationPod(PhaseError),
     /// The creation pod did not finish (the CO's retry picks it up).
-    #[error("{0}")]
-    CreationPod(#[source] DriverError),
+    #[error(transparent)]
+    CreationPod(DriverError),
     /// The creation pod failed; the deletion pod ran to undo the creation
     /// (`undo`: how that failed).
     #[error("{message}{}", then(undo.as_deref()))]
@@ -175,20 +175,20 @@ impl From<CreateError> for Error {
 #[derive(Debug, thiserror::Error)]
 pub(super) enum DeleteError {
     /// Reading the volume's claim or its StorageClass.
-    #[error("{0}")]
-    ReadObjects(#[source] DriverError),
+    #[error(transparent)]
+    ReadObjects(DriverError),
     /// The PavProvisioner is missing, not listed yet or invalid.
-    #[error("{0}")]
-    Provisioner(#[source] DriverError),
+    #[error(transparent)]
+    Provisioner(DriverError),
     /// The recorded claim and class make no template context.
-    #[error("{0}")]
-    Context(#[source] pav_templates::Error),
+    #[error(transparent)]
+    Context(pav_templates::Error),
     /// Evaluating `spec.volumeDeletion`.
-    #[error("{0}")]
-    Render(#[source] DriverError),
+    #[error(transparent)]
+    Render(DriverError),
     /// The deletion pod failed (`INTERNAL`) or did not finish.
-    #[error("{0}")]
-    DeletionPod(#[source] PhaseError),
+    #[error(transparent)]
+    DeletionPod(PhaseError),
 }
 
 impl From<DeleteError> for Error {
@@ -215,6 +215,22 @@ mod tests {
     use k8s_openapi::api::core::v1::PersistentVolumeClaim;
     use k8s_openapi::api::storage::v1::StorageClass;
     use pav_templates::CreationContext;
+
+    /// A step's error that only carries another one prints it once: an
+    /// error-chain printer (`anyhow`'s `{:#}`, tracing's error fields)
+    /// walks `source()`, and a `{0}` message with the same error as its
+    /// source printed the cause twice.
+    #[test]
+    fn a_wrapped_cause_is_printed_once_in_the_chain() {
+        let error = CreateError::Provisioner(DriverError::InvalidProvisioner(
+            "PavProvisioner p: spec.volumeCreation: missing".into(),
+        ));
+        let chain: Vec<String> =
+            std::iter::successors(Some(&error as &dyn std::error::Error), |e| e.source())
+                .map(ToString::to_string)
+                .collect();
+        assert_eq!(chain, ["PavProvisioner p: spec.volumeCreation: missing"]);
+    }
 
     #[test]
     fn capacity_refusals_are_out_of_range_the_others_invalid() {

@@ -24,8 +24,8 @@ enum ExpandError {
         handle: String,
     },
     /// The PavProvisioner is missing, not listed yet or invalid.
-    #[error("{0}")]
-    Provisioner(#[source] DriverError),
+    #[error(transparent)]
+    Provisioner(DriverError),
     /// The PavProvisioner has no `spec.volumeExpansion`.
     #[error("PavProvisioner {provisioner} has no spec.volumeExpansion: its volumes do not grow")]
     NotExpandable {
@@ -33,17 +33,17 @@ enum ExpandError {
         provisioner: String,
     },
     /// Reading the volume's claim.
-    #[error("{0}")]
-    ReadClaim(#[source] DriverError),
+    #[error(transparent)]
+    ReadClaim(DriverError),
     /// The volume makes no template context.
-    #[error("{0}")]
-    Context(#[source] pav_templates::Error),
+    #[error(transparent)]
+    Context(pav_templates::Error),
     /// Evaluating `spec.volumeExpansion`.
-    #[error("{0}")]
-    Render(#[source] DriverError),
+    #[error(transparent)]
+    Render(DriverError),
     /// The expansion pod failed or did not finish.
-    #[error("{0}")]
-    ExpansionPod(#[source] PhaseError),
+    #[error(transparent)]
+    ExpansionPod(PhaseError),
     /// The pod's `/pav/capacity` is no quantity.
     #[error("expansion pod {pod}: /pav/capacity: {source}")]
     Capacity {

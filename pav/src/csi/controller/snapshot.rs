@@ -28,8 +28,8 @@ enum SnapshotError {
         handle: String,
     },
     /// The PavProvisioner is missing, not listed yet or invalid.
-    #[error("{0}")]
-    Provisioner(#[source] DriverError),
+    #[error(transparent)]
+    Provisioner(DriverError),
     /// The PavProvisioner has no `spec.snapshotCreation`.
     #[error("PavProvisioner {provisioner} has no spec.snapshotCreation: it takes no snapshots")]
     NoSnapshots {
@@ -37,17 +37,17 @@ enum SnapshotError {
         provisioner: String,
     },
     /// Reading the source volume's claim or the recorded snapshots.
-    #[error("{0}")]
-    ReadObjects(#[source] DriverError),
+    #[error(transparent)]
+    ReadObjects(DriverError),
     /// The source volume makes no template context.
-    #[error("{0}")]
-    Context(#[source] pav_templates::Error),
+    #[error(transparent)]
+    Context(pav_templates::Error),
     /// Evaluating `spec.snapshotCreation` or `spec.snapshotDeletion`.
-    #[error("{0}")]
-    Render(#[source] DriverError),
+    #[error(transparent)]
+    Render(DriverError),
     /// The snapshot creation or deletion pod failed or did not finish.
-    #[error("{0}")]
-    Pod(#[source] PhaseError),
+    #[error(transparent)]
+    Pod(PhaseError),
     /// The handle the spec or the pod gave is no handle.
     #[error("snapshot handle {0:?} must be 1 to 128 bytes on one line")]
     Handle(String),

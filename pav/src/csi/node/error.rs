@@ -18,11 +18,11 @@ pub enum StageError {
     #[error("the client pod is unknown: the CSIDriver needs podInfoOnMount: true")]
     NoPodInfo,
     /// Reading the client pod.
-    #[error("{0}")]
-    ClientPod(#[source] DriverError),
+    #[error(transparent)]
+    ClientPod(DriverError),
     /// Reading the client pod's claims, their volumes, or this node.
-    #[error("{0}")]
-    ReadObjects(#[source] DriverError),
+    #[error(transparent)]
+    ReadObjects(DriverError),
     /// None of the client pod's claims is bound to the volume.
     #[error("pod {pod} uses no claim bound to volume {handle:?} of {provisioner}")]
     NoVolume {
@@ -34,17 +34,17 @@ pub enum StageError {
         provisioner: String,
     },
     /// The PavProvisioner is missing, not listed yet or invalid.
-    #[error("{0}")]
-    Provisioner(#[source] DriverError),
+    #[error(transparent)]
+    Provisioner(DriverError),
     /// The claim, volume and node do not make a template context.
-    #[error("{0}")]
-    Context(#[source] pav_templates::Error),
+    #[error(transparent)]
+    Context(pav_templates::Error),
     /// Evaluating `spec.volumeStaging`.
-    #[error("{0}")]
-    Render(#[source] DriverError),
+    #[error(transparent)]
+    Render(DriverError),
     /// Creating the staging pod, or waiting for it to be ready.
-    #[error("{0}")]
-    StagingPod(#[source] DriverError),
+    #[error(transparent)]
+    StagingPod(DriverError),
     /// The staging pod failed, or what it put at `/pav/volume` cannot be
     /// used; the unstaging pod ran to undo it (`undo`: how that failed).
     #[error("{message}{}", undo.as_ref().map(|e| format!("; then {e}")).unwrap_or_default())]
@@ -101,29 +101,29 @@ impl From<StageError> for Error {
 #[derive(Debug, thiserror::Error)]
 pub enum UnstageError {
     /// Listing this node's staging pods of the volume.
-    #[error("{0}")]
-    ListStagingPods(#[source] DriverError),
+    #[error(transparent)]
+    ListStagingPods(DriverError),
     /// The PavProvisioner is missing, not listed yet or invalid.
-    #[error("{0}")]
-    Provisioner(#[source] DriverError),
+    #[error(transparent)]
+    Provisioner(DriverError),
     /// Reading the claim, its volume or this node.
-    #[error("{0}")]
-    ReadObjects(#[source] DriverError),
+    #[error(transparent)]
+    ReadObjects(DriverError),
     /// The claim, volume and node do not make a template context.
-    #[error("{0}")]
-    Context(#[source] pav_templates::Error),
+    #[error(transparent)]
+    Context(pav_templates::Error),
     /// Evaluating `spec.volumeUnstaging`.
-    #[error("{0}")]
-    Render(#[source] DriverError),
+    #[error(transparent)]
+    Render(DriverError),
     /// The unstaging phase recorded on the staging pod does not parse.
     #[error("annotation {ANNOTATION_UNSTAGING}: {0}")]
     RecordedUnstaging(#[source] serde_json::Error),
     /// Stopping the staging pod, or waiting for it to stop.
-    #[error("{0}")]
-    StopStagingPod(#[source] DriverError),
+    #[error(transparent)]
+    StopStagingPod(DriverError),
     /// The unstaging pod failed (`INTERNAL`) or did not finish.
-    #[error("{0}")]
-    UnstagingPod(#[source] PhaseError),
+    #[error(transparent)]
+    UnstagingPod(PhaseError),
     /// Unmounting or removing what the staging pod left.
     #[error("cleaning up after staging pod {pod}: {source}")]
     CleanUp {
@@ -134,8 +134,8 @@ pub enum UnstageError {
         source: PodDirError,
     },
     /// Letting the staging pod go (removing its finalizer).
-    #[error("{0}")]
-    ReleaseStagingPod(#[source] DriverError),
+    #[error(transparent)]
+    ReleaseStagingPod(DriverError),
 }
 
 impl UnstageError {

@@ -26,8 +26,8 @@ use crate::pods::{
 #[derive(Debug, thiserror::Error)]
 enum GrowthError {
     /// Reading the pod cache for the staging pod.
-    #[error("{0}")]
-    ListStagingPods(#[source] DriverError),
+    #[error(transparent)]
+    ListStagingPods(DriverError),
     /// No staging pod on this node has the volume at that path.
     #[error("volume {handle:?} is not staged at {path} on node {node}")]
     NotStaged {
@@ -39,8 +39,8 @@ enum GrowthError {
         node: String,
     },
     /// The PavProvisioner is missing, not listed yet or invalid.
-    #[error("{0}")]
-    Provisioner(#[source] DriverError),
+    #[error(transparent)]
+    Provisioner(DriverError),
     /// The staging pod does not record its claim or volume.
     #[error("staging pod {pod} records no {what}")]
     Unrecorded {
@@ -50,17 +50,17 @@ enum GrowthError {
         what: &'static str,
     },
     /// Reading the claim, volume or node.
-    #[error("{0}")]
-    ReadObjects(#[source] DriverError),
+    #[error(transparent)]
+    ReadObjects(DriverError),
     /// The objects make no template context.
-    #[error("{0}")]
-    Context(#[source] pav_templates::Error),
+    #[error(transparent)]
+    Context(pav_templates::Error),
     /// Evaluating `spec.volumeNodeExpansion`.
-    #[error("{0}")]
-    Render(#[source] DriverError),
+    #[error(transparent)]
+    Render(DriverError),
     /// The node expansion pod failed or did not finish.
-    #[error("{0}")]
-    NodeExpansionPod(#[source] PhaseError),
+    #[error(transparent)]
+    NodeExpansionPod(PhaseError),
     /// The staging pod's `/pav/stats` is not `used` and `available`.
     #[error("staging pod {pod}: /pav/stats: {message}")]
     Stats {
