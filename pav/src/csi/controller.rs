@@ -40,7 +40,7 @@ pub struct PodController {
 }
 
 /// One claim being provisioned, with the live objects its contexts need.
-struct Claim {
+struct ClaimObjects {
     pvc: PersistentVolumeClaim,
     sc: StorageClass,
     uid: String,
@@ -64,7 +64,7 @@ impl PodController {
         template: &PodTemplateSpec,
         phase: Phase,
         timeout: Option<std::time::Duration>,
-        claim: &Claim,
+        claim: &ClaimObjects,
         owner: Option<&OwnerReference>,
     ) -> Pod {
         self.driver
@@ -72,7 +72,7 @@ impl PodController {
             .claim_pod(phase, template, timeout, &claim.pvc)
     }
 
-    async fn claim(&self, req: &CreateRequest) -> std::result::Result<Claim, CreateError> {
+    async fn claim(&self, req: &CreateRequest) -> std::result::Result<ClaimObjects, CreateError> {
         let Some(claim) = &req.claim else {
             return Err(CreateError::NoClaim);
         };
@@ -99,7 +99,7 @@ impl PodController {
             })?;
         let uid = pvc.uid().unwrap_or_default();
         let reference = pvc.object_ref(&());
-        Ok(Claim {
+        Ok(ClaimObjects {
             pvc,
             sc,
             uid,
@@ -110,7 +110,7 @@ impl PodController {
     async fn create_volume(
         &self,
         req: &CreateRequest,
-        claim: &Claim,
+        claim: &ClaimObjects,
     ) -> std::result::Result<Volume, CreateError> {
         let (compiled, owner) = self
             .driver
@@ -263,7 +263,7 @@ impl PodController {
         &self,
         compiled: &Arc<pav_templates::CompiledProvisioner>,
         context: &CreationContext,
-        claim: &Claim,
+        claim: &ClaimObjects,
         owner: Option<&OwnerReference>,
     ) -> std::result::Result<(), PhaseError> {
         let (compiled, context) = (compiled.clone(), context.clone());
@@ -358,7 +358,7 @@ impl PodController {
 
     /// Deletes the claim's validation and creation pods once the claim is
     /// bound (their results are then recorded in the PersistentVolume) or gone.
-    fn clean_up_when_bound(&self, claim: &Claim) {
+    fn clean_up_when_bound(&self, claim: &ClaimObjects) {
         let driver = self.driver.clone();
         let (namespace, name, uid) = (
             claim.pvc.namespace().unwrap_or_default(),

@@ -14,7 +14,7 @@ use pav_templates::{CreationContext, Phase};
 
 use super::cleanup::clean_claim_pods;
 use super::error::DeleteError;
-use super::{Claim, PodController};
+use super::{ClaimObjects, PodController};
 use crate::csi::context::{DriverContext, api_error, pod_ref};
 use crate::csi::phase_run::PodFiles;
 
@@ -106,7 +106,7 @@ impl PodController {
                 ..StorageClass::default()
             },
         };
-        let claim = Claim {
+        let claim = ClaimObjects {
             uid: pvc.uid().unwrap_or_default(),
             reference: pv.object_ref(&()),
             pvc,
