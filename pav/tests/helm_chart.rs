@@ -374,3 +374,71 @@ fn chart_crd_is_generated() {
          `cargo run -p pav -- crd > charts/pav/files/crd.yaml`"
     );
 }
+
+/// The names of pav's own metrics, as its two registries export them
+/// (the `_total` of a counter, the `_bucket` of a histogram included).
+fn exported_metrics() -> Vec<String> {
+    let csi = std::sync::Arc::new(pav::csi::metrics::Metrics::default());
+    csi.start(pav_templates::Phase::Creation)
+        .finish(&Ok::<(), ()>(()));
+    let text = csi.encode();
+    let controller = pav::operator::metrics::Metrics::default();
+    controller.reconciled(
+        pav::operator::metrics::Outcome::Applied,
+        std::time::Duration::from_millis(1),
+    );
+    controller.set_volumes("p", Some(1));
+    (text + &controller.encode())
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.split(['{', ' ']).next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The alert rules and the dashboard ask only for metrics pav exports
+/// (`pav_*`), or the sidecars' and Prometheus' own: a renamed metric
+/// would silence an alert without anyone noticing.
+#[test]
+#[ignore = "needs helm"]
+fn alerts_and_dashboard_use_the_metrics_pav_exports() {
+    let values = "metrics: {prometheusRule: {enabled: true}, dashboard: {enabled: true}}";
+    let served = ["--api-versions", "monitoring.coreos.com/v1/PrometheusRule"];
+    let objects = helm_template("pav", values, &served);
+    let rule = objects
+        .iter()
+        .find(|o| o["kind"] == "PrometheusRule")
+        .expect("the PrometheusRule, when enabled and served");
+    let dashboard = objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "pav-dashboard")
+        .expect("the dashboard ConfigMap, when enabled");
+    let mut queries: Vec<String> = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["expr"].as_str().unwrap().to_owned())
+        .collect();
+    let board: Value =
+        serde_json::from_str(dashboard["data"]["pav.json"].as_str().unwrap()).unwrap();
+    for panel in board["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            queries.push(target["expr"].as_str().unwrap().to_owned());
+        }
+    }
+    let exported = exported_metrics();
+    let mut used = 0;
+    for query in &queries {
+        let names = query
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|word| word.starts_with("pav_"));
+        for name in names {
+            used += 1;
+            assert!(
+                exported.iter().any(|m| m == name),
+                "{name} (in {query}) is not a metric pav exports: {exported:?}"
+            );
+        }
+    }
+    assert!(used >= 8, "only {used} uses of pav metrics found");
+}
