@@ -229,6 +229,50 @@ pub(crate) fn from_topology(t: &csi::Topology) -> Topology {
     sorted(&t.segments)
 }
 
+/// The CSI form of a volume the provisioner created or listed, checked
+/// against what CSI allows in a `CreateVolumeResponse`: a `volume_id` of 1
+/// to 128 bytes free of the control characters CSI bans in names (kubelet
+/// and the sidecars pass it on as the PV's `volumeHandle`), a size that
+/// fits an int64, a `volume_context` of at most 4 KiB and valid topology
+/// segments.
+pub(crate) fn csi_volume(volume: &pav_sdk::Volume) -> Result<csi::Volume, Status> {
+    limits::name("volume_id", &volume.handle)?;
+    let volume_context = unsorted(&volume.context);
+    limits::map("volume_context", &volume_context)?;
+    limits::repeated("accessible_topology", volume.accessible_topology.len())?;
+    let accessible_topology: Vec<csi::Topology> =
+        volume.accessible_topology.iter().map(topology).collect();
+    for (i, topology) in accessible_topology.iter().enumerate() {
+        limits::topology(&format!("accessible_topology[{i}]"), &topology.segments)?;
+    }
+    Ok(csi::Volume {
+        capacity_bytes: limits::int64("capacity_bytes", volume.capacity_bytes)?,
+        volume_context,
+        content_source: None,
+        accessible_topology,
+        volume_id: volume.handle.to_string(),
+    })
+}
+
+/// The CSI form of a snapshot the provisioner returned, or `INTERNAL` when
+/// CSI cannot carry it.
+pub(crate) fn csi_snapshot(snapshot: pav_sdk::SnapshotInfo) -> Result<csi::Snapshot, Status> {
+    limits::name("snapshot_id", &snapshot.handle).map_err(|refused| {
+        Status::internal(format!(
+            "the provisioner returned a snapshot CSI cannot carry: {}",
+            refused.message()
+        ))
+    })?;
+    Ok(csi::Snapshot {
+        size_bytes: limits::int64("size_bytes", snapshot.size_bytes)?,
+        snapshot_id: snapshot.handle,
+        source_volume_id: snapshot.source,
+        creation_time: Some(prost_types::Timestamp::from(snapshot.created)),
+        ready_to_use: snapshot.ready,
+        group_snapshot_id: String::new(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
