@@ -8,7 +8,7 @@
 //!   not a string or a number.
 //! - Filters `tobash` and `tojson` with the original PaV's exact output.
 //! - Evaluation is bounded by fuel, recursion depth and output size.
-//! - Expressions are bounded in depth before they are parsed ([`nesting`]).
+//! - Expressions are bounded in depth before they are parsed ([`expression_depth`]).
 //! - Filters that walk a whole value (`tojson`, `string`, `pprint`, `join`)
 //!   refuse values nested deeper than [`MAX_VALUE_DEPTH`], cyclic ones
 //!   included; namespaces are emptied after each render
@@ -26,7 +26,7 @@ use minijinja::{AutoEscape, Environment, Error as JinjaError, ErrorKind, Output,
 mod collections;
 mod globals;
 mod json;
-pub mod nesting;
+pub mod expression_depth;
 mod numbers;
 mod operators;
 mod ordering;

@@ -12,10 +12,10 @@
 //!
 //! libyaml's scanner takes time in the product of tokens and open flow
 //! levels, so flow collections may nest at most [`MAX_YAML_FLOW_DEPTH`]
-//! deep, counted by libyaml's own parser as it goes (`yaml/nesting.rs`) and
+//! deep, counted by libyaml's own parser as it goes (`yaml/flow_depth.rs`) and
 //! checked before serde_yaml parses the document.
 
-mod nesting;
+mod flow_depth;
 
 use std::cell::Cell;
 use std::fmt;
@@ -92,7 +92,7 @@ pub struct FlowTooDeep {
 ///
 /// A document with no more `[` and `{` bytes than that cannot, which a
 /// count shows for nearly every document. Any other is walked with
-/// libyaml's own event parser (`nesting`), which counts the nesting the
+/// libyaml's own event parser ([`flow_depth`]), which counts the nesting the
 /// real parse would see and stops at the first level past the limit, so
 /// libyaml never scans far at a quadratic cost. Documents libyaml cannot
 /// parse are left to serde_yaml, which reports the error as it always has.
@@ -101,7 +101,7 @@ fn check_flow_nesting(text: &str) -> Result<(), FlowTooDeep> {
     if openings <= MAX_YAML_FLOW_DEPTH {
         return Ok(());
     }
-    match nesting::first_flow_collection_deeper_than(text, MAX_YAML_FLOW_DEPTH) {
+    match flow_depth::first_flow_collection_deeper_than(text, MAX_YAML_FLOW_DEPTH) {
         Some(offset) => Err(FlowTooDeep { offset }),
         None => Ok(()),
     }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use minijinja::value::{Object, Value};
 use pav_templates::engine::MAX_VALUE_DEPTH;
-use pav_templates::engine::nesting::MAX_EXPRESSION_DEPTH;
+use pav_templates::engine::expression_depth::MAX_EXPRESSION_DEPTH;
 use pav_templates::yaml::MAX_YAML_FLOW_DEPTH;
 use pav_templates::{CompiledProvisioner, Phase, Problems, samples};
 

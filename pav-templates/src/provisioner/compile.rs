@@ -47,7 +47,7 @@ impl Checker {
                 }
                 // Before minijinja parses it: its parser and compiler recurse
                 // once per level of an operator chain.
-                if let Err(too_deep) = engine::nesting::check_expression_depth(source) {
+                if let Err(too_deep) = engine::expression_depth::check_expression_depth(source) {
                     self.problems.push(Error::Syntax {
                         at: self.at(path, Some(too_deep.line)),
                         message: too_deep.to_string(),

@@ -1,4 +1,6 @@
-//! Flow nesting as libyaml's own parser sees it.
+//! The depth of flow collections (`[…]`, `{…}`) as libyaml's own parser
+//! sees it, counted before serde_yaml parses a document (the bound is
+//! [`MAX_YAML_FLOW_DEPTH`](super::MAX_YAML_FLOW_DEPTH)).
 //!
 //! libyaml (the one serde_yaml runs, `unsafe-libyaml-norway`) is driven
 //! here event by event, so quotes, comments, plain and block scalars are
