@@ -24,11 +24,12 @@ use minijinja::value::{ArgType, Kwargs, StringInput, Value, ValueKind, ValueOrKw
 use minijinja::{AutoEscape, Environment, Error as JinjaError, ErrorKind, Output, State};
 
 mod collections;
+mod comparisons;
 mod globals;
 mod json;
 pub mod expression_depth;
 mod numbers;
-mod operators;
+mod rewrite;
 mod ordering;
 mod pyrepr;
 mod stack;
@@ -109,7 +110,7 @@ pub(crate) fn environment() -> Environment<'static> {
     env.add_filter("dictsort", ordering::dictsort_filter);
     env.add_filter("groupby", ordering::groupby_filter);
     // The comparison operators (through the source rewrite) and tests.
-    operators::register(&mut env);
+    comparisons::register(&mut env);
     env.add_function("lipsum", globals::lipsum);
     env.add_function("cycler", globals::cycler);
     env.add_function("joiner", minijinja_contrib::globals::joiner);
@@ -127,7 +128,7 @@ pub(crate) fn environment() -> Environment<'static> {
 /// The source minijinja compiles for a template's `source`: every line
 /// ending (`\r\n`, `\r`) written as `\n`, as Jinja2's lexer reads it
 /// (its `newline_sequence`), in text and string literals alike; and every
-/// comparison routed to Python's rules ([`operators`]). Line numbers are
+/// comparison routed to Python's rules ([`rewrite`]). Line numbers are
 /// unchanged for `\r\n`.
 pub(crate) fn template_source(source: &str) -> String {
     let normalized = if source.contains('\r') {
@@ -135,7 +136,7 @@ pub(crate) fn template_source(source: &str) -> String {
     } else {
         source.to_owned()
     };
-    operators::route_comparisons(&normalized, &syntax())
+    rewrite::route_comparisons(&normalized, &syntax())
 }
 
 /// Bytes one unit of fuel pays for (minijinja's `UNITS_PER_FUEL`: fuel is

@@ -3,7 +3,7 @@
 //! and `in` walked it by recursion at no cost, so comparing it in a loop
 //! took seconds to minutes (5,000 levels compared 8,000 times: 11 s in a
 //! release build; 21,900 levels 20,000 times: 181 s). Comparisons now go
-//! through pav's own (`engine/operators.rs`): they refuse values nested
+//! through pav's own (`engine/comparisons.rs`): they refuse values nested
 //! deeper than `MAX_VALUE_DEPTH` as Jinja2 does past Python's recursion
 //! limit, and charge fuel for every pair of items they visit. These tests
 //! count work through the fuel and the depth limit, not the clock.

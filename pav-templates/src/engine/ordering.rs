@@ -1,5 +1,5 @@
 //! Comparing as Python does: the comparison operators and tests
-//! ([`operators`](super::operators)) and the filters `sort`, `min`, `max`,
+//! ([`comparisons`](super::comparisons)) and the filters `sort`, `min`, `max`,
 //! `unique`, `dictsort` refuse what Python refuses (the filters then let
 //! minijinja compute the result).
 //!

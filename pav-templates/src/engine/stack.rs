@@ -4,7 +4,7 @@
 //! printing (`~`, `format`, `upper`, …), hashing and dropping a list or
 //! mapping. (Comparisons are pav's own and stop at
 //! [`MAX_VALUE_DEPTH`](super::MAX_VALUE_DEPTH): see
-//! [`operators`](super::operators).) A template can
+//! [`comparisons`](super::comparisons).) A template can
 //! nest values as deeply as its fuel allows, far deeper than any
 //! Kubernetes object (about 15 levels), and pav cannot refuse them when
 //! they are made: minijinja has no hook on building a list, a mapping or a
