@@ -1,0 +1,146 @@
+//! `NodeGetVolumeStats`: the provisioner's answer, or what pav-csi
+//! measures of the volume mounted at the path given.
+
+use std::path::Path;
+
+use pav_sdk::{Usage, VolumeCondition, VolumeMode, VolumeStats};
+use tonic::Status;
+
+use super::NodeService;
+use super::binds::{blocking, mounted_mode};
+use crate::csi;
+use crate::error::{internal, status};
+use crate::limits;
+
+/// A `NodeGetVolumeStatsRequest` that passed [`check`].
+#[derive(Debug)]
+pub(crate) struct Checked {
+    volume_id: String,
+    volume_path: String,
+    /// Empty when not given.
+    staging_target_path: String,
+}
+
+/// The volume id, the volume path and the paths' limits.
+pub(crate) fn check(req: &csi::NodeGetVolumeStatsRequest) -> Result<Checked, Status> {
+    limits::required("volume_id", &req.volume_id)?;
+    let volume_path = limits::required_path("volume_path", &req.volume_path)?;
+    limits::path("staging_target_path", &req.staging_target_path)?;
+    Ok(Checked {
+        volume_id: req.volume_id.clone(),
+        volume_path: volume_path.to_owned(),
+        staging_target_path: req.staging_target_path.clone(),
+    })
+}
+
+/// Finds the volume mounted at the path (`NOT_FOUND` when none is, or the
+/// path lies outside the kubelet directory), measures it and asks the
+/// provisioner's Stats, if it has one.
+pub(crate) async fn run(
+    service: &NodeService,
+    checked: Checked,
+) -> Result<csi::NodeGetVolumeStatsResponse, Status> {
+    let Checked {
+        volume_id,
+        volume_path,
+        staging_target_path,
+    } = checked;
+    let paths = &service.node.paths;
+    let message = format!("no volume is published at {volume_path}");
+    // Nothing of this driver's is mounted outside the kubelet directory.
+    let path = paths
+        .lookup(&volume_path)
+        .ok_or_else(|| Status::not_found(message.clone()))?;
+    let staging_path = (!staging_target_path.is_empty())
+        .then(|| paths.lookup(&staging_target_path))
+        .flatten();
+    let (path, mode, measured) = blocking(move || {
+        let mode = mounted_mode(&path, || Status::not_found(message.clone()))?;
+        let measured = measure(&path, mode);
+        Ok((path, mode, measured))
+    })
+    .await?;
+    let provisioner = &service.shared.provisioner;
+    let stats = match provisioner.stats() {
+        None => measured.map_err(|e| internal("reading usage", e))?,
+        Some(provisioner) => {
+            let mut ask = pav_sdk::build::stats(volume_id.as_str(), path, mode);
+            ask.staging_path = staging_path;
+            ask.measured = measured.ok();
+            provisioner.stats(ask).await.map_err(|e| {
+                tracing::warn!(volume_id, error = e.message(), "NodeGetVolumeStats failed");
+                status(e)
+            })?
+        }
+    };
+    csi_stats(stats, provisioner.stats().is_some())
+}
+
+/// What pav-csi measures of the volume at `path` itself: `statvfs` (bytes
+/// and inodes) for a filesystem, the device's size for a block volume.
+fn measure(path: &Path, mode: VolumeMode) -> std::io::Result<VolumeStats> {
+    if mode == VolumeMode::Filesystem {
+        let fs = rustix::fs::statvfs(path)?;
+        let block = fs.f_frsize;
+        let bytes = Usage {
+            total: fs.f_blocks.saturating_mul(block),
+            available: fs.f_bavail.saturating_mul(block),
+            used: (fs.f_blocks.saturating_sub(fs.f_bfree)).saturating_mul(block),
+        };
+        let inodes = Usage {
+            total: fs.f_files,
+            available: fs.f_ffree,
+            used: fs.f_files.saturating_sub(fs.f_ffree),
+        };
+        return Ok(VolumeStats::bytes(bytes).with_inodes(inodes));
+    }
+    // A block device's size is where seeking to its end lands.
+    use std::io::Seek;
+    let size = std::fs::File::open(path)?.seek(std::io::SeekFrom::End(0))?;
+    Ok(VolumeStats::bytes(Usage {
+        total: size,
+        available: 0,
+        used: 0,
+    }))
+}
+
+/// The CSI answer for `stats`. With `VOLUME_CONDITION` advertised
+/// (`condition_advertised`) the spec requires a condition: none from the
+/// provisioner is reported as healthy.
+fn csi_stats(
+    stats: VolumeStats,
+    condition_advertised: bool,
+) -> Result<csi::NodeGetVolumeStatsResponse, Status> {
+    use csi::volume_usage::Unit;
+    let usage = |unit: Unit, u: Usage| {
+        let count = |field: &str, value| {
+            let field = format!("{} {field}", unit.as_str_name().to_lowercase());
+            limits::int64(&field, value)
+        };
+        Ok::<_, Status>(csi::VolumeUsage {
+            available: count("available", u.available)?,
+            total: count("total", u.total)?,
+            used: count("used", u.used)?,
+            unit: unit as i32,
+        })
+    };
+    let mut usages = Vec::new();
+    if let Some(bytes) = stats.bytes {
+        usages.push(usage(Unit::Bytes, bytes)?);
+    }
+    if let Some(inodes) = stats.inodes {
+        usages.push(usage(Unit::Inodes, inodes)?);
+    }
+    let condition = match stats.condition {
+        Some(c) => Some(c),
+        None if condition_advertised => Some(VolumeCondition::healthy()),
+        None => None,
+    };
+    Ok(csi::NodeGetVolumeStatsResponse {
+        usage: usages,
+        volume_condition: condition.map(|c| csi::VolumeCondition {
+            abnormal: c.abnormal,
+            message: c.message,
+        }),
+    })
+}
