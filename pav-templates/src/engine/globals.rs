@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use minijinja::value::{Kwargs, Object, ObjectRepr, Rest, Value, from_args};
 use minijinja::{Error as JinjaError, ErrorKind, State};
 
-use super::{keyword, keywords};
+use super::args::{keyword, keywords};
 
 /// Jinja2's `Cycler`: `next()` returns the current item and moves to the
 /// following one (back to the first after the last), `current` is the item

@@ -8,8 +8,10 @@
 use minijinja::value::{Kwargs, Value, ValueKind};
 use minijinja::{Error as JinjaError, ErrorKind, State};
 
+use super::args::keyword;
+use super::kind_name;
+use super::limits::{BYTES_PER_FUEL, check_value_shape};
 use super::numbers::python_number;
-use super::{BYTES_PER_FUEL, check_value_shape, keyword, kind_name};
 
 pub(crate) fn tojson_filter(
     state: &State<'_, '_>,

@@ -10,7 +10,7 @@
 use minijinja::value::{Kwargs, Rest, Value, ValueKind, from_args};
 use minijinja::{Error as JinjaError, ErrorKind};
 
-use super::{keyword, keywords};
+use super::args::{keyword, keywords};
 
 /// Python's `str()` of a number: integers in full, floats as `repr` does
 /// (`1.0`, `1e+16`, `1e-05`).

@@ -22,7 +22,9 @@ use std::cmp::Ordering;
 use minijinja::value::{Kwargs, Rest, Value, ValueKind};
 use minijinja::{Error as JinjaError, ErrorKind, State};
 
-use super::{ITEMS_PER_FUEL, MAX_VALUE_DEPTH, keyword, keywords};
+use super::MAX_VALUE_DEPTH;
+use super::args::{keyword, keywords};
+use super::limits::ITEMS_PER_FUEL;
 
 /// Python's name of a value's type, as its `TypeError`s write it.
 fn python_type(value: &Value) -> &'static str {

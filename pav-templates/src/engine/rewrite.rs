@@ -41,8 +41,9 @@ impl Comparison {
 }
 
 /// `source` with every comparison routed to the functions of
-/// [`comparisons`](super::comparisons), lines kept where they are. The source unchanged when it has none, or
-/// when it does not parse (minijinja then reports the error).
+/// [`comparisons`](super::comparisons), lines kept where they are. The
+/// source unchanged when it has none, or when it does not parse
+/// (minijinja then reports the error).
 pub(crate) fn route_comparisons(source: &str, syntax: &SyntaxConfig) -> String {
     if !might_compare(source) {
         return source.to_owned();

@@ -3,23 +3,15 @@
 //!
 //! Contract: anything that builds text of a size the template chooses
 //! (`center(10**9)`, `zfill`, `expandtabs`) checks that size against the
-//! remaining fuel before allocating, as `super::python_method` does.
+//! remaining fuel before allocating ([`afford`]), as
+//! [`python_method`](super::python::python_method) does.
 
 use minijinja::value::{ArgType, Kwargs, Rest, Value, ValueKind, ValueOrKwargs, from_args};
 use minijinja::{Error as JinjaError, ErrorKind, State};
 
+use super::args::{keyword, keywords};
+use super::limits::{afford, format_size};
 use super::pyrepr::{python_repr, python_str};
-use super::{BYTES_PER_FUEL, keyword, keywords};
-
-/// Fails with the fuel error when `bytes` more of output cannot be paid for.
-fn afford(state: &State<'_, '_>, bytes: u64) -> Result<(), JinjaError> {
-    if let Some((_, remaining)) = state.fuel_levels()
-        && bytes > remaining.saturating_mul(BYTES_PER_FUEL)
-    {
-        state.consume_fuel(remaining.saturating_add(1))?;
-    }
-    Ok(())
-}
 
 fn text_of(filter: &str, value: &Value) -> Result<String, JinjaError> {
     match value.kind() {
@@ -856,10 +848,7 @@ pub(crate) fn str_method(
                     "str.format_map(): the argument must be a mapping",
                 ));
             }
-            afford(
-                state,
-                super::format_size(text, std::slice::from_ref(&mapping)),
-            )?;
+            afford(state, format_size(text, std::slice::from_ref(&mapping)))?;
             let mut pairs = Vec::new();
             for key in mapping.try_iter()? {
                 let item = mapping.get_item(&key)?;
