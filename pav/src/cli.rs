@@ -47,8 +47,7 @@ pub enum Command {
         /// The PavProvisioner YAML file.
         file: PathBuf,
         /// Which phase to evaluate.
-        /// (validation, creation, deletion, staging or unstaging)
-        #[arg(long)]
+        #[arg(long, value_parser = phase_parser())]
         phase: Phase,
         /// The PersistentVolumeClaim (default: a 1Gi ReadWriteOnce sample claim).
         #[arg(long)]
@@ -986,4 +985,12 @@ spec: {{x: [{aliases}]}}
         assert_eq!(pod, expected);
         assert_eq!(pod.metadata.namespace.as_deref(), Some("pav-system"));
     }
+}
+
+/// Parses `--phase`, listing every phase (from [`Phase::ALL`]) in `--help`
+/// and in the error for an unknown one.
+fn phase_parser() -> impl clap::builder::TypedValueParser<Value = Phase> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(Phase::ALL.map(Phase::name))
+        .map(|name| name.parse::<Phase>().expect("one of Phase::ALL's names"))
 }
