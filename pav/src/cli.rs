@@ -714,6 +714,14 @@ fn to_yaml<T: Serialize>(
     })?)
 }
 
+/// Parses `--phase`, listing every phase (from [`Phase::ALL`]) in `--help`
+/// and in the error for an unknown one.
+fn phase_parser() -> impl clap::builder::TypedValueParser<Value = Phase> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(Phase::ALL.map(Phase::name))
+        .map(|name| name.parse::<Phase>().expect("one of Phase::ALL's names"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -985,12 +993,4 @@ spec: {{x: [{aliases}]}}
         assert_eq!(pod, expected);
         assert_eq!(pod.metadata.namespace.as_deref(), Some("pav-system"));
     }
-}
-
-/// Parses `--phase`, listing every phase (from [`Phase::ALL`]) in `--help`
-/// and in the error for an unknown one.
-fn phase_parser() -> impl clap::builder::TypedValueParser<Value = Phase> {
-    use clap::builder::TypedValueParser as _;
-    clap::builder::PossibleValuesParser::new(Phase::ALL.map(Phase::name))
-        .map(|name| name.parse::<Phase>().expect("one of Phase::ALL's names"))
 }
