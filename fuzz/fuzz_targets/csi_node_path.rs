@@ -1,6 +1,6 @@
 //! pav-csi's node path and volume id checks on arbitrary text.
 //!
-//! As a staging or target path (`Confinement::path`, what every node RPC
+//! As a staging or target path (`Paths::path`, what every node RPC
 //! calls first), against a fixed tree with symlinks that point out of the
 //! kubelet directory, into the driver's state directory, up, nowhere and
 //! at themselves; text not starting with `/` is taken below the tree's
@@ -15,8 +15,8 @@
 //! file names (no `/`, NUL, `.` or `..`, 1 to 255 bytes), and what it
 //! accepts, joined to a directory, names an entry of that directory.
 //!
-//! The path checks are private to pav-csi, so `paths.rs` and `limits.rs`
-//! are compiled here from its source.
+//! The path check is the one every node RPC's check calls, reached
+//! through `pav_csi::fuzzing` (cargo feature `fuzzing`).
 
 #![no_main]
 
@@ -25,17 +25,9 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
+use pav_csi::fuzzing::Paths;
 use pav_sdk::VolumeId;
 use tonic::Code;
-
-#[allow(dead_code)]
-#[path = "../../pav-csi/src/limits.rs"]
-mod limits;
-#[allow(dead_code)]
-#[path = "../../pav-csi/src/paths.rs"]
-mod paths;
-
-use paths::Confinement;
 
 /// Linux's `PATH_MAX` and `NAME_MAX`.
 const MAX_PATH: usize = 4096;
@@ -49,7 +41,7 @@ struct Tree {
     kubelet: PathBuf,
     state: PathBuf,
     /// The same directories, configured as written and through `kl`.
-    confinements: [Confinement; 2],
+    confinements: [Paths; 2],
 }
 
 fn tree() -> &'static Tree {
@@ -85,10 +77,8 @@ fn tree() -> &'static Tree {
         for (link, target) in links {
             std::os::unix::fs::symlink::<PathBuf, _>(target, root.join(link)).unwrap();
         }
-        let confinements = [kubelet.clone(), root.join("kl")].map(|kubelet_dir| Confinement {
-            kubelet_dir,
-            state_dir: state.clone(),
-        });
+        let confinements = [kubelet.clone(), root.join("kl")]
+            .map(|kubelet_dir| Paths::new(kubelet_dir, state.clone()));
         Tree {
             root,
             kubelet,
@@ -114,7 +104,7 @@ fuzz_target!(|data: &[u8]| {
     }
 });
 
-fn check_path(tree: &Tree, confinement: &Confinement, value: &str) {
+fn check_path(tree: &Tree, confinement: &Paths, value: &str) {
     const FIELD: &str = "staging_target_path";
     let lookup = confinement.lookup(value);
     if let Some(found) = &lookup {

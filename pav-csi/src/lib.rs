@@ -126,6 +126,13 @@
 //! | Secrets | logs | CSI messages with secrets have no `Debug`; [`pav_sdk::Secrets`] redacts values |
 //! | Logs | every RPC | request strings are logged escaped (`Debug`), so a newline in a path or id cannot forge a line |
 //! | Mounts | [`mount::unmount_below`] | unmount with system calls, never a `mount` or `umount` program |
+//!
+//! In the source, each RPC is a file of `controller/` or `node/` with a
+//! `check` (the rows above that refuse a request: required fields, limits,
+//! conversions, modes the provisioner serves, paths; no mount, record or
+//! provisioner call) and a `run`; conversions between CSI and pav-sdk are
+//! `convert.rs`, the node's mount mechanics `node/binds.rs`, and the
+//! in-flight locks (`ABORTED`) are keyed by `guard::Key`.
 
 // The pav image holds no programs to run (clippy.toml).
 #![deny(clippy::disallowed_methods)]
@@ -140,6 +147,9 @@ mod convert;
 mod create_cache;
 mod driver;
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod guard;
 mod identity;
 mod limits;
