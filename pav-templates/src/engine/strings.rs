@@ -606,13 +606,23 @@ fn find(haystack: &[char], needle: &[char], from_end: bool) -> Option<usize> {
 }
 
 /// The Python `str` methods pycompat does not provide, or `None` to leave
-/// `method` to it.
+/// `method` to it; one function per group of methods below.
 pub(crate) fn str_method(
     state: &mut State<'_, '_>,
     text: &str,
     method: &str,
     args: &[Value],
 ) -> Option<Result<Value, JinjaError>> {
+    case_method(text, method, args)
+        .or_else(|| predicate_method(text, method, args))
+        .or_else(|| search_method(text, method, args))
+        .or_else(|| split_method(text, method, args))
+        .or_else(|| padding_method(state, text, method, args))
+        .or_else(|| conversion_method(state, text, method, args))
+}
+
+/// `str.swapcase()` and `str.casefold()`.
+fn case_method(text: &str, method: &str, args: &[Value]) -> Option<Result<Value, JinjaError>> {
     let result = match method {
         "swapcase" => from_args::<()>(args).map(|()| {
             Value::from(
@@ -628,6 +638,170 @@ pub(crate) fn str_method(
             )
         }),
         "casefold" => from_args::<()>(args).map(|()| Value::from(text.to_lowercase())),
+        _ => return None,
+    };
+    Some(result)
+}
+
+/// The `str.is…()` predicates pycompat lacks: `istitle`, `isdecimal`,
+/// `isidentifier`, `isprintable`.
+fn predicate_method(text: &str, method: &str, args: &[Value]) -> Option<Result<Value, JinjaError>> {
+    let result = match method {
+        "istitle" => from_args::<()>(args).map(|()| {
+            // Uppercase letters only at the start of words, lowercase
+            // only after a cased letter, and at least one cased letter.
+            let (mut previous_cased, mut any_cased) = (false, false);
+            for c in text.chars() {
+                if c.is_uppercase() {
+                    if previous_cased {
+                        return Value::from(false);
+                    }
+                    previous_cased = true;
+                    any_cased = true;
+                } else if c.is_lowercase() {
+                    if !previous_cased {
+                        return Value::from(false);
+                    }
+                    any_cased = true;
+                } else {
+                    previous_cased = false;
+                }
+            }
+            Value::from(any_cased)
+        }),
+        "isdecimal" => from_args::<()>(args)
+            .map(|()| Value::from(!text.is_empty() && text.chars().all(|c| c.is_ascii_digit()))),
+        "isidentifier" => from_args::<()>(args).map(|()| {
+            let mut chars = text.chars();
+            Value::from(
+                chars.next().is_some_and(|c| c.is_alphabetic() || c == '_')
+                    && chars.all(|c| c.is_alphanumeric() || c == '_'),
+            )
+        }),
+        "isprintable" => from_args::<()>(args).map(|()| {
+            Value::from(
+                text.chars()
+                    .all(|c| !c.is_control() && (c == ' ' || !c.is_whitespace())),
+            )
+        }),
+        _ => return None,
+    };
+    Some(result)
+}
+
+/// Finding and removing substrings: `str.index()`, `str.rindex()`,
+/// `str.count()` with bounds, `str.removeprefix()`, `str.removesuffix()`.
+fn search_method(text: &str, method: &str, args: &[Value]) -> Option<Result<Value, JinjaError>> {
+    let result = match method {
+        "index" | "rindex" => from_args::<(&str,)>(args).and_then(|(needle,)| {
+            let haystack: Vec<char> = text.chars().collect();
+            let needle: Vec<char> = needle.chars().collect();
+            find(&haystack, &needle, method == "rindex")
+                .map(Value::from)
+                .ok_or_else(|| JinjaError::new(ErrorKind::InvalidOperation, "substring not found"))
+        }),
+        // pycompat counts in the whole string only.
+        "count" if args.len() > 1 => {
+            from_args::<(&str, Option<i64>, Option<i64>)>(args).map(|(needle, start, end)| {
+                let chars: Vec<char> = text.chars().collect();
+                let bound = |index: Option<i64>, default: usize| match index {
+                    None => default,
+                    Some(index) if index < 0 => {
+                        chars.len().saturating_sub(index.unsigned_abs() as usize)
+                    }
+                    Some(index) => (index as usize).min(chars.len()),
+                };
+                let (start, end) = (bound(start, 0), bound(end, chars.len()));
+                let window: String = chars[start.min(end)..end].iter().collect();
+                Value::from(if needle.is_empty() {
+                    window.chars().count() + 1
+                } else {
+                    window.matches(needle).count()
+                })
+            })
+        }
+        "removeprefix" => from_args::<(&str,)>(args)
+            .map(|(prefix,)| Value::from(text.strip_prefix(prefix).unwrap_or(text))),
+        "removesuffix" => from_args::<(&str,)>(args)
+            .map(|(suffix,)| Value::from(text.strip_suffix(suffix).unwrap_or(text))),
+        _ => return None,
+    };
+    Some(result)
+}
+
+/// Splitting: `str.partition()`, `str.rpartition()`, `str.rsplit()`.
+fn split_method(text: &str, method: &str, args: &[Value]) -> Option<Result<Value, JinjaError>> {
+    let result = match method {
+        "partition" | "rpartition" => from_args::<(&str,)>(args).and_then(|(sep,)| {
+            if sep.is_empty() {
+                return Err(JinjaError::new(
+                    ErrorKind::InvalidOperation,
+                    "empty separator",
+                ));
+            }
+            let parts = if method == "partition" {
+                text.split_once(sep)
+            } else {
+                text.rsplit_once(sep)
+            };
+            let parts: [&str; 3] = match parts {
+                Some((before, after)) => [before, sep, after],
+                None if method == "partition" => [text, "", ""],
+                None => ["", "", text],
+            };
+            Ok(Value::from_iter(parts.map(Value::from)))
+        }),
+        "rsplit" => from_args::<(Option<Value>, Option<i64>)>(args).map(|(sep, maxsplit)| {
+            let maxsplit = maxsplit.unwrap_or(-1);
+            let limit = usize::try_from(maxsplit).ok();
+            let mut parts: Vec<Value> = match sep.as_ref().and_then(Value::as_str) {
+                Some(sep) => match limit {
+                    Some(limit) => text.rsplitn(limit + 1, sep).map(Value::from).collect(),
+                    None => text.rsplit(sep).map(Value::from).collect(),
+                },
+                None => {
+                    // Runs of whitespace; leading whitespace is kept in the
+                    // last (leftmost) part when the limit is reached.
+                    let mut parts = Vec::new();
+                    let mut rest = text.trim_end();
+                    while !rest.is_empty() {
+                        if limit.is_some_and(|limit| parts.len() == limit) {
+                            parts.push(Value::from(rest));
+                            break;
+                        }
+                        match rest.rfind(char::is_whitespace) {
+                            Some(at) => {
+                                let space = rest[at..].chars().next().map_or(1, char::len_utf8);
+                                parts.push(Value::from(&rest[at + space..]));
+                                rest = rest[..at].trim_end();
+                            }
+                            None => {
+                                parts.push(Value::from(rest));
+                                rest = "";
+                            }
+                        }
+                    }
+                    parts
+                }
+            };
+            parts.reverse();
+            Value::from(parts)
+        }),
+        _ => return None,
+    };
+    Some(result)
+}
+
+/// Padding, each checked against the remaining fuel before it
+/// allocates ([`afford`]): `str.zfill()`, `str.center()`, `str.ljust()`,
+/// `str.rjust()`, `str.expandtabs()`.
+fn padding_method(
+    state: &State<'_, '_>,
+    text: &str,
+    method: &str,
+    args: &[Value],
+) -> Option<Result<Value, JinjaError>> {
+    let result = match method {
         "zfill" => from_args::<(i64,)>(args).and_then(|(width,)| {
             let len = text.chars().count() as i64;
             if width <= len {
@@ -668,88 +842,6 @@ pub(crate) fn str_method(
                 }))
             })
         }
-        "partition" | "rpartition" => from_args::<(&str,)>(args).and_then(|(sep,)| {
-            if sep.is_empty() {
-                return Err(JinjaError::new(
-                    ErrorKind::InvalidOperation,
-                    "empty separator",
-                ));
-            }
-            let parts = if method == "partition" {
-                text.split_once(sep)
-            } else {
-                text.rsplit_once(sep)
-            };
-            let parts: [&str; 3] = match parts {
-                Some((before, after)) => [before, sep, after],
-                None if method == "partition" => [text, "", ""],
-                None => ["", "", text],
-            };
-            Ok(Value::from_iter(parts.map(Value::from)))
-        }),
-        "index" | "rindex" => from_args::<(&str,)>(args).and_then(|(needle,)| {
-            let haystack: Vec<char> = text.chars().collect();
-            let needle: Vec<char> = needle.chars().collect();
-            find(&haystack, &needle, method == "rindex")
-                .map(Value::from)
-                .ok_or_else(|| JinjaError::new(ErrorKind::InvalidOperation, "substring not found"))
-        }),
-        "rsplit" => from_args::<(Option<Value>, Option<i64>)>(args).map(|(sep, maxsplit)| {
-            let maxsplit = maxsplit.unwrap_or(-1);
-            let limit = usize::try_from(maxsplit).ok();
-            let mut parts: Vec<Value> = match sep.as_ref().and_then(Value::as_str) {
-                Some(sep) => match limit {
-                    Some(limit) => text.rsplitn(limit + 1, sep).map(Value::from).collect(),
-                    None => text.rsplit(sep).map(Value::from).collect(),
-                },
-                None => {
-                    // Runs of whitespace; leading whitespace is kept in the
-                    // last (leftmost) part when the limit is reached.
-                    let mut parts = Vec::new();
-                    let mut rest = text.trim_end();
-                    while !rest.is_empty() {
-                        if limit.is_some_and(|limit| parts.len() == limit) {
-                            parts.push(Value::from(rest));
-                            break;
-                        }
-                        match rest.rfind(char::is_whitespace) {
-                            Some(at) => {
-                                let space = rest[at..].chars().next().map_or(1, char::len_utf8);
-                                parts.push(Value::from(&rest[at + space..]));
-                                rest = rest[..at].trim_end();
-                            }
-                            None => {
-                                parts.push(Value::from(rest));
-                                rest = "";
-                            }
-                        }
-                    }
-                    parts
-                }
-            };
-            parts.reverse();
-            Value::from(parts)
-        }),
-        // pycompat counts in the whole string only.
-        "count" if args.len() > 1 => {
-            from_args::<(&str, Option<i64>, Option<i64>)>(args).map(|(needle, start, end)| {
-                let chars: Vec<char> = text.chars().collect();
-                let bound = |index: Option<i64>, default: usize| match index {
-                    None => default,
-                    Some(index) if index < 0 => {
-                        chars.len().saturating_sub(index.unsigned_abs() as usize)
-                    }
-                    Some(index) => (index as usize).min(chars.len()),
-                };
-                let (start, end) = (bound(start, 0), bound(end, chars.len()));
-                let window: String = chars[start.min(end)..end].iter().collect();
-                Value::from(if needle.is_empty() {
-                    window.chars().count() + 1
-                } else {
-                    window.matches(needle).count()
-                })
-            })
-        }
         "expandtabs" => from_args::<(Option<i64>,)>(args).and_then(|(tabsize,)| {
             let tabsize = tabsize.unwrap_or(8).max(0) as u64;
             let tabs = text.matches('\t').count() as u64;
@@ -779,47 +871,20 @@ pub(crate) fn str_method(
             }
             Ok(Value::from(out))
         }),
-        "removeprefix" => from_args::<(&str,)>(args)
-            .map(|(prefix,)| Value::from(text.strip_prefix(prefix).unwrap_or(text))),
-        "removesuffix" => from_args::<(&str,)>(args)
-            .map(|(suffix,)| Value::from(text.strip_suffix(suffix).unwrap_or(text))),
-        "istitle" => from_args::<()>(args).map(|()| {
-            // Uppercase letters only at the start of words, lowercase
-            // only after a cased letter, and at least one cased letter.
-            let (mut previous_cased, mut any_cased) = (false, false);
-            for c in text.chars() {
-                if c.is_uppercase() {
-                    if previous_cased {
-                        return Value::from(false);
-                    }
-                    previous_cased = true;
-                    any_cased = true;
-                } else if c.is_lowercase() {
-                    if !previous_cased {
-                        return Value::from(false);
-                    }
-                    any_cased = true;
-                } else {
-                    previous_cased = false;
-                }
-            }
-            Value::from(any_cased)
-        }),
-        "isdecimal" => from_args::<()>(args)
-            .map(|()| Value::from(!text.is_empty() && text.chars().all(|c| c.is_ascii_digit()))),
-        "isidentifier" => from_args::<()>(args).map(|()| {
-            let mut chars = text.chars();
-            Value::from(
-                chars.next().is_some_and(|c| c.is_alphabetic() || c == '_')
-                    && chars.all(|c| c.is_alphanumeric() || c == '_'),
-            )
-        }),
-        "isprintable" => from_args::<()>(args).map(|()| {
-            Value::from(
-                text.chars()
-                    .all(|c| !c.is_control() && (c == ' ' || !c.is_whitespace())),
-            )
-        }),
+        _ => return None,
+    };
+    Some(result)
+}
+
+/// Conversions: `str.encode()`, `str.format_map()`, `str.maketrans()`,
+/// `str.translate()`.
+fn conversion_method(
+    state: &mut State<'_, '_>,
+    text: &str,
+    method: &str,
+    args: &[Value],
+) -> Option<Result<Value, JinjaError>> {
+    let result = match method {
         "encode" => {
             from_args::<(Option<&str>, Option<&str>)>(args).and_then(|(encoding, _)| match encoding
                 .map(|name| name.to_ascii_lowercase().replace(['-', '_'], ""))
