@@ -1,5 +1,5 @@
-//! The minijinja environment configured with PaV's rules: [`environment`]
-//! assembles it from the modules below, and [`template_source`] is the
+//! The minijinja environment configured with PaV's rules: `environment()`
+//! assembles it from the modules below, and `template_source()` is the
 //! source it compiles for a template.
 //!
 //! - `trim_blocks` and `lstrip_blocks`: a line holding only a statement block

@@ -11,7 +11,7 @@
 //! before a template is compiled its comparisons are routed, in its
 //! source, to functions registered here ([`rewrite`](super::rewrite)):
 //! `a < b` becomes `__pav_lt__(a, b)`. Those apply
-//! [`ordering`](super::ordering)'s Python rules, charge fuel for every item
+//! [`ordering`]'s Python rules, charge fuel for every item
 //! they visit and refuse values nested deeper than
 //! [`MAX_VALUE_DEPTH`](super::MAX_VALUE_DEPTH), as Jinja2 fails with
 //! `RecursionError` past Python's recursion limit.

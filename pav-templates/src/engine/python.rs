@@ -3,12 +3,11 @@
 //! [`python_method`], minijinja's unknown-method callback.
 //!
 //! Each kind of value has its methods next to its other Python rules:
-//! `str` in [`strings`](super::strings), `int` and `float` in
-//! [`numbers`](super::numbers), `list` and `dict` in
-//! [`collections`](super::collections); the rest are minijinja-contrib's
-//! pycompat. Python's `str()` and `repr()` are in
-//! [`pyrepr`](super::pyrepr), its comparisons in
-//! [`comparisons`](super::comparisons) and [`ordering`](super::ordering).
+//! `str` in [`strings`], `int` and `float` in [`numbers`], `list` and
+//! `dict` in [`collections`]; the rest are minijinja-contrib's pycompat.
+//! Python's `str()` and `repr()` are in [`pyrepr`](super::pyrepr), its
+//! comparisons in [`comparisons`](super::comparisons) and
+//! [`ordering`](super::ordering).
 
 use minijinja::value::{Value, ValueKind};
 use minijinja::{Error as JinjaError, State};
