@@ -4,7 +4,7 @@ use pav_sdk::{CapacityRange, VolumeMode};
 use tonic::Status;
 
 use super::binds::{blocking, mounted_mode};
-use super::{NodeService, check_capability};
+use super::{NodeService, check_capability, volume_paths};
 use crate::convert;
 use crate::csi;
 use crate::error::status;
@@ -67,15 +67,13 @@ pub(crate) async fn run(
         wanted_mode,
     } = checked;
     let volume_id = volume_id.as_str();
-    let paths = &service.node.paths;
     let message = format!("volume {volume_id} is not published at {volume_path}");
-    // Nothing of this driver's is mounted outside the kubelet directory.
-    let path = paths
-        .lookup(&volume_path)
-        .ok_or_else(|| Status::not_found(message.clone()))?;
-    let staging_path = (!staging_target_path.is_empty())
-        .then(|| paths.lookup(&staging_target_path))
-        .flatten();
+    let (path, staging_path) = volume_paths(
+        &service.node.paths,
+        &volume_path,
+        &staging_target_path,
+        &message,
+    )?;
     let _guard = (service.shared.in_flight).claim(Key::Volume(volume_id.to_owned()))?;
     let (path, mode) = blocking(move || {
         let mode = mounted_mode(&path, || Status::not_found(message.clone()))?;

@@ -110,6 +110,25 @@ fn stage_request(
     stage
 }
 
+/// The volume path of a stats or expansion request, resolved, and its
+/// staging path when given and inside the kubelet directory; `NOT_FOUND`
+/// with `message` when the volume path lies outside it (where nothing of
+/// this driver's is mounted).
+fn volume_paths(
+    paths: &Confinement,
+    volume_path: &str,
+    staging_target_path: &str,
+    message: &str,
+) -> Result<(PathBuf, Option<PathBuf>), Status> {
+    let path = paths
+        .lookup(volume_path)
+        .ok_or_else(|| Status::not_found(message))?;
+    let staging_path = (!staging_target_path.is_empty())
+        .then(|| paths.lookup(staging_target_path))
+        .flatten();
+    Ok((path, staging_path))
+}
+
 impl NodeService {
     /// Undoes a stage recorded at `staging`: unmounts what is mounted there
     /// (the driver's binds and whatever the provisioner mounted), runs the

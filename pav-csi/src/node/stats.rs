@@ -6,8 +6,8 @@ use std::path::Path;
 use pav_sdk::{Usage, VolumeCondition, VolumeMode, VolumeStats};
 use tonic::Status;
 
-use super::NodeService;
 use super::binds::{blocking, mounted_mode};
+use super::{NodeService, volume_paths};
 use crate::csi;
 use crate::error::{internal, status};
 use crate::limits;
@@ -45,15 +45,13 @@ pub(crate) async fn run(
         volume_path,
         staging_target_path,
     } = checked;
-    let paths = &service.node.paths;
     let message = format!("no volume is published at {volume_path}");
-    // Nothing of this driver's is mounted outside the kubelet directory.
-    let path = paths
-        .lookup(&volume_path)
-        .ok_or_else(|| Status::not_found(message.clone()))?;
-    let staging_path = (!staging_target_path.is_empty())
-        .then(|| paths.lookup(&staging_target_path))
-        .flatten();
+    let (path, staging_path) = volume_paths(
+        &service.node.paths,
+        &volume_path,
+        &staging_target_path,
+        &message,
+    )?;
     let (path, mode, measured) = blocking(move || {
         let mode = mounted_mode(&path, || Status::not_found(message.clone()))?;
         let measured = measure(&path, mode);
