@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -245,7 +245,7 @@ impl DriverBuilder {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let mut servers = Vec::new();
         for (path, (controller, node)) in sockets {
-            let listener = bind(&path)?;
+            let (listener, socket) = bind(&path)?;
             let mut router =
                 Server::builder()
                     .layer(RunToCompletionLayer)
@@ -275,7 +275,7 @@ impl DriverBuilder {
                         },
                     )
                     .await;
-                let _ = std::fs::remove_file(&path);
+                socket.remove_if_ours(&path);
                 result
             }));
         }
@@ -321,8 +321,39 @@ fn check_driver_name(name: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// The socket file this instance created, by device and inode.
+struct OwnSocket {
+    dev: u64,
+    ino: u64,
+}
+
+impl OwnSocket {
+    /// Removes the socket at `path` once this instance has stopped
+    /// listening, unless another instance has bound it since. A
+    /// DaemonSet's pod deleted with no grace period is replaced while its
+    /// old containers still stop, and the new instance binds its own
+    /// socket at the same path: removing that one would leave kubelet and
+    /// the sidecars with nothing to connect to. The file is another
+    /// instance's if its inode differs, or (inode numbers are reused at
+    /// once) if something answers a connection on it.
+    fn remove_if_ours(&self, path: &Path) {
+        let Ok(meta) = std::fs::symlink_metadata(path) else {
+            return;
+        };
+        let same_file = meta.dev() == self.dev && meta.ino() == self.ino;
+        if same_file && std::os::unix::net::UnixStream::connect(path).is_err() {
+            let _ = std::fs::remove_file(path);
+        } else {
+            tracing::info!(
+                socket = %path.display(),
+                "leaving the socket: another instance has bound it since"
+            );
+        }
+    }
+}
+
 /// Binds `path`, replacing a stale socket, readable and writable by owner only.
-fn bind(path: &Path) -> Result<UnixListener, Error> {
+fn bind(path: &Path) -> Result<(UnixListener, OwnSocket), Error> {
     let socket_error = |source| Error::Socket {
         path: path.to_owned(),
         source,
@@ -346,7 +377,12 @@ fn bind(path: &Path) -> Result<UnixListener, Error> {
     }
     let listener = UnixListener::bind(path).map_err(socket_error)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(socket_error)?;
-    Ok(listener)
+    let meta = std::fs::symlink_metadata(path).map_err(socket_error)?;
+    let own = OwnSocket {
+        dev: meta.dev(),
+        ino: meta.ino(),
+    };
+    Ok((listener, own))
 }
 
 /// Completes on SIGTERM (how kubelet stops pods) or SIGINT.

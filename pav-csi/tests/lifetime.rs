@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -146,6 +147,31 @@ async fn a_failed_stage_is_unstaged() {
     h.stop().await;
 }
 
+/// An answer kubelet takes as "maybe still in progress" (UNAVAILABLE,
+/// ABORTED, ...) is followed by a retry or by NodeUnstageVolume: the stage
+/// stays recorded for either, and nothing is undone behind kubelet's back.
+#[tokio::test]
+async fn a_stage_answered_as_in_progress_is_kept_for_kubelet() {
+    let mut h = Harness::start().await;
+    let stage = stage_request(&h, "busy");
+    let status = h.node.node_stage_volume(stage.clone()).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert_eq!(h.provisioner.calls(), ["stage"], "nothing undone");
+    let mut elsewhere = stage.clone();
+    elsewhere.staging_target_path = h.path("elsewhere").to_string_lossy().into();
+    std::fs::create_dir_all(h.path("elsewhere")).unwrap();
+    let status = h.node.node_stage_volume(elsewhere).await.unwrap_err();
+    assert_eq!(
+        status.code(),
+        Code::FailedPrecondition,
+        "still recorded: {status:?}"
+    );
+
+    (h.node.node_unstage_volume(unstage_request(&stage)).await).unwrap();
+    assert_eq!(h.provisioner.calls(), ["stage", "unstage"]);
+    h.stop().await;
+}
+
 #[tokio::test]
 async fn a_failed_stage_whose_undo_fails_is_unstaged_by_the_next_unstage() {
     let mut h = Harness::start().await;
@@ -241,4 +267,42 @@ async fn connections_past_the_limit_wait_for_a_free_slot() {
         .expect("a freed slot was not given to the waiting connection");
     drop(served);
     h.stop().await;
+}
+
+/// A DaemonSet pod deleted with no grace period is replaced at once: the
+/// new instance binds the socket while the old one still stops. The old
+/// one must leave the new socket in place, else kubelet and the sidecars
+/// lose the driver.
+#[tokio::test]
+async fn a_stopping_instance_leaves_its_successors_socket() {
+    let old = Harness::start().await;
+    let socket = old.socket.clone();
+    let inode = |path: &Path| std::fs::symlink_metadata(path).map(|m| m.ino()).ok();
+    let old_socket = inode(&socket);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let successor = tokio::spawn(
+        pav_csi::Driver::builder("test.pav.example.com")
+            .provisioner(
+                pav_sdk::Provisioner::new(common::Memory::new(old.path("successor"))).with_create(),
+            )
+            .serve_controller(&socket)
+            .run_until(async {
+                let _ = stopped.await;
+            }),
+    );
+    let mut identity = loop {
+        if inode(&socket).is_some_and(|i| Some(i) != old_socket)
+            && let Ok(channel) = pav_csi::client::connect(&socket).await
+        {
+            break IdentityClient::new(channel);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    identity.probe(csi::ProbeRequest {}).await.unwrap();
+    let _dir = old.stop_server().await;
+    assert!(socket.exists(), "the successor's socket was removed");
+    identity.probe(csi::ProbeRequest {}).await.unwrap();
+    stop.send(()).unwrap();
+    successor.await.unwrap().unwrap();
+    assert!(!socket.exists(), "the successor removes its own socket");
 }

@@ -185,6 +185,10 @@ impl Stage for Memory {
         if req.handle == "missing" {
             return Err(Error::NotFound("no such volume".into()));
         }
+        // `busy` is still being staged elsewhere: a retry finishes it.
+        if req.handle == "busy" {
+            return Err(Error::Unavailable("still staging".into()));
+        }
         // A handle ending in `in-place` is mounted at the staging path by
         // the provisioner itself (nothing for pav-csi to bind, no root
         // needed); `vanishing` answers a path that does not exist.
@@ -485,10 +489,18 @@ impl Harness {
     }
 
     /// Stops the driver and waits for it to finish.
-    pub async fn stop(mut self) {
+    pub async fn stop(self) {
+        let socket = self.socket.clone();
+        let _dir = self.stop_server().await;
+        assert!(!socket.exists(), "socket removed on shutdown");
+    }
+
+    /// Stops the driver and waits until it has stopped; its directory
+    /// (with the socket) is the caller's.
+    pub async fn stop_server(mut self) -> tempfile::TempDir {
         let _ = self.stop.take().unwrap().send(());
         self.server.take().unwrap().await.unwrap().unwrap();
-        assert!(!self.socket.exists(), "socket removed on shutdown");
+        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
     }
 
     /// A path under the test directory.

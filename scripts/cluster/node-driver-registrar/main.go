@@ -176,9 +176,35 @@ func main() {
 		g.Stop()
 	}()
 	log.Printf("serving kubelet registration on %s", sock)
+	ours, err := os.Stat(sock)
+	if err != nil {
+		log.Fatalf("cannot stat %s: %v", sock, err)
+	}
 	if err := g.Serve(lis); err != nil {
 		log.Printf("serve: %v", err)
 	}
-	os.Remove(sock)
-	os.Remove(marker)
+	removeIfOurs(sock, marker, ours)
+}
+
+// removeIfOurs removes the registration socket and the marker unless
+// another instance has bound the socket since: a DaemonSet pod deleted
+// with no grace period is replaced while its containers still stop, and
+// removing the new instance's socket makes kubelet unregister the driver
+// (upstream's sidecar has this race). Inode numbers are reused at once, so
+// the same file is also checked for a listener.
+func removeIfOurs(sock, marker string, ours os.FileInfo) {
+	now, err := os.Stat(sock)
+	if err != nil {
+		return
+	}
+	if os.SameFile(ours, now) {
+		if conn, err := net.Dial("unix", sock); err != nil {
+			os.Remove(sock)
+			os.Remove(marker)
+			return
+		} else {
+			conn.Close()
+		}
+	}
+	log.Printf("leaving %s: another instance has bound it since", sock)
 }
