@@ -94,10 +94,14 @@ pub(crate) async fn run(
             error = failed.message(),
             "NodeStageVolume failed"
         );
-        // Kubelet does not unstage a volume whose stage failed: what
-        // this call did is undone here. A stage recorded earlier may
-        // be in use, and stays.
-        if recorded_now {
+        // Kubelet does not unstage a volume whose stage failed for
+        // good: what this call did is undone here. An answer kubelet
+        // takes as "maybe still in progress" leaves the stage to its
+        // retry or to the NodeUnstageVolume it sends once the volume is
+        // not needed; undoing it would throw away work the retry picks
+        // up (a PaV staging pod). A stage recorded earlier may be in
+        // use, and stays.
+        if recorded_now && !kubelet_takes_as_uncertain(failed.code()) {
             undo_failed_stage(service, volume_id, staging, mode).await;
         }
         return Err(failed);
@@ -202,6 +206,22 @@ async fn stage_and_bind(
         bind_once(&source, &target, mode, read_only)
     })
     .await
+}
+
+/// Whether kubelet treats a NodeStageVolume answered with `code` as
+/// possibly still in progress: it then retries the stage, or unstages the
+/// volume once no pod needs it, rather than assume nothing was staged
+/// (`isFinalError` in kubelet's CSI client).
+fn kubelet_takes_as_uncertain(code: tonic::Code) -> bool {
+    use tonic::Code;
+    matches!(
+        code,
+        Code::Cancelled
+            | Code::DeadlineExceeded
+            | Code::Unavailable
+            | Code::ResourceExhausted
+            | Code::Aborted
+    )
 }
 
 /// [`NodeService::unstage_recorded`] for a stage that failed; its own
