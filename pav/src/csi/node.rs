@@ -30,6 +30,9 @@ use crate::pods::{
     FINALIZER_UNSTAGE, LABEL_NODE, LABEL_PHASE, LABEL_VOLUME, Publication, staging_key,
 };
 
+/// How often a staging in progress checks that its client pod still exists.
+const CLIENT_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The pav-sdk Stage and Unstage of a PavProvisioner on one node.
 #[derive(Debug)]
 pub struct PodNode {
@@ -180,7 +183,7 @@ impl PodNode {
         let unusable = |e: VolumeCheckError| PodState::Failed {
             message: e.to_string(),
         };
-        let finished = self
+        let staged = self
             .driver
             .wait_pod(Phase::Staging, &namespace, &name, |pod| {
                 let state = PodState::of(pod);
@@ -193,9 +196,22 @@ impl PodNode {
                     }
                     _ => None,
                 }
-            })
-            .await
-            .map_err(StageError::StagingPod)?;
+            });
+        // The call runs to completion even once kubelet has given up on
+        // it, and holds the volume meanwhile: a staging pod that never
+        // ends must not keep the NodeUnpublishVolume for a deleted client
+        // waiting until the phase times out.
+        let finished = tokio::select! {
+            finished = staged => finished.map_err(StageError::StagingPod)?,
+            () = self.client_gone(info) => {
+                tracing::info!(pod = %name, client = %format!("{}/{}", info.namespace, info.name), "the client pod went mid-staging: undoing the staging");
+                let undo = self.tear_down(&pod).await.err().map(Box::new);
+                return Err(StageError::ClientGone {
+                    pod: format!("{}/{}", info.namespace, info.name),
+                    undo,
+                });
+            }
+        };
         match finished {
             Ok(()) => Ok(Staged::at(dir.join("volume"))),
             Err(state) => {
@@ -214,6 +230,26 @@ impl PodNode {
                 // The guide: a failed staging runs the unstaging pod.
                 let undo = self.tear_down(&pod).await.err().map(Box::new);
                 Err(StageError::Failed { message, undo })
+            }
+        }
+    }
+
+    /// Returns once client pod `info` is gone or terminating (a pod of
+    /// the same name with another uid is another pod), asking every 5 s;
+    /// never while the API server cannot say.
+    async fn client_gone(&self, info: &PodInfo) {
+        let api = Api::<Pod>::namespaced(self.driver.client.clone(), &info.namespace);
+        loop {
+            tokio::time::sleep(CLIENT_CHECK_INTERVAL).await;
+            match api.get_opt(&info.name).await {
+                Ok(None) => return,
+                Ok(Some(pod))
+                    if pod.uid().as_deref() != Some(info.uid.as_str())
+                        || pod.metadata.deletion_timestamp.is_some() =>
+                {
+                    return;
+                }
+                Ok(Some(_)) | Err(_) => {}
             }
         }
     }

@@ -45,6 +45,16 @@ pub enum StageError {
     /// Creating the staging pod, or waiting for it to be ready.
     #[error(transparent)]
     StagingPod(DriverError),
+    /// The client pod went (or is terminating) while its staging pod ran:
+    /// nobody waits for the volume, and the staging was torn down (`undo`:
+    /// how that failed).
+    #[error("pod {pod} went while its staging pod ran, so the staging was undone{}", undo.as_ref().map(|e| format!("; then {e}")).unwrap_or_default())]
+    ClientGone {
+        /// `namespace/name` of the client pod.
+        pod: String,
+        /// The tear-down's failure, if it failed.
+        undo: Option<Box<UnstageError>>,
+    },
     /// The staging pod failed, or what it put at `/pav/volume` cannot be
     /// used; the unstaging pod ran to undo it (`undo`: how that failed).
     #[error("{message}{}", undo.as_ref().map(|e| format!("; then {e}")).unwrap_or_default())]
@@ -60,7 +70,9 @@ impl StageError {
     /// Whether the client pod gets an event: once it has been read.
     pub fn reported(&self) -> bool {
         match self {
-            StageError::NoPodInfo | StageError::ClientPod(_) => false,
+            StageError::NoPodInfo | StageError::ClientPod(_) | StageError::ClientGone { .. } => {
+                false
+            }
             StageError::ReadObjects(_)
             | StageError::NoVolume { .. }
             | StageError::Provisioner(_)
@@ -76,12 +88,15 @@ impl From<StageError> for Error {
     /// A volume the client pod does not use is `NOT_FOUND`; a request the
     /// CO cannot make without `podInfoOnMount` a failed precondition; a
     /// context the objects do not make `INVALID_ARGUMENT`; a failed staging
-    /// `INTERNAL`; the API and pod steps keep the code of the driver's
-    /// error.
+    /// `INTERNAL`; a client pod gone mid-staging `FAILED_PRECONDITION` (an
+    /// answer kubelet takes as final: nothing is left to unpublish); the
+    /// API and pod steps keep the code of the driver's error.
     fn from(error: StageError) -> Self {
         let message = error.to_string();
         match error {
-            StageError::NoPodInfo => Error::FailedPrecondition(message),
+            StageError::NoPodInfo | StageError::ClientGone { .. } => {
+                Error::FailedPrecondition(message)
+            }
             StageError::NoVolume { .. } => Error::NotFound(message),
             StageError::Context(_) => Error::InvalidArgument(message),
             StageError::Failed { .. } => Error::Internal(message),
