@@ -16,8 +16,10 @@ use pav_e2e::*;
 
 /// A provisioner whose creation pod runs `creation` and whose staging pod
 /// runs `staging`, with staging timing out after `staging_timeout`; its
-/// StorageClass has the same name.
+/// StorageClass has the same name. Both pods mount the scenario's
+/// [`Gate`] directory at `/e2e`.
 fn objects(name: &str, creation: &str, staging: &str, staging_timeout: &str) -> String {
+    let gate = Gate::dir_of(name).display().to_string();
     format!(
         r#"
 apiVersion: pav.albertofaria.github.io/v1alpha1
@@ -38,6 +40,9 @@ spec:
             image: busybox:stable
             imagePullPolicy: IfNotPresent
             command: [sh, -c, {creation:?}]
+            volumeMounts: [{{ name: e2e, mountPath: /e2e }}]
+        volumes:
+          - {{ name: e2e, hostPath: {{ path: {gate:?}, type: DirectoryOrCreate }} }}
   volumeStaging:
     timeout: {staging_timeout}
     podTemplate:
@@ -48,6 +53,9 @@ spec:
             image: busybox:stable
             imagePullPolicy: IfNotPresent
             command: [sh, -c, {staging:?}]
+            volumeMounts: [{{ name: e2e, mountPath: /e2e }}]
+        volumes:
+          - {{ name: e2e, hostPath: {{ path: {gate:?}, type: DirectoryOrCreate }} }}
   volumeUnstaging:
     podTemplate:
       spec:
@@ -106,13 +114,77 @@ spec:
     )
 }
 
-/// Creation and staging that take `seconds` each, then succeed; staging
-/// writes a greeting the client prints.
-fn slow_objects(name: &str, seconds: u32) -> String {
+/// Where the creation and staging pods of a scenario record each run and
+/// wait for the test: a host directory (the scenarios run on node 1, this
+/// host), `/e2e` in the pods. A pod of phase P appends its name to
+/// `P.runs` when it starts, then blocks until `P.release` exists. So the
+/// test knows a fault landed while the phase's pod ran (it injects the
+/// fault between the two), and how many pods of each phase started, however
+/// briefly (a watch can miss a pod that comes and goes while it lags).
+struct Gate {
+    dir: std::path::PathBuf,
+}
+
+impl Gate {
+    fn dir_of(name: &str) -> std::path::PathBuf {
+        std::path::Path::new("/var/lib/pav-e2e-gates").join(name)
+    }
+
+    /// An empty gate for scenario `name`.
+    fn new(name: &str) -> Gate {
+        let dir = Self::dir_of(name);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Gate { dir }
+    }
+
+    /// The shell a pod of `phase` runs first.
+    fn script(phase: &str) -> String {
+        format!(
+            "echo \"$HOSTNAME\" >> /e2e/{phase}.runs; \
+             until [ -e /e2e/{phase}.release ]; do sleep 0.2; done"
+        )
+    }
+
+    /// The pods of `phase` that started, in order.
+    fn runs(&self, phase: &str) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join(format!("{phase}.runs")))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Waits until a pod of `phase` has started (and so waits at the gate).
+    async fn wait_started(&self, phase: &str, timeout: Duration) -> anyhow::Result<()> {
+        wait_until(&format!("a {phase} pod at the gate"), timeout, || async {
+            Ok((!self.runs(phase).is_empty()).then_some(()))
+        })
+        .await
+    }
+
+    /// Lets the pods of `phase` go on, now and when they start.
+    fn release(&self, phase: &str) {
+        std::fs::write(self.dir.join(format!("{phase}.release")), "").unwrap();
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Creation and staging that wait at the scenario's [`Gate`], then
+/// succeed; staging writes a greeting the client prints.
+fn gated_objects(name: &str) -> String {
     objects(
         name,
-        &format!("sleep {seconds}"),
-        &format!("sleep {seconds}; mkdir -p /pav/volume; echo hello > /pav/volume/greeting"),
+        &Gate::script("creation"),
+        &format!(
+            "{}; mkdir -p /pav/volume; echo hello > /pav/volume/greeting",
+            Gate::script("staging")
+        ),
         "120s",
     )
 }
@@ -206,55 +278,57 @@ async fn tear_down(client: &Client, name: &str, objects: &str) {
     assert_no_leaks(client, name, Duration::from_secs(120)).await;
 }
 
-/// Provisions and stages a volume through provisioner `name`, whose
-/// creation and staging pods each take `seconds`, injecting `fault` once
-/// while the creation pod runs and once while the staging pod runs; then
-/// the client must read the volume and nothing may leak. Returns what was
-/// seen of the provisioner's pods.
-async fn survives_fault_mid_creation_and_mid_staging<F, Fut>(
-    client: &Client,
-    name: &str,
-    seconds: u32,
-    fault: F,
-) -> PodObserver
+/// Provisions and stages a volume through provisioner `name`, injecting
+/// `fault` once while its creation pod waits at the [`Gate`] and once
+/// while its staging pod does, releasing each pod only after the fault;
+/// then the client must read the volume, exactly one pod of each phase
+/// must have run, and nothing may leak.
+async fn survives_fault_mid_creation_and_mid_staging<F, Fut>(client: &Client, name: &str, fault: F)
 where
     F: Fn() -> Fut,
     Fut: Future<Output = ()>,
 {
-    let objects = slow_objects(name, seconds);
+    let objects = gated_objects(name);
+    let gate = Gate::new(name);
     let observer = start_scenario(client, name, name, &objects).await;
 
     apply(client, &claim(name, name)).await.unwrap();
     or_diagnose(
         client,
         name,
-        observer.wait("creation", "Running", AFTER_FAULT).await,
+        gate.wait_started("creation", AFTER_FAULT).await,
     )
     .await;
     fault().await;
     wait_api(client).await;
+    gate.release("creation");
 
     apply(client, &client_pod(name)).await.unwrap();
-    let staging = observer.wait("staging", "Running", AFTER_FAULT).await;
-    or_diagnose(client, name, staging).await;
+    or_diagnose(
+        client,
+        name,
+        gate.wait_started("staging", AFTER_FAULT).await,
+    )
+    .await;
     fault().await;
     wait_api(client).await;
+    gate.release("staging");
 
     read_and_tear_down(client, name, &objects).await;
-    // The client read the volume, so creation succeeded; whether its pod
-    // was seen Succeeded depends on when the watch came back.
-    assert_eq!(
-        observer.runs("creation"),
-        1,
-        "one creation pod, picked up after the fault: {:#?}",
-        observer.seen()
-    );
+    for phase in ["creation", "staging"] {
+        assert_eq!(
+            gate.runs(phase).len(),
+            1,
+            "one {phase} pod, picked up after the fault: {:?}; seen: {:#?}",
+            gate.runs(phase),
+            observer.seen()
+        );
+    }
     assert!(
         observer.pods("creation", "Failed").is_empty(),
         "{:#?}",
         observer.seen()
     );
-    observer
 }
 
 #[tokio::test]
@@ -262,17 +336,10 @@ where
 async fn api_server_restarts_mid_creation_and_mid_staging() {
     let client = cluster().await;
     let started = Instant::now();
-    let observer =
-        survives_fault_mid_creation_and_mid_staging(&client, "e2e-fault-apiserver", 8, || async {
-            faults::restart("kube-apiserver").unwrap();
-        })
-        .await;
-    assert_eq!(
-        observer.runs("staging"),
-        1,
-        "one staging pod, picked up after the fault: {:#?}",
-        observer.seen()
-    );
+    survives_fault_mid_creation_and_mid_staging(&client, "e2e-fault-apiserver", || async {
+        faults::restart("kube-apiserver").unwrap();
+    })
+    .await;
     eprintln!(
         "api_server_restarts_mid_creation_and_mid_staging: {:.1}s",
         started.elapsed().as_secs_f64()
@@ -284,7 +351,7 @@ async fn api_server_restarts_mid_creation_and_mid_staging() {
 async fn etcd_frozen_mid_creation_and_mid_staging() {
     let client = cluster().await;
     let started = Instant::now();
-    survives_fault_mid_creation_and_mid_staging(&client, "e2e-fault-etcd", 5, || async {
+    survives_fault_mid_creation_and_mid_staging(&client, "e2e-fault-etcd", || async {
         faults::freeze("etcd", Duration::from_secs(15))
             .await
             .unwrap();
@@ -301,10 +368,9 @@ async fn etcd_frozen_mid_creation_and_mid_staging() {
 async fn etcd_slow_mid_creation_and_mid_staging() {
     let client = cluster().await;
     let started = Instant::now();
-    // Each fault outlasts the phase it hits: the pod's whole run, its
-    // watches and pav's writes happen against an etcd that is stopped
-    // for 250 ms of every 500 ms.
-    survives_fault_mid_creation_and_mid_staging(&client, "e2e-fault-etcd-slow", 5, || async {
+    // pav waits on the pod, and the pod's start and watches happen,
+    // against an etcd that is stopped for 250 ms of every 500 ms.
+    survives_fault_mid_creation_and_mid_staging(&client, "e2e-fault-etcd-slow", || async {
         faults::slow(
             "etcd",
             Duration::from_millis(250),
@@ -327,17 +393,19 @@ async fn evicted_creation_pod_is_retried() {
     let client = cluster().await;
     let started = Instant::now();
     let name = "e2e-fault-evict";
-    let objects = slow_objects(name, 10);
+    let objects = gated_objects(name);
+    let gate = Gate::new(name);
+    gate.release("staging");
     let observer = start_scenario(&client, name, name, &objects).await;
 
     apply(&client, &claim(name, name)).await.unwrap();
     or_diagnose(
         &client,
         name,
-        observer.wait("creation", "Running", AFTER_FAULT).await,
+        gate.wait_started("creation", AFTER_FAULT).await,
     )
     .await;
-    let evicted = observer.pods("creation", "Running").remove(0);
+    let evicted = gate.runs("creation").remove(0);
     let pav_pods: Api<Pod> = Api::namespaced(client.clone(), PAV_NAMESPACE);
     pav_pods
         .evict(&evicted, &EvictParams::default())
@@ -354,10 +422,13 @@ async fn evicted_creation_pod_is_retried() {
     .await;
     let line = or_diagnose(&client, name, line).await;
     eprintln!("claim event: {line}");
+    gate.release("creation");
     apply(&client, &client_pod(name)).await.unwrap();
     read_and_tear_down(&client, name, &objects).await;
     // Pod names are derived from the volume, so the retry's pod has the
-    // evicted one's name: seen Failed (killed), then Succeeded (the retry).
+    // evicted one's name: seen Failed (killed), then Succeeded (the retry),
+    // and exactly two ran.
+    assert_eq!(gate.runs("creation"), [evicted.clone(), evicted.clone()]);
     assert_eq!(
         observer.pods("creation", "Failed"),
         std::slice::from_ref(&evicted),
@@ -383,7 +454,8 @@ async fn staging_pod_never_ready_times_out_and_unstages() {
     let started = Instant::now();
     let name = "e2e-fault-timeout";
     // Never writes /pav/ready, never exits.
-    let objects = objects(name, "true", "sleep 3600", "10s");
+    let objects = objects(name, "true", &Gate::script("staging"), "10s");
+    let gate = Gate::new(name);
     let observer = start_scenario(&client, name, name, &objects).await;
 
     apply(&client, &claim(name, name)).await.unwrap();
@@ -399,12 +471,20 @@ async fn staging_pod_never_ready_times_out_and_unstages() {
     let line = or_diagnose(&client, name, line).await;
     eprintln!("client event: {line}");
     // Kubernetes retries NodePublishVolume; each retry waits for the same
-    // staging pod rather than starting another.
-    tokio::time::sleep(Duration::from_secs(15)).await;
+    // staging pod rather than starting another. Once a retry has been
+    // answered too, exactly one staging pod has started.
+    let retried = wait_until(
+        "a retried NodePublishVolume answered",
+        AFTER_FAULT,
+        || async { Ok((timeouts_reported(&client, name).await? >= 2).then_some(())) },
+    )
+    .await;
+    or_diagnose(&client, name, retried).await;
     assert_eq!(
-        observer.runs("staging"),
+        gate.runs("staging").len(),
         1,
-        "one staging pod: {:#?}",
+        "one staging pod: {:?}; seen: {:#?}",
+        gate.runs("staging"),
         observer.seen()
     );
 
@@ -415,4 +495,20 @@ async fn staging_pod_never_ready_times_out_and_unstages() {
         "staging_pod_never_ready_times_out_and_unstages: {:.1}s",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// How many times kubelet reported the client's staging timing out (events
+/// of one reason and message are one Event with a count).
+async fn timeouts_reported(client: &Client, ns: &str) -> anyhow::Result<i32> {
+    Ok(events(client, ns, "client")
+        .await?
+        .iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("FailedMount")
+                && e.message
+                    .as_deref()
+                    .is_some_and(|m| m.contains("did not finish within 10s"))
+        })
+        .map(|e| e.count.unwrap_or(1))
+        .sum())
 }

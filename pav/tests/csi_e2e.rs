@@ -20,10 +20,11 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use pav::csi::context::DriverContext;
 use pav::csi::metrics::Metrics;
+use pav::pods::{LABEL_PHASE, LABEL_VOLUME};
 use pav_csi::csi;
 use pav_templates::PavProvisioner;
 
@@ -164,6 +165,123 @@ fn create_request(claim: &str, parameters: &[(&str, &str)]) -> csi::CreateVolume
     }
 }
 
+/// The label value of [`PodLog`]'s sentinel pods.
+const SENTINEL: &str = "pav-csi-e2e-sentinel";
+
+/// Every pod of one claim (label `volume=<uid>` in namespace `pav`) that
+/// existed since the log started, however briefly: a watch, and a sentinel
+/// pod to know the watch has caught up (the API server sends a watch's
+/// events in order, so once the sentinel's arrives, every pod created
+/// before it has been seen).
+struct PodLog {
+    api: Api<Pod>,
+    /// uid to (name, phase label).
+    seen: Arc<std::sync::Mutex<BTreeMap<String, (String, String)>>>,
+    watch: tokio::task::JoinHandle<()>,
+    sentinels: usize,
+}
+
+impl PodLog {
+    /// Starts watching the pods of claim `uid`; returns once the watch has
+    /// listed what exists.
+    async fn start(client: &Client, uid: &str) -> PodLog {
+        let api: Api<Pod> = Api::namespaced(client.clone(), "pav");
+        let selector = format!("{LABEL_VOLUME} in ({uid},{SENTINEL})");
+        let seen = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+        let (listed, listed_rx) = tokio::sync::oneshot::channel();
+        let events = watcher(api.clone(), watcher::Config::default().labels(&selector));
+        let log = seen.clone();
+        let watch = tokio::spawn(async move {
+            let mut listed = Some(listed);
+            let mut events = std::pin::pin!(events);
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
+                        let phase = pod.labels().get(LABEL_PHASE).cloned().unwrap_or_default();
+                        log.lock()
+                            .unwrap()
+                            .insert(pod.uid().unwrap_or_default(), (pod.name_any(), phase));
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(listed) = listed.take() {
+                            let _ = listed.send(());
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => eprintln!("pod log: {e}"),
+                }
+            }
+        });
+        listed_rx.await.expect("the pod watch listed");
+        PodLog {
+            api,
+            seen,
+            watch,
+            sentinels: 0,
+        }
+    }
+
+    /// Waits until the watch has seen every pod created before this call.
+    async fn catch_up(&mut self) {
+        self.sentinels += 1;
+        let name = format!("{SENTINEL}-{}", self.sentinels);
+        let sentinel: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": name, "labels": { LABEL_VOLUME: SENTINEL } },
+            "spec": {
+                // Never scheduled: it only marks a point in the watch.
+                "nodeSelector": { "pav-csi-e2e/nowhere": "true" },
+                "containers": [{ "name": "c", "image": "docker.io/library/busybox:stable" }]
+            }
+        }))
+        .unwrap();
+        let uid = self
+            .api
+            .create(&PostParams::default(), &sentinel)
+            .await
+            .unwrap()
+            .uid()
+            .unwrap();
+        for _ in 0..600 {
+            if self.seen.lock().unwrap().contains_key(&uid) {
+                self.api
+                    .delete(&name, &DeleteParams::default().grace_period(0))
+                    .await
+                    .unwrap();
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the pod watch never saw sentinel {name}");
+    }
+
+    /// The names of the claim's pods of `phase` seen so far.
+    fn of_phase(&self, phase: &str) -> Vec<String> {
+        self.of_claim()
+            .into_iter()
+            .filter(|(_, p)| p == phase)
+            .map(|(name, _)| name)
+            .collect()
+    }
+
+    /// The claim's pods seen so far (sentinels left out): name and phase,
+    /// in order of uid.
+    fn of_claim(&self) -> Vec<(String, String)> {
+        self.seen
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|(name, _)| !name.starts_with(SENTINEL))
+            .cloned()
+            .collect()
+    }
+}
+
+impl Drop for PodLog {
+    fn drop(&mut self) {
+        self.watch.abort();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a cluster"]
 async fn create_and_delete_through_pods() {
@@ -229,6 +347,7 @@ async fn create_and_delete_through_pods() {
             .unwrap();
     }
     let ok_uid = claims.get("e2e-ok").await.unwrap().uid().unwrap();
+    let mut pods_of_ok = PodLog::start(&client, &ok_uid).await;
 
     // The node plugin's collector (this process runs on the node) and the
     // controller served on a socket. They share one pod cache, of every
@@ -283,6 +402,13 @@ async fn create_and_delete_through_pods() {
         .volume
         .unwrap();
     assert_eq!(again.volume_id, volume.volume_id);
+    pods_of_ok.catch_up().await;
+    assert_eq!(
+        pods_of_ok.of_phase("creation").len(),
+        1,
+        "creation pods: {:?}",
+        pods_of_ok.of_phase("creation")
+    );
 
     // A creation pod that fails: its /pav/error reaches the caller, naming
     // the phase and the pod; the deletion pod runs after it.
@@ -336,6 +462,13 @@ async fn create_and_delete_through_pods() {
         })
         .await
         .expect("DeleteVolume");
+    pods_of_ok.catch_up().await;
+    assert_eq!(
+        pods_of_ok.of_phase("deletion").len(),
+        1,
+        "the deletion pod ran once: {:?}",
+        pods_of_ok.of_phase("deletion")
+    );
     // Nothing of this claim is left behind.
     let left: Vec<Pod> = Api::<Pod>::all(client.clone())
         .list(&ListParams::default().labels(&format!("pav.albertofaria.github.io/volume={ok_uid}")))
@@ -348,25 +481,8 @@ async fn create_and_delete_through_pods() {
         left.iter().map(|p| p.name_any()).collect::<Vec<_>>()
     );
     // external-provisioner repeats DeleteVolume now and then: the repeat
-    // succeeds without a second deletion pod.
-    let pods_of_claim = watcher(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default().labels(&format!("pav.albertofaria.github.io/volume={ok_uid}")),
-    );
-    let created = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let seen = created.clone();
-    let watching = tokio::spawn(async move {
-        pods_of_claim
-            .applied_objects()
-            .for_each(|pod| {
-                if let Ok(pod) = pod {
-                    seen.lock().unwrap().push(pod.name_any());
-                }
-                async {}
-            })
-            .await;
-    });
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // succeeds without a second deletion pod (or any other).
+    let before = pods_of_ok.of_claim();
     controller
         .delete_volume(csi::DeleteVolumeRequest {
             volume_id: volume.volume_id.clone(),
@@ -374,12 +490,11 @@ async fn create_and_delete_through_pods() {
         })
         .await
         .expect("repeated DeleteVolume");
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    watching.abort();
-    let created = created.lock().unwrap().clone();
-    assert!(
-        created.is_empty(),
-        "a repeated DeleteVolume started pods: {created:?}"
+    pods_of_ok.catch_up().await;
+    assert_eq!(
+        pods_of_ok.of_claim(),
+        before,
+        "a repeated DeleteVolume started pods"
     );
 
     // Deleting an unknown handle succeeds.
