@@ -1,9 +1,12 @@
 //! `pav render` previews the pods that run: for a real claim and client
-//! pod, the creation and staging pods the driver created equal what
-//! `pav render` prints for the same objects (the PavProvisioner, claim,
-//! StorageClass, PersistentVolume, Node and client pod read back from the
-//! cluster, and the target path kubelet chose), fields the API server sets
-//! aside.
+//! pod, every pod the driver created (validation, creation, staging,
+//! unstaging, deletion) equals what `pav render` prints for the same objects (the
+//! PavProvisioner, claim, StorageClass, PersistentVolume, Node and client
+//! pod read back from the cluster, and the target path kubelet uses), once
+//! the API server has filled in its defaults: the rendered pod goes through
+//! a server-side dry run, and the two whole pods are compared, with only
+//! what the API server decides per object (uid, timestamps, the token
+//! volume's random suffix) set aside.
 //!
 //! Runs the pav binary that `scripts/e2e-image` built
 //! (`$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/pav`), or
@@ -31,6 +34,14 @@ metadata:
   name: e2e-render-parity
 spec:
   provisioningModes: [Dynamic]
+  volumeValidation:
+    podTemplate:
+      spec:
+        containers:
+          - name: validate
+            image: busybox:stable
+            imagePullPolicy: IfNotPresent
+            command: [sh, -c, "test {{ params.greeting | tobash }} != ''"]
   volumeCreation:
     capacity: "{{ requestedMinCapacity }}"
     timeout: 90s
@@ -59,6 +70,14 @@ spec:
               - |
                 mkdir -p /pav/volume
                 printf '%s\n' {{ params.greeting | tobash }} > /pav/volume/greeting
+  volumeDeletion:
+    podTemplate:
+      spec:
+        containers:
+          - name: delete
+            image: busybox:stable
+            imagePullPolicy: IfNotPresent
+            command: [sh, -c, "echo deleting {{ defaultHandle | tobash }}"]
   volumeUnstaging:
     podTemplate:
       spec:
@@ -187,59 +206,92 @@ fn rendered_pod(provisioner: &str, phase: &str, args: &[&str]) -> Value {
     pods[0].clone()
 }
 
-/// Panics unless every field of `rendered` is in `live` with the same
-/// value. Lists match element by element, `live` may have more at the end
-/// (the API server appends the service account token's volume and mounts);
-/// maps may have more keys (defaults the API server fills in).
-fn assert_contained(rendered: &Value, live: &Value, path: &str) {
-    match (rendered, live) {
-        (Value::Object(rendered), Value::Object(live)) => {
-            for (key, value) in rendered {
-                let at = format!("{path}.{key}");
-                let live_value = live
-                    .get(key)
-                    .unwrap_or_else(|| panic!("{at}: rendered {value}, but the live pod has none"));
-                assert_contained(value, live_value, &at);
+/// `pod` after a server-side dry run of its creation: with the defaults
+/// and admission changes (the service account token volume) the API
+/// server applies to a pod it creates. The live pod of that name is gone
+/// by now, so the name is free.
+async fn dry_run(client: &Client, pod: &Value) -> Value {
+    let pod: Pod = serde_json::from_value(pod.clone()).unwrap();
+    let namespace = pod.namespace().expect("rendered pods name their namespace");
+    let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let created = api
+        .create(
+            &kube::api::PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &pod,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("dry run of {}: {e}", pod.name_any()));
+    serde_json::to_value(created).unwrap()
+}
+
+/// What the API server decides for each object on its own, set aside: its
+/// identity and times, status, and the random suffix of the service
+/// account token volume (`kube-api-access-xxxxx`).
+fn comparable(mut pod: Value) -> Value {
+    let meta = pod["metadata"].as_object_mut().expect("metadata");
+    for field in [
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "generation",
+        "managedFields",
+    ] {
+        meta.remove(field);
+    }
+    pod.as_object_mut().expect("a pod").remove("status");
+    let is_token_volume = |name: &str| {
+        name.strip_prefix("kube-api-access-").is_some_and(|suffix| {
+            suffix.len() == 5
+                && suffix
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        })
+    };
+    let rename = |name: &mut Value| {
+        if name.as_str().is_some_and(is_token_volume) {
+            *name = Value::from("kube-api-access");
+        }
+    };
+    for volume in pod["spec"]["volumes"].as_array_mut().into_iter().flatten() {
+        rename(&mut volume["name"]);
+    }
+    for kind in ["initContainers", "containers"] {
+        for container in pod["spec"][kind].as_array_mut().into_iter().flatten() {
+            for mount in container["volumeMounts"]
+                .as_array_mut()
+                .into_iter()
+                .flatten()
+            {
+                rename(&mut mount["name"]);
             }
         }
-        (Value::Array(rendered), Value::Array(live)) => {
-            assert!(
-                rendered.len() <= live.len(),
-                "{path}: rendered {} items, live {}: {rendered:?} vs {live:?}",
-                rendered.len(),
-                live.len()
-            );
-            for (index, (r, l)) in rendered.iter().zip(live).enumerate() {
-                assert_contained(r, l, &format!("{path}[{index}]"));
-            }
-        }
-        _ => assert_eq!(rendered, live, "{path}"),
+    }
+    pod
+}
+
+/// The live pod of `phase` (as first created) equals the rendered one
+/// after a dry run: the whole pod, so an extra container, volume, env
+/// entry, toleration or privilege on either side fails.
+async fn assert_same_pod(client: &Client, phase: &str, rendered: &Value, live: &Pod) {
+    let expected = comparable(dry_run(client, rendered).await);
+    let live = comparable(serde_json::to_value(live).unwrap());
+    if expected != live {
+        panic!(
+            "{phase} pod: rendered (after a dry run) and live differ\nrendered:\n{}\nlive:\n{}",
+            serde_yaml::to_string(&expected).unwrap(),
+            serde_yaml::to_string(&live).unwrap()
+        );
     }
 }
 
-/// The driver's pod equals the rendered one: the fields PaV decides
-/// (name, namespace, labels, annotations, owner, finalizers) exactly, the
-/// spec up to what the API server fills in.
-fn assert_same_pod(phase: &str, rendered: &Value, live: &Pod) {
-    let live = serde_json::to_value(live).unwrap();
-    for field in [
-        "name",
-        "namespace",
-        "labels",
-        "annotations",
-        "ownerReferences",
-        "finalizers",
-    ] {
-        assert_eq!(
-            rendered["metadata"][field], live["metadata"][field],
-            "{phase} pod: metadata.{field}"
-        );
-    }
-    assert_contained(
-        &rendered["spec"],
-        &live["spec"],
-        &format!("{phase} pod: spec"),
-    );
+/// The one pod of `phase` the driver created.
+fn the_pod_of(first_seen: &FirstSeen, phase: &str) -> Pod {
+    let pods = first_seen.of_phase(phase);
+    assert_eq!(pods.len(), 1, "{phase} pods seen: {pods:#?}");
+    pods.into_iter().next().unwrap()
 }
 
 #[tokio::test]
@@ -290,18 +342,9 @@ async fn render_prints_the_pods_the_driver_creates() {
     let pv_file = object_file(&dir, "pv.yaml", &pv);
     let client_file = object_file(&dir, "client.yaml", &reader);
 
-    let creation = first_seen.of_phase("creation");
-    assert_eq!(creation.len(), 1, "creation pods seen: {creation:#?}");
-    let rendered = rendered_pod(
-        &provisioner_file,
-        "creation",
-        &["--pvc", &pvc_file, "--sc", &sc_file],
-    );
-    assert_same_pod("creation", &rendered, &creation[0]);
-
-    let staging = first_seen.of_phase("staging");
-    assert_eq!(staging.len(), 1, "staging pods seen: {staging:#?}");
-    let staging = &staging[0];
+    // The staging pod is pinned to the client's node; kubelet publishes a
+    // CSI volume for a pod at this path (its own rule, not pav's).
+    let staging = the_pod_of(&first_seen, "staging");
     let node_name = staging
         .spec
         .as_ref()
@@ -309,33 +352,41 @@ async fn render_prints_the_pods_the_driver_creates() {
         .expect("a staging pod is pinned to its node");
     let node: Node = Api::all(client.clone()).get(&node_name).await.unwrap();
     let node_file = object_file(&dir, "node.yaml", &node);
-    // Chosen by kubelet, as the node is by the scheduler: an input.
-    let target_path = staging
-        .annotations()
-        .get("pav.albertofaria.github.io/target-path")
-        .cloned()
-        .expect("a staging pod records its target path");
-    let rendered = rendered_pod(
-        &provisioner_file,
-        "staging",
-        &[
-            "--pvc",
-            &pvc_file,
-            "--pv",
-            &pv_file,
-            "--node",
-            &node_file,
-            "--client-pod",
-            &client_file,
-            "--target-path",
-            &target_path,
-        ],
+    let target_path = format!(
+        "/var/lib/kubelet/pods/{}/volumes/kubernetes.io~csi/{pv_name}/mount",
+        reader.uid().unwrap()
     );
-    assert_same_pod("staging", &rendered, staging);
 
+    // Unstaging and deletion pods run once the client and the claim go;
+    // every pod is gone afterwards, so the dry runs can take their names.
     delete_and_wait(&pods, "reader", STEP).await.unwrap();
     delete_and_wait(&claims, "data", STEP).await.unwrap();
     wait_no_pav_pods(&client, PROVISIONER, STEP).await.unwrap();
+
+    let volume_args = ["--pvc", &pvc_file, "--sc", &sc_file, "--pv", &pv_file];
+    let publication_args = [
+        "--pvc",
+        &pvc_file,
+        "--pv",
+        &pv_file,
+        "--node",
+        &node_file,
+        "--client-pod",
+        &client_file,
+        "--target-path",
+        &target_path,
+    ];
+    for (phase, args) in [
+        ("validation", &volume_args[..4]),
+        ("creation", &volume_args[..4]),
+        ("staging", &publication_args[..]),
+        ("unstaging", &publication_args[..]),
+        ("deletion", &volume_args[..]),
+    ] {
+        let rendered = rendered_pod(&provisioner_file, phase, args);
+        assert_same_pod(&client, phase, &rendered, &the_pod_of(&first_seen, phase)).await;
+    }
+
     delete(&client, OBJECTS).await.unwrap();
     delete_provisioner(&client, PROVISIONER, STEP)
         .await
