@@ -204,12 +204,10 @@ impl PodNode {
         let finished = tokio::select! {
             finished = staged => finished.map_err(StageError::StagingPod)?,
             () = self.client_gone(info) => {
-                tracing::info!(pod = %name, client = %format!("{}/{}", info.namespace, info.name), "the client pod went mid-staging: undoing the staging");
+                let client = format!("{}/{}", info.namespace, info.name);
+                tracing::info!(pod = %name, client, "the client pod went mid-staging: undoing the staging");
                 let undo = self.tear_down(&pod).await.err().map(Box::new);
-                return Err(StageError::ClientGone {
-                    pod: format!("{}/{}", info.namespace, info.name),
-                    undo,
-                });
+                return Err(StageError::ClientGone { pod: client, undo });
             }
         };
         match finished {

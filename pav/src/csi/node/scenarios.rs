@@ -486,3 +486,53 @@ async fn a_volume_whose_claim_is_gone_is_unstaged_as_recorded() {
     assert_eq!(left, ["client"]);
     assert!(events(&server).is_empty());
 }
+
+/// A staging pod that runs and never says ready.
+fn never_ready(dir: &Path) -> Vec<Value> {
+    std::fs::create_dir_all(dir).unwrap();
+    vec![json!({"status": {"phase": "Running"}})]
+}
+
+/// The client pod is deleted while its staging pod runs: the staging is
+/// torn down at once (the unstaging pod runs, the staging pod's directory
+/// goes) and the answer is FAILED_PRECONDITION, not a wait for a pod that
+/// nobody needs until the phase times out. (Real time: the check comes
+/// every 5 s.)
+#[tokio::test]
+async fn a_client_deleted_mid_staging_has_its_staging_torn_down() {
+    let (server, node, pods_dir) = scenario(never_ready, done);
+    let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = reads.clone();
+    server.intercept(move |r: &Logged| {
+        (r.method == Method::GET && r.path == CLIENT)
+            // The first read is stage_for's own; the pod is gone after it.
+            .then(|| counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
+            .filter(|&n| n > 0)
+            .map(|_| status(404, "NotFound", "pods \"client\" not found"))
+    });
+    let failure = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        node.stage_for(&publishing(), &client_info()),
+    )
+    .await
+    .expect("the staging gave up once the client was gone")
+    .unwrap_err();
+    assert!(
+        matches!(failure, StageError::ClientGone { undo: None, .. }),
+        "{failure:?}"
+    );
+    assert!(!failure.reported(), "no event on a pod that is gone");
+    let error = Error::from(failure);
+    assert!(matches!(error, Error::FailedPrecondition(_)), "{error:?}");
+    assert!(error.message().contains("apps/client"), "{error:?}");
+    let phases: Vec<Value> = server
+        .created_pods()
+        .iter()
+        .map(|p| p["metadata"]["labels"][LABEL_PHASE].clone())
+        .collect();
+    assert_eq!(phases, [json!("staging"), json!("unstaging")]);
+    let left: Vec<String> = server.pods().iter().map(name).collect();
+    assert_eq!(left, ["client"], "the staging pod is let go");
+    assert_eq!(std::fs::read_dir(pods_dir.path()).unwrap().count(), 0);
+    assert!(reads.load(std::sync::atomic::Ordering::SeqCst) >= 2);
+}
