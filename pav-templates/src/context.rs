@@ -17,7 +17,9 @@
 //!
 //! The creation and deletion contexts also have `selectedNode` (the node
 //! the scheduler picked for a `WaitForFirstConsumer` claim, none
-//! otherwise), `source` (none, or what the volume is created from: see
+//! otherwise), `topologyNodes` (the nodes the volume should be accessible
+//! from, most preferred first: see [`CreationContext::with_topology_nodes`]),
+//! `source` (none, or what the volume is created from: see
 //! [`Source`]); the deletion context of an existing volume has its `handle`
 //! (undefined when creating, or undoing a failed creation).
 //!
@@ -490,6 +492,7 @@ impl CreationContext {
             selected_node.map_or(Value::from(()), |n| Value::from(n.as_str())),
         );
         vars.set("source", Value::from(()));
+        vars.set("topologyNodes", Value::from(Vec::<Value>::new()));
         let value = vars.to_value();
         Ok(CreationContext {
             vars,
@@ -515,6 +518,18 @@ impl CreationContext {
     /// The volume is created from `source` (the templates' `source`).
     pub fn with_source(mut self, source: &Source) -> Self {
         self.vars.replace("source", to_value(source));
+        self.value = self.vars.to_value();
+        self
+    }
+
+    /// The nodes the CO asks the volume to be accessible from, most
+    /// preferred first (the templates' `topologyNodes`, a pav extension;
+    /// empty unless the driver passes them): how a node-local provisioner
+    /// places a volume whose claim has no `selectedNode` (an `Immediate`
+    /// class, with or without `allowedTopologies`).
+    pub fn with_topology_nodes(mut self, nodes: &[String]) -> Self {
+        let nodes: Vec<Value> = nodes.iter().map(|n| Value::from(n.as_str())).collect();
+        self.vars.replace("topologyNodes", Value::from(nodes));
         self.value = self.vars.to_value();
         self
     }

@@ -154,6 +154,7 @@ impl PodController {
 
         let mut context = CreationContext::new(&claim.pvc, &claim.sc)
             .map_err(CreateError::Context)?
+            .with_topology_nodes(&topology_nodes(&req.topology))
             .with_pvc_lookup(lookup);
         if let Some(source) = &req.source {
             context = context.with_source(&self.source(&compiled, source).await?);
@@ -443,5 +444,35 @@ impl Create for PodController {
     }
 }
 
+/// The nodes of `requirement` (pav's node topology key), preferred first,
+/// then the other requisite ones, each once: the templates'
+/// `topologyNodes`.
+fn topology_nodes(requirement: &pav_sdk::TopologyRequirement) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    requirement
+        .preferred
+        .iter()
+        .chain(&requirement.requisite)
+        .filter_map(|topology| topology.get(super::TOPOLOGY_KEY))
+        .filter(|node| seen.insert(node.as_str()))
+        .cloned()
+        .collect()
+}
+
 #[cfg(test)]
 mod scenarios;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn topology_nodes_are_preferred_first_then_requisite_each_once() {
+        let node = |n: &str| super::super::node_topology(n);
+        let other_key = pav_sdk::Topology::from([("zone".to_owned(), "a".to_owned())]);
+        let requirement = pav_sdk::TopologyRequirement {
+            requisite: vec![node("n1"), node("n2"), other_key.clone(), node("n3")],
+            preferred: vec![node("n2"), other_key],
+        };
+        assert_eq!(super::topology_nodes(&requirement), ["n2", "n1", "n3"]);
+        assert!(super::topology_nodes(&Default::default()).is_empty());
+    }
+}
