@@ -48,7 +48,10 @@ pub enum StageError {
     /// The client pod went (or is terminating) while its staging pod ran:
     /// nobody waits for the volume, and the staging was torn down (`undo`:
     /// how that failed).
-    #[error("pod {pod} went while its staging pod ran, so the staging was undone{}", undo.as_ref().map(|e| format!("; then {e}")).unwrap_or_default())]
+    #[error(
+        "pod {pod} went while its staging pod ran, so the staging was undone{}",
+        then_undo(undo)
+    )]
     ClientGone {
         /// `namespace/name` of the client pod.
         pod: String,
@@ -57,13 +60,21 @@ pub enum StageError {
     },
     /// The staging pod failed, or what it put at `/pav/volume` cannot be
     /// used; the unstaging pod ran to undo it (`undo`: how that failed).
-    #[error("{message}{}", undo.as_ref().map(|e| format!("; then {e}")).unwrap_or_default())]
+    #[error("{message}{}", then_undo(undo))]
     Failed {
         /// `staging pod ns/name failed: why`.
         message: String,
         /// The tear-down's failure, if it failed.
         undo: Option<Box<UnstageError>>,
     },
+}
+
+/// How undoing a staging failed, as the end of the staging's message
+/// ("; then ..."), or nothing.
+fn then_undo(undo: &Option<Box<UnstageError>>) -> String {
+    undo.as_ref()
+        .map(|e| format!("; then {e}"))
+        .unwrap_or_default()
 }
 
 impl StageError {
