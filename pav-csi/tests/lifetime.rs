@@ -290,14 +290,17 @@ async fn a_stopping_instance_leaves_its_successors_socket() {
                 let _ = stopped.await;
             }),
     );
-    let mut identity = loop {
+    let mut identity = None;
+    for _ in 0..1000 {
         if inode(&socket).is_some_and(|i| Some(i) != old_socket)
             && let Ok(channel) = pav_csi::client::connect(&socket).await
         {
-            break IdentityClient::new(channel);
+            identity = Some(IdentityClient::new(channel));
+            break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    }
+    let mut identity = identity.expect("the successor never bound the socket");
     identity.probe(csi::ProbeRequest {}).await.unwrap();
     let _dir = old.stop_server().await;
     assert!(socket.exists(), "the successor's socket was removed");
