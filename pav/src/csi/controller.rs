@@ -470,9 +470,9 @@ mod tests {
         let other_key = pav_sdk::Topology::from([("zone".to_owned(), "a".to_owned())]);
         let requirement = pav_sdk::TopologyRequirement {
             requisite: vec![node("n1"), node("n2"), other_key.clone(), node("n3")],
-            preferred: vec![node("n2"), other_key],
+            preferred: vec![node("n3"), other_key, node("n2")],
         };
-        assert_eq!(super::topology_nodes(&requirement), ["n2", "n1", "n3"]);
+        assert_eq!(super::topology_nodes(&requirement), ["n3", "n2", "n1"]);
         assert!(super::topology_nodes(&Default::default()).is_empty());
     }
 }
