@@ -5,21 +5,16 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::bail;
 use clap::{Parser, Subcommand};
 use k8s_openapi::Resource as _;
-use k8s_openapi::api::core::v1::{
-    Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplateSpec,
-};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use pav_templates::{
-    CompiledProvisioner, CreationContext, ExpansionContext, Phase, ProvisioningMode, PvcMap,
-    SnapshotContext, StagingContext, ValidationContext, samples,
-};
+use pav_templates::{CompiledProvisioner, Phase, PvcMap, samples};
 use serde::Serialize;
 
-use crate::pods::{PodOrigin, PodTarget, Publication};
+use crate::csi::recipe::{Plan, PlanError, Planner, StagingFor};
+use crate::pods::PodTarget;
 
 /// Pods-as-Volumes: volume provisioners written as pod templates.
 #[derive(Debug, Parser)]
@@ -467,10 +462,11 @@ where
 /// What `pav render` prints.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct Rendered<T: Serialize> {
+struct Rendered<E: Serialize> {
     provisioner: String,
     phase: String,
-    evaluated: T,
+    evaluated: E,
+    /// The phase's pod, if it has one.
     pods: Vec<Pod>,
 }
 
@@ -523,15 +519,16 @@ fn render(
     let provisioner =
         CompiledProvisioner::from_yaml(&text).map_err(|problems| anyhow::anyhow!("{problems}"))?;
     let name = provisioner.name().to_owned();
-    let owner = provisioner_owner(&text);
-    let origin = PodOrigin {
-        provisioner: &name,
-        owner: owner.as_ref(),
-        default_namespace: namespace,
-    };
     let lookup = Arc::new(PvcMap::from_iter(
         std::iter::once(objects.pvc.clone()).chain(objects.claims.iter().cloned()),
     ));
+    // The driver's planner, with the objects given instead of the API server's.
+    let planner = Planner::new(
+        Arc::new(provisioner),
+        provisioner_owner(&text),
+        namespace.clone(),
+        lookup,
+    );
     let handle = objects
         .pv
         .spec
@@ -551,110 +548,56 @@ fn render(
         .target_path
         .clone()
         .unwrap_or_else(|| kubelet_target_path(client.2, &pv_name));
-    let claim = crate::pods::claim_name(&objects.pvc);
-    let publication = Publication {
-        handle: &handle,
-        target_path: &target_path,
-        node: &node_name,
-        claim: &claim,
-        pv: &pv_name,
-        client,
-        read_only,
-    };
-    let claim_pods = |template: Option<&PodTemplateSpec>, timeout| -> Vec<Pod> {
-        template
-            .map(|t| origin.claim_pod(phase, t, timeout, &objects.pvc))
-            .into_iter()
-            .collect()
-    };
+    let (pvc, sc, pv, node) = (&objects.pvc, &objects.sc, &objects.pv, &objects.node);
 
     let yaml = match phase {
         Phase::Validation => {
-            let static_only = !provisioner
-                .provisioning_modes()
-                .contains(&ProvisioningMode::Dynamic);
-            let context = if static_provisioning || static_only {
-                ValidationContext::static_pv(&objects.pv)
+            let static_only = planner.require_dynamic(phase).is_err();
+            let plan = if static_provisioning || static_only {
+                planner.static_validation(pv, pvc)
             } else {
-                ValidationContext::dynamic(&objects.pvc, &objects.sc)
-            }
-            .map_err(|e| objects.origins.label(e))?
-            .with_pvc_lookup(lookup);
-            let evaluated = provisioner.render_validation(&context)?;
-            let pods = claim_pods(evaluated.pod_template.as_ref(), evaluated.timeout);
-            to_yaml(&name, phase, evaluated, pods)?
+                planner.validation(pvc, sc)
+            };
+            to_yaml(&name, phase, planned(plan, objects)?)?
         }
-        Phase::Creation | Phase::Deletion => {
-            if !provisioner
-                .provisioning_modes()
-                .contains(&ProvisioningMode::Dynamic)
-            {
-                bail!(
-                    "provisioner {name:?} has no {phase} phase: spec.provisioningModes does not contain Dynamic"
-                );
-            }
-            let context = CreationContext::new(&objects.pvc, &objects.sc)
-                .map_err(|e| objects.origins.label(e))?
-                .with_pvc_lookup(lookup);
-            if phase == Phase::Creation {
-                let evaluated = provisioner.render_creation(&context)?;
-                let pods = claim_pods(evaluated.pod_template.as_ref(), evaluated.timeout);
-                to_yaml(&name, phase, evaluated, pods)?
-            } else {
-                // As DeleteVolume: the volume exists, its handle is known.
-                let context = context.with_handle(&handle);
-                let evaluated = provisioner.render_deletion(&context)?;
-                let pods = claim_pods(evaluated.pod_template.as_ref(), evaluated.timeout);
-                to_yaml(&name, phase, evaluated, pods)?
-            }
+        Phase::Creation => {
+            let plan = planned(planner.creation(pvc, sc, &[], None), objects)?.plan;
+            to_yaml(&name, phase, plan)?
         }
-        Phase::Staging | Phase::Unstaging => {
-            let context = StagingContext::new(&objects.pvc, &objects.pv, &objects.node, read_only)
-                .map_err(|e| objects.origins.label(e))?
-                .with_pvc_lookup(lookup);
-            if phase == Phase::Staging {
-                let evaluated = provisioner.render_staging(&context)?;
-                // As the node plugin: unstaging rendered now, kept on the pod.
-                let unstaging = provisioner.render_unstaging(&context).ok();
-                let pod = origin.staging_pod(&evaluated, unstaging.as_ref(), &publication);
-                to_yaml(&name, phase, evaluated, vec![pod])?
-            } else {
-                let evaluated = provisioner.render_unstaging(&context)?;
-                let staging_label =
-                    crate::pods::label_value(&crate::pods::staging_key(&handle, &target_path));
-                let pods = evaluated
-                    .pod_template
-                    .iter()
-                    .map(|t| origin.unstaging_pod(t, &staging_label, &node_name, &claim))
-                    .collect();
-                to_yaml(&name, phase, evaluated, pods)?
-            }
+        Phase::Deletion => {
+            // As DeleteVolume: the volume exists, its handle is known.
+            planned(planner.require_dynamic(phase), objects)?;
+            let plan = planner.volume_deletion(pvc, sc, &handle);
+            to_yaml(&name, phase, planned(plan, objects)?)?
+        }
+        Phase::Staging => {
+            let staging = StagingFor {
+                handle: &handle,
+                target_path: &target_path,
+                client,
+                read_only,
+            };
+            let plan = planner.staging(pvc, pv, node, &staging);
+            to_yaml(&name, phase, planned(plan, objects)?.optional())?
+        }
+        Phase::Unstaging => {
+            let staging_label =
+                crate::pods::label_value(&crate::pods::staging_key(&handle, &target_path));
+            let plan = planner.unstaging(pvc, pv, node, read_only, &staging_label);
+            to_yaml(&name, phase, planned(plan, objects)?)?
         }
         Phase::Expansion => {
             // The claim's request is the capacity asked for: raising it is
             // how a user grows a volume.
-            let (min, max) = pav_templates::context::requested_capacity(&objects.pvc)
+            let (min, max) = pav_templates::context::requested_capacity(pvc)
                 .map_err(|e| objects.origins.label(e))?;
-            let context = ExpansionContext::new(&objects.pv, Some(&objects.pvc), min, max)
-                .map_err(|e| objects.origins.label(e))?
-                .with_pvc_lookup(lookup);
-            let evaluated = provisioner.render_expansion(&context)?;
-            let pods = evaluated
-                .pod_template
-                .iter()
-                .map(|t| origin.expansion_pod(t, evaluated.timeout, &handle, min, &pv_name))
-                .collect();
-            to_yaml(&name, phase, evaluated, pods)?
+            let plan = planner.expansion(pv, Some(pvc), min, max);
+            to_yaml(&name, phase, planned(plan, objects)?)?
         }
         Phase::NodeExpansion => {
-            let context = StagingContext::new(&objects.pvc, &objects.pv, &objects.node, read_only)
-                .map_err(|e| objects.origins.label(e))?
-                .with_pvc_lookup(lookup);
             // The claim's request is the size the volume grew to.
-            let (capacity, _) = pav_templates::context::requested_capacity(&objects.pvc)
+            let (capacity, _) = pav_templates::context::requested_capacity(pvc)
                 .map_err(|e| objects.origins.label(e))?;
-            let context = context.expanded_to(capacity);
-            let evaluated = provisioner.render_node_expansion(&context)?;
             let staging = PodTarget {
                 provisioner: &name,
                 phase: Phase::Staging,
@@ -662,55 +605,41 @@ fn render(
                 node: Some(&node_name),
             }
             .pod_name();
-            let pod = origin.node_expansion_pod(&evaluated, &staging, capacity, &node_name, &claim);
-            to_yaml(&name, phase, evaluated, vec![pod])?
+            let plan = planner.node_expansion(pvc, pv, node, read_only, &staging, capacity);
+            to_yaml(&name, phase, planned(plan, objects)?.optional())?
         }
-        Phase::SnapshotCreation | Phase::SnapshotDeletion => {
-            let uid = objects.pvc.metadata.uid.as_deref().unwrap_or_default();
+        Phase::SnapshotCreation => {
+            let uid = pvc.metadata.uid.as_deref().unwrap_or_default();
             let snapshot = format!("snapshot-{uid}");
-            let (evaluated, key) = if phase == Phase::SnapshotCreation {
-                let context = SnapshotContext::creation(
-                    &snapshot,
-                    &Default::default(),
-                    &objects.pv,
-                    Some(&objects.pvc),
-                )
-                .map_err(|e| objects.origins.label(e))?
-                .with_pvc_lookup(lookup);
-                let evaluated = provisioner.render_snapshot_creation(&context)?;
-                let pod = evaluated
-                    .pod_template
-                    .as_ref()
-                    .map(|t| origin.snapshot_pod(phase, t, evaluated.timeout, &snapshot));
-                (serde_json::to_value(&evaluated)?, pod)
-            } else {
-                let context =
-                    SnapshotContext::deletion(&snapshot, Some(&handle)).with_pvc_lookup(lookup);
-                let evaluated = provisioner.render_snapshot_deletion(&context)?;
-                let pod = evaluated
-                    .pod_template
-                    .as_ref()
-                    .map(|t| origin.snapshot_pod(phase, t, evaluated.timeout, &snapshot));
-                (serde_json::to_value(&evaluated)?, pod)
-            };
-            to_yaml(&name, phase, evaluated, key.into_iter().collect())?
+            let plan = planner.snapshot_creation(&snapshot, &Default::default(), pv, Some(pvc));
+            to_yaml(&name, phase, planned(plan, objects)?)?
+        }
+        Phase::SnapshotDeletion => {
+            let uid = pvc.metadata.uid.as_deref().unwrap_or_default();
+            let plan = planner.snapshot_deletion(&format!("snapshot-{uid}"), Some(&handle));
+            to_yaml(&name, phase, planned(plan, objects)?)?
         }
     };
     out.write_all(yaml.as_bytes())?;
     Ok(())
 }
 
-fn to_yaml<T: Serialize>(
-    provisioner: &str,
-    phase: Phase,
-    evaluated: T,
-    pods: Vec<Pod>,
-) -> anyhow::Result<String> {
+/// A plan's error as `pav render` prints it: a context error names the
+/// file the object came from, a template's error is printed whole.
+fn planned<T>(result: Result<T, PlanError>, objects: &Objects) -> anyhow::Result<T> {
+    result.map_err(|error| match error {
+        PlanError::Context(e) => objects.origins.label(e),
+        PlanError::Render { error, .. } => error.into(),
+        other => other.into(),
+    })
+}
+
+fn to_yaml<E: Serialize>(provisioner: &str, phase: Phase, plan: Plan<E>) -> anyhow::Result<String> {
     Ok(serde_yaml::to_string(&Rendered {
         provisioner: provisioner.to_owned(),
         phase: phase.name().to_owned(),
-        evaluated,
-        pods,
+        evaluated: plan.evaluated,
+        pods: plan.pod.into_iter().collect(),
     })?)
 }
 
@@ -972,7 +901,7 @@ spec: {{x: [{aliases}]}}
         let pv = samples::pv();
         let handle = pv.spec.unwrap().csi.unwrap().volume_handle;
         let claim = crate::pods::claim_name(&samples::pvc());
-        let expected = PodOrigin {
+        let expected = crate::pods::PodOrigin {
             provisioner: "hello-world",
             owner: None,
             default_namespace: "pav-system",
@@ -980,7 +909,7 @@ spec: {{x: [{aliases}]}}
         .staging_pod(
             &staging,
             Some(&unstaging),
-            &Publication {
+            &crate::pods::Publication {
                 handle: &handle,
                 target_path: "/var/lib/kubelet/pods/u-web/volumes/kubernetes.io~csi/v/mount",
                 node: "sample-node",

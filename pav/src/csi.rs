@@ -8,8 +8,7 @@
 //! | [`context`] | the per-driver context: API access, the PavProvisioner watch, pod runs by watch, events, `get_pvc` |
 //! | `pod_cache` | the one watch of this provisioner's pods, and waits on it |
 //! | `provisioner_cache` | the watch of the PavProvisioner, compiled once per generation |
-//! | [`phase_run`] | one phase pod run: create, wait, failure, deletion |
-//! | [`state`] | pure parts: pod states, exported files, messages |
+//! | [`recipe`] | every phase's recipe: a pure plan (context, evaluated fields, pod), then the pod's run (create, wait, collect, interpret) |
 //! | [`metrics`] | Prometheus `/metrics` and `/healthz` |
 
 pub mod context;
@@ -19,10 +18,9 @@ pub mod deleted_nodes;
 pub mod fixtures;
 pub mod metrics;
 pub mod node;
-pub mod phase_run;
 mod pod_cache;
 mod provisioner_cache;
-pub mod state;
+pub mod recipe;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

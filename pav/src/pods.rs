@@ -1,4 +1,13 @@
-//! From an evaluated pod template to the Pod that PaV creates.
+//! The contract between pav and its pods: what a PaV pod is named,
+//! labelled and annotated with, where its `/pav` files are and what they
+//! mean, how long it may run. The controller, the node plugin and `pav
+//! render` all build and read pods through this module.
+//!
+//! | part | role |
+//! |---|---|
+//! | this module | names, labels, annotations, keys, timeouts; an evaluated template becomes the Pod PaV creates ([`build_pod`], [`PodOrigin`]) |
+//! | [`results`] | what a pod's status and exported `/pav` files say, and the messages users see about it |
+//! | [`dir`] | a pod's `/pav` directory on its node, unmounted and removed |
 //!
 //! What PaV adds to every template, so that user templates stay short and
 //! the controller can find, share files with and clean up its pods:
@@ -24,6 +33,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use pav_templates::Phase;
 use sha2::{Digest, Sha256};
+
+pub mod dir;
+pub mod results;
 
 /// Label and annotation prefix shared with the original PaV.
 pub const DOMAIN: &str = "pav.albertofaria.github.io";
@@ -279,6 +291,23 @@ pub struct Publication<'a> {
     pub read_only: bool,
 }
 
+/// `namespace/name/uid` of a client pod, as stored in a staging pod's
+/// annotation.
+pub fn client_annotation(namespace: &str, name: &str, uid: &str) -> String {
+    format!("{namespace}/{name}/{uid}")
+}
+
+/// Reads a [`client_annotation`] back.
+pub fn parse_client(value: &str) -> Option<(&str, &str, &str)> {
+    let mut parts = value.splitn(3, '/');
+    Some((parts.next()?, parts.next()?, parts.next()?))
+}
+
+/// Reads a `namespace/name` claim annotation back.
+pub fn parse_claim(value: &str) -> Option<(&str, &str)> {
+    value.split_once('/')
+}
+
 /// `namespace/name` of a claim, as [`ANNOTATION_CLAIM`] records it.
 pub fn claim_name(pvc: &PersistentVolumeClaim) -> String {
     format!(
@@ -428,7 +457,7 @@ impl<'a> PodOrigin<'a> {
             (ANNOTATION_PV, publication.pv.to_owned()),
             (
                 ANNOTATION_CLIENT,
-                crate::csi::state::client_annotation(client_ns, client_name, client_uid),
+                client_annotation(client_ns, client_name, client_uid),
             ),
             (ANNOTATION_TARGET, publication.target_path.to_owned()),
             (ANNOTATION_READ_ONLY, publication.read_only.to_string()),
@@ -623,6 +652,13 @@ pub fn build_pod(template: &PodTemplateSpec, params: &PodParams<'_>) -> Pod {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn client_and_claim_annotations_read_back() {
+        let client = client_annotation("apps", "web-0", "u-1");
+        assert_eq!(parse_client(&client), Some(("apps", "web-0", "u-1")));
+        assert_eq!(parse_claim("apps/data"), Some(("apps", "data")));
+    }
 
     fn template(json: serde_json::Value) -> PodTemplateSpec {
         serde_json::from_value(json).unwrap()

@@ -308,7 +308,7 @@ fn render_refuses_phases_a_static_provisioner_lacks() {
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(
         String::from_utf8_lossy(&output.stderr),
-        "error: provisioner \"static-only\" has no creation phase: spec.provisioningModes does not contain Dynamic\n"
+        "error: PavProvisioner static-only has no creation phase: spec.provisioningModes does not contain Dynamic\n"
     );
     // Validation of a Static-only provisioner uses the static context.
     let validation = render(&[path.to_str().unwrap(), "--phase", "validation"]);

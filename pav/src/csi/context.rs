@@ -22,8 +22,9 @@ use tokio::sync::watch;
 use super::metrics::Metrics;
 use super::pod_cache::{PodCache, PodWait, Timing, provisioner_selector};
 use super::provisioner_cache::ProvisionerCache;
-use super::state::{self, PodState};
+use super::recipe::{PlanError, Planner};
 use crate::pods::label_value;
+use crate::pods::results::{self, PodState};
 
 mod error;
 
@@ -70,7 +71,7 @@ impl std::fmt::Debug for DriverContext {
 }
 
 /// A [`PvcLookup`] reading through the API server; blocks, so templates are
-/// rendered on a blocking thread (see [`DriverContext::render`]).
+/// rendered on a blocking thread (see [`Planner::blocking`]).
 struct KubeLookup {
     client: Client,
     runtime: tokio::runtime::Handle,
@@ -204,31 +205,24 @@ impl DriverContext {
     }
 
     /// The `get_pvc` answering from the API server.
-    pub fn lookup(&self) -> Arc<dyn PvcLookup> {
+    fn lookup(&self) -> Arc<dyn PvcLookup> {
         Arc::new(KubeLookup {
             client: self.client.clone(),
             runtime: tokio::runtime::Handle::current(),
         })
     }
 
-    /// Renders templates on a blocking thread, where `get_pvc` may block.
-    pub async fn render<T: Send + 'static>(
-        render: impl FnOnce() -> pav_templates::Result<T> + Send + 'static,
-    ) -> Result<T, DriverError> {
-        tokio::task::spawn_blocking(render)
-            .await
-            .map_err(DriverError::RenderThread)?
-            .map_err(DriverError::Render)
-    }
-
-    /// What every pod of this driver is built with, `owner` being the
-    /// PavProvisioner's owner reference.
-    pub fn origin<'a>(&'a self, owner: Option<&'a OwnerReference>) -> crate::pods::PodOrigin<'a> {
-        crate::pods::PodOrigin {
-            provisioner: &self.provisioner,
+    /// The planner of this driver's phases: the PavProvisioner compiled
+    /// (from its watch), its owner reference for the pods, this driver's
+    /// namespace and `get_pvc` through the API server.
+    pub async fn planner(&self) -> Result<Planner, PlanError> {
+        let (compiled, owner) = self.compiled().await.map_err(PlanError::Provisioner)?;
+        Ok(Planner::new(
+            compiled,
             owner,
-            default_namespace: &self.namespace,
-        }
+            self.namespace.clone(),
+            self.lookup(),
+        ))
     }
 
     /// Pods API of `namespace`.
@@ -334,7 +328,7 @@ impl DriverContext {
             }
             let since = *terminated_at.get_or_insert_with(Instant::now);
             let done = !collected
-                || state::Collected::of(pod).is_some()
+                || results::Collected::of(pod).is_some()
                 || since.elapsed() > COLLECT_GRACE;
             done.then(|| Finished {
                 pod: pod.clone(),
@@ -423,7 +417,7 @@ impl DriverContext {
         let event = Event {
             type_: EventType::Warning,
             reason: reason.to_owned(),
-            note: Some(state::truncate(message.to_owned())),
+            note: Some(results::truncate(message.to_owned())),
             action: phase.field().to_owned(),
             secondary: pod,
         };

@@ -2,23 +2,17 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{
-    ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplateSpec,
-};
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::runtime::reflector::Store;
 use kube::{Api, Resource, ResourceExt};
 use pav_sdk::{ContentSource, Create, CreateRequest, Error, Result, Volume};
-use pav_templates::{
-    CompiledProvisioner, CreationContext, DataSourceKind, Phase, ProvisioningMode, Source,
-    ValidationContext,
-};
+use pav_templates::{CompiledProvisioner, DataSourceKind, Phase, Source};
 
 use self::deleted::Deleted;
 use super::context::{DriverContext, api_error};
-use super::phase_run::{PhaseError, PodFiles};
-use super::state;
+use super::recipe::{CreationPlan, Plan, Planner, PodFiles};
+use crate::pods::results;
 
 mod cleanup;
 mod delete;
@@ -29,7 +23,7 @@ mod snapshot;
 
 pub use self::cleanup::sweep;
 use self::cleanup::{claim_settled, claim_uid_label, clean_claim_pods};
-use self::error::{CreateError, Failed};
+use self::error::{CreateError, Failed, UndoError};
 
 /// The pav-sdk Create and Delete of a PavProvisioner.
 #[derive(Debug)]
@@ -56,20 +50,6 @@ impl PodController {
             volumes,
             deleted: Deleted::default(),
         }
-    }
-
-    /// The pod for `phase` of the claim, from an evaluated template.
-    fn pod(
-        &self,
-        template: &PodTemplateSpec,
-        phase: Phase,
-        timeout: Option<std::time::Duration>,
-        claim: &ClaimObjects,
-        owner: Option<&OwnerReference>,
-    ) -> Pod {
-        self.driver
-            .origin(owner)
-            .claim_pod(phase, template, timeout, &claim.pvc)
     }
 
     async fn claim(&self, req: &CreateRequest) -> std::result::Result<ClaimObjects, CreateError> {
@@ -112,32 +92,45 @@ impl PodController {
         req: &CreateRequest,
         claim: &ClaimObjects,
     ) -> std::result::Result<Volume, CreateError> {
-        let (compiled, owner) = self
-            .driver
-            .compiled()
+        let planner = self.driver.planner().await.map_err(CreateError::Plan)?;
+        let (pvc, sc) = (claim.pvc.clone(), claim.sc.clone());
+        let validation = planner
+            .blocking(move |p| p.validation(&pvc, &sc))
             .await
-            .map_err(CreateError::Provisioner)?;
-        if !compiled
-            .provisioning_modes()
-            .contains(&ProvisioningMode::Dynamic)
-        {
-            return Err(CreateError::NotDynamic {
-                provisioner: self.driver.provisioner.clone(),
-            });
-        }
-        let lookup = self.driver.lookup();
+            .map_err(CreateError::Plan)?;
+        self.check_request(req, claim, &validation.evaluated)?;
+        let source = match &req.source {
+            Some(source) => Some(self.source(planner.compiled(), source).await?),
+            None => None,
+        };
+        let (pvc, sc) = (claim.pvc.clone(), claim.sc.clone());
+        let nodes = topology_nodes(&req.topology);
+        let creation = planner
+            .blocking(move |p| p.creation(&pvc, &sc, &nodes, source.as_ref()))
+            .await
+            .map_err(CreateError::Plan)?;
 
-        // Validation: the evaluated rules, then the validation pod.
-        let context = ValidationContext::dynamic(&claim.pvc, &claim.sc)
-            .map_err(CreateError::Context)?
-            .with_pvc_lookup(lookup.clone());
-        let compiled_v = compiled.clone();
-        let rules = DriverContext::render(move || compiled_v.render_validation(&context))
-            .await
-            .map_err(|source| CreateError::Render {
-                phase: Phase::Validation,
-                source,
-            })?;
+        // The validation pod runs unless a creation pod exists already
+        // (validation passed before a restart).
+        if let Some(pod) = &validation.pod
+            && !self.creation_started(&creation.plan).await?
+        {
+            self.driver
+                .run_phase(Phase::Validation, pod, PodFiles::Collected)
+                .await
+                .map_err(CreateError::ValidationPod)?;
+        }
+        let created = self.run_creation(&planner, &creation, claim).await?;
+        Ok(volume(created, req))
+    }
+
+    /// Checks the request against the evaluated validation rules.
+    fn check_request(
+        &self,
+        req: &CreateRequest,
+        claim: &ClaimObjects,
+        rules: &pav_templates::ValidationPhase,
+    ) -> std::result::Result<(), CreateError> {
         let volume_mode = match req.volume_mode {
             pav_sdk::VolumeMode::Filesystem => pav_templates::VolumeMode::Filesystem,
             pav_sdk::VolumeMode::Block => pav_templates::VolumeMode::Block,
@@ -150,134 +143,110 @@ impl PodController {
                 req.capacity.min_bytes.unwrap_or(0),
                 req.capacity.max_bytes,
             )
-            .map_err(CreateError::Refused)?;
+            .map_err(CreateError::Refused)
+    }
 
-        let mut context = CreationContext::new(&claim.pvc, &claim.sc)
-            .map_err(CreateError::Context)?
-            .with_topology_nodes(&topology_nodes(&req.topology))
-            .with_pvc_lookup(lookup);
-        if let Some(source) = &req.source {
-            context = context.with_source(&self.source(&compiled, source).await?);
-        }
-        let default_handle = context.default_handle().to_owned();
-        let (compiled_c, context_c) = (compiled.clone(), context.clone());
-        let creation = DriverContext::render(move || compiled_c.render_creation(&context_c))
-            .await
-            .map_err(|source| CreateError::Render {
-                phase: Phase::Creation,
-                source,
-            })?;
-        let creation_pod = creation
-            .pod_template
-            .as_ref()
-            .map(|t| self.pod(t, Phase::Creation, creation.timeout, claim, owner.as_ref()));
-
-        // The validation pod runs unless a creation pod exists already
-        // (validation passed before a restart).
-        let creation_started = match &creation_pod {
-            Some(pod) => self
-                .driver
-                .cached_pod(&pod.namespace().unwrap_or_default(), &pod.name_any())
-                .await
-                .map_err(CreateError::PodCache)?
-                .is_some(),
-            None => false,
+    /// Whether the creation pod exists already.
+    async fn creation_started(
+        &self,
+        creation: &Plan<pav_templates::CreationPhase>,
+    ) -> std::result::Result<bool, CreateError> {
+        let Some(pod) = &creation.pod else {
+            return Ok(false);
         };
-        if let (Some(template), false) = (&rules.pod_template, creation_started) {
-            let pod = self.pod(
-                template,
-                Phase::Validation,
-                rules.timeout,
-                claim,
-                owner.as_ref(),
-            );
-            self.driver
-                .run_phase(Phase::Validation, &pod, PodFiles::Collected)
-                .await
-                .map_err(CreateError::ValidationPod)?;
-        }
+        let cached = self
+            .driver
+            .cached_pod(&pod.namespace().unwrap_or_default(), &pod.name_any())
+            .await
+            .map_err(CreateError::PodCache)?;
+        Ok(cached.is_some())
+    }
 
-        let Some(pod) = creation_pod else {
-            let created =
-                state::creation_result(&creation, None, &default_handle).map_err(|problem| {
-                    CreateError::Created {
-                        pod: None,
-                        problem,
-                        undo: None,
-                    }
-                })?;
-            return Ok(volume(created, req));
+    /// Runs the creation pod, if any, and reads the volume it made; a
+    /// failed creation is undone by the deletion phase.
+    async fn run_creation(
+        &self,
+        planner: &Planner,
+        creation: &CreationPlan,
+        claim: &ClaimObjects,
+    ) -> std::result::Result<results::Created, CreateError> {
+        let evaluated = &creation.plan.evaluated;
+        let default_handle = creation.context.default_handle();
+        let Some(pod) = &creation.plan.pod else {
+            return results::creation_result(evaluated, None, default_handle).map_err(|problem| {
+                CreateError::Created {
+                    pod: None,
+                    problem,
+                    undo: None,
+                }
+            });
         };
         let op = self.driver.metrics.start(Phase::Creation);
-        let outcome = self
+        let result = match self
             .driver
-            .run_pod(Phase::Creation, &pod, PodFiles::Collected)
-            .await;
-        let result = match outcome {
+            .run_pod(Phase::Creation, pod, PodFiles::Collected)
+            .await
+        {
             // A timeout or API trouble: the pod carries on, the retry picks it up.
             Err(e) => Err(CreateError::CreationPod(e)),
             Ok(ran) => {
                 let checked = match ran.failure {
                     Some(message) => Err(Failed::Pod(message)),
                     None => {
-                        state::creation_result(&creation, ran.collected.as_ref(), &default_handle)
+                        results::creation_result(evaluated, ran.collected.as_ref(), default_handle)
                             .map_err(Failed::Result)
                     }
                 };
                 match checked {
                     Ok(created) => Ok(created),
-                    Err(failed) => {
-                        // The guide: a failed creation runs the deletion pod.
-                        let undo = self
-                            .undo_creation(&compiled, &context, claim, owner.as_ref())
-                            .await;
-                        if undo.is_ok() {
-                            self.driver.delete_quietly(&pod).await;
-                        }
-                        let undo = undo.err().map(Box::new);
-                        Err(match failed {
-                            Failed::Pod(message) => {
-                                CreateError::CreationPodFailed { message, undo }
-                            }
-                            Failed::Result(problem) => CreateError::Created {
-                                pod: Some(format!(
-                                    "{}/{}",
-                                    pod.namespace().unwrap_or_default(),
-                                    pod.name_any()
-                                )),
-                                problem,
-                                undo,
-                            },
-                        })
-                    }
+                    Err(failed) => Err(self
+                        .undo_creation(planner, creation, claim, pod, failed)
+                        .await),
                 }
             }
         };
         op.finish(&result);
         let created = result?;
         self.clean_up_when_bound(claim);
-        Ok(volume(created, req))
+        Ok(created)
     }
 
-    /// Runs the deletion pod after a failed creation.
+    /// Runs the deletion pod after a failed creation (the guide), deletes
+    /// the creation pod once that succeeded, and says what failed.
     async fn undo_creation(
         &self,
-        compiled: &Arc<pav_templates::CompiledProvisioner>,
-        context: &CreationContext,
+        planner: &Planner,
+        creation: &CreationPlan,
         claim: &ClaimObjects,
-        owner: Option<&OwnerReference>,
-    ) -> std::result::Result<(), PhaseError> {
-        let (compiled, context) = (compiled.clone(), context.clone());
-        let deletion = DriverContext::render(move || compiled.render_deletion(&context))
-            .await
-            .map_err(PhaseError::Run)?;
-        let Some(template) = deletion.pod_template else {
-            return Ok(());
+        creation_pod: &Pod,
+        failed: Failed,
+    ) -> CreateError {
+        let (context, pvc) = (creation.context.clone(), claim.pvc.clone());
+        let undo = match planner.blocking(move |p| p.deletion(&context, &pvc)).await {
+            Err(e) => Err(UndoError::Plan(e)),
+            Ok(Plan { pod: None, .. }) => Ok(()),
+            Ok(Plan { pod: Some(pod), .. }) => self
+                .driver
+                .run_phase(Phase::Deletion, &pod, PodFiles::Collected)
+                .await
+                .map_err(UndoError::Pod),
         };
-        let pod = self.pod(&template, Phase::Deletion, deletion.timeout, claim, owner);
-        self.driver
-            .run_phase(Phase::Deletion, &pod, PodFiles::Collected)
-            .await
+        if undo.is_ok() {
+            self.driver.delete_quietly(creation_pod).await;
+        }
+        let undo = undo.err().map(Box::new);
+        match failed {
+            Failed::Pod(message) => CreateError::CreationPodFailed { message, undo },
+            Failed::Result(problem) => CreateError::Created {
+                pod: Some(format!(
+                    "{}/{}",
+                    creation_pod.namespace().unwrap_or_default(),
+                    creation_pod.name_any()
+                )),
+                problem,
+                undo,
+            },
+        }
     }
 
     /// What a volume is created from, as the creation templates see it;
@@ -314,7 +283,7 @@ impl PodController {
             }
             DataSourceKind::PersistentVolumeClaim => {
                 let pv = self.volume_pv(handle).await.ok_or_else(missing)?;
-                pav_templates::context::pv_capacity(&pv).map_err(CreateError::Context)?
+                pav_templates::context::pv_capacity(&pv).map_err(CreateError::SourceCapacity)?
             }
         };
         Ok(Source {
@@ -394,7 +363,7 @@ impl PodController {
 /// StorageClass parameters (the guide's `params` when staging); its
 /// topology the nodes it is accessible from, as the node plugins report
 /// theirs ([`super::node_topology`]).
-fn volume(created: state::Created, req: &CreateRequest) -> Volume {
+fn volume(created: results::Created, req: &CreateRequest) -> Volume {
     let mut volume = Volume::new(created.handle, created.capacity);
     volume.context = req.parameters.clone();
     for node in &created.topology {

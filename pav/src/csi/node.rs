@@ -10,24 +10,23 @@ use k8s_openapi::api::core::v1::{
 };
 use kube::{Api, Resource, ResourceExt};
 use pav_sdk::{PodInfo, Result, Stage, StageRequest, Staged, Unstage, UnstageRequest};
-use pav_templates::{Phase, StagingContext};
+use pav_templates::Phase;
 
 use super::context::{DriverContext, DriverError, api_error, core_ref, pod_ref};
-use super::phase_run::PodFiles;
-use super::state::{self, PodState};
+use super::recipe::PodFiles;
+use super::recipe::{Planner, StagingFor};
+use crate::pods::results::{self, PodState};
 
 pub mod collector;
 mod error;
 mod growth;
-mod pod_dir;
 
 pub use self::collector::{collect, sweep_dirs};
 pub use self::error::{StageError, UnstageError};
-use self::pod_dir::ReportedMounts;
-pub(crate) use self::pod_dir::{PodDirError, remove_pod_dir};
+use crate::pods::dir::{PodDirError, ReportedMounts, remove_pod_dir};
 use crate::pods::{
     ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, ANNOTATION_UNSTAGING,
-    FINALIZER_UNSTAGE, LABEL_NODE, LABEL_PHASE, LABEL_VOLUME, Publication, staging_key,
+    FINALIZER_UNSTAGE, LABEL_NODE, LABEL_PHASE, LABEL_VOLUME, staging_key,
 };
 
 /// How often a staging in progress checks that its client pod still exists.
@@ -126,7 +125,7 @@ impl PodNode {
 
     async fn stage_volume(
         &self,
-        req: &Publishing<'_>,
+        req: &StagingRequest<'_>,
         info: &PodInfo,
         client_pod: &Pod,
     ) -> std::result::Result<Staged, StageError> {
@@ -140,38 +139,26 @@ impl PodNode {
                     what: format!("Node {}", self.node),
                 })
             })?;
-        let (compiled, owner) = self
-            .driver
-            .compiled()
-            .await
-            .map_err(StageError::Provisioner)?;
-        let context = StagingContext::new(&pvc, &pv, &node, req.read_only)
-            .map_err(StageError::Context)?
-            .with_pvc_lookup(self.driver.lookup());
-        let (compiled_u, context_u) = (compiled.clone(), context.clone());
-        let staging = DriverContext::render(move || compiled.render_staging(&context))
-            .await
-            .map_err(StageError::Render)?;
-        // Kept on the staging pod for unstaging after the claim is gone.
-        let unstaging = DriverContext::render(move || compiled_u.render_unstaging(&context_u))
-            .await
-            .ok();
-        let target_path = req.target_path.display().to_string();
-        let claim = crate::pods::claim_name(&pvc);
-        let pv_name = pv.name_any();
-        let pod = self.driver.origin(owner.as_ref()).staging_pod(
-            &staging,
-            unstaging.as_ref(),
-            &Publication {
-                handle: req.handle,
-                target_path: &target_path,
-                node: &self.node,
-                claim: &claim,
-                pv: &pv_name,
-                client: (&info.namespace, &info.name, &info.uid),
-                read_only: req.read_only,
-            },
+        let planner = self.driver.planner().await.map_err(StageError::Plan)?;
+        let (handle, target_path) = (
+            req.handle.to_string(),
+            req.target_path.display().to_string(),
         );
+        let client = (info.namespace.clone(), info.name.clone(), info.uid.clone());
+        let read_only = req.read_only;
+        let pod = planner
+            .blocking(move |p| {
+                let staging = StagingFor {
+                    handle: &handle,
+                    target_path: &target_path,
+                    client: (&client.0, &client.1, &client.2),
+                    read_only,
+                };
+                p.staging(&pvc, &pv, &node, &staging)
+            })
+            .await
+            .map_err(StageError::Plan)?
+            .pod;
         let namespace = pod.namespace().unwrap_or_default();
         let name = pod.name_any();
         self.driver
@@ -217,8 +204,8 @@ impl PodNode {
                     PodState::Failed { message } => message,
                     _ => String::new(),
                 };
-                let exported = state::read_exported(&dir, "error");
-                let message = state::pod_failure(
+                let exported = results::read_exported(&dir, "error");
+                let message = results::pod_failure(
                     Phase::Staging,
                     &namespace,
                     &name,
@@ -271,19 +258,21 @@ impl PodNode {
         // when the claim, volume or node is gone already (a terminated
         // client pod does not keep them), use what was rendered when
         // staging.
-        let (compiled, owner) = self
-            .driver
-            .compiled()
-            .await
-            .map_err(UnstageError::Provisioner)?;
-        let unstaging = match self
-            .render_unstaging(&claim, &pv_name, read_only, compiled)
+        let planner = self.driver.planner().await.map_err(UnstageError::Plan)?;
+        let unstaging_pod = match self
+            .plan_unstaging(&planner, &claim, &pv_name, read_only, &key)
             .await?
         {
-            LiveUnstaging::Rendered(template) => *template,
+            LiveUnstaging::Planned(pod) => pod.map(|pod| *pod),
             LiveUnstaging::Gone { what } => match annotations.get(ANNOTATION_UNSTAGING) {
                 Some(json) => {
-                    serde_json::from_str(json).map_err(UnstageError::RecordedUnstaging)?
+                    let recorded: Option<PodTemplateSpec> =
+                        serde_json::from_str(json).map_err(UnstageError::RecordedUnstaging)?;
+                    recorded.map(|template| {
+                        planner
+                            .origin()
+                            .unstaging_pod(&template, &key, &self.node, &claim)
+                    })
                 }
                 None => {
                     tracing::warn!(pod = %name, %what, "cannot render the unstaging phase: no unstaging pod");
@@ -333,11 +322,7 @@ impl PodNode {
         }
 
         // 2. The unstaging pod, on this node.
-        if let Some(template) = unstaging {
-            let pod = self
-                .driver
-                .origin(owner.as_ref())
-                .unstaging_pod(&template, &key, &self.node, &claim);
+        if let Some(pod) = unstaging_pod {
             let dir = self.dir(&pod.name_any());
             self.driver
                 .run_phase(Phase::Unstaging, &pod, PodFiles::Local(&dir))
@@ -375,7 +360,7 @@ impl PodNode {
     /// A warning event about the claim `namespace/name` (from the staging
     /// pod's annotation), related to the staging pod.
     async fn warn_claim(&self, claim: &str, message: &str, staging: &Pod) {
-        let Some((namespace, name)) = state::parse_claim(claim) else {
+        let Some((namespace, name)) = crate::pods::parse_claim(claim) else {
             tracing::warn!(claim, message, "no claim to report to");
             return;
         };
@@ -390,17 +375,18 @@ impl PodNode {
             .await;
     }
 
-    /// The unstaging pod template for the claim `namespace/name` and the
-    /// PersistentVolume `pv_name`, rendered now; [`LiveUnstaging::Gone`]
+    /// The unstaging pod for the claim `namespace/name` and the
+    /// PersistentVolume `pv_name`, planned now; [`LiveUnstaging::Gone`]
     /// when the claim, the volume or this node's object is gone.
-    async fn render_unstaging(
+    async fn plan_unstaging(
         &self,
+        planner: &Planner,
         claim: &str,
         pv_name: &str,
         read_only: bool,
-        compiled: Arc<pav_templates::CompiledProvisioner>,
+        staging_label: &str,
     ) -> std::result::Result<LiveUnstaging, UnstageError> {
-        let (pvc_ns, pvc_name) = state::parse_claim(claim).unwrap_or_default();
+        let (pvc_ns, pvc_name) = crate::pods::parse_claim(claim).unwrap_or_default();
         let gone = |what: String| Ok(LiveUnstaging::Gone { what });
         let Some(pvc) =
             Api::<PersistentVolumeClaim>::namespaced(self.driver.client.clone(), pvc_ns)
@@ -431,13 +417,12 @@ impl PodNode {
         else {
             return gone(format!("Node {}", self.node));
         };
-        let context = StagingContext::new(&pvc, &pv, &node, read_only)
-            .map_err(UnstageError::Context)?
-            .with_pvc_lookup(self.driver.lookup());
-        let unstaging = DriverContext::render(move || compiled.render_unstaging(&context))
+        let staging_label = staging_label.to_owned();
+        let plan = planner
+            .blocking(move |p| p.unstaging(&pvc, &pv, &node, read_only, &staging_label))
             .await
-            .map_err(UnstageError::Render)?;
-        Ok(LiveUnstaging::Rendered(Box::new(unstaging.pod_template)))
+            .map_err(UnstageError::Plan)?;
+        Ok(LiveUnstaging::Planned(plan.pod.map(Box::new)))
     }
 
     /// The staging pods of `key` on this node (normally one).
@@ -452,11 +437,11 @@ impl PodNode {
     }
 }
 
-/// The unstaging phase rendered from the live objects, or which of them is
+/// The unstaging phase planned from the live objects, or which of them is
 /// gone (then the staging pod's record of it is used).
 enum LiveUnstaging {
-    /// Rendered: its pod template, if it has one.
-    Rendered(Box<Option<PodTemplateSpec>>),
+    /// Planned: its pod, if it has one.
+    Planned(Option<Box<Pod>>),
     /// The claim, volume or node that no longer exists.
     Gone {
         /// `Kind name` of the object.
@@ -498,9 +483,10 @@ fn check_volume(path: &Path, block: bool) -> std::result::Result<(), VolumeCheck
     }
 }
 
-/// What staging uses of a [`StageRequest`] (which only pav-sdk builds).
+/// What staging uses of a [`StageRequest`], which only pav-sdk builds (so
+/// that the scenarios can build one).
 #[derive(Debug, Clone, Copy)]
-struct Publishing<'a> {
+struct StagingRequest<'a> {
     handle: &'a str,
     /// The publish target path (the driver stages on publish).
     target_path: &'a Path,
@@ -509,9 +495,9 @@ struct Publishing<'a> {
     block: bool,
 }
 
-impl<'a> Publishing<'a> {
+impl<'a> StagingRequest<'a> {
     fn of(req: &'a StageRequest) -> Self {
-        Publishing {
+        StagingRequest {
             handle: &req.handle,
             target_path: &req.target_path,
             read_only: req.read_only,
@@ -526,7 +512,7 @@ impl Stage for PodNode {
         let Some(info) = req.pod.clone() else {
             return Err(StageError::NoPodInfo.into());
         };
-        Ok(self.stage_for(&Publishing::of(&req), &info).await?)
+        Ok(self.stage_for(&StagingRequest::of(&req), &info).await?)
     }
 }
 
@@ -541,7 +527,7 @@ impl PodNode {
     /// Stages `req` for client pod `info`; a failure is an event on it.
     async fn stage_for(
         &self,
-        req: &Publishing<'_>,
+        req: &StagingRequest<'_>,
         info: &PodInfo,
     ) -> std::result::Result<Staged, StageError> {
         let client_pod = Api::<Pod>::namespaced(self.driver.client.clone(), &info.namespace)
@@ -588,7 +574,8 @@ impl PodNode {
             if let Err(e) = self.tear_down(&pod).await {
                 let client = pod.annotations().get(ANNOTATION_CLIENT).cloned();
                 if e.reported()
-                    && let Some((ns, name, uid)) = client.as_deref().and_then(state::parse_client)
+                    && let Some((ns, name, uid)) =
+                        client.as_deref().and_then(crate::pods::parse_client)
                 {
                     let reference = core_ref("Pod", ns, name, Some(uid));
                     self.driver
@@ -610,6 +597,7 @@ impl PodNode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::csi::recipe::PlanError;
     use pav_sdk::Error;
 
     /// The steps without a scenario of their own: their CSI codes, and
@@ -625,14 +613,14 @@ mod tests {
         });
         assert!(!read.reported());
         assert!(matches!(Error::from(read), Error::NotFound(_)));
-        let context = StagingContext::new(
+        let context = pav_templates::StagingContext::new(
             &PersistentVolumeClaim::default(),
             &PersistentVolume::default(),
             &Node::default(),
             false,
         )
         .unwrap_err();
-        let context = StageError::Context(context);
+        let context = StageError::Plan(PlanError::Context(context));
         assert!(context.reported());
         assert!(matches!(Error::from(context), Error::InvalidArgument(_)));
         let waiting = StageError::StagingPod(DriverError::TimedOut("t".into()));

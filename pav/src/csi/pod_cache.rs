@@ -15,7 +15,7 @@ use pav_templates::Phase;
 use tokio::sync::watch;
 
 use super::context::DriverError;
-use super::state::{self, PodState};
+use crate::pods::results::{self, PodState};
 use crate::pods::{LABEL_PROVISIONER, label_value};
 
 /// The label selector of every pod of `provisioner` (see
@@ -170,7 +170,7 @@ impl PodCache {
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => {
                     let state = last.as_deref().map(PodState::of);
-                    return Err(DriverError::TimedOut(state::pod_timeout(
+                    return Err(DriverError::TimedOut(results::pod_timeout(
                         phase, namespace, name, timeout, state.as_ref(),
                     )));
                 }
@@ -365,7 +365,7 @@ mod tests {
         assert!(matches!(err, DriverError::TimedOut(_)), "{err:?}");
         assert_eq!(
             err.to_string(),
-            state::pod_timeout(
+            results::pod_timeout(
                 Phase::Creation,
                 "ns",
                 "p",

@@ -1,7 +1,7 @@
 //! [`DriverError`]: why a step of the per-driver context failed.
 
 /// Why a step the RPCs share failed: an API request, a watch without its
-/// list, the PavProvisioner, a render, a pod wait. Each RPC's own error
+/// list, the PavProvisioner, a pod wait. Each RPC's own error
 /// enum (`CreateError`, `StageError`, ...) carries it as the source of its
 /// API and pod steps; [`From<DriverError> for pav_sdk::Error`] is its one
 /// mapping to CSI codes. The messages name the object (they reach users in
@@ -42,13 +42,6 @@ pub enum DriverError {
     /// line.
     #[error("{0}")]
     InvalidProvisioner(String),
-    /// Evaluating templates failed (message truncated, as events and CSI
-    /// replies show it).
-    #[error("{}", crate::telemetry::truncate(.0.to_string()))]
-    Render(#[source] pav_templates::Error),
-    /// The blocking thread that renders panicked or was cancelled.
-    #[error(transparent)]
-    RenderThread(tokio::task::JoinError),
     /// A pod did not finish, or was not deleted, in time; a pod that runs
     /// carries on and the CO's retry picks it up.
     #[error("{0}")]
@@ -70,8 +63,6 @@ impl DriverError {
             | DriverError::Forbidden { .. }
             | DriverError::NoProvisioner(_)
             | DriverError::InvalidProvisioner(_)
-            | DriverError::Render(_)
-            | DriverError::RenderThread(_)
             | DriverError::PodDeleted(_) => false,
         }
     }
@@ -79,8 +70,7 @@ impl DriverError {
 
 impl From<DriverError> for pav_sdk::Error {
     /// Not found stays not found; forbidden and an invalid PavProvisioner
-    /// are preconditions; a bad template is the request's (its claim's or
-    /// class's) fault; a deleted pod aborts; the transient rest is worth
+    /// are preconditions; a deleted pod aborts; the transient rest is worth
     /// retrying.
     fn from(error: DriverError) -> Self {
         let message = error.to_string();
@@ -94,8 +84,6 @@ impl From<DriverError> for pav_sdk::Error {
             DriverError::Api { .. } | DriverError::Watch(_) | DriverError::TimedOut(_) => {
                 pav_sdk::Error::Unavailable(message)
             }
-            DriverError::Render(_) => pav_sdk::Error::InvalidArgument(message),
-            DriverError::RenderThread(_) => pav_sdk::Error::Internal(message),
             DriverError::PodDeleted(_) => pav_sdk::Error::Aborted(message),
         }
     }
@@ -135,11 +123,6 @@ mod tests {
     #[test]
     fn driver_errors_map_to_csi_codes() {
         use pav_sdk::Error;
-        let render = pav_templates::CompiledProvisioner::from_yaml("kind: Nothing")
-            .map(|_| ())
-            .unwrap_err()
-            .0
-            .remove(0);
         type Case = (DriverError, fn(&Error) -> bool);
         let cases: Vec<Case> = vec![
             (
@@ -163,9 +146,6 @@ mod tests {
             ),
             (DriverError::InvalidProvisioner("x".into()), |e| {
                 matches!(e, Error::FailedPrecondition(_))
-            }),
-            (DriverError::Render(render), |e| {
-                matches!(e, Error::InvalidArgument(_))
             }),
             (DriverError::TimedOut("t".into()), |e| {
                 matches!(e, Error::Unavailable(_))

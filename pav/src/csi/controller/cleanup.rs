@@ -8,7 +8,7 @@ use kube::{Api, ResourceExt};
 use pav_templates::Phase;
 
 use crate::csi::context::DriverContext;
-use crate::csi::state::{self, PodState};
+use crate::pods::results::PodState;
 use crate::pods::{ANNOTATION_CLAIM, LABEL_PHASE, LABEL_VOLUME};
 
 /// The claim's UID label value for cleanup (the claim may be gone: then
@@ -76,7 +76,7 @@ pub async fn sweep(driver: Arc<DriverContext>) {
         ) else {
             continue;
         };
-        let Some((namespace, name)) = state::parse_claim(&claim) else {
+        let Some((namespace, name)) = crate::pods::parse_claim(&claim) else {
             continue;
         };
         let api: Api<PersistentVolumeClaim> = Api::namespaced(driver.client.clone(), namespace);

@@ -10,13 +10,13 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::{Api, Resource, ResourceExt};
 use pav_sdk::{Delete, DeleteRequest, Error, Result};
-use pav_templates::{CreationContext, Phase};
+use pav_templates::Phase;
 
+use super::PodController;
 use super::cleanup::clean_claim_pods;
 use super::error::DeleteError;
-use super::{ClaimObjects, PodController};
-use crate::csi::context::{DriverContext, api_error, pod_ref};
-use crate::csi::phase_run::PodFiles;
+use crate::csi::context::{api_error, pod_ref};
+use crate::csi::recipe::PodFiles;
 
 /// The claim of a volume being deleted: the live object when it still
 /// exists, else rebuilt from the PersistentVolume's `claimRef` and spec.
@@ -81,6 +81,7 @@ impl PodController {
             tracing::warn!(handle = %req.handle, "the PersistentVolume has no claimRef: no deletion pod");
             return Ok(());
         };
+        let claim_uid = pvc.uid().unwrap_or_default();
         let sc_name = pvc
             .spec
             .as_ref()
@@ -106,56 +107,36 @@ impl PodController {
                 ..StorageClass::default()
             },
         };
-        let claim = ClaimObjects {
-            uid: pvc.uid().unwrap_or_default(),
-            reference: pv.object_ref(&()),
-            pvc,
-            sc,
-        };
-        let (compiled, owner) = self
-            .driver
-            .compiled()
+        let planner = self.driver.planner().await.map_err(DeleteError::Plan)?;
+        let handle = req.handle.to_string();
+        let deletion = planner
+            .blocking(move |p| p.volume_deletion(&pvc, &sc, &handle))
             .await
-            .map_err(DeleteError::Provisioner)?;
-        let context = CreationContext::new(&claim.pvc, &claim.sc)
-            .map_err(DeleteError::Context)?
-            .with_handle(&req.handle)
-            .with_pvc_lookup(self.driver.lookup());
-        let deletion = DriverContext::render(move || compiled.render_deletion(&context)).await;
-        let result = match deletion {
-            Err(e) => Err(DeleteError::Render(e)),
-            Ok(deletion) => match deletion.pod_template {
-                None => Ok(()),
-                Some(template) => {
-                    let pod = self.pod(
-                        &template,
-                        Phase::Deletion,
-                        deletion.timeout,
-                        &claim,
-                        owner.as_ref(),
-                    );
-                    let result = self
-                        .driver
-                        .run_phase(Phase::Deletion, &pod, PodFiles::Collected)
-                        .await
-                        .map_err(DeleteError::DeletionPod);
-                    if let Err(e) = &result {
-                        self.driver
-                            .warn(
-                                &claim.reference,
-                                Phase::Deletion,
-                                &e.to_string(),
-                                Some(pod_ref(&pod)),
-                            )
-                            .await;
-                    }
-                    result
+            .map_err(DeleteError::Plan)?;
+        let result = match &deletion.pod {
+            None => Ok(()),
+            Some(pod) => {
+                let result = self
+                    .driver
+                    .run_phase(Phase::Deletion, pod, PodFiles::Collected)
+                    .await
+                    .map_err(DeleteError::DeletionPod);
+                if let Err(e) = &result {
+                    self.driver
+                        .warn(
+                            &pv.object_ref(&()),
+                            Phase::Deletion,
+                            &e.to_string(),
+                            Some(pod_ref(pod)),
+                        )
+                        .await;
                 }
-            },
+                result
+            }
         };
         if result.is_ok() {
             self.deleted.record(&req.handle, &pv_uid, Instant::now());
-            clean_claim_pods(&self.driver, &claim.uid, &Phase::ALL).await;
+            clean_claim_pods(&self.driver, &claim_uid, &Phase::ALL).await;
         }
         result
     }

@@ -5,8 +5,8 @@ use pav_sdk::Error;
 use pav_templates::Phase;
 
 use crate::csi::context::DriverError;
-use crate::csi::phase_run::PhaseError;
-use crate::csi::state::CreatedError;
+use crate::csi::recipe::{PhaseError, PlanError};
+use crate::pods::results::CreatedError;
 
 /// Why CreateVolume failed: one variant per step. [`CreateError::phase`]
 /// names the phase for the claim's event and `From<CreateError> for
@@ -20,26 +20,9 @@ pub(super) enum CreateError {
     /// Reading the claim or its StorageClass.
     #[error(transparent)]
     ReadObjects(DriverError),
-    /// The PavProvisioner is missing, not listed yet or invalid.
+    /// Planning the validation or creation phase.
     #[error(transparent)]
-    Provisioner(DriverError),
-    /// The PavProvisioner does not list `Dynamic`.
-    #[error("PavProvisioner {provisioner} does not do dynamic provisioning")]
-    NotDynamic {
-        /// Its name.
-        provisioner: String,
-    },
-    /// The claim and class do not make a template context.
-    #[error(transparent)]
-    Context(pav_templates::Error),
-    /// Evaluating a phase's templates.
-    #[error("{source}")]
-    Render {
-        /// The phase rendered.
-        phase: Phase,
-        #[source]
-        source: DriverError,
-    },
+    Plan(PlanError),
     /// The claim asks for an access mode PaV does not know.
     #[error("access mode {0} is not supported")]
     AccessMode(String),
@@ -54,6 +37,9 @@ pub(super) enum CreateError {
         /// The claim's data source kind.
         kind: pav_templates::DataSourceKind,
     },
+    /// The source volume's PersistentVolume has no capacity.
+    #[error(transparent)]
+    SourceCapacity(pav_templates::Error),
     /// The data source does not exist (any more).
     #[error("the {} to create the volume from, handle {handle:?}, does not exist", kind.as_str())]
     SourceMissing {
@@ -80,8 +66,8 @@ pub(super) enum CreateError {
     CreationPodFailed {
         /// `creation pod ns/name failed: why`.
         message: String,
-        /// The deletion pod's failure, if it failed.
-        undo: Option<Box<PhaseError>>,
+        /// The deletion phase's failure, if it failed.
+        undo: Option<Box<UndoError>>,
     },
     /// What the spec evaluated to, or the creation pod (`pod`, `ns/name`)
     /// exported, is no volume; the deletion pod ran to undo a pod's
@@ -93,13 +79,24 @@ pub(super) enum CreateError {
         /// What was wrong.
         #[source]
         problem: CreatedError,
-        /// The deletion pod's failure, if it failed.
-        undo: Option<Box<PhaseError>>,
+        /// The deletion phase's failure, if it failed.
+        undo: Option<Box<UndoError>>,
     },
 }
 
+/// How undoing a failed creation with the deletion phase failed.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum UndoError {
+    /// Planning the deletion phase.
+    #[error(transparent)]
+    Plan(PlanError),
+    /// The deletion pod failed or did not finish.
+    #[error(transparent)]
+    Pod(PhaseError),
+}
+
 /// `; then <how the undoing failed>`, or nothing.
-pub(super) fn then(undo: Option<&PhaseError>) -> String {
+pub(super) fn then(undo: Option<&UndoError>) -> String {
     undo.map(|e| format!("; then {e}")).unwrap_or_default()
 }
 
@@ -120,14 +117,12 @@ impl CreateError {
             CreateError::Refused(_) | CreateError::ValidationPod(_) => Phase::Validation,
             CreateError::NoClaim
             | CreateError::ReadObjects(_)
-            | CreateError::Provisioner(_)
-            | CreateError::NotDynamic { .. }
-            | CreateError::Context(_)
-            | CreateError::Render { .. }
+            | CreateError::Plan(_)
             | CreateError::AccessMode(_)
             | CreateError::UnknownSource(_)
             | CreateError::SourceNotListed { .. }
             | CreateError::SourceMissing { .. }
+            | CreateError::SourceCapacity(_)
             | CreateError::PodCache(_)
             | CreateError::CreationPod(_)
             | CreateError::CreationPodFailed { .. }
@@ -146,20 +141,18 @@ impl From<CreateError> for Error {
         let message = error.to_string();
         match error {
             CreateError::NoClaim
-            | CreateError::NotDynamic { .. }
-            | CreateError::Context(_)
             | CreateError::AccessMode(_)
             | CreateError::UnknownSource(_)
             | CreateError::SourceNotListed { .. }
+            | CreateError::SourceCapacity(_)
             | CreateError::Refused(Refusal::VolumeMode { .. } | Refusal::AccessMode { .. })
             | CreateError::ValidationPod(PhaseError::Failed(_)) => Error::InvalidArgument(message),
             CreateError::Refused(Refusal::AboveMaximum { .. } | Refusal::BelowMinimum { .. }) => {
                 Error::OutOfRange(message)
             }
             CreateError::SourceMissing { .. } => Error::NotFound(message),
+            CreateError::Plan(e) => e.into(),
             CreateError::ReadObjects(e)
-            | CreateError::Provisioner(e)
-            | CreateError::Render { source: e, .. }
             | CreateError::PodCache(e)
             | CreateError::ValidationPod(PhaseError::Run(e))
             | CreateError::CreationPod(e) => e.into(),
@@ -177,15 +170,9 @@ pub(super) enum DeleteError {
     /// Reading the volume's claim or its StorageClass.
     #[error(transparent)]
     ReadObjects(DriverError),
-    /// The PavProvisioner is missing, not listed yet or invalid.
+    /// Planning the deletion phase from the recorded claim and class.
     #[error(transparent)]
-    Provisioner(DriverError),
-    /// The recorded claim and class make no template context.
-    #[error(transparent)]
-    Context(pav_templates::Error),
-    /// Evaluating `spec.volumeDeletion`.
-    #[error(transparent)]
-    Render(DriverError),
+    Plan(PlanError),
     /// The deletion pod failed (`INTERNAL`) or did not finish.
     #[error(transparent)]
     DeletionPod(PhaseError),
@@ -198,13 +185,10 @@ impl From<DeleteError> for Error {
     fn from(error: DeleteError) -> Self {
         let message = error.to_string();
         match error {
-            DeleteError::Context(_) | DeleteError::DeletionPod(PhaseError::Failed(_)) => {
-                Error::Internal(message)
-            }
-            DeleteError::ReadObjects(e)
-            | DeleteError::Provisioner(e)
-            | DeleteError::Render(e)
-            | DeleteError::DeletionPod(PhaseError::Run(e)) => e.into(),
+            DeleteError::Plan(PlanError::Context(_))
+            | DeleteError::DeletionPod(PhaseError::Failed(_)) => Error::Internal(message),
+            DeleteError::Plan(e) => e.into(),
+            DeleteError::ReadObjects(e) | DeleteError::DeletionPod(PhaseError::Run(e)) => e.into(),
         }
     }
 }
@@ -222,9 +206,9 @@ mod tests {
     /// source printed the cause twice.
     #[test]
     fn a_wrapped_cause_is_printed_once_in_the_chain() {
-        let error = CreateError::Provisioner(DriverError::InvalidProvisioner(
+        let error = CreateError::Plan(PlanError::Provisioner(DriverError::InvalidProvisioner(
             "PavProvisioner p: spec.volumeCreation: missing".into(),
-        ));
+        )));
         let chain: Vec<String> =
             std::iter::successors(Some(&error as &dyn std::error::Error), |e| e.source())
                 .map(ToString::to_string)
@@ -289,9 +273,10 @@ mod tests {
                 Phase::Creation,
             ),
             (
-                CreateError::NotDynamic {
+                CreateError::Plan(PlanError::NotDynamic {
                     provisioner: "p".into(),
-                },
+                    phase: Phase::Validation,
+                }),
                 |e| matches!(e, Error::InvalidArgument(_)),
                 Phase::Creation,
             ),
@@ -301,7 +286,7 @@ mod tests {
                 Phase::Creation,
             ),
             (
-                CreateError::Context(template_error()),
+                CreateError::Plan(PlanError::Context(template_error())),
                 |e| matches!(e, Error::InvalidArgument(_)),
                 Phase::Creation,
             ),
@@ -311,15 +296,17 @@ mod tests {
                 Phase::Creation,
             ),
             (
-                CreateError::Provisioner(DriverError::InvalidProvisioner("x".into())),
+                CreateError::Plan(PlanError::Provisioner(DriverError::InvalidProvisioner(
+                    "x".into(),
+                ))),
                 |e| matches!(e, Error::FailedPrecondition(_)),
                 Phase::Creation,
             ),
             (
-                CreateError::Render {
+                CreateError::Plan(PlanError::Render {
                     phase: Phase::Validation,
-                    source: DriverError::Render(template_error()),
-                },
+                    error: template_error(),
+                }),
                 |e| matches!(e, Error::InvalidArgument(_)),
                 Phase::Creation,
             ),
@@ -351,8 +338,8 @@ mod tests {
             (
                 CreateError::CreationPodFailed {
                     message: "creation pod pav/x failed: no".into(),
-                    undo: Some(Box::new(PhaseError::Run(DriverError::TimedOut(
-                        "deletion pod pav/y did not finish".into(),
+                    undo: Some(Box::new(UndoError::Pod(PhaseError::Run(
+                        DriverError::TimedOut("deletion pod pav/y did not finish".into()),
                     )))),
                 },
                 |e| {
@@ -365,9 +352,9 @@ mod tests {
                 CreateError::Created {
                     pod: Some("pav/x".into()),
                     problem: CreatedError::NoCapacity,
-                    undo: Some(Box::new(PhaseError::Failed(
+                    undo: Some(Box::new(UndoError::Pod(PhaseError::Failed(
                         "deletion pod pav/y failed: busy".into(),
-                    ))),
+                    )))),
                 },
                 |e| {
                     matches!(e, Error::Internal(m)
@@ -405,7 +392,7 @@ mod tests {
         let sc = StorageClass::default();
         let context = CreationContext::new(&pvc, &sc).unwrap_err();
         let message = context.to_string();
-        let error = Error::from(DeleteError::Context(context));
+        let error = Error::from(DeleteError::Plan(PlanError::Context(context)));
         assert!(matches!(error, Error::Internal(_)), "{error:?}");
         assert_eq!(error.message(), message);
         let failed = Error::from(DeleteError::DeletionPod(PhaseError::Failed(
@@ -418,8 +405,7 @@ mod tests {
         let timed_out = || DriverError::TimedOut("x".into());
         let kept = [
             DeleteError::ReadObjects(timed_out()),
-            DeleteError::Provisioner(timed_out()),
-            DeleteError::Render(timed_out()),
+            DeleteError::Plan(PlanError::Provisioner(timed_out())),
             DeleteError::DeletionPod(PhaseError::Run(timed_out())),
         ];
         for failure in kept {

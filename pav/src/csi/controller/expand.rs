@@ -4,12 +4,12 @@
 
 use kube::{Resource, ResourceExt};
 use pav_sdk::{Error, Expand, ExpandRequest, Expanded, Result};
+use pav_templates::Phase;
 use pav_templates::quantity::{Rounding, parse_bytes};
-use pav_templates::{ExpansionContext, Phase};
 
 use super::PodController;
-use crate::csi::context::{DriverContext, DriverError, pod_ref};
-use crate::csi::phase_run::{PhaseError, PodFiles};
+use crate::csi::context::{DriverError, pod_ref};
+use crate::csi::recipe::{PhaseError, PlanError, PodFiles};
 
 /// Why ControllerExpandVolume failed: one variant per step;
 /// `From<ExpandError> for pav_sdk::Error` is the one mapping to CSI codes.
@@ -23,9 +23,9 @@ enum ExpandError {
         /// The handle asked about.
         handle: String,
     },
-    /// The PavProvisioner is missing, not listed yet or invalid.
+    /// Planning the expansion phase.
     #[error(transparent)]
-    Provisioner(DriverError),
+    Plan(PlanError),
     /// The PavProvisioner has no `spec.volumeExpansion`.
     #[error("PavProvisioner {provisioner} has no spec.volumeExpansion: its volumes do not grow")]
     NotExpandable {
@@ -35,12 +35,6 @@ enum ExpandError {
     /// Reading the volume's claim.
     #[error(transparent)]
     ReadClaim(DriverError),
-    /// The volume makes no template context.
-    #[error(transparent)]
-    Context(pav_templates::Error),
-    /// Evaluating `spec.volumeExpansion`.
-    #[error(transparent)]
-    Render(DriverError),
     /// The expansion pod failed or did not finish.
     #[error(transparent)]
     ExpansionPod(PhaseError),
@@ -73,14 +67,12 @@ impl From<ExpandError> for Error {
         match error {
             ExpandError::NoVolume { .. } => Error::NotFound(message),
             ExpandError::NotExpandable { .. } => Error::FailedPrecondition(message),
-            ExpandError::Context(_)
+            ExpandError::Plan(PlanError::Context(_))
             | ExpandError::ExpansionPod(PhaseError::Failed(_))
             | ExpandError::Capacity { .. }
             | ExpandError::TooSmall { .. } => Error::Internal(message),
-            ExpandError::Provisioner(e)
-            | ExpandError::ReadClaim(e)
-            | ExpandError::Render(e)
-            | ExpandError::ExpansionPod(PhaseError::Run(e)) => e.into(),
+            ExpandError::Plan(e) => e.into(),
+            ExpandError::ReadClaim(e) | ExpandError::ExpansionPod(PhaseError::Run(e)) => e.into(),
         }
     }
 }
@@ -105,50 +97,38 @@ impl PodController {
                 provisioner: provisioner.clone(),
                 handle: req.handle.to_string(),
             })?;
-        let (compiled, owner) = self
-            .driver
-            .compiled()
-            .await
-            .map_err(ExpandError::Provisioner)?;
-        if !compiled.has_phase(Phase::Expansion) {
+        let planner = self.driver.planner().await.map_err(ExpandError::Plan)?;
+        if !planner.compiled().has_phase(Phase::Expansion) {
             return Err(ExpandError::NotExpandable {
                 provisioner: provisioner.clone(),
             });
         }
-        let node_expansion = compiled.has_phase(Phase::NodeExpansion);
+        let node_expansion = planner.compiled().has_phase(Phase::NodeExpansion);
         let pvc = self
             .bound_claim(&pv)
             .await
             .map_err(ExpandError::ReadClaim)?;
         let requested = req.capacity.min_bytes.unwrap_or(0);
-        let context = ExpansionContext::new(&pv, pvc.as_ref(), requested, req.capacity.max_bytes)
-            .map_err(ExpandError::Context)?
-            .with_pvc_lookup(self.driver.lookup());
-        let expansion = DriverContext::render(move || compiled.render_expansion(&context))
+        let (limit, volume, claim) = (req.capacity.max_bytes, pv.clone(), pvc.clone());
+        let expansion = planner
+            .blocking(move |p| p.expansion(&volume, claim.as_ref(), requested, limit))
             .await
-            .map_err(ExpandError::Render)?;
+            .map_err(ExpandError::Plan)?;
         // Events go to the claim, where the user asked for more room.
         let regarding = match &pvc {
             Some(pvc) => pvc.object_ref(&()),
             None => pv.object_ref(&()),
         };
-        let exported = match &expansion.pod_template {
+        let exported = match &expansion.pod {
             None => None,
-            Some(template) => {
-                let pod = self.driver.origin(owner.as_ref()).expansion_pod(
-                    template,
-                    expansion.timeout,
-                    &req.handle,
-                    requested,
-                    &pv.name_any(),
-                );
+            Some(pod) => {
                 let ran = self
                     .driver
-                    .run_phase_exporting(Phase::Expansion, &pod, PodFiles::Collected)
+                    .run_phase_exporting(Phase::Expansion, pod, PodFiles::Collected)
                     .await;
                 if let Err(PhaseError::Failed(message)) = &ran {
                     self.driver
-                        .warn(&regarding, Phase::Expansion, message, Some(pod_ref(&pod)))
+                        .warn(&regarding, Phase::Expansion, message, Some(pod_ref(pod)))
                         .await;
                 }
                 let pod_name =
@@ -157,7 +137,7 @@ impl PodController {
                 Some((pod_name, collected.and_then(|c| c.capacity)))
             }
         };
-        let capacity = match (expansion.capacity, exported) {
+        let capacity = match (expansion.evaluated.capacity, exported) {
             (Some(bytes), _) => bytes,
             (None, Some((pod, Some(text)))) => parse_bytes(&text, Rounding::Down)
                 .map_err(|source| ExpandError::Capacity { pod, source })?,

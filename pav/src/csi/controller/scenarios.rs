@@ -164,7 +164,7 @@ async fn a_volume_without_pods_is_the_evaluated_one() {
         .unwrap();
     let pvc: PersistentVolumeClaim = serde_json::from_value(claim()).unwrap();
     let sc: StorageClass = serde_json::from_value(class()).unwrap();
-    let context = CreationContext::new(&pvc, &sc).unwrap();
+    let context = pav_templates::CreationContext::new(&pvc, &sc).unwrap();
     assert_eq!(volume.volume_id, context.default_handle());
     assert_eq!(volume.capacity_bytes, 1 << 20);
     assert_eq!(
@@ -297,7 +297,7 @@ fn kubelet(
 }
 
 /// A pod that succeeded, its `/pav` files collected.
-fn succeeded(files: state::Collected) -> serde_json::Value {
+fn succeeded(files: results::Collected) -> serde_json::Value {
     json!({
         "metadata": {"annotations": files.annotations()},
         "status": {"phase": "Succeeded"},
@@ -308,7 +308,7 @@ fn succeeded(files: state::Collected) -> serde_json::Value {
 /// `/pav/error` written.
 fn failed(container: &str, reason: &str) -> serde_json::Value {
     json!({
-        "metadata": {"annotations": state::Collected::default().annotations()},
+        "metadata": {"annotations": results::Collected::default().annotations()},
         "status": {"phase": "Failed", "containerStatuses": [{
             "name": container, "image": "x", "imageID": "", "ready": false,
             "restartCount": 0,
@@ -337,11 +337,11 @@ async fn a_creation_pod_runs_to_completion_and_its_files_make_the_volume() {
     let (server, client) = scenario(spec_with_pods());
     server.serve_pods(kubelet(|phase| {
         assert_eq!(phase, "creation", "only the creation pod runs");
-        succeeded(state::Collected {
+        succeeded(results::Collected {
             handle: Some("vol-from-pod".into()),
             capacity: Some("2Mi".into()),
             topology: Some("node-a".into()),
-            ..state::Collected::default()
+            ..results::Collected::default()
         })
     }));
     let volume = create_volume(client, request(1 << 20))
@@ -423,7 +423,7 @@ async fn a_failed_creation_pod_is_an_error_with_its_reason_an_event_and_an_undo(
     let (server, client) = scenario(spec_with_pods());
     server.serve_pods(kubelet(|phase| match phase {
         "creation" => failed("create", "OOMKilled"),
-        _ => succeeded(state::Collected::default()),
+        _ => succeeded(results::Collected::default()),
     }));
     let status = create_volume(client, request(1 << 20)).await.unwrap_err();
 
@@ -485,7 +485,7 @@ async fn a_deletion_pod_runs_and_a_failed_one_is_reported_and_retried() {
         assert_eq!(phase, "deletion");
         match counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
             0 => failed("delete", "Error"),
-            _ => succeeded(state::Collected::default()),
+            _ => succeeded(results::Collected::default()),
         }
     }));
     let delete = csi::DeleteVolumeRequest {
@@ -572,9 +572,9 @@ async fn an_expansion_pod_grows_the_volume_and_the_nodes_are_asked_to_follow() {
     );
     server.serve_pods(kubelet(|phase| {
         assert_eq!(phase, "expansion", "only the expansion pod runs");
-        succeeded(state::Collected {
+        succeeded(results::Collected {
             capacity: Some("3Mi".into()),
-            ..state::Collected::default()
+            ..results::Collected::default()
         })
     }));
     let grow = csi::ControllerExpandVolumeRequest {
@@ -647,10 +647,10 @@ async fn a_snapshot_pod_exports_the_snapshot_handle_and_size() {
     );
     server.serve_pods(kubelet(|phase| {
         assert_eq!(phase, "snapshot-creation");
-        succeeded(state::Collected {
+        succeeded(results::Collected {
             handle: Some("snap-of-vol-1".into()),
             size: Some("5Mi".into()),
-            ..state::Collected::default()
+            ..results::Collected::default()
         })
     }));
     let take = csi::CreateSnapshotRequest {
@@ -709,9 +709,9 @@ async fn a_clone_is_refused_unless_data_sources_list_it_and_then_its_source_is_t
         );
         server.serve_pods(kubelet(|phase| {
             assert_eq!(phase, "creation");
-            succeeded(state::Collected {
+            succeeded(results::Collected {
                 capacity: Some("1Mi".into()),
-                ..state::Collected::default()
+                ..results::Collected::default()
             })
         }));
         let answer = create_volume(client, clone_request()).await;

@@ -7,13 +7,13 @@ use std::time::SystemTime;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::{Resource, ResourceExt};
 use pav_sdk::{DeleteSnapshotRequest, Error, Result, Snapshot, SnapshotInfo, SnapshotRequest};
+use pav_templates::Phase;
 use pav_templates::quantity::{Rounding, parse_bytes};
-use pav_templates::{Phase, SnapshotContext};
 
 use super::PodController;
-use crate::csi::context::{DriverContext, DriverError, api_error, pod_ref};
-use crate::csi::phase_run::{PhaseError, PodFiles};
-use crate::csi::state;
+use crate::csi::context::{DriverError, api_error, pod_ref};
+use crate::csi::recipe::{PhaseError, PlanError, PodFiles};
+use crate::pods::results;
 
 /// Why CreateSnapshot or DeleteSnapshot failed: one variant per step;
 /// `From<SnapshotError> for pav_sdk::Error` is the one mapping to CSI codes.
@@ -27,9 +27,9 @@ enum SnapshotError {
         /// The source handle asked about.
         handle: String,
     },
-    /// The PavProvisioner is missing, not listed yet or invalid.
+    /// Planning the snapshot creation or deletion phase.
     #[error(transparent)]
-    Provisioner(DriverError),
+    Plan(PlanError),
     /// The PavProvisioner has no `spec.snapshotCreation`.
     #[error("PavProvisioner {provisioner} has no spec.snapshotCreation: it takes no snapshots")]
     NoSnapshots {
@@ -39,12 +39,10 @@ enum SnapshotError {
     /// Reading the source volume's claim or the recorded snapshots.
     #[error(transparent)]
     ReadObjects(DriverError),
-    /// The source volume makes no template context.
+    /// The source volume's PersistentVolume has no capacity (the size of
+    /// a snapshot that neither the spec nor the pod sizes).
     #[error(transparent)]
-    Context(pav_templates::Error),
-    /// Evaluating `spec.snapshotCreation` or `spec.snapshotDeletion`.
-    #[error(transparent)]
-    Render(DriverError),
+    SourceCapacity(pav_templates::Error),
     /// The snapshot creation or deletion pod failed or did not finish.
     #[error(transparent)]
     Pod(PhaseError),
@@ -71,14 +69,13 @@ impl From<SnapshotError> for Error {
         match error {
             SnapshotError::NoVolume { .. } => Error::NotFound(message),
             SnapshotError::NoSnapshots { .. } => Error::FailedPrecondition(message),
-            SnapshotError::Context(_)
+            SnapshotError::Plan(PlanError::Context(_))
+            | SnapshotError::SourceCapacity(_)
             | SnapshotError::Pod(PhaseError::Failed(_))
             | SnapshotError::Handle(_)
             | SnapshotError::Size { .. } => Error::Internal(message),
-            SnapshotError::Provisioner(e)
-            | SnapshotError::ReadObjects(e)
-            | SnapshotError::Render(e)
-            | SnapshotError::Pod(PhaseError::Run(e)) => e.into(),
+            SnapshotError::Plan(e) => e.into(),
+            SnapshotError::ReadObjects(e) | SnapshotError::Pod(PhaseError::Run(e)) => e.into(),
         }
     }
 }
@@ -190,12 +187,8 @@ impl PodController {
                 provisioner: provisioner.clone(),
                 handle: req.source.to_string(),
             })?;
-        let (compiled, owner) = self
-            .driver
-            .compiled()
-            .await
-            .map_err(SnapshotError::Provisioner)?;
-        if !compiled.has_phase(Phase::SnapshotCreation) {
+        let planner = self.driver.planner().await.map_err(SnapshotError::Plan)?;
+        if !planner.compiled().has_phase(Phase::SnapshotCreation) {
             return Err(SnapshotError::NoSnapshots {
                 provisioner: provisioner.clone(),
             });
@@ -204,27 +197,20 @@ impl PodController {
             .bound_claim(&pv)
             .await
             .map_err(SnapshotError::ReadObjects)?;
-        let context = SnapshotContext::creation(&req.name, &req.parameters, &pv, pvc.as_ref())
-            .map_err(SnapshotError::Context)?
-            .with_pvc_lookup(self.driver.lookup());
         let source_capacity =
-            pav_templates::context::pv_capacity(&pv).map_err(SnapshotError::Context)?;
-        let creation = DriverContext::render(move || compiled.render_snapshot_creation(&context))
+            pav_templates::context::pv_capacity(&pv).map_err(SnapshotError::SourceCapacity)?;
+        let (name, parameters, claim) = (req.name.clone(), req.parameters.clone(), pvc.clone());
+        let creation = planner
+            .blocking(move |p| p.snapshot_creation(&name, &parameters, &pv, claim.as_ref()))
             .await
-            .map_err(SnapshotError::Render)?;
+            .map_err(SnapshotError::Plan)?;
         let mut exported = None;
         let mut pod_name = String::new();
-        if let Some(template) = &creation.pod_template {
-            let pod = self.driver.origin(owner.as_ref()).snapshot_pod(
-                Phase::SnapshotCreation,
-                template,
-                creation.timeout,
-                &req.name,
-            );
+        if let Some(pod) = &creation.pod {
             pod_name = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
             let ran = self
                 .driver
-                .run_phase_exporting(Phase::SnapshotCreation, &pod, PodFiles::Collected)
+                .run_phase_exporting(Phase::SnapshotCreation, pod, PodFiles::Collected)
                 .await;
             if let (Err(PhaseError::Failed(message)), Some(pvc)) = (&ran, &pvc) {
                 self.driver
@@ -232,14 +218,15 @@ impl PodController {
                         &pvc.object_ref(&()),
                         Phase::SnapshotCreation,
                         message,
-                        Some(pod_ref(&pod)),
+                        Some(pod_ref(pod)),
                     )
                     .await;
             }
             exported = ran.map_err(SnapshotError::Pod)?;
         }
+        let creation = creation.evaluated;
         let handle =
-            state::exported_handle(creation.handle.as_deref(), exported.as_ref(), &req.name)
+            results::exported_handle(creation.handle.as_deref(), exported.as_ref(), &req.name)
                 .map_err(SnapshotError::Handle)?;
         let size = match (
             creation.size,
@@ -267,12 +254,8 @@ impl PodController {
         &self,
         req: &DeleteSnapshotRequest,
     ) -> std::result::Result<(), SnapshotError> {
-        let (compiled, owner) = self
-            .driver
-            .compiled()
-            .await
-            .map_err(SnapshotError::Provisioner)?;
-        if !compiled.has_phase(Phase::SnapshotDeletion) {
+        let planner = self.driver.planner().await.map_err(SnapshotError::Plan)?;
+        if !planner.compiled().has_phase(Phase::SnapshotDeletion) {
             return Ok(());
         }
         let source = self
@@ -283,22 +266,16 @@ impl PodController {
             .find(|s| s.handle == *req.handle)
             .map(|s| s.source)
             .filter(|s| !s.is_empty());
-        let context = SnapshotContext::deletion(&req.handle, source.as_deref())
-            .with_pvc_lookup(self.driver.lookup());
-        let deletion = DriverContext::render(move || compiled.render_snapshot_deletion(&context))
+        let handle = req.handle.to_string();
+        let deletion = planner
+            .blocking(move |p| p.snapshot_deletion(&handle, source.as_deref()))
             .await
-            .map_err(SnapshotError::Render)?;
-        let Some(template) = &deletion.pod_template else {
+            .map_err(SnapshotError::Plan)?;
+        let Some(pod) = &deletion.pod else {
             return Ok(());
         };
-        let pod = self.driver.origin(owner.as_ref()).snapshot_pod(
-            Phase::SnapshotDeletion,
-            template,
-            deletion.timeout,
-            &req.handle,
-        );
         self.driver
-            .run_phase(Phase::SnapshotDeletion, &pod, PodFiles::Collected)
+            .run_phase(Phase::SnapshotDeletion, pod, PodFiles::Collected)
             .await
             .map_err(SnapshotError::Pod)
     }

@@ -11,10 +11,10 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use pav_templates::Phase;
 
-use super::pod_dir::remove_pod_dir;
 use crate::csi::context::DriverContext;
-use crate::csi::state::{Collected, PodState};
 use crate::pods::LABEL_PHASE;
+use crate::pods::dir::remove_pod_dir;
+use crate::pods::results::{Collected, PodState};
 
 /// Every 30 s, removes the `/pav` directories of validation, creation and
 /// deletion pods (of any provisioner) that no longer exist on this node and

@@ -2,10 +2,10 @@
 
 use pav_sdk::Error;
 
-use super::pod_dir::PodDirError;
 use crate::csi::context::DriverError;
-use crate::csi::phase_run::PhaseError;
+use crate::csi::recipe::{PhaseError, PlanError};
 use crate::pods::ANNOTATION_UNSTAGING;
+use crate::pods::dir::PodDirError;
 
 /// Why NodeStageVolume failed: one variant per step. [`StageError::reported`]
 /// says whether the client pod gets a `StagingFailed` event and
@@ -33,15 +33,9 @@ pub enum StageError {
         /// The driver's name.
         provisioner: String,
     },
-    /// The PavProvisioner is missing, not listed yet or invalid.
+    /// Planning the staging phase.
     #[error(transparent)]
-    Provisioner(DriverError),
-    /// The claim, volume and node do not make a template context.
-    #[error(transparent)]
-    Context(pav_templates::Error),
-    /// Evaluating `spec.volumeStaging`.
-    #[error(transparent)]
-    Render(DriverError),
+    Plan(PlanError),
     /// Creating the staging pod, or waiting for it to be ready.
     #[error(transparent)]
     StagingPod(DriverError),
@@ -86,9 +80,7 @@ impl StageError {
             }
             StageError::ReadObjects(_)
             | StageError::NoVolume { .. }
-            | StageError::Provisioner(_)
-            | StageError::Context(_)
-            | StageError::Render(_)
+            | StageError::Plan(_)
             | StageError::StagingPod(_)
             | StageError::Failed { .. } => true,
         }
@@ -109,13 +101,11 @@ impl From<StageError> for Error {
                 Error::FailedPrecondition(message)
             }
             StageError::NoVolume { .. } => Error::NotFound(message),
-            StageError::Context(_) => Error::InvalidArgument(message),
             StageError::Failed { .. } => Error::Internal(message),
-            StageError::ClientPod(e)
-            | StageError::ReadObjects(e)
-            | StageError::Provisioner(e)
-            | StageError::Render(e)
-            | StageError::StagingPod(e) => e.into(),
+            StageError::Plan(e) => e.into(),
+            StageError::ClientPod(e) | StageError::ReadObjects(e) | StageError::StagingPod(e) => {
+                e.into()
+            }
         }
     }
 }
@@ -129,18 +119,12 @@ pub enum UnstageError {
     /// Listing this node's staging pods of the volume.
     #[error(transparent)]
     ListStagingPods(DriverError),
-    /// The PavProvisioner is missing, not listed yet or invalid.
-    #[error(transparent)]
-    Provisioner(DriverError),
     /// Reading the claim, its volume or this node.
     #[error(transparent)]
     ReadObjects(DriverError),
-    /// The claim, volume and node do not make a template context.
+    /// Planning the unstaging phase.
     #[error(transparent)]
-    Context(pav_templates::Error),
-    /// Evaluating `spec.volumeUnstaging`.
-    #[error(transparent)]
-    Render(DriverError),
+    Plan(PlanError),
     /// The unstaging phase recorded on the staging pod does not parse.
     #[error("annotation {ANNOTATION_UNSTAGING}: {0}")]
     RecordedUnstaging(#[source] serde_json::Error),
@@ -170,10 +154,8 @@ impl UnstageError {
     pub fn reported(&self) -> bool {
         match self {
             UnstageError::ListStagingPods(_) => false,
-            UnstageError::Provisioner(_)
-            | UnstageError::ReadObjects(_)
-            | UnstageError::Context(_)
-            | UnstageError::Render(_)
+            UnstageError::ReadObjects(_)
+            | UnstageError::Plan(_)
             | UnstageError::RecordedUnstaging(_)
             | UnstageError::StopStagingPod(_)
             | UnstageError::UnstagingPod(_)
@@ -190,14 +172,12 @@ impl From<UnstageError> for Error {
     fn from(error: UnstageError) -> Self {
         let message = error.to_string();
         match error {
-            UnstageError::Context(_) => Error::InvalidArgument(message),
+            UnstageError::Plan(e) => e.into(),
             UnstageError::RecordedUnstaging(_)
             | UnstageError::UnstagingPod(PhaseError::Failed(_))
             | UnstageError::CleanUp { .. } => Error::Internal(message),
             UnstageError::ListStagingPods(e)
-            | UnstageError::Provisioner(e)
             | UnstageError::ReadObjects(e)
-            | UnstageError::Render(e)
             | UnstageError::StopStagingPod(e)
             | UnstageError::UnstagingPod(PhaseError::Run(e))
             | UnstageError::ReleaseStagingPod(e) => e.into(),

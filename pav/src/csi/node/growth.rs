@@ -9,12 +9,12 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::{Api, ResourceExt};
 use pav_sdk::{Error, NodeExpand, NodeExpandRequest, Result, Stats, StatsRequest, VolumeStats};
-use pav_templates::{Phase, StagingContext};
+use pav_templates::Phase;
 
 use super::PodNode;
-use crate::csi::context::{DriverContext, DriverError, api_error, core_ref, pod_ref};
-use crate::csi::phase_run::{PhaseError, PodFiles};
-use crate::csi::state;
+use crate::csi::context::{DriverError, api_error, core_ref, pod_ref};
+use crate::csi::recipe::{PhaseError, PlanError, PodFiles};
+use crate::pods::results;
 use crate::pods::{
     ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, LABEL_NODE,
     LABEL_PHASE, LABEL_VOLUME, label_value, staging_key,
@@ -38,9 +38,9 @@ enum GrowthError {
         /// This node.
         node: String,
     },
-    /// The PavProvisioner is missing, not listed yet or invalid.
+    /// Planning the node expansion phase.
     #[error(transparent)]
-    Provisioner(DriverError),
+    Plan(PlanError),
     /// The staging pod does not record its claim or volume.
     #[error("staging pod {pod} records no {what}")]
     Unrecorded {
@@ -52,12 +52,9 @@ enum GrowthError {
     /// Reading the claim, volume or node.
     #[error(transparent)]
     ReadObjects(DriverError),
-    /// The objects make no template context.
+    /// The request names no capacity and the PersistentVolume has none.
     #[error(transparent)]
-    Context(pav_templates::Error),
-    /// Evaluating `spec.volumeNodeExpansion`.
-    #[error(transparent)]
-    Render(DriverError),
+    Capacity(pav_templates::Error),
     /// The node expansion pod failed or did not finish.
     #[error(transparent)]
     NodeExpansionPod(PhaseError),
@@ -84,14 +81,14 @@ impl From<GrowthError> for Error {
         match error {
             GrowthError::NotStaged { .. } => Error::NotFound(message),
             GrowthError::Unrecorded { .. }
-            | GrowthError::Context(_)
+            | GrowthError::Plan(PlanError::Context(_))
+            | GrowthError::Capacity(_)
             | GrowthError::NodeExpansionPod(PhaseError::Failed(_))
             | GrowthError::Stats { .. }
             | GrowthError::Unmeasured(_) => Error::Internal(message),
+            GrowthError::Plan(e) => e.into(),
             GrowthError::ListStagingPods(e)
-            | GrowthError::Provisioner(e)
             | GrowthError::ReadObjects(e)
-            | GrowthError::Render(e)
             | GrowthError::NodeExpansionPod(PhaseError::Run(e)) => e.into(),
         }
     }
@@ -146,17 +143,13 @@ impl PodNode {
 
     async fn grow(&self, req: &NodeExpandRequest) -> std::result::Result<u64, GrowthError> {
         let staging = self.staging_pod_at(&req.handle, &req.volume_path).await?;
-        let (compiled, owner) = self
-            .driver
-            .compiled()
-            .await
-            .map_err(GrowthError::Provisioner)?;
+        let planner = self.driver.planner().await.map_err(GrowthError::Plan)?;
         let (pvc, pv, node) = self.staged_objects(&staging).await?;
         let capacity = match req.capacity.min_bytes {
             Some(bytes) => bytes,
-            None => pav_templates::context::pv_capacity(&pv).map_err(GrowthError::Context)?,
+            None => pav_templates::context::pv_capacity(&pv).map_err(GrowthError::Capacity)?,
         };
-        if !compiled.has_phase(Phase::NodeExpansion) {
+        if !planner.compiled().has_phase(Phase::NodeExpansion) {
             // Nothing grows on the node: the controller's answer said so.
             return Ok(capacity);
         }
@@ -165,21 +158,14 @@ impl PodNode {
             .get(ANNOTATION_READ_ONLY)
             .map(String::as_str)
             == Some("true");
-        let context = StagingContext::new(&pvc, &pv, &node, read_only)
-            .map_err(GrowthError::Context)?
-            .expanded_to(capacity)
-            .with_pvc_lookup(self.driver.lookup());
-        let phase = DriverContext::render(move || compiled.render_node_expansion(&context))
+        let staging_name = staging.name_any();
+        let pod = planner
+            .blocking(move |p| {
+                p.node_expansion(&pvc, &pv, &node, read_only, &staging_name, capacity)
+            })
             .await
-            .map_err(GrowthError::Render)?;
-        let claim = crate::pods::claim_name(&pvc);
-        let pod = self.driver.origin(owner.as_ref()).node_expansion_pod(
-            &phase,
-            &staging.name_any(),
-            capacity,
-            &self.node,
-            &claim,
-        );
+            .map_err(GrowthError::Plan)?
+            .pod;
         let dir = self.dir(&pod.name_any());
         let ran = self
             .driver
@@ -189,7 +175,7 @@ impl PodNode {
             && let Some((ns, name, uid)) = staging
                 .annotations()
                 .get(ANNOTATION_CLIENT)
-                .and_then(|c| state::parse_client(c))
+                .and_then(|c| crate::pods::parse_client(c))
         {
             let client = core_ref("Pod", ns, name, Some(uid));
             self.driver
@@ -213,7 +199,7 @@ impl PodNode {
         };
         let (namespace, claim) = annotations
             .get(ANNOTATION_CLAIM)
-            .and_then(|c| state::parse_claim(c))
+            .and_then(|c| crate::pods::parse_claim(c))
             .ok_or_else(|| unrecorded(ANNOTATION_CLAIM))?;
         let pv_name = annotations
             .get(ANNOTATION_PV)
@@ -251,14 +237,14 @@ impl PodNode {
     /// (bind-mounted at the published path).
     async fn usage(&self, req: &StatsRequest) -> std::result::Result<VolumeStats, GrowthError> {
         let staging = self.staging_pod_at(&req.handle, &req.volume_path).await?;
-        let written = state::read_exported(&self.dir(&staging.name_any()), "stats");
+        let written = results::read_exported(&self.dir(&staging.name_any()), "stats");
         let Some(text) = written else {
             return req
                 .measured
                 .clone()
                 .ok_or_else(|| GrowthError::Unmeasured(req.handle.to_string()));
         };
-        let usage = state::parse_stats(&text).map_err(|message| GrowthError::Stats {
+        let usage = results::parse_stats(&text).map_err(|message| GrowthError::Stats {
             pod: pod_name(&staging),
             message,
         })?;

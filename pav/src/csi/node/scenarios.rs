@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::csi::fixtures::{ApiServer, Logged, assert_golden, list, status};
-use crate::csi::phase_run::PhaseError;
+use crate::csi::recipe::PhaseError;
 use http::Method;
 use pav_sdk::Error;
 use serde_json::{Value, json};
@@ -143,8 +143,8 @@ fn done(dir: &Path) -> Vec<Value> {
     ]
 }
 
-fn publishing() -> Publishing<'static> {
-    Publishing {
+fn staging_request() -> StagingRequest<'static> {
+    StagingRequest {
         handle: "vol-1",
         target_path: Path::new(TARGET),
         read_only: false,
@@ -187,7 +187,7 @@ fn asked(server: &ApiServer) -> Vec<String> {
 async fn a_volume_is_staged_by_its_pod_and_unstaged_by_another() {
     let (server, node, pods_dir) = scenario(ready, done);
     let staged = node
-        .stage_for(&publishing(), &client_info())
+        .stage_for(&staging_request(), &client_info())
         .await
         .expect("staging");
     let created = server.created_pods();
@@ -268,7 +268,7 @@ async fn a_volume_is_staged_by_its_pod_and_unstaged_by_another() {
 async fn a_failed_staging_pod_is_reported_on_the_client_and_unstaged() {
     let (server, node, pods_dir) = scenario(refused, done);
     let failure = node
-        .stage_for(&publishing(), &client_info())
+        .stage_for(&staging_request(), &client_info())
         .await
         .unwrap_err();
     assert!(
@@ -352,7 +352,7 @@ fn name(pod: &Value) -> String {
 async fn a_staging_pod_without_a_volume_whose_unstaging_fails_is_internal() {
     let (server, node, _pods_dir) = scenario(ready_without_volume, unstaging_refused);
     let failure = node
-        .stage_for(&publishing(), &client_info())
+        .stage_for(&staging_request(), &client_info())
         .await
         .unwrap_err();
     assert!(
@@ -392,14 +392,11 @@ async fn a_staging_pod_without_a_volume_whose_unstaging_fails_is_internal() {
 #[tokio::test]
 async fn staging_a_volume_the_client_does_not_use_is_not_found() {
     let (server, node, _pods_dir) = scenario(ready, done);
-    let publishing = Publishing {
+    let request = StagingRequest {
         handle: "vol-2",
-        ..publishing()
+        ..staging_request()
     };
-    let failure = node
-        .stage_for(&publishing, &client_info())
-        .await
-        .unwrap_err();
+    let failure = node.stage_for(&request, &client_info()).await.unwrap_err();
     assert!(
         matches!(failure, StageError::NoVolume { .. }),
         "{failure:?}"
@@ -427,7 +424,7 @@ async fn staging_a_volume_the_client_does_not_use_is_not_found() {
 #[tokio::test]
 async fn a_failed_unstaging_pod_is_reported_on_the_client() {
     let (server, node, _pods_dir) = scenario(ready, unstaging_refused);
-    node.stage_for(&publishing(), &client_info())
+    node.stage_for(&staging_request(), &client_info())
         .await
         .expect("staging");
     let failure = node
@@ -468,7 +465,7 @@ async fn a_failed_unstaging_pod_is_reported_on_the_client() {
 #[tokio::test]
 async fn a_volume_whose_claim_is_gone_is_unstaged_as_recorded() {
     let (server, node, _pods_dir) = scenario(ready, done);
-    node.stage_for(&publishing(), &client_info())
+    node.stage_for(&staging_request(), &client_info())
         .await
         .expect("staging");
     server.route(
@@ -512,7 +509,7 @@ async fn a_client_deleted_mid_staging_has_its_staging_torn_down() {
     });
     let failure = tokio::time::timeout(
         std::time::Duration::from_secs(60),
-        node.stage_for(&publishing(), &client_info()),
+        node.stage_for(&staging_request(), &client_info()),
     )
     .await
     .expect("the staging gave up once the client was gone")

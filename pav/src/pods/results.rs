@@ -1,5 +1,5 @@
-//! The pure parts: what a pod's status and annotations say, and the
-//! messages users see.
+//! What a PaV pod's status and exported files say (its state, the volume
+//! or snapshot it made, its stats), and the messages users see about it.
 
 use std::time::Duration;
 
@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use pav_templates::Phase;
 use pav_templates::quantity::{Rounding, parse_bytes};
 
-use crate::pods::{
+use super::{
     ANNOTATION_CAPACITY, ANNOTATION_COLLECTED, ANNOTATION_ERROR, ANNOTATION_HANDLE,
     ANNOTATION_SIZE, ANNOTATION_TOPOLOGY,
 };
@@ -367,23 +367,6 @@ pub fn pod_timeout(
 
 pub use crate::telemetry::truncate;
 
-/// `namespace/name/uid` of a client pod, as stored in a staging pod's
-/// annotation.
-pub fn client_annotation(namespace: &str, name: &str, uid: &str) -> String {
-    format!("{namespace}/{name}/{uid}")
-}
-
-/// Reads a [`client_annotation`] back.
-pub fn parse_client(value: &str) -> Option<(&str, &str, &str)> {
-    let mut parts = value.splitn(3, '/');
-    Some((parts.next()?, parts.next()?, parts.next()?))
-}
-
-/// Reads a `namespace/name` claim annotation back.
-pub fn parse_claim(value: &str) -> Option<(&str, &str)> {
-    value.split_once('/')
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -620,8 +603,5 @@ mod tests {
         assert!(parse_timeout("5d").is_err());
         // The parser it replaced multiplied hours without a check.
         assert!(parse_timeout("5124095576030432h").is_err());
-        let client = client_annotation("apps", "web-0", "u-1");
-        assert_eq!(parse_client(&client), Some(("apps", "web-0", "u-1")));
-        assert_eq!(parse_claim("apps/data"), Some(("apps", "data")));
     }
 }

@@ -1,5 +1,5 @@
-//! A PaV pod's `/pav` directory on this node: unmounted and removed, and
-//! the unmount failures already reported.
+//! A PaV pod's `/pav` directory as the node plugin sees it on its node:
+//! unmounted and removed, and the unmount failures already reported.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -45,17 +45,17 @@ pub(crate) fn remove_pod_dir(dir: &Path) -> std::result::Result<(), PodDirError>
 /// with the uid of the staging pod that left it: a failure is reported once
 /// as an event on the claim, not on every retry of NodeUnstageVolume.
 #[derive(Debug, Default)]
-pub(super) struct ReportedMounts(std::sync::Mutex<HashSet<(String, PathBuf)>>);
+pub(crate) struct ReportedMounts(std::sync::Mutex<HashSet<(String, PathBuf)>>);
 
 impl ReportedMounts {
     /// True the first time `point` of pod `uid` is seen.
-    pub(super) fn first_report(&self, uid: &str, point: &Path) -> bool {
+    pub(crate) fn first_report(&self, uid: &str, point: &Path) -> bool {
         let mut reported = self.0.lock().unwrap_or_else(|e| e.into_inner());
         reported.insert((uid.to_owned(), point.to_owned()))
     }
 
     /// Forgets the reports of pod `uid`, once its directory is gone.
-    pub(super) fn forget(&self, uid: &str) {
+    pub(crate) fn forget(&self, uid: &str) {
         let mut reported = self.0.lock().unwrap_or_else(|e| e.into_inner());
         reported.retain(|(reported_uid, _)| reported_uid != uid);
     }

@@ -1,13 +1,15 @@
-//! Running one phase pod: the one path the validation, creation, deletion
-//! and unstaging pods take (the staging pod, which may keep running, waits
-//! for `/pav/ready` instead; see the node plugin).
+//! The async half of the recipe: running one phase pod. The validation,
+//! creation, deletion, expansion, node expansion, snapshot and unstaging
+//! pods take this path; the staging pod, which may keep running, waits for
+//! `/pav/ready` instead (see the node plugin).
 //!
 //! A run creates the pod unless it exists (a restarted driver picks up its
 //! pod), waits for it to terminate (and for the node plugin to collect its
 //! `/pav` files when it ran elsewhere), and turns a failure into the
-//! phase's error. [`DriverContext::run_phase`] also counts it in the metrics and
-//! deletes the pod afterwards, unless the run did not end (a transient
-//! [`DriverError`]): then the pod carries on and the CO's retry picks it up.
+//! phase's error. [`DriverContext::run_phase`] also counts it in the
+//! metrics and deletes the pod afterwards, unless the run did not end (a
+//! transient [`DriverError`]): then the pod carries on and the CO's retry
+//! picks it up.
 
 use std::path::Path;
 
@@ -15,8 +17,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use pav_templates::Phase;
 
-use super::context::{DriverContext, DriverError, Finished};
-use super::state::{self, Collected, PodState};
+use crate::csi::context::{DriverContext, DriverError, Finished};
+use crate::pods::results::{self, Collected, PodState};
 
 /// Where a pod's `/pav/error` is read from.
 #[derive(Debug, Clone, Copy)]
@@ -75,9 +77,9 @@ impl DriverContext {
             PodState::Failed { message } => {
                 let exported = match files {
                     PodFiles::Collected => collected.as_ref().and_then(|c| c.error.clone()),
-                    PodFiles::Local(dir) => state::read_exported(dir, "error"),
+                    PodFiles::Local(dir) => results::read_exported(dir, "error"),
                 };
-                Some(state::pod_failure(
+                Some(results::pod_failure(
                     phase,
                     &namespace,
                     &name,
@@ -128,7 +130,7 @@ impl DriverContext {
         if !matches!(&result, Err(PhaseError::Run(e)) if e.is_transient()) {
             self.delete_quietly(pod).await;
             if let PodFiles::Local(dir) = files
-                && let Err(e) = super::node::remove_pod_dir(dir)
+                && let Err(e) = crate::pods::dir::remove_pod_dir(dir)
             {
                 tracing::warn!(pod = %pod.name_any(), error = %e, "cannot remove the pod's directory");
             }
