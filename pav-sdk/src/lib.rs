@@ -259,6 +259,9 @@
 
 mod error;
 mod provisioner;
+// Not an API: what the `provisioner!` macro expands to.
+#[doc(hidden)]
+pub mod register;
 mod types;
 mod volume_id;
 

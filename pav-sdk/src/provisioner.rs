@@ -329,9 +329,11 @@ pub enum Expansion {
 
 /// What a provisioner implements, bundled for serving.
 ///
-/// Built from one value that implements any subset of the touch points; each
-/// `with_*` call is checked by the compiler against the traits the value
-/// implements, and the CSI capabilities are derived from what was added:
+/// Built from one value that implements any subset of the touch points,
+/// usually with [`provisioner!`](crate::provisioner!), which adds every
+/// touch point the value's type implements. Otherwise each `with_*` call
+/// adds one, checked by the compiler against the traits the value
+/// implements. The CSI capabilities are derived from what was added:
 ///
 /// | added | CSI effect |
 /// |---|---|
