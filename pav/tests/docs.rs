@@ -719,7 +719,7 @@ enum Spelling {
     /// `volumeNodeExpansion`: the spec section.
     Field,
     /// `NodeExpansionFailed`: the reason of the Warning event a failed phase
-    /// gets (`DriverContext::warn` in pav/src/csi/context.rs).
+    /// gets (`pav::csi::context::event_reason`).
     EventReason,
 }
 
@@ -728,7 +728,7 @@ impl Spelling {
         match self {
             Spelling::Name => phase.name().to_owned(),
             Spelling::Field => phase.field().to_owned(),
-            Spelling::EventReason => format!("{phase:?}Failed"),
+            Spelling::EventReason => pav::csi::context::event_reason(phase).to_owned(),
         }
     }
 
@@ -913,7 +913,11 @@ fn pav_sdk_traits() -> BTreeSet<String> {
     let sources = std::fs::read_dir(workspace().join("pav-sdk/src")).expect("pav-sdk/src");
     let mut traits = BTreeSet::new();
     for source in sources {
-        let text = std::fs::read_to_string(source.expect("an entry").path()).expect("UTF-8");
+        let path = source.expect("an entry").path();
+        if path.is_dir() {
+            continue; // a module's submodules: no touch point is declared there
+        }
+        let text = std::fs::read_to_string(path).expect("UTF-8");
         for declaration in text.split("pub trait ").skip(1) {
             let name: String = declaration
                 .chars()
