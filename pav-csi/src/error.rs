@@ -46,7 +46,55 @@ pub(crate) fn status(err: pav_sdk::Error) -> Status {
     Status::new(code, err.message().to_owned())
 }
 
-/// An `INTERNAL` status for a local I/O failure while (un)mounting.
-pub(crate) fn internal(what: &str, err: impl std::fmt::Display) -> Status {
-    Status::internal(format!("{what}: {err}"))
+/// An `INTERNAL` status for a local failure (I/O, mounting) while `what`.
+pub(crate) fn internal(what: &str, err: impl std::error::Error) -> Status {
+    Status::internal(format!("{what}: {}", chain(&err)))
+}
+
+/// An `INTERNAL` status for a local failure whose message says the step
+/// (the errors of [`crate::mount`] name their path and step).
+pub(crate) fn failed(err: impl std::error::Error) -> Status {
+    Status::internal(chain(&err))
+}
+
+/// `err` and its sources, `: `-separated, as `anyhow`'s `{:#}` prints
+/// them; a source whose message ends its wrapper's already (a
+/// `"{what}: {source}"` message) is not repeated.
+pub(crate) fn chain(err: &dyn std::error::Error) -> String {
+    let mut message = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.ends_with(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chains_print_each_cause_once() {
+        let gone = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let quiet = crate::mount::TableError::Read(gone());
+        assert_eq!(
+            chain(&quiet),
+            format!("reading /proc/self/mountinfo: {}", gone())
+        );
+        // UnmountError's messages carry their source already.
+        let loud = crate::mount::UnmountError::MountTable(gone());
+        assert_eq!(
+            chain(&loud),
+            format!("reading /proc/self/mountinfo: {}", gone())
+        );
+        assert_eq!(
+            internal("reading mounts", quiet).message(),
+            format!("reading mounts: reading /proc/self/mountinfo: {}", gone())
+        );
+    }
 }

@@ -147,7 +147,9 @@ impl NodeService {
             if mode == VolumeMode::Block {
                 unmount_and_remove(&path.join(STAGED_DEVICE))?;
             }
-            mount::unmount_all(&path).map_err(|e| internal("unmounting staging path", e))
+            mount::unmount(&path)
+                .map(|_| ())
+                .map_err(|e| internal("unmounting staging path", e))
         })
         .await?;
         if let Some(unstager) = self.shared.provisioner.unstage() {

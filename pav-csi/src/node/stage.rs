@@ -142,7 +142,7 @@ fn record_stage(records: &Records, wanted: &Record) -> Result<bool, Status> {
         )));
     }
     for path in [staging.clone(), staging.join(STAGED_DEVICE)] {
-        if mount::is_mount_point(&path).map_err(|e| internal("reading mounts", e))? {
+        if mount::is_mounted(&path).map_err(|e| internal("reading mounts", e))? {
             return Err(Status::failed_precondition(format!(
                 "{} is a mount point this driver did not stage",
                 path.display()
