@@ -125,7 +125,7 @@
 //! | Socket | [`DriverBuilder::run`] | stale socket replaced, mode `0600`, removed on SIGTERM/SIGINT; at most 256 connections at once, each kept open as long as its client keeps it (the CSI sidecars exit when a connection is lost) |
 //! | Secrets | logs | CSI messages with secrets have no `Debug`; [`pav_sdk::Secrets`] redacts values |
 //! | Logs | every RPC | request strings are logged escaped (`Debug`), so a newline in a path or id cannot forge a line |
-//! | Mounts | node RPCs; [`mount`] for provisioners | system calls and ioctls only, never a `mount` or `umount` program (the image need not hold them): the mount table parsed ([`mount::mounted_at`], [`mount::is_mounted`]), mounting with typed flags and data such as `size=64m` ([`mount::mount`], [`mount::mount_once`] for a Stage called again), [`mount::remount`] (a tmpfs grows), [`mount::unmount`] (nothing mounted is success), [`mount::unmount_below`] |
+//! | Mounts | node RPCs; [`mount`] for provisioners | system calls and ioctls only, never a `mount`, `umount`, `resize2fs` or `xfs_growfs` program (the image need not hold them): the mount table parsed ([`mount::mounted_at`], [`mount::is_mounted`]), mounting with typed flags and data such as `size=64m` ([`mount::mount`], [`mount::mount_once`] for a Stage called again), [`mount::remount`] (a tmpfs grows), [`mount::unmount`] (nothing mounted is success), [`mount::unmount_below`], [`mount::block_device_size`] (`BLKGETSIZE64`), ext4 and xfs grown online ([`mount::grow_filesystem`]) |
 //!
 //! In the source, each RPC is a file of `controller/` or `node/` with a
 //! `check` (the rows above that refuse a request: required fields, limits,

@@ -1,6 +1,7 @@
 //! Mounts for provisioners and for pav-csi itself, with system calls only:
-//! a driver's image may hold no `mount` or `umount` program, and parsing
-//! their output is one more thing to get wrong.
+//! a driver's image may hold no `mount`, `umount`, `losetup`, `resize2fs`
+//! or `xfs_growfs` program, and parsing their output is one more thing to
+//! get wrong.
 //!
 //! | Question or step | Function | Error |
 //! |---|---|---|
@@ -11,6 +12,8 @@
 //! | change a mount's flags or options (a tmpfs grows with `size=`) | [`remount`] | [`MountError`] |
 //! | unmount; nothing mounted is success | [`unmount`] | [`UnmountError`] |
 //! | unmount everything inside a directory | [`unmount_below`] | [`UnmountError`] |
+//! | a block device's size (`BLKGETSIZE64`) | [`block_device_size`] | [`DeviceError`] |
+//! | grow a mounted ext4 or xfs to its device (or a size) | [`grow_filesystem`] | [`GrowError`] |
 //!
 //! Errors name the path and the step; the system's answer is their
 //! [`source`](std::error::Error::source) (print the chain, as `anyhow`'s
@@ -30,6 +33,8 @@
 //! # Ok(()) }
 //! ```
 
+mod device;
+mod ioctl;
 mod table;
 
 use std::ffi::{CString, OsStr};
@@ -41,6 +46,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::StatVfsMountFlags;
 use rustix::mount::UnmountFlags;
 
+pub use device::{DeviceError, GrowError, block_device_size, grow_filesystem};
 pub use table::{MountInfo, ParseError, TableError, is_mounted, mount_table, mounted_at};
 
 /// Flags of [`mount`], [`mount_once`] and [`remount`]: `mount(2)`'s
