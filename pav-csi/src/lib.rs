@@ -89,9 +89,15 @@
 //! # Logging
 //!
 //! pav-csi logs through [`tracing`](https://docs.rs/tracing): each
-//! mutating call at `info` (with the volume id or name), provisioner
-//! failures at `warn`, the deletion of a volume whose Create answer CSI
-//! cannot carry at `error`. A driver without
+//! mutating call (Create/Delete/Expand volume, Create/Delete snapshot,
+//! Node Stage/Unstage/Publish/Unpublish/Expand) at `info` when it starts
+//! its work (with the volume id or name), and every failure of one, from
+//! the request check to the last step, as one `<RPC> failed` line with its
+//! code and message: at `warn` when the caller takes it as final
+//! (`INTERNAL`, `INVALID_ARGUMENT`, `NOT_FOUND`, ...), at `info` when it
+//! calls again (`ABORTED`, `UNAVAILABLE`, `RESOURCE_EXHAUSTED`,
+//! `DEADLINE_EXCEEDED`, `CANCELLED`); the deletion of a volume whose
+//! Create answer CSI cannot carry at `error`. A driver without
 //! a subscriber logs nothing at all: install one in `main`, as above
 //! (`logging::init`, with the cargo feature `logging`: text coloured only
 //! on a terminal, or JSON lines, filtered by `RUST_LOG`), or your own.
@@ -124,7 +130,7 @@
 //! | Everything else | publish/attach, group snapshots, modify | `UNIMPLEMENTED`, not advertised |
 //! | Socket | [`DriverBuilder::run`] | stale socket replaced, mode `0600`, removed on SIGTERM/SIGINT; at most 256 connections at once, each kept open as long as its client keeps it (the CSI sidecars exit when a connection is lost) |
 //! | Secrets | logs | CSI messages with secrets have no `Debug`; [`pav_sdk::Secrets`] redacts values |
-//! | Logs | every RPC | request strings are logged escaped (`Debug`), so a newline in a path or id cannot forge a line |
+//! | Logs | every RPC | request strings are logged escaped (`Debug`), so a newline in a path or id cannot forge a line; every failed mutating call is logged (`warn` when final for the caller) |
 //! | Mounts | node RPCs; [`mount`] for provisioners | system calls and ioctls only, never a `mount`, `umount`, `resize2fs` or `xfs_growfs` program (the image need not hold them): the mount table parsed ([`mount::mounted_at`], [`mount::is_mounted`]), mounting with typed flags and data such as `size=64m` ([`mount::mount`], [`mount::mount_once`] for a Stage called again), [`mount::remount`] (a tmpfs grows), [`mount::unmount`] (nothing mounted is success), [`mount::unmount_below`], [`mount::block_device_size`] (`BLKGETSIZE64`), ext4 and xfs grown online ([`mount::grow_filesystem`]) |
 //!
 //! In the source, each RPC is a file of `controller/` or `node/` with a
