@@ -104,14 +104,25 @@
 //! Request strings are logged escaped (`Debug`), so a newline in an id or a
 //! path cannot forge a log line, and secrets are never logged.
 //!
-//! What pav-csi does so the provisioner does not have to:
+//! # Where a provisioner keeps its data
+//!
+//! Outside kubelet's directory (`/var/lib/<driver>` on the node, say), or
+//! in pav-csi's state directory ([`DriverBuilder::state_dir`], by default
+//! `<kubelet dir>/plugins/<driver name>`; pav-csi uses its `staged/`).
+//! pav-csi refuses staging and target paths only inside the state
+//! directory: anywhere else in kubelet's directory one may lie over the
+//! provisioner's data, and what is mounted there hides it (a tmpfs once
+//! covered a provisioner's records that way, and the provisioner found
+//! its volumes gone).
+//!
+//! # What pav-csi does so the provisioner does not have to
 //!
 //! | Concern | Where | Behaviour |
 //! |---|---|---|
 //! | Identity | `GetPluginInfo`, `GetPluginCapabilities`, `Probe` | name and version from the builder; `CONTROLLER_SERVICE` on controller sockets; `VOLUME_ACCESSIBILITY_CONSTRAINTS` when topology is configured |
 //! | Capabilities | `ControllerGetCapabilities`, `NodeGetCapabilities` | derived from the touch points in the [`pav_sdk::Provisioner`] |
 //! | Required fields, size limits | every RPC | `INVALID_ARGUMENT` naming the field; strings ≤ 128 bytes, maps ≤ 4 KiB, paths ≤ 4096 bytes, repeated fields ≤ 64 entries |
-//! | Paths | node RPCs | staging and target paths must resolve inside the kubelet directory ([`DriverBuilder::kubelet_dir`]); publishing binds only a staging path recorded at stage time for the same volume ([`DriverBuilder::state_dir`]) |
+//! | Paths | node RPCs | staging and target paths must resolve inside the kubelet directory ([`DriverBuilder::kubelet_dir`]); publishing binds only a staging path recorded at stage time for the same volume; none may lie in or contain the state directory ([`DriverBuilder::state_dir`]), the one part of kubelet's directory kept free of mounts |
 //! | Other volumes | node RPCs | a new stage or publish refuses a path that holds mounts (it would hide them) or lies inside a staged or published volume, and a target holding another volume; one operation per target path; unpublish removes only the empty file or directory it made; a stage that failed for good is undone at once (staging path unmounted, the provisioner's Unstage called, record removed; kept for the next NodeUnstageVolume if that Unstage fails); one answered with a code kubelet takes as still in progress (`CANCELLED`, `DEADLINE_EXCEEDED`, `UNAVAILABLE`, `RESOURCE_EXHAUSTED`, `ABORTED`) is left to kubelet's retry or NodeUnstageVolume |
 //! | One operation per volume | every mutating RPC | a concurrent call for the same volume (or name) is `ABORTED`; a call runs to completion even when its client gives up (deadline passed, cancelled), keeping the volume until the provisioner returns |
 //! | Claim | `CreateVolume` | [`pav_sdk::Claim`] from external-provisioner's `--extra-create-metadata` parameters; with the `kube` cargo feature and `DriverBuilder::claim_lookup`, also the claim's labels, annotations and selected node, read from the API server |
