@@ -569,7 +569,8 @@ pub fn unmount(target: impl AsRef<Path>) -> Result<bool, UnmountError> {
 /// std::fs::remove_dir_all(pod_dir).ok(); // nothing mounted to delete through
 /// # Ok(()) }
 /// ```
-pub fn unmount_below(dir: &Path) -> Result<Vec<PathBuf>, UnmountError> {
+pub fn unmount_below(dir: impl AsRef<Path>) -> Result<Vec<PathBuf>, UnmountError> {
+    let dir = dir.as_ref();
     let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
     let mut unmounted = Vec::new();
     // A mount whose point is itself below a mount just removed may only

@@ -189,8 +189,8 @@ fn parse_table(table: &str) -> Result<Vec<MountInfo>, TableError> {
 /// }
 /// # Ok(()) }
 /// ```
-pub fn mounted_at(path: &Path) -> Result<Option<MountInfo>, TableError> {
-    let Ok(path) = path.canonicalize() else {
+pub fn mounted_at(path: impl AsRef<Path>) -> Result<Option<MountInfo>, TableError> {
+    let Ok(path) = path.as_ref().canonicalize() else {
         return Ok(None);
     };
     Ok(topmost(mount_table()?, &path))
@@ -260,7 +260,8 @@ fn topmost(table: Vec<MountInfo>, path: &Path) -> Option<MountInfo> {
 /// }
 /// # Ok(()) }
 /// ```
-pub fn is_mounted(path: &Path) -> Result<bool, TableError> {
+pub fn is_mounted(path: impl AsRef<Path>) -> Result<bool, TableError> {
+    let path = path.as_ref();
     match mount_root(path) {
         Some(answer) => Ok(answer),
         None => Ok(mounted_at(path)?.is_some()),
