@@ -144,7 +144,34 @@ impl DriverBuilder {
     /// file per staged volume in `staged/`), so that publishing binds only
     /// what it staged itself, also after a restart. Default:
     /// `<kubelet dir>/plugins/<driver name>`, kubelet's conventional
-    /// per-driver directory. No staging or target path may lie in it.
+    /// per-driver directory.
+    ///
+    /// No staging or target path may lie in it, nor may one contain it:
+    /// this directory is the only part of kubelet's directory that pav-csi
+    /// keeps mounts away from. It is therefore also the place for the
+    /// provisioner's own data (volumes, records) if that must live inside
+    /// kubelet's directory: a subdirectory other than `staged/`, such as
+    /// `<state dir>/volumes`. Anywhere else in kubelet's directory, a
+    /// staging or target path may lie over it, and a mount there (a
+    /// staged volume, a tmpfs) hides the data from the provisioner, which
+    /// then finds its records gone. Better still, keep the data outside
+    /// kubelet's directory altogether (`/var/lib/<driver>` on the node).
+    ///
+    /// ```no_run
+    /// # async fn f(provisioner: pav_sdk::Provisioner) -> Result<(), pav_csi::Error> {
+    /// // The provisioner (built with this directory) keeps its volumes in
+    /// // `volumes/`, beside pav-csi's `staged/`.
+    /// let state = "/var/lib/kubelet/plugins/hostdir.example.com";
+    /// let volumes = std::path::Path::new(state).join("volumes");
+    /// # let _ = volumes;
+    /// pav_csi::Driver::builder("hostdir.example.com")
+    ///     .provisioner(provisioner)
+    ///     .serve_node("/csi/csi.sock", "node-1")
+    ///     .state_dir(state)
+    ///     .run()
+    ///     .await
+    /// # }
+    /// ```
     pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.state_dir = Some(dir.into());
         self

@@ -46,7 +46,242 @@ pub(crate) fn status(err: pav_sdk::Error) -> Status {
     Status::new(code, err.message().to_owned())
 }
 
-/// An `INTERNAL` status for a local I/O failure while (un)mounting.
-pub(crate) fn internal(what: &str, err: impl std::fmt::Display) -> Status {
-    Status::internal(format!("{what}: {err}"))
+/// Whether kubelet and the CSI sidecars take an answer with `code` as
+/// final: not `CANCELLED`, `DEADLINE_EXCEEDED`, `UNAVAILABLE`,
+/// `RESOURCE_EXHAUSTED` or `ABORTED`, which they take as "maybe still in
+/// progress" and call again (their `isFinalError`); a NodeStageVolume
+/// answered so may have staged, and kubelet retries it or unstages the
+/// volume once no pod needs it.
+pub(crate) fn is_final(code: Code) -> bool {
+    !matches!(
+        code,
+        Code::Cancelled
+            | Code::DeadlineExceeded
+            | Code::Unavailable
+            | Code::ResourceExhausted
+            | Code::Aborted
+    )
+}
+
+/// What a mutating call is about, for its log line.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Subject<'a> {
+    /// A volume id.
+    Volume(&'a str),
+    /// The name of a volume or snapshot to create.
+    Name(&'a str),
+    /// A snapshot id.
+    Snapshot(&'a str),
+}
+
+/// Request strings in log lines are cut to this many bytes: a call
+/// refused for an oversized id must not write it whole.
+const LOGGED_ID_BYTES: usize = 256;
+
+/// Logs the failure of the mutating call `rpc` about `subject`, and passes
+/// `answer` on: every failure, from the first check to the last step, is
+/// one line. `warn` when the caller takes it as final (someone must look:
+/// `INTERNAL`, `INVALID_ARGUMENT`, `NOT_FOUND`, ...), `info` when it calls
+/// again ([`is_final`]: `ABORTED` while another call holds the volume,
+/// `UNAVAILABLE`, ...). Success is each call's own `info` line.
+pub(crate) fn logged<T>(
+    rpc: &'static str,
+    subject: Subject<'_>,
+    answer: Result<T, Status>,
+) -> Result<T, Status> {
+    let Err(failure) = &answer else {
+        return answer;
+    };
+    let (code, error) = (failure.code(), failure.message());
+    let short = |id: &str| -> String {
+        match id.len() <= LOGGED_ID_BYTES {
+            true => id.to_owned(),
+            false => {
+                let end = (0..=LOGGED_ID_BYTES)
+                    .rev()
+                    .find(|i| id.is_char_boundary(*i))
+                    .unwrap_or(0);
+                format!("{}... ({} bytes)", &id[..end], id.len())
+            }
+        }
+    };
+    macro_rules! log {
+        ($level:ident) => {
+            match subject {
+                Subject::Volume(id) => {
+                    tracing::$level!(volume_id = short(id), ?code, error, "{rpc} failed")
+                }
+                Subject::Name(name) => {
+                    tracing::$level!(name = short(name), ?code, error, "{rpc} failed")
+                }
+                Subject::Snapshot(id) => {
+                    tracing::$level!(snapshot_id = short(id), ?code, error, "{rpc} failed")
+                }
+            }
+        };
+    }
+    match is_final(code) {
+        true => log!(warn),
+        false => log!(info),
+    }
+    answer
+}
+
+/// An `INTERNAL` status for a local failure (I/O, mounting) while `what`.
+pub(crate) fn internal(what: &str, err: impl std::error::Error) -> Status {
+    Status::internal(format!("{what}: {}", chain(&err)))
+}
+
+/// An `INTERNAL` status for a local failure whose message says the step
+/// (the errors of [`crate::mount`] name their path and step).
+pub(crate) fn failed(err: impl std::error::Error) -> Status {
+    Status::internal(chain(&err))
+}
+
+/// `err` and its sources, `: `-separated, as `anyhow`'s `{:#}` prints
+/// them; a source whose message ends its wrapper's already (a
+/// `"{what}: {source}"` message) is not repeated.
+pub(crate) fn chain(err: &dyn std::error::Error) -> String {
+    let mut message = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.ends_with(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// What a subscriber wrote, in memory.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The lines `work` logs at `info` and above.
+    fn logs(work: impl FnOnce()) -> String {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, work);
+        String::from_utf8(captured.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn failures_are_logged_warn_when_final_info_when_retried() {
+        let final_failure = logs(|| {
+            let answer: Result<(), Status> = Err(Status::internal("reading staging records: EIO"));
+            let _ = logged("NodeUnstageVolume", Subject::Volume("vol-1"), answer);
+        });
+        assert!(final_failure.contains(" WARN "), "{final_failure}");
+        assert!(
+            final_failure.contains("NodeUnstageVolume failed"),
+            "{final_failure}"
+        );
+        assert!(
+            final_failure.contains("volume_id=\"vol-1\""),
+            "{final_failure}"
+        );
+        assert!(final_failure.contains("code=Internal"), "{final_failure}");
+        assert!(
+            final_failure.contains("reading staging records: EIO"),
+            "{final_failure}"
+        );
+
+        let retried = logs(|| {
+            let answer: Result<(), Status> = Err(Status::aborted("busy"));
+            let _ = logged("CreateVolume", Subject::Name("pvc-1"), answer);
+        });
+        assert!(
+            retried.contains(" INFO ") && retried.contains("CreateVolume failed"),
+            "{retried}"
+        );
+        assert!(retried.contains("name=\"pvc-1\""), "{retried}");
+
+        let fine = logs(|| {
+            let _ = logged(
+                "DeleteSnapshot",
+                Subject::Snapshot("s"),
+                Ok::<(), Status>(()),
+            );
+        });
+        assert_eq!(fine, "");
+    }
+
+    #[test]
+    fn long_ids_are_cut_in_log_lines() {
+        let id = "é".repeat(200);
+        let lines = logs(|| {
+            let _ = logged(
+                "DeleteVolume",
+                Subject::Volume(&id),
+                Err::<(), _>(Status::invalid_argument("too long")),
+            );
+        });
+        assert!(lines.contains("... (400 bytes)"), "{lines}");
+        assert!(!lines.contains(&id), "{lines}");
+    }
+
+    #[test]
+    fn in_progress_codes_are_kubelet_s() {
+        for code in [
+            Code::Cancelled,
+            Code::DeadlineExceeded,
+            Code::Unavailable,
+            Code::ResourceExhausted,
+            Code::Aborted,
+        ] {
+            assert!(!is_final(code), "{code:?}");
+        }
+        for code in [
+            Code::Internal,
+            Code::InvalidArgument,
+            Code::NotFound,
+            Code::FailedPrecondition,
+            Code::Unimplemented,
+        ] {
+            assert!(is_final(code), "{code:?}");
+        }
+    }
+
+    #[test]
+    fn chains_print_each_cause_once() {
+        let gone = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let quiet = crate::mount::TableError::Read(gone());
+        assert_eq!(
+            chain(&quiet),
+            format!("reading /proc/self/mountinfo: {}", gone())
+        );
+        // UnmountError's messages carry their source already.
+        let loud = crate::mount::UnmountError::MountTable(gone());
+        assert_eq!(
+            chain(&loud),
+            format!("reading /proc/self/mountinfo: {}", gone())
+        );
+        assert_eq!(
+            internal("reading mounts", quiet).message(),
+            format!("reading mounts: reading /proc/self/mountinfo: {}", gone())
+        );
+    }
 }

@@ -85,23 +85,40 @@
 //! # Logging
 //!
 //! pav-csi logs through [`tracing`](https://docs.rs/tracing): each
-//! mutating call at `info` (with the volume id or name), provisioner
-//! failures at `warn`, the deletion of a volume whose Create answer CSI
-//! cannot carry at `error`. A driver without
+//! mutating call (Create/Delete/Expand volume, Create/Delete snapshot,
+//! Node Stage/Unstage/Publish/Unpublish/Expand) at `info` when it starts
+//! its work (with the volume id or name), and every failure of one, from
+//! the request check to the last step, as one `<RPC> failed` line with its
+//! code and message: at `warn` when the caller takes it as final
+//! (`INTERNAL`, `INVALID_ARGUMENT`, `NOT_FOUND`, ...), at `info` when it
+//! calls again (`ABORTED`, `UNAVAILABLE`, `RESOURCE_EXHAUSTED`,
+//! `DEADLINE_EXCEEDED`, `CANCELLED`); the deletion of a volume whose
+//! Create answer CSI cannot carry at `error`. A driver without
 //! a subscriber logs nothing at all: install one in `main`, as above
 //! (`logging::init`, with the cargo feature `logging`: text coloured only
 //! on a terminal, or JSON lines, filtered by `RUST_LOG`), or your own.
 //! Request strings are logged escaped (`Debug`), so a newline in an id or a
 //! path cannot forge a log line, and secrets are never logged.
 //!
-//! What pav-csi does so the provisioner does not have to:
+//! # Where a provisioner keeps its data
+//!
+//! Outside kubelet's directory (`/var/lib/<driver>` on the node, say), or
+//! in pav-csi's state directory ([`DriverBuilder::state_dir`], by default
+//! `<kubelet dir>/plugins/<driver name>`; pav-csi uses its `staged/`).
+//! pav-csi refuses staging and target paths only inside the state
+//! directory: anywhere else in kubelet's directory one may lie over the
+//! provisioner's data, and what is mounted there hides it (a tmpfs once
+//! covered a provisioner's records that way, and the provisioner found
+//! its volumes gone).
+//!
+//! # What pav-csi does so the provisioner does not have to
 //!
 //! | Concern | Where | Behaviour |
 //! |---|---|---|
 //! | Identity | `GetPluginInfo`, `GetPluginCapabilities`, `Probe` | name and version from the builder; `CONTROLLER_SERVICE` on controller sockets; `VOLUME_ACCESSIBILITY_CONSTRAINTS` when topology is configured |
 //! | Capabilities | `ControllerGetCapabilities`, `NodeGetCapabilities` | derived from the touch points in the [`pav_sdk::Provisioner`] |
 //! | Required fields, size limits | every RPC | `INVALID_ARGUMENT` naming the field; strings ≤ 128 bytes, maps ≤ 4 KiB, paths ≤ 4096 bytes, repeated fields ≤ 64 entries |
-//! | Paths | node RPCs | staging and target paths must resolve inside the kubelet directory ([`DriverBuilder::kubelet_dir`]); publishing binds only a staging path recorded at stage time for the same volume ([`DriverBuilder::state_dir`]) |
+//! | Paths | node RPCs | staging and target paths must resolve inside the kubelet directory ([`DriverBuilder::kubelet_dir`]); publishing binds only a staging path recorded at stage time for the same volume; none may lie in or contain the state directory ([`DriverBuilder::state_dir`]), the one part of kubelet's directory kept free of mounts |
 //! | Other volumes | node RPCs | a new stage or publish refuses a path that holds mounts (it would hide them) or lies inside a staged or published volume, and a target holding another volume; one operation per target path; unpublish removes only the empty file or directory it made; a stage that failed for good is undone at once (staging path unmounted, the provisioner's Unstage called, record removed; kept for the next NodeUnstageVolume if that Unstage fails); one answered with a code kubelet takes as still in progress (`CANCELLED`, `DEADLINE_EXCEEDED`, `UNAVAILABLE`, `RESOURCE_EXHAUSTED`, `ABORTED`) is left to kubelet's retry or NodeUnstageVolume |
 //! | One operation per volume | every mutating RPC | a concurrent call for the same volume (or name) is `ABORTED`; a call runs to completion even when its client gives up (deadline passed, cancelled), keeping the volume until the provisioner returns |
 //! | Claim | `CreateVolume` | [`pav_sdk::Claim`] from external-provisioner's `--extra-create-metadata` parameters; with the `kube` cargo feature and `DriverBuilder::claim_lookup`, also the claim's labels, annotations and selected node, read from the API server |
@@ -120,8 +137,8 @@
 //! | Everything else | publish/attach, group snapshots, modify | `UNIMPLEMENTED`, not advertised |
 //! | Socket | [`DriverBuilder::run`] | stale socket replaced, mode `0600`, removed on SIGTERM/SIGINT; at most 256 connections at once, each kept open as long as its client keeps it (the CSI sidecars exit when a connection is lost) |
 //! | Secrets | logs | CSI messages with secrets have no `Debug`; [`pav_sdk::Secrets`] redacts values |
-//! | Logs | every RPC | request strings are logged escaped (`Debug`), so a newline in a path or id cannot forge a line |
-//! | Mounts | [`mount::unmount_below`] | unmount with system calls, never a `mount` or `umount` program |
+//! | Logs | every RPC | request strings are logged escaped (`Debug`), so a newline in a path or id cannot forge a line; every failed mutating call is logged (`warn` when final for the caller) |
+//! | Mounts | node RPCs; [`mount`] for provisioners | system calls and ioctls only, never a `mount`, `umount`, `resize2fs` or `xfs_growfs` program (the image need not hold them): the mount table parsed ([`mount::mounted_at`], [`mount::is_mounted`]), mounting with typed flags and data such as `size=64m` ([`mount::mount`], [`mount::mount_once`] for a Stage called again), [`mount::remount`] (a tmpfs grows), [`mount::unmount`] (nothing mounted is success), [`mount::unmount_below`], [`mount::block_device_size`] (`BLKGETSIZE64`), ext4 and xfs grown online ([`mount::grow_filesystem`]) |
 //!
 //! In the source, each RPC is a file of `controller/` or `node/` with a
 //! `check` (the rows above that refuse a request: required fields, limits,

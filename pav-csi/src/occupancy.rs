@@ -52,7 +52,7 @@ pub(crate) fn check_free(field: &str, path: &Path, records: &Records) -> Result<
         })
         .collect();
     for ancestor in path.ancestors().skip(1) {
-        if !mount::is_mount_point(ancestor).map_err(|e| internal("reading mounts", e))? {
+        if !mount::is_mounted(ancestor).map_err(|e| internal("reading mounts", e))? {
             continue;
         }
         let Ok(meta) = std::fs::metadata(ancestor) else {
@@ -68,13 +68,4 @@ pub(crate) fn check_free(field: &str, path: &Path, records: &Records) -> Result<
         }
     }
     Ok(())
-}
-
-/// Whether `a` and `b` name the same file or directory (a bind mount of a
-/// path is the same inode as the path).
-pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
-        _ => false,
-    }
 }

@@ -724,6 +724,17 @@ fn full_driver_rows(p: &Paths) -> Vec<Row> {
             )),
             "state directory",
         ),
+        // DriverBuilder::state_dir's docs: a provisioner's own data in the
+        // state directory is as safe from mounts as pav-csi's records.
+        invalid(
+            "staging_target_path in the provisioner's data in the state directory",
+            Call::NodeStageVolume(stage(
+                "v",
+                &p.k("plugins/test.pav.example.com/volumes/v"),
+                fs,
+            )),
+            "state directory",
+        ),
         invalid(
             "missing volume_capability",
             st(|r| r.volume_capability = None),
@@ -844,6 +855,11 @@ fn full_driver_rows(p: &Paths) -> Vec<Row> {
         invalid(
             "target_path in the driver's state directory",
             pb(&|r| r.target_path = p.k("plugins/test.pav.example.com/staged/t")),
+            "state directory",
+        ),
+        invalid(
+            "target_path in the provisioner's data in the state directory",
+            pb(&|r| r.target_path = p.k("plugins/test.pav.example.com/volumes/t")),
             "state directory",
         ),
         invalid(

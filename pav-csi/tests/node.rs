@@ -360,6 +360,11 @@ async fn filesystem_lifecycle_is_idempotent() {
     // The repeat finds no staging record: nothing is staged there any more,
     // so it succeeds without calling the provisioner again.
     assert_eq!(h.provisioner.unstages.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        *h.provisioner.mounted_at_unstage.lock().unwrap(),
+        [false],
+        "Unstage runs after pav-csi unmounted the staging path (pav-sdk's Unstage docs)"
+    );
     h.stop().await;
 }
 
@@ -409,6 +414,11 @@ async fn block_lifecycle_is_idempotent() {
         h.node.node_unstage_volume(unstage.clone()).await.unwrap();
     }
     assert!(!h.path("staging-blk/device").exists());
+    assert_eq!(
+        *h.provisioner.mounted_at_unstage.lock().unwrap(),
+        [false],
+        "Unstage runs after pav-csi unmounted the staging path (pav-sdk's Unstage docs)"
+    );
     h.stop().await;
 }
 

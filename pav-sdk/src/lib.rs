@@ -256,6 +256,13 @@
 //! * **Slow is fine.** Calls are async and may take minutes.
 //! * **Secrets stay secret.** [`Secrets`] has no `Display` and a redacting
 //!   `Debug`; keep values out of error messages.
+//! * **Your data stays out of kubelet's way.** Keep the provisioner's own
+//!   data (volumes, records) outside kubelet's directory (`/var/lib/<driver>`
+//!   on the node), or in pav-csi's state directory (`DriverBuilder::state_dir`,
+//!   by default `<kubelet dir>/plugins/<driver name>`, beside its `staged/`):
+//!   pav-csi keeps staging and target paths out of that directory only.
+//!   Anywhere else in kubelet's directory a staging or target path may lie
+//!   over your data, and what is mounted there hides it.
 
 // The pav image holds no programs to run (clippy.toml).
 #![deny(clippy::disallowed_methods)]

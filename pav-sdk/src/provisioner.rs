@@ -151,13 +151,24 @@ pub trait Stage: Send + Sync {
     /// the volume as possibly staged, and calls [`Unstage`] if the pod goes
     /// away before a stage succeeds.
     ///
-    /// **Failure and cancellation:** a Stage that fails (with any error)
-    /// is undone by pav-csi at once: it unmounts the staging path and calls
-    /// [`Unstage`], because kubelet does not unstage what it believes was
-    /// never staged; if that Unstage fails, the next `NodeUnstageVolume`
-    /// runs it again. A call whose client gives up (kubelet's deadline)
-    /// still runs to its end, and the volume stays busy (`ABORTED` to a
-    /// repeat) until it returns.
+    /// **Failure and cancellation:** a Stage that fails with a final
+    /// error (any but `Unavailable`, `Aborted` and `ResourceExhausted`) is
+    /// undone by pav-csi at once when it was the volume's first stage on
+    /// the node: pav-csi unmounts the staging path and calls [`Unstage`],
+    /// because kubelet does not unstage what it believes was never staged;
+    /// if that Unstage fails, the next `NodeUnstageVolume` runs it again.
+    /// After `Unavailable`, `Aborted` or `ResourceExhausted` nothing is
+    /// undone: kubelet calls Stage again, or `NodeUnstageVolume` once no
+    /// pod needs the volume. A repeat of a Stage that succeeded before
+    /// leaves that stage in place when it fails (pods may be using it).
+    /// With [`Provisioner::stage_on_publish`] nothing undoes a Stage that
+    /// failed with a final error: kubelet calls `NodeUnpublishVolume` (and
+    /// so Unstage) after a failed publish only when its answer was one of
+    /// those three codes or a timeout. Such a Stage must leave nothing
+    /// behind.
+    /// A call whose client gives up (kubelet's deadline) still runs to its
+    /// end, and the volume stays busy (`ABORTED` to a repeat) until it
+    /// returns.
     async fn stage(&self, req: StageRequest) -> Result<Staged>;
 }
 
@@ -172,7 +183,11 @@ pub trait Unstage: Send + Sync {
     /// on the node using the volume is gone and pav-csi has unmounted the
     /// staging path (with [`Provisioner::stage_on_publish`]:
     /// `NodeUnpublishVolume`, per pod); and from pav-csi itself right after
-    /// a Stage that failed, to undo whatever it did before failing.
+    /// a first Stage on the node that failed with a final error, to undo
+    /// whatever it did before failing (see [`Stage::stage`]), after
+    /// unmounting the staging path there too. Whoever calls it, what was
+    /// mounted at the path it gets is unmounted already: Unstage releases
+    /// the rest (loop devices, locks, records).
     ///
     /// **Codes:** any error is retried by kubelet with exponential backoff
     /// until it succeeds; until then the volume counts as in use on the

@@ -105,19 +105,45 @@ impl CapacityRange {
             && self.max_bytes.is_none_or(|max| bytes <= max)
     }
 
-    /// Picks a size: `min` (or `default` when unset, and at least 1) rounded
-    /// up to a multiple of `granularity`. When rounding up passes `max` but
-    /// the unrounded size fits, the answer is `max` itself (a volume of an
-    /// odd size beats refusing the claim); [`Error::OutOfRange`] only when
-    /// the unrounded size exceeds `max`, or rounding overflows.
+    /// Picks a size in bytes within the range:
+    ///
+    /// 1. The size wanted is `min`, or `default` when the claim sets no
+    ///    `min` (`default` is the provisioner's: its usual volume size, a
+    ///    source's size, a volume's current size), and at least 1 byte.
+    /// 2. It is rounded up to a multiple of `granularity` (0 and 1 mean no
+    ///    rounding).
+    /// 3. Past `max`:
+    ///    * when only the rounding passes it, the answer is `max` itself,
+    ///      not a multiple of `granularity` (a volume of an odd size beats
+    ///      refusing the claim);
+    ///    * when the size wanted exceeds it (a `min` above `max`, or with
+    ///      no `min` a `default` above `max`), it is
+    ///      [`Error::OutOfRange`]: `default` is not lowered to fit, since
+    ///      for an expansion it is the volume's current size, and lowering
+    ///      it would shrink the volume. A provisioner that would rather
+    ///      make a smaller volume than refuse passes
+    ///      `max_bytes.map_or(default, |max| default.min(max))`.
+    ///
+    /// A rounding that overflows `u64` is [`Error::OutOfRange`] too. Any
+    /// size answered lies within the range ([`contains`](Self::contains)).
     ///
     /// ```
     /// use pav_sdk::CapacityRange;
     /// let range = |min, max| CapacityRange { min_bytes: min, max_bytes: max };
-    /// assert_eq!(range(Some(5000), None).choose(1, 4096).unwrap(), 8192);
-    /// assert_eq!(range(None, None).choose(100, 4096).unwrap(), 4096);
-    /// assert_eq!(range(Some(1), Some(1)).choose(64 << 20, 4096).unwrap(), 1);
+    /// // `min`, rounded up; no `min`: the default, rounded up.
+    /// assert_eq!(range(Some(5000), None).choose(1, 4096)?, 8192);
+    /// assert_eq!(range(None, None).choose(100, 4096)?, 4096);
+    /// // Only the rounding passes `max`: `max` itself.
+    /// assert_eq!(range(Some(5000), Some(6000)).choose(1, 4096)?, 6000);
+    /// assert_eq!(range(Some(1), Some(1)).choose(64 << 20, 4096)?, 1);
+    /// // The size wanted passes `max`: OutOfRange, the default too.
     /// assert!(range(Some(2), Some(1)).choose(1, 1).is_err());
+    /// assert!(range(None, Some(10 << 20)).choose(64 << 20, 4096).is_err());
+    /// // Lowering the default to the limit is the caller's choice.
+    /// let limited = range(None, Some(10 << 20));
+    /// let default = limited.max_bytes.map_or(64 << 20, |max| max.min(64 << 20));
+    /// assert_eq!(limited.choose(default, 4096)?, 10 << 20);
+    /// # Ok::<(), pav_sdk::Error>(())
     /// ```
     pub fn choose(&self, default: u64, granularity: u64) -> Result<u64> {
         let wanted = self.min_bytes.unwrap_or(default).max(1);
@@ -946,6 +972,51 @@ mod tests {
                 matches!(chosen, Err(Error::OutOfRange(_))),
                 "{what}: {chosen:?}"
             );
+        }
+    }
+
+    /// What the doc promises of every answer: within the range, a
+    /// multiple of the granularity unless it is `max`, never below the
+    /// size wanted; OutOfRange only when that size exceeds `max` (or the
+    /// rounding overflows).
+    #[test]
+    fn choose_keeps_its_documented_promises() {
+        let bounds = [
+            None,
+            Some(0),
+            Some(1),
+            Some(4095),
+            Some(4096),
+            Some(5000),
+            Some(8192),
+        ];
+        for min in bounds {
+            for max in bounds {
+                for default in [0, 1, 100, 4096, 9000] {
+                    for granularity in [0, 1, 512, 4096] {
+                        let range = range(min, max);
+                        let chosen = range.choose(default, granularity);
+                        let wanted = min.unwrap_or(default).max(1);
+                        let case = format!(
+                            "{range:?} default {default} granularity {granularity}: {chosen:?}"
+                        );
+                        match chosen {
+                            Ok(size) => {
+                                assert!(range.contains(size), "{case}");
+                                assert!(size >= wanted, "{case}");
+                                assert!(
+                                    Some(size) == max || size % granularity.max(1) == 0,
+                                    "{case}"
+                                );
+                            }
+                            Err(Error::OutOfRange(_)) => {
+                                assert!(max.is_some_and(|max| wanted > max), "{case}")
+                            }
+                            Err(other) => panic!("{case}: {other:?}"),
+                        }
+                    }
+                }
+            }
         }
     }
 

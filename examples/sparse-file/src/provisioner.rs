@@ -788,6 +788,10 @@ impl NodeExpand for SparseFiles {
 #[async_trait]
 impl Unstage for SparseFiles {
     async fn unstage(&self, req: UnstageRequest) -> Result<()> {
+        // Served by pav-csi, nothing is mounted here any more: pav-csi
+        // unmounts the staging path before it calls Unstage. This file's
+        // tests call Unstage directly, and a mount left behind would keep
+        // the loop device busy.
         if is_mounted(&req.target_path).await? {
             run("umount", &[&req.target_path.to_string_lossy()]).await?;
         }

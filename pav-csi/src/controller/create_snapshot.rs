@@ -64,10 +64,10 @@ pub(crate) async fn run(
         }
     }
     service.check_exists(source).await?;
-    let taken = snapshotter.create_snapshot(snapshot).await.map_err(|e| {
-        tracing::warn!(name, error = e.message(), "CreateSnapshot failed");
-        status(e)
-    })?;
+    let taken = snapshotter
+        .create_snapshot(snapshot)
+        .await
+        .map_err(status)?;
     if taken.source != source {
         return Err(Status::internal(format!(
             "the provisioner answered a snapshot of volume {:?}, not of {source:?}",

@@ -189,10 +189,7 @@ pub(crate) async fn run(
             .await
             .map_err(status)?;
     }
-    let volume = creator.create(create).await.map_err(|e| {
-        tracing::warn!(name, error = e.message(), "CreateVolume failed");
-        status(e)
-    })?;
+    let volume = creator.create(create).await.map_err(status)?;
     let checked = check_sized(&volume, capacity)
         .and_then(|()| check_placed(&volume, &requisite))
         .and_then(|()| convert::csi_volume(&volume));

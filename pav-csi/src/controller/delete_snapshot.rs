@@ -48,10 +48,7 @@ pub(crate) async fn run(
     delete.secrets = secrets;
     match snapshotter.delete_snapshot(delete).await {
         Ok(()) | Err(pav_sdk::Error::NotFound(_)) => {}
-        Err(e) => {
-            tracing::warn!(snapshot_id, error = e.message(), "DeleteSnapshot failed");
-            return Err(status(e));
-        }
+        Err(e) => return Err(status(e)),
     }
     (shared.snapshot_cache.lock())
         .unwrap_or_else(|e| e.into_inner())

@@ -43,10 +43,7 @@ pub(crate) async fn run(
         delete.secrets = secrets;
         match deleter.delete(delete).await {
             Ok(()) | Err(pav_sdk::Error::NotFound(_)) => {}
-            Err(e) => {
-                tracing::warn!(volume_id, error = e.message(), "DeleteVolume failed");
-                return Err(status(e));
-            }
+            Err(e) => return Err(status(e)),
         }
     }
     (shared.create_cache.lock())

@@ -77,14 +77,7 @@ pub(crate) async fn run(
     expand.capacity = capacity;
     expand.volume_mode = volume_mode;
     expand.secrets = secrets;
-    let expanded = expander.expand(expand).await.map_err(|e| {
-        tracing::warn!(
-            volume_id,
-            error = e.message(),
-            "ControllerExpandVolume failed"
-        );
-        status(e)
-    })?;
+    let expanded = expander.expand(expand).await.map_err(status)?;
     if !capacity.contains(expanded.capacity_bytes) {
         return Err(Status::internal(format!(
             "the provisioner grew volume {volume_id:?} to {} bytes, outside the requested range",

@@ -23,7 +23,7 @@ use pav_sdk::{AccessMode, VolumeId, VolumeMode};
 use tonic::{Request, Response, Status};
 
 use crate::csi;
-use crate::error::status;
+use crate::error::{Subject, logged, status};
 use crate::shared::Shared;
 
 /// Controller service.
@@ -102,22 +102,30 @@ impl csi::controller_server::Controller for ControllerService {
         &self,
         request: Request<csi::CreateVolumeRequest>,
     ) -> Result<Response<csi::CreateVolumeResponse>, Status> {
-        let creator = self.creator("this provisioner does not create volumes")?;
-        let checked = create_volume::check(request.get_ref(), &self.shared)?;
-        create_volume::run(self, creator, checked)
-            .await
-            .map(Response::new)
+        let req = request.get_ref();
+        let answer = async {
+            let creator = self.creator("this provisioner does not create volumes")?;
+            let checked = create_volume::check(req, &self.shared)?;
+            create_volume::run(self, creator, checked).await
+        };
+        let answer = answer.await.map(Response::new);
+        logged("CreateVolume", Subject::Name(&req.name), answer)
     }
 
     async fn delete_volume(
         &self,
         request: Request<csi::DeleteVolumeRequest>,
     ) -> Result<Response<csi::DeleteVolumeResponse>, Status> {
-        self.creator(
-            "this provisioner does not create volumes (CREATE_DELETE_VOLUME is not advertised)",
-        )?;
-        let checked = delete_volume::check(request.get_ref())?;
-        delete_volume::run(self, checked).await.map(Response::new)
+        let req = request.get_ref();
+        let answer = async {
+            self.creator(
+                "this provisioner does not create volumes (CREATE_DELETE_VOLUME is not advertised)",
+            )?;
+            let checked = delete_volume::check(req)?;
+            delete_volume::run(self, checked).await
+        };
+        let answer = answer.await.map(Response::new);
+        logged("DeleteVolume", Subject::Volume(&req.volume_id), answer)
     }
 
     async fn validate_volume_capabilities(
@@ -132,15 +140,22 @@ impl csi::controller_server::Controller for ControllerService {
         &self,
         request: Request<csi::ControllerExpandVolumeRequest>,
     ) -> Result<Response<csi::ControllerExpandVolumeResponse>, Status> {
-        let Some(expander) = self.shared.provisioner.expand() else {
-            return Err(Status::unimplemented(
-                "this provisioner does not expand volumes (EXPAND_VOLUME is not advertised)",
-            ));
+        let req = request.get_ref();
+        let answer = async {
+            let Some(expander) = self.shared.provisioner.expand() else {
+                return Err(Status::unimplemented(
+                    "this provisioner does not expand volumes (EXPAND_VOLUME is not advertised)",
+                ));
+            };
+            let checked = expand::check(req, &self.shared)?;
+            expand::run(self, expander, checked).await
         };
-        let checked = expand::check(request.get_ref(), &self.shared)?;
-        expand::run(self, expander, checked)
-            .await
-            .map(Response::new)
+        let answer = answer.await.map(Response::new);
+        logged(
+            "ControllerExpandVolume",
+            Subject::Volume(&req.volume_id),
+            answer,
+        )
     }
 
     async fn get_capacity(
@@ -173,22 +188,32 @@ impl csi::controller_server::Controller for ControllerService {
         &self,
         request: Request<csi::CreateSnapshotRequest>,
     ) -> Result<Response<csi::CreateSnapshotResponse>, Status> {
-        let snapshotter = self.snapshotter()?;
-        let checked = create_snapshot::check(request.get_ref())?;
-        create_snapshot::run(self, snapshotter, checked)
-            .await
-            .map(Response::new)
+        let req = request.get_ref();
+        let answer = async {
+            let snapshotter = self.snapshotter()?;
+            let checked = create_snapshot::check(req)?;
+            create_snapshot::run(self, snapshotter, checked).await
+        };
+        let answer = answer.await.map(Response::new);
+        logged("CreateSnapshot", Subject::Name(&req.name), answer)
     }
 
     async fn delete_snapshot(
         &self,
         request: Request<csi::DeleteSnapshotRequest>,
     ) -> Result<Response<csi::DeleteSnapshotResponse>, Status> {
-        let snapshotter = self.snapshotter()?;
-        let checked = delete_snapshot::check(request.get_ref())?;
-        delete_snapshot::run(self, snapshotter, checked)
-            .await
-            .map(Response::new)
+        let req = request.get_ref();
+        let answer = async {
+            let snapshotter = self.snapshotter()?;
+            let checked = delete_snapshot::check(req)?;
+            delete_snapshot::run(self, snapshotter, checked).await
+        };
+        let answer = answer.await.map(Response::new);
+        logged(
+            "DeleteSnapshot",
+            Subject::Snapshot(&req.snapshot_id),
+            answer,
+        )
     }
 
     async fn list_snapshots(

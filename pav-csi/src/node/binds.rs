@@ -7,9 +7,8 @@ use std::path::Path;
 use pav_sdk::VolumeMode;
 use tonic::Status;
 
-use crate::error::internal;
-use crate::mount;
-use crate::occupancy::same_file;
+use crate::error::{failed, internal};
+use crate::mount::{self, MountFlags, same_file};
 
 /// Where a staged block device is bind-mounted inside the staging directory,
 /// so that NodePublishVolume finds it again after a driver restart.
@@ -33,16 +32,15 @@ pub(crate) fn bind_once(
     mode: VolumeMode,
     read_only: bool,
 ) -> Result<(), Status> {
-    if mount::is_mount_point(target).map_err(|e| internal("reading mounts", e))? {
+    if mount::is_mounted(target).map_err(|e| internal("reading mounts", e))? {
         return Ok(());
     }
     prepare_target(target, mode == VolumeMode::Filesystem)?;
-    mount::bind(source, target, read_only).map_err(|e| {
-        internal(
-            &format!("bind-mounting {} on {}", source.display(), target.display()),
-            e,
-        )
-    })
+    let flags = match read_only {
+        true => MountFlags::BIND | MountFlags::READ_ONLY,
+        false => MountFlags::BIND,
+    };
+    mount::mount(source, target, "", flags, "").map_err(failed)
 }
 
 /// Makes `target` exist as what a bind of `source` needs: a directory for a
@@ -119,7 +117,7 @@ pub(crate) fn mounted_mode(
     path: &Path,
     not_found: impl Fn() -> Status,
 ) -> Result<VolumeMode, Status> {
-    if !mount::is_mount_point(path).map_err(|e| internal("reading mounts", e))? {
+    if !mount::is_mounted(path).map_err(|e| internal("reading mounts", e))? {
         return Err(not_found());
     }
     let meta = std::fs::metadata(path).map_err(|_| not_found())?;
@@ -134,7 +132,7 @@ pub(crate) fn mounted_mode(
 /// symlink, a device) is not this driver's and is refused with
 /// `FAILED_PRECONDITION`. A missing path is fine.
 pub(crate) fn unmount_and_remove(path: &Path) -> Result<(), Status> {
-    mount::unmount_all(path).map_err(|e| internal("unmounting", e))?;
+    mount::unmount(path).map_err(failed)?;
     let removed = match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.is_dir() => std::fs::remove_dir(path),
         Ok(meta) if meta.is_file() && meta.len() == 0 => std::fs::remove_file(path),

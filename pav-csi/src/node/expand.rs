@@ -91,10 +91,7 @@ pub(crate) async fn run(
     let mut expand = pav_sdk::build::node_expand(volume_id, path, mode);
     expand.staging_path = staging_path;
     expand.capacity = capacity;
-    let bytes = expander.node_expand(expand).await.map_err(|e| {
-        tracing::warn!(volume_id, error = e.message(), "NodeExpandVolume failed");
-        status(e)
-    })?;
+    let bytes = expander.node_expand(expand).await.map_err(status)?;
     Ok(csi::NodeExpandVolumeResponse {
         capacity_bytes: limits::int64("capacity_bytes", bytes)?,
     })

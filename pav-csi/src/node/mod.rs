@@ -26,7 +26,7 @@ use tonic::{Request, Response, Status};
 use self::binds::{STAGED_DEVICE, blocking, unmount_and_remove};
 use crate::convert;
 use crate::csi;
-use crate::error::{internal, status};
+use crate::error::{Subject, internal, logged, status};
 use crate::mount;
 use crate::paths::Confinement;
 use crate::shared::Shared;
@@ -147,7 +147,9 @@ impl NodeService {
             if mode == VolumeMode::Block {
                 unmount_and_remove(&path.join(STAGED_DEVICE))?;
             }
-            mount::unmount_all(&path).map_err(|e| internal("unmounting staging path", e))
+            mount::unmount(&path)
+                .map(|_| ())
+                .map_err(|e| internal("unmounting staging path", e))
         })
         .await?;
         if let Some(unstager) = self.shared.provisioner.unstage() {
@@ -170,34 +172,58 @@ impl csi::node_server::Node for NodeService {
         &self,
         request: Request<csi::NodeStageVolumeRequest>,
     ) -> Result<Response<csi::NodeStageVolumeResponse>, Status> {
-        let stager = stages_per_node(&self.shared)?;
-        let checked = stage::check(request.get_ref(), &self.shared, &self.node)?;
-        stage::run(self, stager, checked).await.map(Response::new)
+        let req = request.get_ref();
+        let answer = async {
+            let stager = stages_per_node(&self.shared)?;
+            let checked = stage::check(req, &self.shared, &self.node)?;
+            stage::run(self, stager, checked).await
+        };
+        let answer = answer.await.map(Response::new);
+        logged("NodeStageVolume", Subject::Volume(&req.volume_id), answer)
     }
 
     async fn node_unstage_volume(
         &self,
         request: Request<csi::NodeUnstageVolumeRequest>,
     ) -> Result<Response<csi::NodeUnstageVolumeResponse>, Status> {
-        stages_per_node(&self.shared)?;
-        let checked = unstage::check(request.get_ref(), &self.node)?;
-        unstage::run(self, checked).await.map(Response::new)
+        let req = request.get_ref();
+        let answer = async {
+            stages_per_node(&self.shared)?;
+            let checked = unstage::check(req, &self.node)?;
+            unstage::run(self, checked).await
+        };
+        let answer = answer.await.map(Response::new);
+        logged("NodeUnstageVolume", Subject::Volume(&req.volume_id), answer)
     }
 
     async fn node_publish_volume(
         &self,
         request: Request<csi::NodePublishVolumeRequest>,
     ) -> Result<Response<csi::NodePublishVolumeResponse>, Status> {
-        let checked = publish::check(request.get_ref(), &self.shared, &self.node)?;
-        publish::run(self, checked).await.map(Response::new)
+        let req = request.get_ref();
+        let answer = async {
+            let checked = publish::check(req, &self.shared, &self.node)?;
+            publish::run(self, checked).await
+        };
+        let answer = answer.await.map(Response::new);
+        logged("NodePublishVolume", Subject::Volume(&req.volume_id), answer)
     }
 
     async fn node_unpublish_volume(
         &self,
         request: Request<csi::NodeUnpublishVolumeRequest>,
     ) -> Result<Response<csi::NodeUnpublishVolumeResponse>, Status> {
-        let checked = unpublish::check(request.get_ref(), &self.node)?;
-        unpublish::run(self, checked).await.map(Response::new)
+        let req = request.get_ref();
+        let answer = async {
+            let checked = unpublish::check(req, &self.node)?;
+            unpublish::run(self, checked).await
+        };
+        let answer = answer.await.map(Response::new);
+        logged(
+            "NodeUnpublishVolume",
+            Subject::Volume(&req.volume_id),
+            answer,
+        )
     }
 
     async fn node_get_volume_stats(
@@ -212,15 +238,18 @@ impl csi::node_server::Node for NodeService {
         &self,
         request: Request<csi::NodeExpandVolumeRequest>,
     ) -> Result<Response<csi::NodeExpandVolumeResponse>, Status> {
-        let Some(expander) = self.shared.provisioner.node_expand() else {
-            return Err(Status::unimplemented(
-                "this provisioner does not expand volumes on nodes (EXPAND_VOLUME is not advertised)",
-            ));
+        let req = request.get_ref();
+        let answer = async {
+            let Some(expander) = self.shared.provisioner.node_expand() else {
+                return Err(Status::unimplemented(
+                    "this provisioner does not expand volumes on nodes (EXPAND_VOLUME is not advertised)",
+                ));
+            };
+            let checked = expand::check(req, &self.shared)?;
+            expand::run(self, expander, checked).await
         };
-        let checked = expand::check(request.get_ref(), &self.shared)?;
-        expand::run(self, expander, checked)
-            .await
-            .map(Response::new)
+        let answer = answer.await.map(Response::new);
+        logged("NodeExpandVolume", Subject::Volume(&req.volume_id), answer)
     }
 
     async fn node_get_capabilities(

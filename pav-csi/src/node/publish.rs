@@ -189,14 +189,7 @@ async fn stage_and_publish(
         return Ok(csi::NodePublishVolumeResponse {});
     }
     tracing::info!(volume_id, target = ?target, read_only, %mode, "NodePublishVolume: staging");
-    let staged = stager.stage(stage).await.map_err(|e| {
-        tracing::warn!(
-            volume_id,
-            error = e.message(),
-            "NodePublishVolume: staging failed"
-        );
-        status(e)
-    })?;
+    let staged = stager.stage(stage).await.map_err(status)?;
     let records = service.node.staged.clone();
     let published_at = target.clone();
     blocking(move || {

@@ -9,7 +9,7 @@ use tonic::Status;
 use super::binds::{STAGED_DEVICE, bind_once, blocking};
 use super::{NodeConfig, NodeService, check_capability, required_capability, stage_request};
 use crate::convert::{self, Capability};
-use crate::error::{internal, status};
+use crate::error::{internal, is_final, status};
 use crate::guard::Key;
 use crate::limits;
 use crate::mount;
@@ -89,11 +89,6 @@ pub(crate) async fn run(
     stage.context = context;
     stage.secrets = secrets;
     if let Err(failed) = stage_and_bind(stager, stage).await {
-        tracing::warn!(
-            volume_id,
-            error = failed.message(),
-            "NodeStageVolume failed"
-        );
         // Kubelet does not unstage a volume whose stage failed for
         // good: what this call did is undone here. An answer kubelet
         // takes as "maybe still in progress" leaves the stage to its
@@ -101,7 +96,7 @@ pub(crate) async fn run(
         // not needed; undoing it would throw away work the retry picks
         // up (a PaV staging pod). A stage recorded earlier may be in
         // use, and stays.
-        if recorded_now && !kubelet_takes_as_uncertain(failed.code()) {
+        if recorded_now && is_final(failed.code()) {
             undo_failed_stage(service, volume_id, staging, mode).await;
         }
         return Err(failed);
@@ -142,7 +137,7 @@ fn record_stage(records: &Records, wanted: &Record) -> Result<bool, Status> {
         )));
     }
     for path in [staging.clone(), staging.join(STAGED_DEVICE)] {
-        if mount::is_mount_point(&path).map_err(|e| internal("reading mounts", e))? {
+        if mount::is_mounted(&path).map_err(|e| internal("reading mounts", e))? {
             return Err(Status::failed_precondition(format!(
                 "{} is a mount point this driver did not stage",
                 path.display()
@@ -206,22 +201,6 @@ async fn stage_and_bind(
         bind_once(&source, &target, mode, read_only)
     })
     .await
-}
-
-/// Whether kubelet treats a NodeStageVolume answered with `code` as
-/// possibly still in progress: it then retries the stage, or unstages the
-/// volume once no pod needs it, rather than assume nothing was staged
-/// (`isFinalError` in kubelet's CSI client).
-fn kubelet_takes_as_uncertain(code: tonic::Code) -> bool {
-    use tonic::Code;
-    matches!(
-        code,
-        Code::Cancelled
-            | Code::DeadlineExceeded
-            | Code::Unavailable
-            | Code::ResourceExhausted
-            | Code::Aborted
-    )
 }
 
 /// [`NodeService::unstage_recorded`] for a stage that failed; its own

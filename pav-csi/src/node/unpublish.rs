@@ -50,14 +50,7 @@ pub(crate) async fn run(
         && let Some(unstager) = shared.provisioner.unstage()
     {
         let unstage = pav_sdk::build::unstage(volume_id, service.node.node_id.clone(), target);
-        unstager.unstage(unstage).await.map_err(|e| {
-            tracing::warn!(
-                volume_id,
-                error = e.message(),
-                "NodeUnpublishVolume: unstaging failed"
-            );
-            status(e)
-        })?;
+        unstager.unstage(unstage).await.map_err(status)?;
     }
     Ok(csi::NodeUnpublishVolumeResponse {})
 }

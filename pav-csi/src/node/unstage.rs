@@ -65,13 +65,6 @@ pub(crate) async fn run(
     tracing::info!(volume_id, staging = ?staging, "NodeUnstageVolume");
     service
         .unstage_recorded(volume_id, staging, record.capability.mode)
-        .await
-        .inspect_err(|failed| {
-            tracing::warn!(
-                volume_id,
-                error = failed.message(),
-                "NodeUnstageVolume failed"
-            );
-        })?;
+        .await?;
     Ok(csi::NodeUnstageVolumeResponse {})
 }

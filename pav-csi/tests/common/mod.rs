@@ -32,6 +32,9 @@ pub struct Memory {
     pub snapshots: Mutex<HashMap<String, SnapshotInfo>>,
     /// Handles whose Unstage fails (`Internal`) while listed here.
     pub failing_unstages: Mutex<Vec<String>>,
+    /// For each Unstage, whether something was still mounted at its path
+    /// (pav-sdk's docs say pav-csi has unmounted it).
+    pub mounted_at_unstage: Mutex<Vec<bool>>,
 }
 
 impl Memory {
@@ -45,6 +48,7 @@ impl Memory {
             calls: Mutex::default(),
             snapshots: Mutex::default(),
             failing_unstages: Mutex::default(),
+            mounted_at_unstage: Mutex::default(),
         }
     }
 
@@ -216,6 +220,8 @@ impl Unstage for Memory {
     async fn unstage(&self, req: UnstageRequest) -> Result<()> {
         self.record("unstage");
         self.unstages.fetch_add(1, Ordering::SeqCst);
+        let mounted = pav_csi::mount::is_mounted(&req.target_path).unwrap_or(true);
+        self.mounted_at_unstage.lock().unwrap().push(mounted);
         if (self.failing_unstages.lock().unwrap()).contains(&req.handle.to_string()) {
             return Err(Error::Internal("unstage failure requested by test".into()));
         }
