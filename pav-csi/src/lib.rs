@@ -162,6 +162,8 @@ mod pages;
 mod paths;
 mod shared;
 mod staged;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 /// Generated CSI v1.12.0 messages, clients and servers (package `csi.v1`).
 #[allow(missing_docs, clippy::all)]

@@ -128,6 +128,27 @@ pub(crate) fn mounts_inside(dir: &Path) -> io::Result<Vec<PathBuf>> {
         .collect())
 }
 
+/// How many mounts are stacked on `path` (0 when none is, or it does not
+/// exist), from the mount table.
+#[cfg(feature = "testing")]
+pub(crate) fn mounts_at(path: &Path) -> io::Result<usize> {
+    let Ok(path) = path.canonicalize() else {
+        return Ok(0);
+    };
+    Ok(mounts()?.into_iter().filter(|(p, _)| *p == path).count())
+}
+
+/// Mount points at or below `dir` (canonicalized), from the mount table.
+#[cfg(feature = "testing")]
+pub(crate) fn mounts_below(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
+    Ok(mounts()?
+        .into_iter()
+        .map(|(point, _)| point)
+        .filter(|point| point.starts_with(&dir))
+        .collect())
+}
+
 /// Bind-mounts `source` on `target`, read-only when asked.
 pub(crate) fn bind(source: &Path, target: &Path, read_only: bool) -> io::Result<()> {
     rustix::mount::mount_bind(source, target)?;
