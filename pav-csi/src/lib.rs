@@ -25,7 +25,6 @@
 //! use std::path::PathBuf;
 //!
 //! use clap::Parser;
-//! use pav_sdk::Provisioner;
 //!
 //! use crate::provisioner::HostDir;
 //!
@@ -62,11 +61,8 @@
 //!     pav_csi::logging::init(cli.log_format);
 //!     let socket = PathBuf::from(cli.endpoint.trim_start_matches("unix://"));
 //!
-//!     let provisioner = Provisioner::new(HostDir::new(cli.dir, cli.budget)?)
-//!         .with_create()
-//!         .with_delete()
-//!         .with_stage()
-//!         .with_stats();
+//!     // Every touch point HostDir implements: Create, Delete, Stage, Stats.
+//!     let provisioner = pav_sdk::provisioner!(HostDir::new(cli.dir, cli.budget)?);
 //!     // Controller and node on one socket; a cluster runs one controller
 //!     // (with the external-provisioner sidecar) and a node plugin per node.
 //!     pav_csi::Driver::builder("hostdir.example.com")

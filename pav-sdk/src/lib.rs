@@ -20,6 +20,7 @@
 //! | [`Capacity`] | `GetCapacity` | CSIStorageCapacity objects the scheduler places `WaitForFirstConsumer` claims by (external-provisioner `--enable-capacity`) | yes: the scheduler ignores space |
 //! | [`List`] | `ListVolumes` | the external-health-monitor's volume conditions; reconciling COs | yes |
 //! | [`Snapshot`] | `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` | VolumeSnapshot (csi-snapshotter sidecar, snapshot-controller) | yes |
+//! | [`Provisioner::keep_records`] | `CreateVolume` (repeats), `DeleteVolume` (unknown ids), `ListVolumes`, `GetCapacity`, `ListSnapshots` | idempotency across restarts, volume listing, CSIStorageCapacity from a budget | yes: the provisioner keeps its own records |
 //! | [`CreateRequest::source`], [`Provisioner::clones_volumes`] | `CreateVolume.volume_content_source` | a claim's `dataSource`: a VolumeSnapshot (restore) or a claim (clone) | yes: refused |
 //! | [`NodeExpand`] | `NodeExpandVolume` | kubelet grows the filesystem where the volume is published | yes: nothing to grow on the node |
 //! | [`Provisioner::stage_on_publish`] | `NodePublishVolume` / `NodeUnpublishVolume` run Stage / Unstage | staging per client pod ([`PodInfo`]) | yes: default is per node |
@@ -247,7 +248,9 @@
 //!   [`Error::AlreadyExists`] if the new request is incompatible); `delete`,
 //!   `stage` and `unstage` of something already done succeed. pav-csi also
 //!   caches recent `CreateVolume` answers, but only the provisioner survives
-//!   restarts.
+//!   restarts, unless it [keeps records](Provisioner::keep_records): then
+//!   pav-sdk answers repeated creates, deletes of unknown volumes, listing
+//!   and capacity from them ([`records`]).
 //! * **No concurrency per volume.** pav-csi never runs two calls for the same
 //!   volume (or name) at once; a second one is answered `ABORTED` and retried.
 //! * **Slow is fine.** Calls are async and may take minutes.
@@ -259,6 +262,10 @@
 
 mod error;
 mod provisioner;
+pub mod records;
+// Not an API: what the `provisioner!` macro expands to.
+#[doc(hidden)]
+pub mod register;
 mod types;
 mod volume_id;
 

@@ -16,6 +16,7 @@ use async_trait::async_trait;
 
 use crate::Result;
 use crate::VolumeId;
+use crate::records::{RecordKeeper, Records, Wrapped};
 use crate::types::{
     AccessMode, AvailableCapacity, CapacityRequest, CreateRequest, DeleteRequest,
     DeleteSnapshotRequest, ExpandRequest, Expanded, ListedVolume, NodeExpandRequest, SnapshotInfo,
@@ -92,7 +93,15 @@ pub trait Create: Send + Sync {
     /// [`VolumeId::path_component`]) does not exist:
     /// [`NotFound`](crate::Error::NotFound) counts as `false`. Any other
     /// error is the call's error.
-    async fn exists(&self, volume: &VolumeId) -> Result<bool>;
+    ///
+    /// With [records](Provisioner::keep_records) pav-sdk answers from them
+    /// and never calls this; the default, for that case, is `INTERNAL`.
+    async fn exists(&self, volume: &VolumeId) -> Result<bool> {
+        Err(crate::Error::Internal(format!(
+            "cannot tell whether volume {:?} exists: implement Create::exists, or keep records",
+            volume.as_str()
+        )))
+    }
 }
 
 /// Deletes volumes. Without it, deleting is a no-op: there is nothing to delete.
@@ -313,7 +322,14 @@ pub trait Snapshot: Send + Sync {
     /// sorts by handle and pages), and the source lookup of a
     /// `CreateVolume` from a snapshot (`NOT_FOUND` when it is not listed,
     /// `OUT_OF_RANGE` when the requested limit is below its size).
-    async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>>;
+    ///
+    /// With [records](Provisioner::keep_records) pav-sdk answers from them
+    /// and never calls this; the default, for that case, is `INTERNAL`.
+    async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        Err(crate::Error::Internal(
+            "cannot list snapshots: implement Snapshot::list_snapshots, or keep records".into(),
+        ))
+    }
 }
 
 /// Whether [`Expand`] can grow a volume that is in use (CSI plugin
@@ -329,9 +345,11 @@ pub enum Expansion {
 
 /// What a provisioner implements, bundled for serving.
 ///
-/// Built from one value that implements any subset of the touch points; each
-/// `with_*` call is checked by the compiler against the traits the value
-/// implements, and the CSI capabilities are derived from what was added:
+/// Built from one value that implements any subset of the touch points,
+/// usually with [`provisioner!`](crate::provisioner!), which adds every
+/// touch point the value's type implements. Otherwise each `with_*` call
+/// adds one, checked by the compiler against the traits the value
+/// implements. The CSI capabilities are derived from what was added:
 ///
 /// | added | CSI effect |
 /// |---|---|
@@ -379,6 +397,8 @@ pub struct Provisioner<P = ()> {
     volume_modes: BTreeSet<VolumeMode>,
     access_modes: BTreeSet<AccessMode>,
     stage_on_publish: bool,
+    /// Records kept by pav-sdk, and the touch points serving from them.
+    records: Option<(Records, Arc<RecordKeeper>)>,
 }
 
 impl<P: Send + Sync + 'static> Provisioner<P> {
@@ -407,6 +427,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             volume_modes: BTreeSet::from([VolumeMode::Filesystem]),
             access_modes: AccessMode::SINGLE_NODE.into_iter().collect(),
             stage_on_publish: false,
+            records: None,
         }
     }
 
@@ -430,6 +451,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         P: Create,
     {
         self.create = Some(self.inner.clone());
+        self.rewrap_records();
         self
     }
 
@@ -439,6 +461,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         P: Delete,
     {
         self.delete = Some(self.inner.clone());
+        self.rewrap_records();
         self
     }
 
@@ -476,6 +499,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         P: Expand,
     {
         self.expand = Some(self.inner.clone());
+        self.rewrap_records();
         self
     }
 
@@ -512,6 +536,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         P: Snapshot,
     {
         self.snapshot = Some(self.inner.clone());
+        self.rewrap_records();
         self
     }
 
@@ -567,6 +592,47 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         self
     }
 
+    /// Keeps records of the volumes and snapshots created, and answers from
+    /// them: a repeated Create, Delete of an unknown volume,
+    /// [`Create::exists`], ListVolumes, ListSnapshots and, with a
+    /// [budget](Records::budget), GetCapacity (see
+    /// [`records`](crate::records) for each call). In any order with the
+    /// `with_*` calls.
+    ///
+    /// ```
+    /// # use pav_sdk::*;
+    /// # struct Mine;
+    /// # #[async_trait]
+    /// # impl Create for Mine {
+    /// #     async fn create(&self, r: CreateRequest) -> Result<Volume> { Ok(Volume::new(r.name, 1)) }
+    /// # }
+    /// let dir = std::env::temp_dir().join("records-doc");
+    /// let p = provisioner!(Mine).keep_records(records::Records::in_dir(dir).budget(1 << 30));
+    /// assert!(p.list().is_some() && p.capacity().is_some());
+    /// ```
+    pub fn keep_records(mut self, records: Records) -> Self {
+        self.records = Some((
+            records.clone(),
+            Arc::new(RecordKeeper::new(&records, Wrapped::default())),
+        ));
+        self.rewrap_records();
+        self
+    }
+
+    /// Points the record keeper at the touch points added so far.
+    fn rewrap_records(&mut self) {
+        if let Some((records, _)) = self.records.take() {
+            let author = Wrapped {
+                create: self.create.clone(),
+                delete: self.delete.clone(),
+                expand: self.expand.clone(),
+                snapshot: self.snapshot.clone(),
+            };
+            let keeper = Arc::new(RecordKeeper::new(&records, author));
+            self.records = Some((records, keeper));
+        }
+    }
+
     /// Forgets the concrete type, as pav-csi stores it.
     pub fn erase(self) -> Provisioner {
         Provisioner {
@@ -587,6 +653,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             volume_modes: self.volume_modes,
             access_modes: self.access_modes,
             stage_on_publish: self.stage_on_publish,
+            records: self.records,
         }
     }
 }
@@ -599,12 +666,19 @@ impl<P> Provisioner<P> {
 
     /// The Create touch point, if implemented.
     pub fn create(&self) -> Option<&dyn Create> {
-        self.create.as_deref()
+        match &self.records {
+            Some((_, keeper)) if self.create.is_some() => Some(keeper.as_ref()),
+            _ => self.create.as_deref(),
+        }
     }
 
     /// The Delete touch point, if implemented.
     pub fn delete(&self) -> Option<&dyn Delete> {
-        self.delete.as_deref()
+        match &self.records {
+            // Records forget a deleted volume even without the author's Delete.
+            Some((_, keeper)) if self.create.is_some() => Some(keeper.as_ref()),
+            _ => self.delete.as_deref(),
+        }
     }
 
     /// The Stage touch point, if implemented.
@@ -624,7 +698,12 @@ impl<P> Provisioner<P> {
 
     /// The Expand touch point, if implemented.
     pub fn expand(&self) -> Option<&dyn Expand> {
-        self.expand.as_deref()
+        match &self.records {
+            Some((_, keeper)) if self.expand.is_some() && self.create.is_some() => {
+                Some(keeper.as_ref())
+            }
+            _ => self.expand.as_deref(),
+        }
     }
 
     /// The NodeExpand touch point, if implemented.
@@ -634,17 +713,30 @@ impl<P> Provisioner<P> {
 
     /// The Capacity touch point, if implemented.
     pub fn capacity(&self) -> Option<&dyn Capacity> {
-        self.capacity.as_deref()
+        match &self.records {
+            Some((_, keeper)) if self.capacity.is_none() && keeper.has_budget() => {
+                Some(keeper.as_ref())
+            }
+            _ => self.capacity.as_deref(),
+        }
     }
 
     /// The List touch point, if implemented.
     pub fn list(&self) -> Option<&dyn List> {
-        self.list.as_deref()
+        match &self.records {
+            Some((_, keeper)) if self.list.is_none() && self.create.is_some() => {
+                Some(keeper.as_ref())
+            }
+            _ => self.list.as_deref(),
+        }
     }
 
     /// The Snapshot touch point, if implemented.
     pub fn snapshot(&self) -> Option<&dyn Snapshot> {
-        self.snapshot.as_deref()
+        match &self.records {
+            Some((_, keeper)) if self.snapshot.is_some() => Some(keeper.as_ref()),
+            _ => self.snapshot.as_deref(),
+        }
     }
 
     /// True when Create clones volumes; see [`clones_volumes`](Provisioner::clones_volumes).

@@ -148,11 +148,7 @@ pub fn controller_provisioner(
     // Expansion, snapshots and clones are served whatever the spec says
     // now: the spec may gain them at any time, and a request the spec
     // cannot serve is answered with an error naming the missing section.
-    pav_sdk::Provisioner::new(controller::PodController::new(driver, store))
-        .with_create()
-        .with_delete()
-        .with_expand()
-        .with_snapshot()
+    pav_sdk::provisioner!(controller::PodController::new(driver, store))
         .clones_volumes()
         .volume_modes([pav_sdk::VolumeMode::Filesystem, pav_sdk::VolumeMode::Block])
         .access_modes(access_modes())
@@ -201,15 +197,11 @@ pub async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         args.node_id.clone(),
         args.pods_dir.clone(),
     ));
-    let provisioner = pav_sdk::Provisioner::new(node::PodNode::new(
+    let provisioner = pav_sdk::provisioner!(node::PodNode::new(
         driver,
         args.node_id.clone(),
         args.pods_dir,
     ))
-    .with_stage()
-    .with_unstage()
-    .with_node_expand()
-    .with_stats()
     .stage_on_publish()
     .volume_modes([pav_sdk::VolumeMode::Filesystem, pav_sdk::VolumeMode::Block])
     .access_modes(access_modes());

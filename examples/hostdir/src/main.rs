@@ -13,7 +13,6 @@ mod provisioner;
 use std::path::PathBuf;
 
 use clap::Parser;
-use pav_sdk::Provisioner;
 
 use crate::provisioner::HostDir;
 
@@ -50,11 +49,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     pav_csi::logging::init(cli.log_format);
     let socket = PathBuf::from(cli.endpoint.trim_start_matches("unix://"));
 
-    let provisioner = Provisioner::new(HostDir::new(cli.dir, cli.budget)?)
-        .with_create()
-        .with_delete()
-        .with_stage()
-        .with_stats();
+    // Every touch point HostDir implements: Create, Delete, Stage, Stats.
+    let provisioner = pav_sdk::provisioner!(HostDir::new(cli.dir, cli.budget)?);
     // Controller and node on one socket; a cluster runs one controller
     // (with the external-provisioner sidecar) and a node plugin per node.
     pav_csi::Driver::builder("hostdir.example.com")

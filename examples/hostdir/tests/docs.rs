@@ -1,6 +1,9 @@
 //! The documentation shows this example's files verbatim: each copy must
-//! stay identical to the file CI compiles and runs csi-sanity against.
+//! stay identical to the file CI compiles and runs csi-sanity against. The
+//! guide also shows its dependencies, which must be the ones it builds
+//! with.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// Where a copy is marked: an HTML comment naming the file, right before
@@ -30,10 +33,14 @@ fn copy_in(doc: &str, marker: &str, prefix: &str) -> Option<String> {
     Some(body.iter().map(|l| format!("{l}\n")).collect())
 }
 
-fn assert_copied(doc_path: &str, prefix: &str, file: &str) {
+fn read(path: &str) -> String {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let doc = std::fs::read_to_string(repo.join(doc_path)).unwrap();
-    let source = std::fs::read_to_string(repo.join(file)).unwrap();
+    std::fs::read_to_string(repo.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn assert_copied(doc_path: &str, prefix: &str, file: &str) {
+    let doc = read(doc_path);
+    let source = read(file);
     let copy = copy_in(&doc, &marker(file), prefix)
         .unwrap_or_else(|| panic!("{doc_path} has no code block marked {}", marker(file)));
     assert!(
@@ -63,6 +70,131 @@ fn the_guide_shows_the_main() {
         "",
         "examples/hostdir/src/main.rs",
     );
+}
+
+/// One dependency of a Cargo.toml: its features, and the version it asks
+/// for when it names one.
+#[derive(Debug, PartialEq)]
+struct Dependency {
+    features: BTreeSet<String>,
+    version: Option<String>,
+}
+
+/// The `[dependencies]` of a Cargo.toml (one line each, as ours are
+/// written); a `workspace = true` one has the features `workspace` (the
+/// root Cargo.toml) gives it too.
+fn dependencies(manifest: &str, workspace: &str) -> BTreeMap<String, Dependency> {
+    let section = |text: &str, name: &str| -> Vec<String> {
+        text.lines()
+            .skip_while(|l| l.trim() != name)
+            .skip(1)
+            .take_while(|l| !l.starts_with('['))
+            .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+            .map(str::to_owned)
+            .collect()
+    };
+    let name_of = |line: &str| -> String {
+        line.split(['.', ' ', '='])
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let features_of = |line: &str| -> BTreeSet<String> {
+        line.split_once("features = [")
+            .and_then(|(_, rest)| rest.split_once(']'))
+            .map(|(list, _)| {
+                list.split(',')
+                    .map(|f| f.trim().trim_matches('"').to_owned())
+                    .filter(|f| !f.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let version_of = |line: &str| -> Option<String> {
+        let (_, value) = line.split_once('=')?;
+        let value = value.trim();
+        let quoted = match value.strip_prefix('{') {
+            Some(table) => table.split_once("version = ")?.1,
+            None => value,
+        };
+        Some(quoted.strip_prefix('"')?.split('"').next()?.to_owned())
+    };
+    let shared = section(workspace, "[workspace.dependencies]");
+    section(manifest, "[dependencies]")
+        .iter()
+        .map(|line| {
+            let name = name_of(line);
+            let mut features = features_of(line);
+            if line.contains("workspace = true") {
+                let declared = shared
+                    .iter()
+                    .find(|l| name_of(l) == name)
+                    .unwrap_or_else(|| panic!("{name} is no workspace dependency"));
+                features.extend(features_of(declared));
+            }
+            (
+                name,
+                Dependency {
+                    features,
+                    version: version_of(line),
+                },
+            )
+        })
+        .collect()
+}
+
+/// Where the guide shows the dependencies.
+const DEPENDENCIES_MARKER: &str = "<!-- dependencies of examples/hostdir/Cargo.toml -->";
+
+/// The guide's `[dependencies]` are this example's, with their features
+/// (a `main` using `pav_csi::logging` needs pav-csi's `logging`), and ask
+/// for this version of pav-sdk and pav-csi.
+#[test]
+fn the_guide_shows_the_dependencies() {
+    let doc_path = "docs/writing-a-provisioner.md";
+    let shown = copy_in(&read(doc_path), DEPENDENCIES_MARKER, "")
+        .unwrap_or_else(|| panic!("{doc_path} has no code block marked {DEPENDENCIES_MARKER}"));
+    let workspace = read("Cargo.toml");
+    let shown = dependencies(&shown, &workspace);
+    let built = dependencies(&read("examples/hostdir/Cargo.toml"), &workspace);
+    let features = |deps: &BTreeMap<String, Dependency>| -> BTreeMap<String, BTreeSet<String>> {
+        deps.iter()
+            .map(|(name, dep)| (name.clone(), dep.features.clone()))
+            .collect()
+    };
+    assert_eq!(
+        features(&shown),
+        features(&built),
+        "{doc_path}: the dependencies shown (left) and examples/hostdir/Cargo.toml's (right) differ"
+    );
+    let version = env!("CARGO_PKG_VERSION");
+    for crate_name in ["pav-sdk", "pav-csi"] {
+        let asked = shown[crate_name].version.as_deref().unwrap_or_default();
+        assert!(
+            version.starts_with(&format!("{asked}.")) || version == asked,
+            "{doc_path}: {crate_name} = {asked:?} does not ask for pav's version {version}"
+        );
+    }
+}
+
+#[test]
+fn dependencies_are_read_with_the_workspace_features() {
+    let workspace =
+        "[workspace.dependencies]\nclap = { version = \"4.5\", features = [\"derive\"] }\n";
+    let manifest = "[dependencies]\n# a comment\nclap.workspace = true\n\
+                    x = { version = \"0.1\", features = [\"a\", \"b\"] }\ny = \"2\"\n[dev-dependencies]\nz = \"1\"\n";
+    let deps = dependencies(manifest, workspace);
+    let set = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(deps.keys().collect::<Vec<_>>(), ["clap", "x", "y"]);
+    assert_eq!(deps["clap"].features, set(&["derive"]));
+    assert_eq!(
+        deps["x"],
+        Dependency {
+            features: set(&["a", "b"]),
+            version: Some("0.1".into())
+        }
+    );
+    assert_eq!(deps["y"].version.as_deref(), Some("2"));
 }
 
 #[test]

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use pav_sdk::{Provisioner, VolumeMode};
+use pav_sdk::VolumeMode;
 
 use crate::provisioner::SparseFiles;
 
@@ -85,18 +85,8 @@ async fn main() -> anyhow::Result<()> {
     if let Some(node_id) = &cli.node_id {
         files = files.on_node(&topology_key, node_id);
     }
-    let provisioner = Provisioner::new(files)
-        .with_validate()
-        .with_create()
-        .with_delete()
-        .with_stage()
-        .with_unstage()
-        .with_stats()
-        .with_expand()
-        .with_node_expand()
-        .with_capacity()
-        .with_list()
-        .with_snapshot()
+    // Every touch point SparseFiles implements (all eleven), and cloning.
+    let provisioner = pav_sdk::provisioner!(files)
         .clones_volumes()
         .volume_modes([VolumeMode::Filesystem, VolumeMode::Block]);
     let mut driver = pav_csi::Driver::builder(cli.driver_name)

@@ -403,20 +403,9 @@ impl DriverContext {
         message: &str,
         pod: Option<ObjectReference>,
     ) {
-        let reason = match phase {
-            Phase::Validation => "ValidationFailed",
-            Phase::Creation => "CreationFailed",
-            Phase::Deletion => "DeletionFailed",
-            Phase::Staging => "StagingFailed",
-            Phase::Unstaging => "UnstagingFailed",
-            Phase::Expansion => "ExpansionFailed",
-            Phase::NodeExpansion => "NodeExpansionFailed",
-            Phase::SnapshotCreation => "SnapshotCreationFailed",
-            Phase::SnapshotDeletion => "SnapshotDeletionFailed",
-        };
         let event = Event {
             type_: EventType::Warning,
-            reason: reason.to_owned(),
+            reason: event_reason(phase).to_owned(),
             note: Some(results::truncate(message.to_owned())),
             action: phase.field().to_owned(),
             secondary: pod,
@@ -424,6 +413,21 @@ impl DriverContext {
         if let Err(e) = self.recorder.publish(&event, regarding).await {
             tracing::warn!(error = %e, "cannot publish event");
         }
+    }
+}
+
+/// The reason of the Warning event a failed `phase` reports.
+pub fn event_reason(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Validation => "ValidationFailed",
+        Phase::Creation => "CreationFailed",
+        Phase::Deletion => "DeletionFailed",
+        Phase::Staging => "StagingFailed",
+        Phase::Unstaging => "UnstagingFailed",
+        Phase::Expansion => "ExpansionFailed",
+        Phase::NodeExpansion => "NodeExpansionFailed",
+        Phase::SnapshotCreation => "SnapshotCreationFailed",
+        Phase::SnapshotDeletion => "SnapshotDeletionFailed",
     }
 }
 

@@ -1,0 +1,454 @@
+//! Records of the volumes and snapshots a provisioner created, kept by the
+//! SDK ([`Provisioner::keep_records`](crate::Provisioner::keep_records)),
+//! so that the author writes storage logic only.
+//!
+//! With records, pav-sdk answers from them:
+//!
+//! | call | answered |
+//! |---|---|
+//! | Create of a recorded name | the recorded volume, or `ALREADY_EXISTS` when the request differs (parameters, volume mode, source, or a capacity range the volume is outside of); [`Create::create`](crate::Create::create) is not called |
+//! | Create of a new name | [`Create::create`](crate::Create::create), then the record; with a [budget](Records::budget), `RESOURCE_EXHAUSTED` when the volume does not fit |
+//! | [`Create::exists`](crate::Create::exists) | from the records (the author's is never called) |
+//! | Delete of an unrecorded handle | success, without calling [`Delete`](crate::Delete) |
+//! | Delete of a recorded volume | [`Delete::delete`](crate::Delete::delete), then the record is removed |
+//! | Expand | [`Expand::expand`](crate::Expand::expand), then the recorded size; within the budget |
+//! | ListVolumes | the recorded volumes, unless the provisioner implements [`List`](crate::List) |
+//! | GetCapacity | the budget less the recorded volumes' sizes, unless it implements [`Capacity`](crate::Capacity) |
+//! | CreateSnapshot, DeleteSnapshot, ListSnapshots | as for volumes, by snapshot name; [`Snapshot::list_snapshots`](crate::Snapshot::list_snapshots) is never called |
+//!
+//! A record is written once the author's call succeeded and removed once
+//! the author's delete succeeded. After a crash between the two, the call
+//! is made again: a Create for a name whose earlier Create ran but was not
+//! recorded, a Delete for a volume already deleted. Make those succeed
+//! over what the earlier call left (reuse the directory that exists;
+//! treat a volume that is gone as deleted).
+//!
+//! [`DirStore`] keeps one JSON file per record in a directory, written
+//! crash-safe (a temporary file, `fsync`, `rename`, `fsync` of the
+//! directory). Keep that directory on storage that outlives the driver's
+//! pod, and outside kubelet's directory unless it is pav-csi's state
+//! directory (`DriverBuilder::state_dir`), where no request's path may lie.
+//! Another [`RecordStore`] (a ConfigMap, a database) plugs in the same way.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::types::{ContentSource, Parameters, SnapshotInfo, Topology, Volume, VolumeMode};
+use crate::{Error, Result, VolumeId};
+
+mod keeper;
+
+pub(crate) use self::keeper::{RecordKeeper, Wrapped};
+
+/// What the SDK records of a volume it created.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct VolumeRecord {
+    /// The name the CO created it under (`CreateRequest::name`).
+    pub name: String,
+    /// Its handle.
+    pub handle: String,
+    /// Its size in bytes, as created or last expanded.
+    pub capacity_bytes: u64,
+    /// The StorageClass parameters it was created with.
+    pub parameters: Parameters,
+    /// Its volume context.
+    pub context: Parameters,
+    /// Where it is accessible from (the node of a node-local volume).
+    pub accessible_topology: Vec<Topology>,
+    /// `Filesystem` or `Block`.
+    pub volume_mode: RecordedMode,
+    /// The snapshot or volume it was made from.
+    pub source: Option<RecordedSource>,
+    /// When it was created.
+    pub created: SystemTime,
+}
+
+/// A volume mode as records keep it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RecordedMode {
+    /// [`VolumeMode::Filesystem`].
+    Filesystem,
+    /// [`VolumeMode::Block`].
+    Block,
+}
+
+impl From<VolumeMode> for RecordedMode {
+    fn from(mode: VolumeMode) -> Self {
+        match mode {
+            VolumeMode::Filesystem => RecordedMode::Filesystem,
+            VolumeMode::Block => RecordedMode::Block,
+        }
+    }
+}
+
+/// What a volume was made from, as records keep it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RecordedSource {
+    /// Restored from this snapshot handle.
+    Snapshot(String),
+    /// Cloned from this volume handle.
+    Volume(String),
+}
+
+impl RecordedSource {
+    /// The source of a create request, if it has one pav-sdk knows.
+    pub fn of(source: &ContentSource) -> Option<Self> {
+        match source {
+            ContentSource::Snapshot(id) => Some(RecordedSource::Snapshot(id.to_string())),
+            ContentSource::Volume(id) => Some(RecordedSource::Volume(id.to_string())),
+        }
+    }
+}
+
+impl VolumeRecord {
+    /// The volume as Create answered it.
+    pub fn volume(&self) -> Volume {
+        let mut volume = Volume::new(self.handle.clone(), self.capacity_bytes);
+        volume.context = self.context.clone();
+        volume.accessible_topology = self.accessible_topology.clone();
+        volume
+    }
+}
+
+/// What the SDK records of a snapshot it took.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SnapshotRecord {
+    /// The name the CO took it under (`SnapshotRequest::name`).
+    pub name: String,
+    /// Its handle.
+    pub handle: String,
+    /// The handle of the volume it was taken of.
+    pub source: String,
+    /// Bytes a volume restored from it needs at least.
+    pub size_bytes: u64,
+    /// The VolumeSnapshotClass parameters it was taken with.
+    pub parameters: Parameters,
+    /// When it was taken.
+    pub created: SystemTime,
+}
+
+impl SnapshotRecord {
+    /// The snapshot as CreateSnapshot answered it.
+    pub fn info(&self) -> SnapshotInfo {
+        SnapshotInfo::new(
+            self.handle.clone(),
+            self.source.clone(),
+            self.size_bytes,
+            self.created,
+        )
+    }
+}
+
+/// Every record a store holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recorded {
+    /// The volumes.
+    pub volumes: Vec<VolumeRecord>,
+    /// The snapshots.
+    pub snapshots: Vec<SnapshotRecord>,
+}
+
+/// Where records are kept. pav-sdk reads them all once (at the first call
+/// that needs them) and writes through: each method is called with the
+/// volume or snapshot held, so calls for one name never overlap.
+#[async_trait]
+pub trait RecordStore: Send + Sync {
+    /// Every record.
+    async fn load(&self) -> Result<Recorded>;
+    /// Stores `record`, replacing the one of the same name; durable when it
+    /// returns.
+    async fn put_volume(&self, record: &VolumeRecord) -> Result<()>;
+    /// Forgets the volume named `name`; nothing recorded is fine.
+    async fn remove_volume(&self, name: &str) -> Result<()>;
+    /// Stores `record`, replacing the one of the same name; durable when it
+    /// returns.
+    async fn put_snapshot(&self, record: &SnapshotRecord) -> Result<()>;
+    /// Forgets the snapshot named `name`; nothing recorded is fine.
+    async fn remove_snapshot(&self, name: &str) -> Result<()>;
+}
+
+/// How a provisioner keeps records: where, and within what budget.
+#[derive(Clone)]
+pub struct Records {
+    pub(crate) store: Arc<dyn RecordStore>,
+    pub(crate) budget: Option<u64>,
+}
+
+impl std::fmt::Debug for Records {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Records")
+            .field("budget", &self.budget)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Records {
+    /// Records as JSON files under `dir` (see [`DirStore`]).
+    pub fn in_dir(dir: impl Into<PathBuf>) -> Self {
+        Self::in_store(DirStore::new(dir))
+    }
+
+    /// Records in `store`.
+    pub fn in_store(store: impl RecordStore + 'static) -> Self {
+        Records {
+            store: Arc::new(store),
+            budget: None,
+        }
+    }
+
+    /// The bytes all volumes together may take: a Create or Expand that
+    /// would pass it is `RESOURCE_EXHAUSTED`, and GetCapacity reports what
+    /// is left (unless the provisioner implements
+    /// [`Capacity`](crate::Capacity) itself).
+    pub fn budget(mut self, bytes: u64) -> Self {
+        self.budget = Some(bytes);
+        self
+    }
+}
+
+/// Records as one JSON file each, under `<dir>/volumes/` and
+/// `<dir>/snapshots/`, named after the record's name (made safe, with a
+/// hash of the name so that two names never share a file).
+#[derive(Debug, Clone)]
+pub struct DirStore {
+    dir: PathBuf,
+}
+
+/// The two kinds of record, by their directory.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Volume,
+    Snapshot,
+}
+
+impl Kind {
+    fn dir(self) -> &'static str {
+        match self {
+            Kind::Volume => "volumes",
+            Kind::Snapshot => "snapshots",
+        }
+    }
+}
+
+impl DirStore {
+    /// Records under `dir`, created at the first write.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        DirStore { dir: dir.into() }
+    }
+
+    fn file(&self, kind: Kind, name: &str) -> PathBuf {
+        self.dir.join(kind.dir()).join(file_name(name))
+    }
+
+    fn load_kind<T: serde::de::DeserializeOwned>(&self, kind: Kind) -> Result<Vec<T>> {
+        let dir = self.dir.join(kind.dir());
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_error("reading", &dir, &e)),
+        };
+        let mut records = Vec::new();
+        for entry in entries {
+            let path = entry.map_err(|e| io_error("reading", &dir, &e))?.path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue; // a write the driver's crash interrupted
+            }
+            let text = std::fs::read(&path).map_err(|e| io_error("reading", &path, &e))?;
+            let record = serde_json::from_slice(&text).map_err(|e| {
+                Error::Internal(format!(
+                    "record {} is unreadable ({e}): move it away once you know which volume it was",
+                    path.display()
+                ))
+            })?;
+            records.push(record);
+        }
+        Ok(records)
+    }
+
+    fn put<T: Serialize>(&self, kind: Kind, name: &str, record: &T) -> Result<()> {
+        let file = self.file(kind, name);
+        let dir = file.parent().expect("a record file has a directory");
+        std::fs::create_dir_all(dir).map_err(|e| io_error("creating", dir, &e))?;
+        let partial = file.with_extension("partial");
+        let json = serde_json::to_vec_pretty(record)
+            .map_err(|e| Error::Internal(format!("encoding record {}: {e}", file.display())))?;
+        let write = || -> std::io::Result<()> {
+            let mut out = std::fs::File::create(&partial)?;
+            out.write_all(&json)?;
+            out.sync_all()?;
+            std::fs::rename(&partial, &file)?;
+            std::fs::File::open(dir)?.sync_all()
+        };
+        write().map_err(|e| io_error("writing", &file, &e))
+    }
+
+    fn remove(&self, kind: Kind, name: &str) -> Result<()> {
+        let file = self.file(kind, name);
+        match std::fs::remove_file(&file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(io_error("removing", &file, &e))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A record store's failed file operation: `UNAVAILABLE`, as a full or
+/// read-only disk may pass (the CO calls again).
+fn io_error(doing: &str, path: &Path, error: &std::io::Error) -> Error {
+    Error::Unavailable(format!("{doing} record {}: {error}", path.display()))
+}
+
+/// The file of the record named `name`: its ASCII letters, digits and `-`
+/// (at most 64), then a 64-bit FNV-1a hash of the whole name.
+fn file_name(name: &str) -> String {
+    let readable: String = name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .take(64)
+        .collect();
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{readable}-{hash:016x}.json")
+}
+
+#[async_trait]
+impl RecordStore for DirStore {
+    async fn load(&self) -> Result<Recorded> {
+        Ok(Recorded {
+            volumes: self.load_kind(Kind::Volume)?,
+            snapshots: self.load_kind(Kind::Snapshot)?,
+        })
+    }
+
+    async fn put_volume(&self, record: &VolumeRecord) -> Result<()> {
+        self.put(Kind::Volume, &record.name, record)
+    }
+
+    async fn remove_volume(&self, name: &str) -> Result<()> {
+        self.remove(Kind::Volume, name)
+    }
+
+    async fn put_snapshot(&self, record: &SnapshotRecord) -> Result<()> {
+        self.put(Kind::Snapshot, &record.name, record)
+    }
+
+    async fn remove_snapshot(&self, name: &str) -> Result<()> {
+        self.remove(Kind::Snapshot, name)
+    }
+}
+
+/// Records by name, as the keeper holds them in memory.
+#[derive(Debug, Default)]
+pub(crate) struct Index {
+    pub(crate) volumes: BTreeMap<String, VolumeRecord>,
+    pub(crate) snapshots: BTreeMap<String, SnapshotRecord>,
+    /// Bytes held for volumes being created or grown.
+    pub(crate) reserved: u64,
+}
+
+impl Index {
+    fn of(recorded: Recorded) -> Self {
+        Index {
+            volumes: (recorded.volumes.into_iter())
+                .map(|r| (r.name.clone(), r))
+                .collect(),
+            snapshots: (recorded.snapshots.into_iter())
+                .map(|r| (r.name.clone(), r))
+                .collect(),
+            reserved: 0,
+        }
+    }
+
+    /// The recorded volume whose handle is `handle`.
+    pub(crate) fn volume(&self, handle: &VolumeId) -> Option<&VolumeRecord> {
+        self.volumes.values().find(|r| r.handle == **handle)
+    }
+
+    /// The recorded snapshot whose handle is `handle`.
+    pub(crate) fn snapshot(&self, handle: &VolumeId) -> Option<&SnapshotRecord> {
+        self.snapshots.values().find(|r| r.handle == **handle)
+    }
+
+    /// Bytes the recorded volumes and the reservations take.
+    pub(crate) fn used(&self) -> u64 {
+        (self.volumes.values())
+            .map(|r| r.capacity_bytes)
+            .fold(self.reserved, u64::saturating_add)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(name: &str) -> VolumeRecord {
+        VolumeRecord {
+            name: name.into(),
+            handle: format!("h-{name}"),
+            capacity_bytes: 1 << 20,
+            parameters: Parameters::from([("tier".into(), "fast".into())]),
+            context: Parameters::new(),
+            accessible_topology: vec![Topology::from([("node".into(), "n1".into())])],
+            volume_mode: RecordedMode::Filesystem,
+            source: Some(RecordedSource::Snapshot("s-1".into())),
+            created: SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_dir_store_keeps_records_across_instances() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirStore::new(dir.path());
+        assert_eq!(store.load().await.unwrap(), Recorded::default());
+        store.put_volume(&record("pvc-1")).await.unwrap();
+        store.put_volume(&record("pvc-2")).await.unwrap();
+        let mut changed = record("pvc-1");
+        changed.capacity_bytes = 2 << 20;
+        store.put_volume(&changed).await.unwrap();
+        store.remove_volume("pvc-2").await.unwrap();
+        store.remove_volume("never-recorded").await.unwrap();
+        let again = DirStore::new(dir.path()).load().await.unwrap();
+        assert_eq!(again.volumes, [changed]);
+        assert!(again.snapshots.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_interrupted_write_is_no_record_and_a_torn_one_names_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirStore::new(dir.path());
+        store.put_volume(&record("pvc-1")).await.unwrap();
+        std::fs::write(dir.path().join("volumes/x.partial"), "{").unwrap();
+        assert_eq!(store.load().await.unwrap().volumes.len(), 1);
+        std::fs::write(dir.path().join("volumes/torn.json"), "{").unwrap();
+        let error = store.load().await.unwrap_err();
+        assert!(
+            matches!(&error, Error::Internal(m) if m.contains("torn.json")),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn hostile_names_make_safe_distinct_file_names() {
+        let names = ["../../etc/passwd", "a/b", "a\0b", "ab", &"x".repeat(300)];
+        let files: std::collections::BTreeSet<String> =
+            names.iter().map(|n| file_name(n)).collect();
+        assert_eq!(files.len(), names.len());
+        for file in &files {
+            assert!(!file.contains('/') && !file.contains('\0') && file.len() < 100);
+            assert!(!file.starts_with('.'), "{file}");
+        }
+        assert_eq!(file_name("pvc-1"), file_name("pvc-1"));
+        assert!(file_name("pvc-1").starts_with("pvc-1-"));
+    }
+}

@@ -1,0 +1,259 @@
+//! Records kept by pav-sdk: what the author no longer writes.
+
+use std::sync::Mutex;
+
+use pav_sdk::records::{DirStore, RecordStore, Recorded, Records, SnapshotRecord, VolumeRecord};
+use pav_sdk::*;
+
+const MIB: u64 = 1 << 20;
+
+/// Storage that remembers nothing: every call is counted, and creating a
+/// name twice would make a second volume.
+#[derive(Default)]
+struct Forgetful {
+    calls: Mutex<Vec<String>>,
+}
+
+impl Forgetful {
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+    fn called(&self, call: String) {
+        self.calls.lock().unwrap().push(call);
+    }
+}
+
+#[async_trait]
+impl Create for Forgetful {
+    async fn create(&self, req: CreateRequest) -> Result<Volume> {
+        self.called(format!("create {}", req.name));
+        let size = req.capacity.choose(MIB, MIB)?;
+        Ok(Volume::new(format!("vol-{}", req.name), size))
+    }
+}
+
+#[async_trait]
+impl Delete for Forgetful {
+    async fn delete(&self, req: DeleteRequest) -> Result<()> {
+        self.called(format!("delete {}", req.handle.as_str()));
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Expand for Forgetful {
+    async fn expand(&self, req: ExpandRequest) -> Result<Expanded> {
+        self.called(format!("expand {}", req.handle.as_str()));
+        Ok(Expanded::new(req.capacity.min_bytes.unwrap_or(0)))
+    }
+}
+
+#[async_trait]
+impl Snapshot for Forgetful {
+    async fn create_snapshot(&self, req: SnapshotRequest) -> Result<SnapshotInfo> {
+        self.called(format!("snapshot {}", req.name));
+        Ok(SnapshotInfo::new(
+            format!("snap-{}", req.name),
+            req.source.as_str(),
+            MIB,
+            std::time::SystemTime::UNIX_EPOCH,
+        ))
+    }
+
+    async fn delete_snapshot(&self, req: DeleteSnapshotRequest) -> Result<()> {
+        self.called(format!("delete snapshot {}", req.handle.as_str()));
+        Ok(())
+    }
+}
+
+fn request(name: &str, bytes: u64) -> CreateRequest {
+    let mut req = build::create(name, VolumeMode::Filesystem);
+    req.capacity.min_bytes = Some(bytes);
+    req
+}
+
+fn author(provisioner: &Provisioner<Forgetful>) -> &Forgetful {
+    provisioner.inner()
+}
+
+#[tokio::test]
+async fn a_repeated_create_is_answered_from_the_records_even_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let keep = || Records::in_dir(dir.path());
+    let p = provisioner!(Forgetful::default()).keep_records(keep());
+    let create = p.create().unwrap();
+    let volume = create.create(request("pvc-1", MIB)).await.unwrap();
+    assert_eq!(create.create(request("pvc-1", MIB)).await.unwrap(), volume);
+    let other = create.create(request("pvc-1", 4 * MIB)).await.unwrap_err();
+    assert!(matches!(other, Error::AlreadyExists(_)), "{other:?}");
+    let mut params = request("pvc-1", MIB);
+    params.parameters.insert("tier".into(), "fast".into());
+    let other = create.create(params).await.unwrap_err();
+    assert!(matches!(other, Error::AlreadyExists(_)), "{other:?}");
+    assert_eq!(author(&p).calls(), ["create pvc-1"]);
+
+    let restarted = provisioner!(Forgetful::default()).keep_records(keep());
+    let again = restarted.create().unwrap();
+    assert_eq!(again.create(request("pvc-1", MIB)).await.unwrap(), volume);
+    assert!(again.exists(&VolumeId::new("vol-pvc-1")).await.unwrap());
+    assert!(!again.exists(&VolumeId::new("vol-pvc-2")).await.unwrap());
+    let listed = restarted.list().unwrap().list().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].volume, volume);
+    assert!(
+        author(&restarted).calls().is_empty(),
+        "the author was asked"
+    );
+}
+
+#[tokio::test]
+async fn deleting_an_unknown_volume_asks_nobody_and_a_deleted_one_is_forgotten() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = provisioner!(Forgetful::default()).keep_records(Records::in_dir(dir.path()));
+    let delete = p.delete().unwrap();
+    delete.delete(build::delete("vol-never")).await.unwrap();
+    assert!(author(&p).calls().is_empty());
+    p.create()
+        .unwrap()
+        .create(request("pvc-1", MIB))
+        .await
+        .unwrap();
+    delete.delete(build::delete("vol-pvc-1")).await.unwrap();
+    delete.delete(build::delete("vol-pvc-1")).await.unwrap();
+    assert_eq!(author(&p).calls(), ["create pvc-1", "delete vol-pvc-1"]);
+    assert!(p.list().unwrap().list().await.unwrap().is_empty());
+    assert_eq!(
+        DirStore::new(dir.path()).load().await.unwrap(),
+        Recorded::default()
+    );
+}
+
+#[tokio::test]
+async fn the_budget_bounds_creation_and_growth_and_is_the_capacity() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = Records::in_dir(dir.path()).budget(4 * MIB);
+    let p = provisioner!(Forgetful::default()).keep_records(records);
+    let capacity = || async {
+        (p.capacity().unwrap())
+            .capacity(build::capacity())
+            .await
+            .unwrap()
+            .available_bytes
+    };
+    assert_eq!(capacity().await, 4 * MIB);
+    p.create()
+        .unwrap()
+        .create(request("pvc-1", 3 * MIB))
+        .await
+        .unwrap();
+    assert_eq!(capacity().await, MIB);
+    let full = p
+        .create()
+        .unwrap()
+        .create(request("pvc-2", 2 * MIB))
+        .await
+        .unwrap_err();
+    assert!(matches!(full, Error::ResourceExhausted(_)), "{full:?}");
+    let mut grow = build::expand("vol-pvc-1", 4 * MIB);
+    let grown = p.expand().unwrap().expand(grow.clone()).await.unwrap();
+    assert_eq!(grown.capacity_bytes, 4 * MIB);
+    assert_eq!(capacity().await, 0);
+    grow.capacity.min_bytes = Some(5 * MIB);
+    let full = p.expand().unwrap().expand(grow).await.unwrap_err();
+    assert!(matches!(full, Error::ResourceExhausted(_)), "{full:?}");
+    assert_eq!(
+        author(&p).calls(),
+        ["create pvc-1", "expand vol-pvc-1"],
+        "refused calls reached the author"
+    );
+}
+
+/// A store whose writes fail, as a full disk's.
+struct Full;
+
+#[async_trait]
+impl RecordStore for Full {
+    async fn load(&self) -> Result<Recorded> {
+        Ok(Recorded::default())
+    }
+    async fn put_volume(&self, _: &VolumeRecord) -> Result<()> {
+        Err(Error::Unavailable("no space left on device".into()))
+    }
+    async fn remove_volume(&self, _: &str) -> Result<()> {
+        Ok(())
+    }
+    async fn put_snapshot(&self, _: &SnapshotRecord) -> Result<()> {
+        Err(Error::Unavailable("no space left on device".into()))
+    }
+    async fn remove_snapshot(&self, _: &str) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_volume_that_cannot_be_recorded_is_deleted_not_leaked() {
+    let p = provisioner!(Forgetful::default()).keep_records(Records::in_store(Full));
+    let error = p
+        .create()
+        .unwrap()
+        .create(request("pvc-1", MIB))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, Error::Unavailable(m) if m.contains("no space left") && m.contains("it was deleted")),
+        "{error:?}"
+    );
+    assert_eq!(author(&p).calls(), ["create pvc-1", "delete vol-pvc-1"]);
+}
+
+#[tokio::test]
+async fn snapshots_are_recorded_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = provisioner!(Forgetful::default()).keep_records(Records::in_dir(dir.path()));
+    let snapshots = p.snapshot().unwrap();
+    let take = |source: &str| build::snapshot("snapshot-1", source);
+    let taken = snapshots.create_snapshot(take("vol-a")).await.unwrap();
+    assert_eq!(
+        snapshots.create_snapshot(take("vol-a")).await.unwrap(),
+        taken
+    );
+    let other = snapshots.create_snapshot(take("vol-b")).await.unwrap_err();
+    assert!(matches!(other, Error::AlreadyExists(_)), "{other:?}");
+    assert_eq!(
+        snapshots.list_snapshots().await.unwrap(),
+        std::slice::from_ref(&taken)
+    );
+    let delete = |handle: &str| build::delete_snapshot(handle);
+    snapshots
+        .delete_snapshot(delete("snap-never"))
+        .await
+        .unwrap();
+    snapshots
+        .delete_snapshot(delete(&taken.handle))
+        .await
+        .unwrap();
+    assert!(snapshots.list_snapshots().await.unwrap().is_empty());
+    assert_eq!(
+        author(&p).calls(),
+        ["snapshot snapshot-1", "delete snapshot snap-snapshot-1"]
+    );
+}
+
+#[tokio::test]
+async fn records_wrap_touch_points_added_after_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Provisioner::new(Forgetful::default())
+        .keep_records(Records::in_dir(dir.path()))
+        .with_create();
+    p.create()
+        .unwrap()
+        .create(request("pvc-1", MIB))
+        .await
+        .unwrap();
+    p.create()
+        .unwrap()
+        .create(request("pvc-1", MIB))
+        .await
+        .unwrap();
+    assert_eq!(author(&p).calls(), ["create pvc-1"]);
+}
