@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Display;
 use std::future::Future;
 use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use pav_sdk::{AccessMode, VolumeMode};
@@ -617,8 +617,11 @@ async fn repeated_create(ctx: &mut Ctx<'_>) -> Step<Outcome> {
     match call(ctx.h.controller.create_volume(bigger)).await {
         Err(status) if status.code() == Code::AlreadyExists => {}
         Err(status) => {
+            // pav-csi answers INTERNAL (and deletes the volume) when Create
+            // returns a volume outside the range asked for.
             return Err(format!(
-                "{what}: expected ALREADY_EXISTS, got {}",
+                "{what}: expected ALREADY_EXISTS, got {}; Create must refuse \
+                 (Error::AlreadyExists) a request its existing volume does not meet",
                 answered(&status)
             ));
         }
@@ -1214,30 +1217,63 @@ fn listing(dir: &Path, skip: &[&Path]) -> Step<BTreeMap<PathBuf, (char, u64, i64
     Ok(found)
 }
 
-/// Ids a client may send that name no volume, built to reach places a
-/// provisioner joining ids to its directory must not: the decoys next to
-/// the ancestors of the storage directory, all below `dir`, and nothing
-/// outside it. The last is longer than CSI allows, which pav-csi refuses
-/// itself.
-fn hostile_ids(dir: &Path) -> Vec<String> {
-    // Never `/`, nor anything that climbs out of `dir` when joined to a
-    // directory inside it: a provisioner that deletes `root.join(id)`
-    // must hit a decoy, not the host (`Path::join` of an absolute path
-    // replaces the base, so `/` would be the whole filesystem).
-    let mut ids: Vec<String> = [".", "..", "-rf", "new\nline", "nul\0byte"]
+/// Ids a client may send that name no volume. With `climbing`, also ids
+/// that climb out of the directory they are joined to
+/// (`../pav-testing-victim` with one to four `..`, `a/../../...`, `.`,
+/// `..`): joined to
+/// the harness's storage directory, or to a directory below it, they reach
+/// the decoys next to its ancestors, all inside the temporary directory.
+/// Never `/` nor any absolute path: `Path::join` of one replaces the base,
+/// so a provisioner removing `root.join(id)` would remove that path itself
+/// (`/` is the whole filesystem). The last id is longer than CSI allows,
+/// which pav-csi refuses itself.
+fn hostile_ids(climbing: bool) -> Vec<String> {
+    let mut ids: Vec<String> = ["-rf", "new\nline", "nul\0byte"]
         .into_iter()
         .map(String::from)
         .collect();
-    for up in 1..=4 {
-        ids.push(format!("{}{DECOY}", "../".repeat(up)));
+    if climbing {
+        for up in 1..=4 {
+            ids.push(format!("{}{DECOY}", "../".repeat(up)));
+        }
+        ids.push(format!("a/../../{DECOY}"));
+        ids.push(format!("{DECOY}/../.."));
+        // Last: a provisioner that removes what these name removes its
+        // own directory, and the ids above would then lead nowhere.
+        ids.extend([".".to_owned(), "..".to_owned()]);
     }
-    ids.push(format!("a/../../{DECOY}"));
-    ids.push(format!("{DECOY}/../.."));
-    ids.push(text(&dir.join(DECOY)));
     ids.push("i".repeat(MAX_NAME));
     ids.push("o".repeat(MAX_NAME + 1));
     ids
 }
+
+/// Whether `id` joined to `base` (as `Path::join` does, `..` then taken
+/// lexically, as the kernel does without symlinks) stays inside `dir` at
+/// every step and ends strictly inside it.
+fn lands_inside(base: &Path, id: &str, dir: &Path) -> bool {
+    let mut at = base.to_path_buf();
+    for component in Path::new(id).components() {
+        match component {
+            Component::Normal(name) => at.push(name),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                at.pop();
+            }
+            Component::RootDir | Component::Prefix(_) => return false,
+        }
+        if !at.starts_with(dir) {
+            return false;
+        }
+    }
+    at != dir
+}
+
+/// Why ids that climb are not sent to a provisioner given as a value.
+const NO_CLIMBING: &str = "ids that climb (`.`, `..`, `../pav-testing-victim`, ...): not \
+    sent, as the provisioner was given as a value (Conformance::new) and keeps its storage \
+    outside the harness's temporary directory, where such an id joined to its directory \
+    would reach that directory's parent; build it on the harness's directory with \
+    Conformance::with_storage(|dir| ...) to send them";
 
 /// Hostile ids and paths reach nothing outside the driver's directories.
 async fn hostile_ids_and_paths(ctx: &mut Ctx<'_>) -> Step<Outcome> {
@@ -1261,7 +1297,25 @@ async fn hostile_ids_and_paths(ctx: &mut Ctx<'_>) -> Step<Outcome> {
     let before = listing(&dir, &skip)?;
     let mut not_applying = Vec::new();
 
-    for id in hostile_ids(&dir) {
+    // Ids that climb only where the provisioner's storage is the harness's
+    // storage directory: joined to a real storage directory they would
+    // reach its parent.
+    let climbing = ctx.h.provisioner_in_storage_dir();
+    if !climbing {
+        not_applying.push(NO_CLIMBING.to_owned());
+    }
+    let ids = hostile_ids(climbing);
+    // Whatever the provisioner joins an id to in the storage directory,
+    // the result stays in the temporary directory (checked, not assumed).
+    if let Some(id) = (ids.iter()).find(|id| !lands_inside(&storage, id, &dir)) {
+        return Err(format!(
+            "pav-csi's testing kit would send the id {id:?}, which leads out of the harness's \
+             temporary directory {}: not sent (a bug of the kit)",
+            dir.display()
+        ));
+    }
+
+    for id in ids {
         let refused_by_pav_csi = id.len() > MAX_NAME;
         // What pav-csi answers an id longer than CSI allows, for every call.
         let or = |code: Code| match refused_by_pav_csi {
@@ -1520,5 +1574,58 @@ async fn hostile_ids_and_paths(ctx: &mut Ctx<'_>) -> Step<Outcome> {
     match not_applying.is_empty() {
         true => Ok(Outcome::Passed),
         false => Ok(Outcome::Partly(not_applying.join("; "))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every hostile id, joined to the storage directory or below it,
+    /// lands inside the temporary directory; none is absolute.
+    #[test]
+    fn hostile_ids_stay_in_the_temporary_directory() {
+        let dir = Path::new("/tmp/.tmpXYZ");
+        let storage = dir.join(super::super::harness::STORAGE);
+        for climbing in [false, true] {
+            for id in hostile_ids(climbing) {
+                assert!(!id.starts_with('/'), "{id:?}");
+                for base in [
+                    storage.clone(),
+                    storage.join("volumes"),
+                    storage.join("a/b"),
+                ] {
+                    assert!(lands_inside(&base, &id, dir), "{id:?} from {base:?}");
+                }
+            }
+        }
+        let climbs = |id: &String| {
+            Path::new(id)
+                .components()
+                .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+                || id.split('/').any(|part| part == "." || part == "..")
+        };
+        assert!(!hostile_ids(false).iter().any(climbs));
+        assert_eq!(hostile_ids(true).iter().filter(|id| climbs(id)).count(), 8);
+    }
+
+    #[test]
+    fn ids_leading_out_are_told() {
+        let dir = Path::new("/tmp/.tmpXYZ");
+        let storage = dir.join("a/b/c/storage");
+        for id in [
+            "/",
+            "/etc",
+            "../../../../..",
+            "../../../../../x",
+            "../../../../../.tmpXYZ/x",
+        ] {
+            assert!(!lands_inside(&storage, id, dir), "{id:?}");
+        }
+        assert!(
+            !lands_inside(&storage, "../../../..", dir),
+            "the directory itself"
+        );
+        assert!(lands_inside(&storage, "../../../../x", dir));
     }
 }

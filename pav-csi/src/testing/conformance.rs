@@ -225,6 +225,11 @@ impl fmt::Debug for Conformance {
 
 impl Conformance {
     /// Checks `provisioner`; each restart serves the same value again.
+    ///
+    /// Its storage is its own, outside the harness: the hostile-id check
+    /// then sends no id that climbs (`..`, `../x`), which a wrong
+    /// provisioner would follow out of that storage. Prefer
+    /// [`with_storage`](Self::with_storage), which checks those too.
     pub fn new<P: Send + Sync + 'static>(provisioner: Provisioner<P>) -> Self {
         Self::from_source(Source::value(provisioner))
     }
@@ -232,8 +237,10 @@ impl Conformance {
     /// Checks the provisioner `make` builds on a storage directory of the
     /// harness ([`Harness::storage_dir`]): called once per check and again
     /// on each restart, so that only what the storage holds carries over.
-    /// The hostile-id check then also watches the decoys around that
-    /// directory: an id like `../pav-testing-victim` must not reach them.
+    /// The hostile-id check then also sends ids that climb, and watches the
+    /// decoys around that directory: an id like `../pav-testing-victim`
+    /// must not reach them. `make` must keep everything below the
+    /// directory it is given.
     pub fn with_storage<P, F>(make: F) -> Self
     where
         P: Send + Sync + 'static,
@@ -445,11 +452,13 @@ impl Conformance {
     /// Ids and paths a client crafts reach nothing outside the driver's
     /// places.
     ///
-    /// Ids: `.`, `..`, `../pav-testing-victim` with one to four `..`,
-    /// `a/../../pav-testing-victim`, `/`, the absolute path of a decoy, an
-    /// id with a NUL byte, one with a newline, `-rf`, 128 bytes, and 129
-    /// bytes (refused by pav-csi: `INVALID_ARGUMENT`). For each:
-    /// `DeleteVolume`: `OK` (nothing by that id exists);
+    /// Ids: `-rf`, one with a newline, one with a NUL byte, 128 bytes, 129
+    /// bytes (refused by pav-csi: `INVALID_ARGUMENT`) and, when the
+    /// provisioner is built on the harness's storage directory
+    /// ([`with_storage`](Self::with_storage)), ids that climb: `.`, `..`,
+    /// `../pav-testing-victim` with one to four `..`,
+    /// `a/../../pav-testing-victim` and `pav-testing-victim/../..`. For
+    /// each: `DeleteVolume`: `OK` (nothing by that id exists);
     /// `ValidateVolumeCapabilities`, `ControllerExpandVolume`,
     /// `CreateSnapshot` from it, `CreateVolume` from it as a snapshot,
     /// `NodeStageVolume` (or, staging on publish, `NodePublishVolume`):
@@ -464,6 +473,27 @@ impl Conformance {
     /// outside the kubelet and storage directories was created, changed
     /// or removed (the decoys next to each ancestor of the storage
     /// directory among them) or mounted on.
+    ///
+    /// # Safe for the storage under test
+    ///
+    /// The check is written for provisioners that get ids wrong, so what a
+    /// wrong one does with its ids must stay in the harness:
+    ///
+    /// * No id is an absolute path: `Path::join` of one replaces the base,
+    ///   so a provisioner removing `root.join(id)` would remove the id
+    ///   itself (`/`: everything).
+    /// * Every id, joined to the storage directory or to a directory below
+    ///   it, stays inside the harness's temporary directory (the check
+    ///   verifies this before it sends one): a provisioner that joins ids
+    ///   without `path_component` removes a decoy there, and the check
+    ///   fails naming it.
+    /// * A provisioner given with [`Conformance::new`] keeps its storage
+    ///   in a directory of its own, outside the harness: an id that climbs
+    ///   from there (`..`, `../x`) would reach that directory's real
+    ///   parent. Those ids are then not sent, and the check is
+    ///   [`Outcome::Partly`], saying so. To have them sent, build the
+    ///   provisioner on the directory the harness gives:
+    ///   `Conformance::with_storage(|dir| ...)`.
     pub async fn hostile_ids_and_paths(&self) -> Result<Outcome, Failure> {
         self.run(Check::HostileIdsAndPaths).await
     }

@@ -17,7 +17,7 @@ use crate::csi::node_client::NodeClient;
 /// down, so that an id climbing up with up to four `..` from it (or from
 /// one directory below it) lands on a decoy still inside the temporary
 /// directory.
-const STORAGE: &str = "a/b/c/storage";
+pub(crate) const STORAGE: &str = "a/b/c/storage";
 /// The name of the decoy directories next to each ancestor of the storage
 /// directory, where a volume id like `../pav-testing-victim` leads.
 pub(crate) const DECOY: &str = "pav-testing-victim";
@@ -45,13 +45,22 @@ pub enum HarnessError {
 /// What builds the provisioner (erased) for a storage directory: the same
 /// value each time, or a new one from what the directory holds.
 #[derive(Clone)]
-pub(crate) struct Source(Arc<dyn Fn(&Path) -> Provisioner + Send + Sync>);
+pub(crate) struct Source {
+    make: Arc<dyn Fn(&Path) -> Provisioner + Send + Sync>,
+    /// Whether the provisioner keeps its storage in the harness's storage
+    /// directory (built by `make` on it), rather than somewhere of its
+    /// own that the harness knows nothing of.
+    in_storage_dir: bool,
+}
 
 impl Source {
     /// The same provisioner each time.
     pub(crate) fn value<P: Send + Sync + 'static>(provisioner: Provisioner<P>) -> Self {
         let provisioner = provisioner.erase();
-        Source(Arc::new(move |_: &Path| provisioner.clone()))
+        Source {
+            make: Arc::new(move |_: &Path| provisioner.clone()),
+            in_storage_dir: false,
+        }
     }
 
     /// What `make` builds on the storage directory each time.
@@ -60,11 +69,20 @@ impl Source {
         P: Send + Sync + 'static,
         F: Fn(&Path) -> Provisioner<P> + Send + Sync + 'static,
     {
-        Source(Arc::new(move |dir: &Path| make(dir).erase()))
+        Source {
+            make: Arc::new(move |dir: &Path| make(dir).erase()),
+            in_storage_dir: true,
+        }
+    }
+
+    /// Whether the provisioner is built on the harness's storage
+    /// directory ([`make`](Self::make)).
+    pub(crate) fn in_storage_dir(&self) -> bool {
+        self.in_storage_dir
     }
 
     fn provisioner(&self, storage: &Path) -> Provisioner {
-        (self.0)(storage)
+        (self.make)(storage)
     }
 }
 
@@ -84,6 +102,7 @@ pub struct HarnessBuilder {
     storage_dir: PathBuf,
     kubelet_dir: PathBuf,
     driver_name: String,
+    version: Option<String>,
     node_id: String,
     node_topology: Topology,
     controller_only: bool,
@@ -94,6 +113,7 @@ impl std::fmt::Debug for HarnessBuilder {
         f.debug_struct("HarnessBuilder")
             .field("dir", &self.dir.path())
             .field("driver_name", &self.driver_name)
+            .field("version", &self.version)
             .field("node_id", &self.node_id)
             .field("node_topology", &self.node_topology)
             .field("controller_only", &self.controller_only)
@@ -124,6 +144,13 @@ impl HarnessBuilder {
     /// The driver name (default `testing.pav.example.com`).
     pub fn driver_name(mut self, name: impl Into<String>) -> Self {
         self.driver_name = name.into();
+        self
+    }
+
+    /// The vendor version `GetPluginInfo` reports
+    /// ([`DriverBuilder::version`](crate::DriverBuilder::version)).
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = Some(version.into());
         self
     }
 
@@ -173,6 +200,7 @@ impl HarnessBuilder {
             storage_dir: self.storage_dir,
             kubelet_dir: self.kubelet_dir,
             driver_name: self.driver_name,
+            version: self.version,
             node_id: self.node_id,
             node_topology: self.node_topology,
             controller_only: self.controller_only,
@@ -198,6 +226,7 @@ struct Config {
     storage_dir: PathBuf,
     kubelet_dir: PathBuf,
     driver_name: String,
+    version: Option<String>,
     node_id: String,
     node_topology: Topology,
     controller_only: bool,
@@ -215,6 +244,9 @@ impl Config {
             .provisioner(provisioner.clone())
             .serve_controller(&self.socket)
             .kubelet_dir(&self.kubelet_dir);
+        if let Some(version) = &self.version {
+            driver = driver.version(version);
+        }
         if self.serves_node(provisioner) {
             driver = driver
                 .serve_node(&self.socket, &self.node_id)
@@ -314,6 +346,7 @@ impl Harness {
             storage_dir,
             kubelet_dir,
             driver_name: "testing.pav.example.com".into(),
+            version: None,
             node_id: "testing-node".into(),
             node_topology: Topology::new(),
             controller_only: false,
@@ -362,6 +395,13 @@ impl Harness {
     /// Whether the node service is served.
     pub fn serves_node(&self) -> bool {
         self.config.serves_node(&self.provisioner)
+    }
+
+    /// Whether the provisioner was built on [`storage_dir`](Self::storage_dir)
+    /// ([`HarnessBuilder::start_with`]), rather than given as a value that
+    /// keeps its storage elsewhere.
+    pub(crate) fn provisioner_in_storage_dir(&self) -> bool {
+        self.source.in_storage_dir()
     }
 
     /// `rest` inside the kubelet directory.
@@ -436,9 +476,11 @@ impl Drop for Harness {
     }
 }
 
-/// Unmounts everything at or below `dir`; a mount that is busy is detached
-/// lazily, so that removing `dir` afterwards never reaches into it.
-pub(crate) fn detach_below(dir: &Path) {
+/// Unmounts everything at or below `dir` with system calls (no `umount`
+/// program), detaching a busy mount lazily (`MNT_DETACH`), so that removing
+/// `dir` afterwards never reaches into a mount: what dropping a [`Harness`]
+/// does to its temporary directory, for directories a test makes itself.
+pub fn detach_below(dir: &Path) {
     for _ in 0..64 {
         match crate::mount::unmount_below(dir) {
             Ok(_) => return,

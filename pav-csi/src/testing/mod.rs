@@ -150,7 +150,7 @@ mod conformance;
 mod harness;
 
 pub use conformance::{Check, Conformance, Failure, Failures, Outcome, Report};
-pub use harness::{Harness, HarnessBuilder, HarnessError};
+pub use harness::{Harness, HarnessBuilder, HarnessError, detach_below};
 
 /// The CSI volume capability of `mode` and `access_mode` (no fs type, no
 /// mount flags), for requests.
