@@ -36,6 +36,27 @@ struct Faults {
     stage_mounts_again: bool,
 }
 
+/// The temporary directory of the harness whose storage directory is
+/// `root` (`<temporary directory>/a/b/c/storage`), canonical; `None` for a
+/// root laid out otherwise or not in the system's temporary directory.
+fn sandbox_of(root: &Path) -> Option<PathBuf> {
+    if !root.ends_with("a/b/c/storage") {
+        return None;
+    }
+    let sandbox = root.ancestors().nth(4)?.canonicalize().ok()?;
+    let temp = std::env::temp_dir().canonicalize().ok()?;
+    (sandbox.parent() == Some(temp.as_path())).then_some(sandbox)
+}
+
+/// `path`, canonical, when it exists strictly inside the temporary
+/// directory of the harness whose storage directory is `root`: the only
+/// place where the planted mistakes below may remove or mount anything.
+fn fenced(root: &Path, path: &Path) -> Option<PathBuf> {
+    let sandbox = sandbox_of(root)?;
+    let path = path.canonicalize().ok()?;
+    (path.starts_with(&sandbox) && path != sandbox).then_some(path)
+}
+
 /// Volumes as directories under a root, with their size in a file;
 /// snapshots as copies. Everything is read from the root, so a new value
 /// on the same root (a restart) knows what the old one made.
@@ -123,16 +144,10 @@ impl Delete for Dirs {
     async fn delete(&self, req: DeleteRequest) -> Result<()> {
         if self.faults.delete_joins_raw_ids {
             // The mistake, fenced in: whatever the id, nothing outside the
-            // harness's temporary directory (four levels above the
-            // storage directory) is ever removed by this test.
+            // harness's temporary directory is ever removed by this test.
             let dir = self.root.join("volumes").join(req.handle.as_str());
-            let sandbox = self.root.ancestors().nth(4).expect("the harness layout");
-            let inside = (dir.canonicalize()).is_ok_and(|d| d.starts_with(sandbox) && d != sandbox);
-            if inside
-                && sandbox.starts_with(std::env::temp_dir())
-                && sandbox != std::env::temp_dir()
-            {
-                let _ = std::fs::remove_dir_all(dir);
+            if let Some(inside) = fenced(&self.root, &dir) {
+                let _ = std::fs::remove_dir_all(inside);
             }
             return Ok(());
         }
@@ -155,7 +170,10 @@ impl Stage for Dirs {
             return Err(Error::NotFound(format!("no volume {}", req.handle)));
         }
         if self.faults.stage_mounts_again {
-            rustix::mount::mount_bind(&data, &req.target_path).map_err(Error::internal)?;
+            // Fenced too: only ever onto a path in the harness's directory.
+            let target = fenced(&self.root, &req.target_path)
+                .ok_or_else(|| Error::Internal("the target is outside the harness".into()))?;
+            rustix::mount::mount_bind(&data, &target).map_err(Error::internal)?;
             return Ok(Staged::at(req.target_path));
         }
         Ok(Staged::at(data))
@@ -231,7 +249,10 @@ impl Snapshot for Dirs {
 }
 
 /// [`Dirs`] on `root` with `faults`, every touch point but Capacity and List.
+/// Its `volumes` directory is made at once, as a provisioner's would be
+/// (a raw id's `volumes/../x` leads somewhere only once it exists).
 fn dirs(root: &Path, faults: Faults) -> Provisioner<Dirs> {
+    std::fs::create_dir_all(root.join("volumes")).unwrap();
     let dirs = Dirs {
         root: root.to_owned(),
         faults,
@@ -327,10 +348,13 @@ async fn a_create_that_ignores_the_request_fails_repeated_create() {
         create_ignores_request: true,
         ..Faults::default()
     };
+    // pav-csi refuses the smaller volume answered (INTERNAL); the check
+    // says what Create must do instead.
     let message = failure(faults, Check::RepeatedCreate).await;
     assert!(
         message.starts_with("CreateVolume of the same name with twice the capacity")
-            && message.contains("expected ALREADY_EXISTS, got OK"),
+            && message.contains("expected ALREADY_EXISTS, got INTERNAL")
+            && message.contains("Create must refuse (Error::AlreadyExists)"),
         "{message}"
     );
 }
@@ -391,6 +415,39 @@ async fn a_delete_that_follows_ids_out_of_its_directory_fails_hostile_ids() {
             && message.contains("/pav-testing-victim"),
         "{message}"
     );
+}
+
+/// A provisioner given as a value keeps its storage outside the harness:
+/// ids that climb are not sent, so a Delete that follows them cannot
+/// reach the storage's parent; the check says so and how to send them.
+#[tokio::test]
+async fn ids_that_climb_are_not_sent_to_storage_outside_the_harness() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("a/b/c/storage");
+    std::fs::create_dir_all(root.join("volumes")).unwrap();
+    let mut decoys = Vec::new();
+    for parent in [&root, &root.join("volumes")] {
+        let decoy = parent.parent().unwrap().join("pav-testing-victim");
+        std::fs::create_dir_all(decoy.join("data")).unwrap();
+        std::fs::write(decoy.join("size"), "1").unwrap();
+        decoys.push(decoy);
+    }
+    let faults = Faults {
+        delete_joins_raw_ids: true,
+        ..Faults::default()
+    };
+    let checks = Conformance::new(dirs(&root, faults)).controller_only();
+    let outcome = checks.hostile_ids_and_paths().await.unwrap();
+    let Outcome::Partly(why) = &outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(
+        why.contains("ids that climb") && why.contains("Conformance::with_storage(|dir| ...)"),
+        "{why}"
+    );
+    for decoy in &decoys {
+        assert!(decoy.join("size").is_file(), "{} removed", decoy.display());
+    }
 }
 
 #[tokio::test]
