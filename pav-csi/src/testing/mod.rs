@@ -41,6 +41,18 @@
 //! mounts twice, an Expand that shrinks, a handle joined to a directory
 //! without [`VolumeId::path_component`](pav_sdk::VolumeId::path_component).
 //!
+//! Build the provisioner on the harness's storage directory
+//! ([`Conformance::with_storage`]) rather than giving a value
+//! ([`Conformance::new`]): it is then built again after each restart, from
+//! what that directory holds, and
+//! [`hostile_ids_and_paths`](Conformance::hostile_ids_and_paths) also sends
+//! ids that climb (`..`, `../x`), which from there stay inside the
+//! harness's temporary directory, where decoys show whether the
+//! provisioner followed them. No id the checks send is an absolute path. A
+//! value keeps its storage where it was built, and ids that climb are not
+//! sent to it: a Delete that followed them would reach that directory's
+//! real parent.
+//!
 //! # A complete conformance test
 //!
 //! The HostDir provisioner of [pav-sdk's front page](pav_sdk#a-complete-provisioner)
@@ -62,14 +74,10 @@
 //! use pav_sdk::Provisioner;
 //! use provisioner::HostDir;
 //!
-//! /// HostDir keeping its volumes in `dir`, with the touch points that
-//! /// `main` serves.
+//! /// HostDir keeping its volumes in `dir`, with every touch point it
+//! /// implements, as `main` serves it.
 //! fn hostdir(dir: &Path) -> Provisioner<HostDir> {
-//!     Provisioner::new(HostDir::new(dir.to_owned(), 1 << 30).unwrap())
-//!         .with_create()
-//!         .with_delete()
-//!         .with_stage()
-//!         .with_stats()
+//!     pav_sdk::provisioner!(HostDir::new(dir.to_owned(), 1 << 30).unwrap())
 //! }
 //!
 //! /// Every check. The node checks mount, which needs root.
