@@ -73,6 +73,15 @@ fn pav_csi_testing_shows_the_conformance_test() {
 }
 
 #[test]
+fn the_guide_shows_the_conformance_test() {
+    assert_copied(
+        "docs/writing-a-provisioner.md",
+        "",
+        "examples/hostdir/tests/conformance.rs",
+    );
+}
+
+#[test]
 fn the_guide_shows_the_main() {
     assert_copied(
         "docs/writing-a-provisioner.md",
