@@ -78,6 +78,29 @@ pub(crate) fn capability(field: &str, cap: &csi::VolumeCapability) -> Result<Cap
     })
 }
 
+/// The CSI capability for `mode` and `access_mode` (no fs type, no mount
+/// flags): the inverse of [`capability`], for clients (`testing`).
+#[cfg(feature = "testing")]
+pub(crate) fn csi_capability(mode: VolumeMode, access_mode: AccessMode) -> csi::VolumeCapability {
+    use csi::volume_capability::{BlockVolume, MountVolume};
+    let mode_ = match access_mode {
+        AccessMode::SingleNodeWriter => Mode::SingleNodeWriter,
+        AccessMode::SingleNodeReaderOnly => Mode::SingleNodeReaderOnly,
+        AccessMode::MultiNodeReaderOnly => Mode::MultiNodeReaderOnly,
+        AccessMode::MultiNodeSingleWriter => Mode::MultiNodeSingleWriter,
+        AccessMode::MultiNodeMultiWriter => Mode::MultiNodeMultiWriter,
+        AccessMode::SingleNodeSingleWriter => Mode::SingleNodeSingleWriter,
+        AccessMode::SingleNodeMultiWriter => Mode::SingleNodeMultiWriter,
+    };
+    csi::VolumeCapability {
+        access_mode: Some(csi::volume_capability::AccessMode { mode: mode_ as i32 }),
+        access_type: Some(match mode {
+            VolumeMode::Filesystem => AccessType::Mount(MountVolume::default()),
+            VolumeMode::Block => AccessType::Block(BlockVolume {}),
+        }),
+    }
+}
+
 /// Converts and checks a non-empty capability list.
 pub(crate) fn capability_list(
     field: &str,

@@ -82,6 +82,14 @@
 //! needs; pav-csi enables the runtime features it uses itself (`net`,
 //! `signal`, `sync`, `time`, `fs`).
 //!
+//! # Cargo features
+//!
+//! | Feature | What it adds |
+//! |---|---|
+//! | `logging` | `pav_csi::logging`: the log set-up of a driver's `main` (text coloured only on a terminal, or JSON lines; `RUST_LOG` filter) |
+//! | `kube` | `DriverBuilder::claim_lookup`: the claim's labels, annotations and selected node, read from the API server for Create (Rust 1.89; the binary picks k8s-openapi's Kubernetes version feature and kube's TLS) |
+//! | `testing` | `pav_csi::testing`, for a provisioner's own `cargo test` (enable it under `[dev-dependencies]`): `Harness` serves the provisioner in-process on a socket in a temporary directory, with Identity, Controller and Node clients; `Conformance` runs named checks (repeated Create, Delete of what is gone, repeated Stage and Publish, Expand, snapshots, hostile ids and paths) as csi-sanity would, without Go |
+//!
 //! # Logging
 //!
 //! pav-csi logs through [`tracing`](https://docs.rs/tracing): each
@@ -175,6 +183,8 @@ mod pages;
 mod paths;
 mod shared;
 mod staged;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 /// Generated CSI v1.12.0 messages, clients and servers (package `csi.v1`).
 #[allow(missing_docs, clippy::all)]

@@ -645,6 +645,30 @@ pub(crate) fn mounts_inside(dir: &Path) -> Result<Vec<PathBuf>, TableError> {
         .collect())
 }
 
+/// How many mounts are stacked on `path` (0 when none is, or it does not
+/// exist), from the mount table.
+#[cfg(feature = "testing")]
+pub(crate) fn mounts_at(path: &Path) -> Result<usize, TableError> {
+    let Ok(path) = path.canonicalize() else {
+        return Ok(0);
+    };
+    Ok(mount_table()?
+        .into_iter()
+        .filter(|m| m.mount_point == path)
+        .count())
+}
+
+/// Mount points at or below `dir` (canonicalized), from the mount table.
+#[cfg(feature = "testing")]
+pub(crate) fn mounts_below(dir: &Path) -> Result<Vec<PathBuf>, TableError> {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
+    Ok(mount_table()?
+        .into_iter()
+        .map(|m| m.mount_point)
+        .filter(|point| point.starts_with(&dir))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

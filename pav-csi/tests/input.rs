@@ -342,7 +342,7 @@ struct Paths {
 
 impl Paths {
     fn new(h: &Harness) -> Self {
-        let kubelet = h.dir.path().canonicalize().unwrap();
+        let kubelet = h.kubelet_dir().canonicalize().unwrap();
         let outside = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(kubelet.join("pods")).unwrap();
         std::os::unix::fs::symlink(outside.path(), kubelet.join("pods/escape")).unwrap();
@@ -398,7 +398,7 @@ impl Paths {
 
 impl Drop for Paths {
     fn drop(&mut self) {
-        common::unmount_below(self.outside.path());
+        pav_csi::testing::detach_below(self.outside.path());
     }
 }
 

@@ -48,7 +48,7 @@ async fn request_strings_cannot_forge_log_lines() {
     logs();
     let mut h = Harness::start().await;
     let forged = "\nFORGED ERROR volume deleted";
-    let target = format!("{}/pods/uid/target{forged}", h.dir.path().display());
+    let target = format!("{}/pods/uid/target{forged}", h.kubelet_dir().display());
     h.node
         .node_unpublish_volume(csi::NodeUnpublishVolumeRequest {
             volume_id: format!("vol{forged}"),

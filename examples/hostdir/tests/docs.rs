@@ -64,6 +64,24 @@ fn pav_csi_front_page_shows_the_main() {
 }
 
 #[test]
+fn pav_csi_testing_shows_the_conformance_test() {
+    assert_copied(
+        "pav-csi/src/testing/mod.rs",
+        "//! ",
+        "examples/hostdir/tests/conformance.rs",
+    );
+}
+
+#[test]
+fn the_guide_shows_the_conformance_test() {
+    assert_copied(
+        "docs/writing-a-provisioner.md",
+        "",
+        "examples/hostdir/tests/conformance.rs",
+    );
+}
+
+#[test]
 fn the_guide_shows_the_main() {
     assert_copied(
         "docs/writing-a-provisioner.md",

@@ -924,6 +924,32 @@ mod tests {
         req
     }
 
+    /// pav-csi's conformance checks of the controller's calls, built on
+    /// each check's storage directory. The node's need root and loop
+    /// devices; csi-sanity runs them against the driver in `.ci/run`.
+    #[tokio::test]
+    async fn controller_conformance() {
+        use pav_csi::testing::{Check, Conformance};
+        let checks = Conformance::with_storage(|dir| {
+            pav_sdk::provisioner!(SparseFiles::new(dir.to_owned()))
+                .clones_volumes()
+                .volume_modes([VolumeMode::Filesystem, VolumeMode::Block])
+        })
+        .controller_only();
+        let report = checks.run_all().await.unwrap();
+        assert_eq!(
+            report.passed(),
+            [
+                Check::RepeatedCreate,
+                Check::DeleteUnknownVolume,
+                Check::Expand,
+                Check::SnapshotRoundTrip,
+                Check::HostileIdsAndPaths
+            ],
+            "{report}"
+        );
+    }
+
     /// Images were 0644: any local user could read every volume's data.
     #[tokio::test]
     async fn images_are_readable_by_root_only() {

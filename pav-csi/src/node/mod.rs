@@ -23,7 +23,9 @@ use std::sync::Arc;
 use pav_sdk::{Topology, VolumeMode};
 use tonic::{Request, Response, Status};
 
-use self::binds::{STAGED_DEVICE, blocking, unmount_and_remove};
+// Where a staged Block volume's device is bound (the `testing` checks too).
+pub(crate) use self::binds::STAGED_DEVICE;
+use self::binds::{blocking, unmount_and_remove};
 use crate::convert;
 use crate::csi;
 use crate::error::{Subject, internal, logged, status};

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -359,16 +359,27 @@ impl Snapshot for Memory {
     }
 }
 
-/// A running driver and clients for it.
+/// A running driver and clients for it: pav-csi's own test harness
+/// (`pav_csi::testing::Harness`, whose paths it derefs to), serving
+/// [`Memory`] with the kubelet directory as its root. The clients are
+/// fields of their own, so that a test borrows one while it reads paths.
 pub struct Harness {
-    pub dir: tempfile::TempDir,
-    pub socket: PathBuf,
+    inner: pav_csi::testing::Harness,
     pub identity: csi::identity_client::IdentityClient<Channel>,
     pub controller: csi::controller_client::ControllerClient<Channel>,
     pub node: csi::node_client::NodeClient<Channel>,
+    /// The driver's socket.
+    pub socket: PathBuf,
+    /// The provisioner's value, to look at what it was asked.
     pub provisioner: std::sync::Arc<Memory>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    server: Option<tokio::task::JoinHandle<std::result::Result<(), pav_csi::Error>>>,
+}
+
+impl std::ops::Deref for Harness {
+    type Target = pav_csi::testing::Harness;
+
+    fn deref(&self) -> &Self::Target {
+        &self.inner
+    }
 }
 
 /// How a [`Harness`] driver is configured.
@@ -422,16 +433,23 @@ impl Default for Options {
 impl Harness {
     /// Serves controller and node on one socket, with every touch point,
     /// both volume modes and node topology; the kubelet directory is the
-    /// harness's temporary directory.
+    /// provisioner's root too.
     pub async fn start() -> Self {
         Self::start_with(Options::default()).await
     }
 
     /// Serves controller and node on one socket as `options` say.
     pub async fn start_with(options: Options) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("csi.sock");
-        let mut provisioner = Provisioner::new(Memory::new(dir.path().to_owned()));
+        let mut builder = pav_csi::testing::Harness::builder()
+            .unwrap()
+            .driver_name("test.pav.example.com")
+            .version("9.9.9")
+            .node_id("node-a");
+        if options.topology {
+            builder = builder.node_topology([("zone".to_owned(), "a".to_owned())].into());
+        }
+        let root = builder.kubelet_dir().to_owned();
+        let mut provisioner = Provisioner::new(Memory::new(root));
         if options.controller_ops {
             provisioner = provisioner.with_create().with_delete();
         }
@@ -467,111 +485,40 @@ impl Harness {
             provisioner = provisioner.access_modes(modes);
         }
         let inner = provisioner.inner().clone();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let mut driver = pav_csi::Driver::builder("test.pav.example.com")
-            .version("9.9.9")
-            .provisioner(provisioner)
-            .serve_controller(&socket)
-            .serve_node(&socket, "node-a")
-            .kubelet_dir(dir.path());
-        if options.topology {
-            driver = driver.node_topology([("zone".to_owned(), "a".to_owned())].into());
-        }
-        let server = tokio::spawn(driver.run_until(async {
-            let _ = stopped.await;
-        }));
-        wait_for(&socket).await;
-        let channel = pav_csi::client::connect(&socket).await.unwrap();
+        let harness = builder.start(provisioner).await.unwrap();
         Harness {
-            socket,
-            identity: csi::identity_client::IdentityClient::new(channel.clone()),
-            controller: csi::controller_client::ControllerClient::new(channel.clone()),
-            node: csi::node_client::NodeClient::new(channel),
+            identity: harness.identity.clone(),
+            controller: harness.controller.clone(),
+            node: harness.node.clone(),
+            socket: harness.socket().to_owned(),
             provisioner: inner,
-            dir,
-            stop: Some(stop),
-            server: Some(server),
+            inner: harness,
         }
     }
 
     /// Stops the driver and waits for it to finish.
     pub async fn stop(self) {
         let socket = self.socket.clone();
-        let _dir = self.stop_server().await;
+        self.inner.shutdown().await.unwrap();
         assert!(!socket.exists(), "socket removed on shutdown");
     }
 
-    /// Stops the driver and waits until it has stopped; its directory
-    /// (with the socket) is the caller's.
-    pub async fn stop_server(mut self) -> tempfile::TempDir {
-        let _ = self.stop.take().unwrap().send(());
-        self.server.take().unwrap().await.unwrap().unwrap();
-        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
+    /// Stops the driver and waits until it has stopped; the returned
+    /// harness keeps its directory (with the socket) until dropped.
+    pub async fn stop_server(mut self) -> pav_csi::testing::Harness {
+        self.inner.stop_driver().await.unwrap();
+        self.inner
     }
 
-    /// A path under the test directory.
+    /// A path in the kubelet directory.
     pub fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
+        self.inner.kubelet_path(name)
     }
-}
-
-impl Drop for Harness {
-    /// Detaches whatever is still mounted in the temporary directory before
-    /// it is removed (also when a test panics): removing it would otherwise
-    /// recurse into a bind mount, and a regression that bound a host
-    /// directory there must not cost that directory.
-    fn drop(&mut self) {
-        unmount_below(self.dir.path());
-    }
-}
-
-/// Lazily unmounts every mount point at or below `dir`, deepest first.
-pub fn unmount_below(dir: &Path) {
-    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
-    for _ in 0..16 {
-        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let mut points: Vec<PathBuf> = table
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .map(|p| PathBuf::from(p.replace("\\040", " ")))
-            .filter(|p| p.starts_with(&dir))
-            .collect();
-        if points.is_empty() {
-            return;
-        }
-        points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-        for point in points {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(&point)
-                .status();
-        }
-    }
-}
-
-/// Waits until `socket` exists.
-pub async fn wait_for(socket: &Path) {
-    for _ in 0..200 {
-        if socket.exists() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("socket {} never appeared", socket.display());
 }
 
 /// A single-node-writer capability of the given mode.
 pub fn capability(mode: VolumeMode) -> csi::VolumeCapability {
-    use csi::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume, access_mode};
-    csi::VolumeCapability {
-        access_mode: Some(AccessMode {
-            mode: access_mode::Mode::SingleNodeWriter as i32,
-        }),
-        access_type: Some(match mode {
-            VolumeMode::Filesystem => AccessType::Mount(MountVolume::default()),
-            VolumeMode::Block => AccessType::Block(BlockVolume {}),
-        }),
-    }
+    pav_csi::testing::capability(mode, AccessMode::SingleNodeWriter)
 }
 
 /// A CreateVolume request for `name` with 1 MiB required.

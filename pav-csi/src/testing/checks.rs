@@ -1,0 +1,1631 @@
+//! The conformance checks: each a sequence of CSI calls against one
+//! [`Harness`], failing at the first answer that is not what csi-sanity
+//! (or the spec, where csi-sanity has no such case) expects.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Display;
+use std::future::Future;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use pav_sdk::{AccessMode, VolumeMode};
+use tonic::{Code, Response, Status};
+
+use super::conformance::{Check, Conformance, Outcome};
+use super::harness::{DECOY, Harness};
+use crate::csi;
+
+/// How long a check waits for one answer.
+const CALL_TIMEOUT: Duration = Duration::from_secs(120);
+/// The file (Filesystem) a check writes into a volume and looks for later.
+const MARKER: &str = "pav-testing-marker";
+/// What the marker holds; for a Block volume, its first bytes.
+const MARKER_TEXT: &[u8] = b"written by pav-csi's conformance checks\n";
+/// An id that names no volume and no snapshot.
+const UNKNOWN: &str = "pav-testing-never-created";
+/// csi-sanity's invalid volume and snapshot ids.
+const FAKE_VOLUME: &str = "reallyfakevolumeid";
+const FAKE_SNAPSHOT: &str = "reallyfakesnapshotid";
+/// The longest id or name CSI allows.
+const MAX_NAME: usize = 128;
+
+/// A step's result: its value, or what went wrong.
+type Step<T> = Result<T, String>;
+
+/// Runs `check` against a fresh harness, removes what it left and stops
+/// the driver.
+pub(crate) async fn run(conf: &Conformance, check: Check) -> Result<Outcome, String> {
+    let harness = conf.harness().await?;
+    let mut ctx = Ctx::new(conf, harness).await?;
+    let result = match check {
+        Check::RepeatedCreate => repeated_create(&mut ctx).await,
+        Check::DeleteUnknownVolume => delete_unknown_volume(&mut ctx).await,
+        Check::StageUnstageRepeats => stage_unstage_repeats(&mut ctx).await,
+        Check::PublishUnpublishRepeats => publish_unpublish_repeats(&mut ctx).await,
+        Check::Expand => expand(&mut ctx).await,
+        Check::SnapshotRoundTrip => snapshot_round_trip(&mut ctx).await,
+        Check::HostileIdsAndPaths => hostile_ids_and_paths(&mut ctx).await,
+    };
+    ctx.clean_up().await;
+    let stopped = ctx.h.shutdown().await;
+    let outcome = result.map_err(|message| match is_root() {
+        true => message,
+        false => format!(
+            "{message} (not running as root: the node service mounts, which needs \
+             CAP_SYS_ADMIN; Conformance::controller_only checks without it)"
+        ),
+    })?;
+    stopped.map_err(|e| format!("stopping the driver: {e}"))?;
+    Ok(outcome)
+}
+
+/// Whether this process runs as root (`/proc/self` belongs to its user).
+fn is_root() -> bool {
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// What the driver advertises, read through CSI as csi-sanity reads it.
+#[derive(Debug, Default)]
+struct Caps {
+    /// Controller `CREATE_DELETE_VOLUME`.
+    create: bool,
+    /// Controller `EXPAND_VOLUME`.
+    controller_expand: bool,
+    /// Controller `CREATE_DELETE_SNAPSHOT`.
+    snapshots: bool,
+    /// Controller `LIST_SNAPSHOTS`.
+    list_snapshots: bool,
+    /// The node service is served.
+    node: bool,
+    /// Node `STAGE_UNSTAGE_VOLUME`.
+    stage_unstage: bool,
+    /// Node `EXPAND_VOLUME`.
+    node_expand: bool,
+}
+
+/// Why a check needing a volume is skipped without Create.
+const NO_CREATE: &str = "the controller does not advertise CREATE_DELETE_VOLUME \
+                         (no Create): the check needs a volume it creates";
+
+/// One check's harness, what the driver advertises, and what the check
+/// created, staged and published (removed at its end, also on failure).
+struct Ctx<'a> {
+    h: Harness,
+    conf: &'a Conformance,
+    mode: VolumeMode,
+    access: AccessMode,
+    caps: Caps,
+    /// The node's topology, asked for in CreateVolume as csi-sanity does.
+    topology: Option<csi::Topology>,
+    volumes: Vec<String>,
+    contexts: HashMap<String, HashMap<String, String>>,
+    staged: Vec<(String, PathBuf)>,
+    published: Vec<(String, PathBuf)>,
+    snapshots: Vec<String>,
+}
+
+/// Waits at most [`CALL_TIMEOUT`] for `call`'s answer.
+async fn call<T>(call: impl Future<Output = Result<Response<T>, Status>>) -> Result<T, Status> {
+    match tokio::time::timeout(CALL_TIMEOUT, call).await {
+        Ok(answer) => answer.map(Response::into_inner),
+        Err(_) => Err(Status::deadline_exceeded(format!(
+            "the check gave up waiting after {CALL_TIMEOUT:?}"
+        ))),
+    }
+}
+
+/// A gRPC code as the CSI spec writes it.
+fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// A refusal, for messages: `NOT_FOUND ("volume x does not exist")`.
+fn answered(status: &Status) -> String {
+    format!("{} ({:?})", code_name(status.code()), status.message())
+}
+
+/// The answer of a call that must succeed.
+fn expect_ok<T>(what: impl Display, answer: Result<T, Status>) -> Step<T> {
+    answer.map_err(|status| format!("{what}: expected OK, got {}", answered(&status)))
+}
+
+/// `codes` as `NOT_FOUND or INVALID_ARGUMENT`.
+fn code_names(codes: &[Code]) -> String {
+    let names: Vec<&str> = codes.iter().map(|c| code_name(*c)).collect();
+    names.join(" or ")
+}
+
+/// Checks that a call was refused with one of `codes` (`OK` among them
+/// counts as success too); the answer of a call that succeeded, for the
+/// caller to clean up after, otherwise.
+fn expect_codes<T>(what: impl Display, answer: Result<T, Status>, codes: &[Code]) -> Step<()> {
+    match answer {
+        Err(status) if codes.contains(&status.code()) => Ok(()),
+        Ok(_) if codes.contains(&Code::Ok) => Ok(()),
+        Ok(_) => Err(format!("{what}: expected {}, got OK", code_names(codes))),
+        Err(status) => Err(format!(
+            "{what}: expected {}, got {}",
+            code_names(codes),
+            answered(&status)
+        )),
+    }
+}
+
+/// `bytes` as CSI's int64.
+fn int64(bytes: u64) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
+}
+
+/// A path as a CSI request carries it.
+fn text(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+impl<'a> Ctx<'a> {
+    /// Reads what the driver advertises and picks the volume and access
+    /// modes of the check's volumes.
+    async fn new(conf: &'a Conformance, mut h: Harness) -> Step<Ctx<'a>> {
+        use csi::controller_service_capability::Type as ControllerType;
+        use csi::controller_service_capability::rpc::Type as ControllerRpc;
+        use csi::node_service_capability::Type as NodeType;
+        use csi::node_service_capability::rpc::Type as NodeRpc;
+
+        let provisioner = h.provisioner();
+        let mode = conf.volume_mode.unwrap_or(
+            match provisioner.supports_volume_mode(VolumeMode::Filesystem) {
+                true => VolumeMode::Filesystem,
+                false => VolumeMode::Block,
+            },
+        );
+        let access = match provisioner.supports_access_mode(AccessMode::SingleNodeWriter) {
+            true => AccessMode::SingleNodeWriter,
+            false => (AccessMode::ALL.into_iter())
+                .find(|m| provisioner.supports_access_mode(*m))
+                .unwrap_or(AccessMode::SingleNodeWriter),
+        };
+        let mut caps = Caps::default();
+        let answer = call(
+            h.controller
+                .controller_get_capabilities(csi::ControllerGetCapabilitiesRequest {}),
+        )
+        .await;
+        for cap in expect_ok("ControllerGetCapabilities", answer)?.capabilities {
+            let Some(ControllerType::Rpc(rpc)) = cap.r#type else {
+                continue;
+            };
+            match rpc.r#type() {
+                ControllerRpc::CreateDeleteVolume => caps.create = true,
+                ControllerRpc::ExpandVolume => caps.controller_expand = true,
+                ControllerRpc::CreateDeleteSnapshot => caps.snapshots = true,
+                ControllerRpc::ListSnapshots => caps.list_snapshots = true,
+                _ => {}
+            }
+        }
+        let mut topology = None;
+        if h.serves_node() {
+            caps.node = true;
+            let answer = call(
+                h.node
+                    .node_get_capabilities(csi::NodeGetCapabilitiesRequest {}),
+            )
+            .await;
+            for cap in expect_ok("NodeGetCapabilities", answer)?.capabilities {
+                let Some(NodeType::Rpc(rpc)) = cap.r#type else {
+                    continue;
+                };
+                match rpc.r#type() {
+                    NodeRpc::StageUnstageVolume => caps.stage_unstage = true,
+                    NodeRpc::ExpandVolume => caps.node_expand = true,
+                    _ => {}
+                }
+            }
+            let info = call(h.node.node_get_info(csi::NodeGetInfoRequest {})).await;
+            topology = expect_ok("NodeGetInfo", info)?.accessible_topology;
+        }
+        Ok(Ctx {
+            h,
+            conf,
+            mode,
+            access,
+            caps,
+            topology,
+            volumes: Vec::new(),
+            contexts: HashMap::new(),
+            staged: Vec::new(),
+            published: Vec::new(),
+            snapshots: Vec::new(),
+        })
+    }
+
+    /// Why a node check is skipped when the node service is not served.
+    fn no_node(&self) -> String {
+        match self.h.provisioner().stage().is_some() {
+            true => "the node service is not served (controller_only)".into(),
+            false => "the node service is not served (the provisioner has no Stage)".into(),
+        }
+    }
+
+    fn capability(&self) -> csi::VolumeCapability {
+        crate::convert::csi_capability(self.mode, self.access)
+    }
+
+    fn size(&self) -> u64 {
+        self.conf.volume_size
+    }
+
+    fn expanded_size(&self) -> u64 {
+        (self.conf.expanded_size).unwrap_or(self.conf.volume_size.saturating_mul(2))
+    }
+
+    /// A CreateVolume request for `name` (`limit` 0: none).
+    fn create_request(&self, name: &str, required: u64, limit: u64) -> csi::CreateVolumeRequest {
+        csi::CreateVolumeRequest {
+            name: name.to_owned(),
+            capacity_range: Some(csi::CapacityRange {
+                required_bytes: int64(required),
+                limit_bytes: int64(limit),
+            }),
+            volume_capabilities: vec![self.capability()],
+            parameters: self.conf.parameters.clone(),
+            accessibility_requirements: (self.topology.clone()).map(|t| csi::TopologyRequirement {
+                requisite: vec![t],
+                preferred: Vec::new(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Remembers a volume the driver created, to delete it at the end.
+    fn track_volume(&mut self, volume: &csi::Volume) {
+        if !self.volumes.contains(&volume.volume_id) {
+            self.volumes.push(volume.volume_id.clone());
+        }
+        (self.contexts).insert(volume.volume_id.clone(), volume.volume_context.clone());
+    }
+
+    /// CreateVolume that must succeed with a volume of at least the
+    /// required size (or 0, unknown).
+    async fn create_with(
+        &mut self,
+        what: &str,
+        req: csi::CreateVolumeRequest,
+    ) -> Step<csi::Volume> {
+        let required = req.capacity_range.as_ref().map_or(0, |r| r.required_bytes);
+        let answer = expect_ok(what, call(self.h.controller.create_volume(req)).await)?;
+        let volume = (answer.volume).ok_or_else(|| format!("{what}: OK without a volume"))?;
+        self.track_volume(&volume);
+        if volume.volume_id.is_empty() {
+            return Err(format!("{what}: OK with an empty volume_id"));
+        }
+        if volume.capacity_bytes != 0 && volume.capacity_bytes < required {
+            return Err(format!(
+                "{what}: capacity_bytes {} is less than the required {required}",
+                volume.capacity_bytes
+            ));
+        }
+        Ok(volume)
+    }
+
+    /// Creates `name` with the volume size required.
+    async fn create(&mut self, name: &str) -> Step<csi::Volume> {
+        let req = self.create_request(name, self.size(), 0);
+        self.create_with(&format!("CreateVolume {name:?}"), req)
+            .await
+    }
+
+    /// DeleteVolume that must succeed.
+    async fn delete(&mut self, what: impl Display, id: &str) -> Step<()> {
+        let req = csi::DeleteVolumeRequest {
+            volume_id: id.to_owned(),
+            ..Default::default()
+        };
+        expect_ok(what, call(self.h.controller.delete_volume(req)).await)?;
+        self.volumes.retain(|v| v != id);
+        Ok(())
+    }
+
+    fn validate_request(&self, id: &str) -> csi::ValidateVolumeCapabilitiesRequest {
+        csi::ValidateVolumeCapabilitiesRequest {
+            volume_id: id.to_owned(),
+            volume_context: self.contexts.get(id).cloned().unwrap_or_default(),
+            volume_capabilities: vec![self.capability()],
+            ..Default::default()
+        }
+    }
+
+    fn stage_request(&self, id: &str, staging: &str) -> csi::NodeStageVolumeRequest {
+        csi::NodeStageVolumeRequest {
+            volume_id: id.to_owned(),
+            staging_target_path: staging.to_owned(),
+            volume_capability: Some(self.capability()),
+            volume_context: self.contexts.get(id).cloned().unwrap_or_default(),
+            ..Default::default()
+        }
+    }
+
+    fn publish_request(
+        &self,
+        id: &str,
+        staging: &str,
+        target: &str,
+    ) -> csi::NodePublishVolumeRequest {
+        csi::NodePublishVolumeRequest {
+            volume_id: id.to_owned(),
+            staging_target_path: staging.to_owned(),
+            target_path: target.to_owned(),
+            volume_capability: Some(self.capability()),
+            volume_context: self.contexts.get(id).cloned().unwrap_or_default(),
+            ..Default::default()
+        }
+    }
+
+    /// NodeStageVolume that must succeed; the staging path is made first,
+    /// as kubelet does.
+    async fn stage(&mut self, what: impl Display, id: &str, staging: &Path) -> Step<()> {
+        std::fs::create_dir_all(staging)
+            .map_err(|e| format!("creating {}: {e}", staging.display()))?;
+        let req = self.stage_request(id, &text(staging));
+        expect_ok(what, call(self.h.node.node_stage_volume(req)).await)?;
+        if !self.staged.iter().any(|(v, p)| v == id && p == staging) {
+            self.staged.push((id.to_owned(), staging.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// NodeUnstageVolume that must succeed.
+    async fn unstage(&mut self, what: impl Display, id: &str, staging: &Path) -> Step<()> {
+        let req = csi::NodeUnstageVolumeRequest {
+            volume_id: id.to_owned(),
+            staging_target_path: text(staging),
+        };
+        expect_ok(what, call(self.h.node.node_unstage_volume(req)).await)?;
+        self.staged.retain(|(v, p)| !(v == id && p == staging));
+        Ok(())
+    }
+
+    /// NodePublishVolume that must succeed; the target's parent is made
+    /// first, as kubelet does.
+    async fn publish(
+        &mut self,
+        what: impl Display,
+        id: &str,
+        staging: Option<&Path>,
+        target: &Path,
+    ) -> Step<()> {
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| format!("creating {}: {e}", parent.display()))?;
+        }
+        let staging = staging.map(text).unwrap_or_default();
+        let req = self.publish_request(id, &staging, &text(target));
+        expect_ok(what, call(self.h.node.node_publish_volume(req)).await)?;
+        if !self.published.iter().any(|(v, p)| v == id && p == target) {
+            self.published.push((id.to_owned(), target.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// NodeUnpublishVolume that must succeed.
+    async fn unpublish(&mut self, what: impl Display, id: &str, target: &Path) -> Step<()> {
+        let req = csi::NodeUnpublishVolumeRequest {
+            volume_id: id.to_owned(),
+            target_path: text(target),
+        };
+        expect_ok(what, call(self.h.node.node_unpublish_volume(req)).await)?;
+        self.published.retain(|(v, p)| !(v == id && p == target));
+        Ok(())
+    }
+
+    /// Makes volume `id` available on the node, as kubelet would for one
+    /// pod: staged (when the node stages per node) and published. Returns
+    /// the staging path (if staged), the target path, and where the
+    /// volume's data is reachable (the target).
+    async fn mount_for_pod(&mut self, id: &str, label: &str) -> Step<(Option<PathBuf>, PathBuf)> {
+        let staging = match self.caps.stage_unstage {
+            true => {
+                let staging = self.h.staging_path(label);
+                self.stage(format!("NodeStageVolume of {label}"), id, &staging)
+                    .await?;
+                Some(staging)
+            }
+            false => None,
+        };
+        let target = self.h.target_path("pod-1", label);
+        self.publish(
+            format!("NodePublishVolume of {label}"),
+            id,
+            staging.as_deref(),
+            &target,
+        )
+        .await?;
+        Ok((staging, target))
+    }
+
+    /// Undoes [`mount_for_pod`](Self::mount_for_pod).
+    async fn unmount_for_pod(
+        &mut self,
+        id: &str,
+        label: &str,
+        (staging, target): (Option<PathBuf>, PathBuf),
+    ) -> Step<()> {
+        self.unpublish(format!("NodeUnpublishVolume of {label}"), id, &target)
+            .await?;
+        if let Some(staging) = staging {
+            self.unstage(format!("NodeUnstageVolume of {label}"), id, &staging)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Stops the driver and serves again (pav-csi's caches emptied).
+    async fn restart(&mut self) -> Step<()> {
+        (self.h.restart().await).map_err(|e| format!("restarting the driver: {e}"))
+    }
+
+    /// Removes what the check left (it failed, or stopped early): best
+    /// effort, last made first.
+    async fn clean_up(&mut self) {
+        for (id, target) in std::mem::take(&mut self.published).into_iter().rev() {
+            let _ = self.unpublish("", &id, &target).await;
+        }
+        for (id, staging) in std::mem::take(&mut self.staged).into_iter().rev() {
+            let _ = self.unstage("", &id, &staging).await;
+        }
+        for id in std::mem::take(&mut self.snapshots).into_iter().rev() {
+            let req = csi::DeleteSnapshotRequest {
+                snapshot_id: id,
+                ..Default::default()
+            };
+            let _ = call(self.h.controller.delete_snapshot(req)).await;
+        }
+        for id in std::mem::take(&mut self.volumes).into_iter().rev() {
+            let _ = self.delete("", &id).await;
+        }
+    }
+
+    /// Where the data of a volume staged at `staging` is reachable: the
+    /// staging path (Filesystem), or the device pav-csi binds in it (Block).
+    fn staged_data(&self, staging: &Path) -> PathBuf {
+        match self.mode {
+            VolumeMode::Filesystem => staging.to_owned(),
+            VolumeMode::Block => staging.join(crate::node::STAGED_DEVICE),
+        }
+    }
+
+    /// Writes the marker into the volume reachable at `at`.
+    fn write_marker(&self, at: &Path) -> Step<()> {
+        let failed = |e: std::io::Error| format!("writing a marker into {}: {e}", at.display());
+        match self.mode {
+            VolumeMode::Filesystem => std::fs::write(at.join(MARKER), MARKER_TEXT).map_err(failed),
+            VolumeMode::Block => {
+                let device = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(at)
+                    .map_err(failed)?;
+                device.write_all_at(MARKER_TEXT, 0).map_err(failed)?;
+                device.sync_all().map_err(failed)
+            }
+        }
+    }
+
+    /// Whether the volume reachable at `at` holds the marker.
+    fn holds_marker(&self, at: &Path) -> Step<bool> {
+        let failed = |e: std::io::Error| format!("reading {}: {e}", at.display());
+        match self.mode {
+            VolumeMode::Filesystem => match std::fs::read(at.join(MARKER)) {
+                Ok(data) => Ok(data == MARKER_TEXT),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(failed(e)),
+            },
+            VolumeMode::Block => {
+                let device = std::fs::File::open(at).map_err(failed)?;
+                let mut data = vec![0; MARKER_TEXT.len()];
+                device.read_exact_at(&mut data, 0).map_err(failed)?;
+                Ok(data == MARKER_TEXT)
+            }
+        }
+    }
+
+    /// Fails unless nothing is mounted in the kubelet directory.
+    fn nothing_mounted(&self, when: &str) -> Step<()> {
+        let left = crate::mount::mounts_below(self.h.kubelet_dir())
+            .map_err(|e| format!("reading the mount table: {e}"))?;
+        match left.is_empty() {
+            true => Ok(()),
+            false => Err(format!(
+                "{when}, still mounted in the kubelet directory: {left:?}"
+            )),
+        }
+    }
+}
+
+/// How many mounts are stacked on `path`.
+fn mounts_at(path: &Path) -> Step<usize> {
+    crate::mount::mounts_at(path).map_err(|e| format!("reading the mount table: {e}"))
+}
+
+/// Fails unless exactly `expected` mounts are stacked on `path`.
+fn expect_mounts(when: &str, path: &Path, expected: usize) -> Step<()> {
+    let found = mounts_at(path)?;
+    if found == expected {
+        return Ok(());
+    }
+    let hint = match found > expected {
+        true => {
+            ": mounts stack up when Stage mounts again for a volume already \
+                 staged (ask pav_csi::mount::is_mount_point first)"
+        }
+        false => "",
+    };
+    Err(format!(
+        "{when}: {found} mount(s) at {}, expected {expected}{hint}",
+        path.display()
+    ))
+}
+
+/// CreateVolume repeated answers the same volume, also from the
+/// provisioner after a restart; an incompatible repeat is ALREADY_EXISTS.
+async fn repeated_create(ctx: &mut Ctx<'_>) -> Step<Outcome> {
+    if !ctx.caps.create {
+        return Ok(Outcome::Skipped(NO_CREATE.into()));
+    }
+    let size = ctx.size();
+    let name = "pav-testing-repeated-create";
+    let req = ctx.create_request(name, size, size);
+    let first = ctx.create_with("CreateVolume", req.clone()).await?;
+    let same = |what: &str, again: &csi::Volume| -> Step<()> {
+        if (&again.volume_id, again.capacity_bytes) != (&first.volume_id, first.capacity_bytes) {
+            return Err(format!(
+                "{what}: answered volume {:?} of {} bytes, the first answer was {:?} of {} bytes",
+                again.volume_id, again.capacity_bytes, first.volume_id, first.capacity_bytes
+            ));
+        }
+        Ok(())
+    };
+    let what = "CreateVolume repeated (same name and request)";
+    same(what, &ctx.create_with(what, req.clone()).await?)?;
+    ctx.restart().await?;
+    let what = "CreateVolume repeated after a driver restart (answered by the provisioner, \
+                not pav-csi's cache: Create must be idempotent by name)";
+    same(what, &ctx.create_with(what, req.clone()).await?)?;
+
+    // The repeat filled pav-csi's cache again, which would refuse the
+    // next request itself.
+    ctx.restart().await?;
+    let what = "CreateVolume of the same name with twice the capacity, after a driver restart \
+                (answered by the provisioner)";
+    let bigger = ctx.create_request(name, 2 * size, 2 * size);
+    match call(ctx.h.controller.create_volume(bigger)).await {
+        Err(status) if status.code() == Code::AlreadyExists => {}
+        Err(status) => {
+            // pav-csi answers INTERNAL (and deletes the volume) when Create
+            // returns a volume outside the range asked for.
+            return Err(format!(
+                "{what}: expected ALREADY_EXISTS, got {}; Create must refuse \
+                 (Error::AlreadyExists) a request its existing volume does not meet",
+                answered(&status)
+            ));
+        }
+        Ok(answer) => {
+            if let Some(volume) = &answer.volume {
+                ctx.track_volume(volume);
+            }
+            return Err(format!(
+                "{what}: expected ALREADY_EXISTS, got OK (volume {:?}); \
+                 Create must refuse a request its existing volume does not meet",
+                answer.volume.map(|v| v.volume_id).unwrap_or_default()
+            ));
+        }
+    }
+
+    let what = "ValidateVolumeCapabilities with the capability it was created with";
+    let req = ctx.validate_request(&first.volume_id);
+    let answer = expect_ok(
+        what,
+        call(ctx.h.controller.validate_volume_capabilities(req)).await,
+    )?;
+    if answer.confirmed.is_none() {
+        return Err(format!("{what}: not confirmed ({:?})", answer.message));
+    }
+
+    let long = format!("pav-testing-maximum-length-{}", "n".repeat(MAX_NAME));
+    let long = &long[..MAX_NAME];
+    let volume = ctx.create(long).await?;
+    ctx.delete("DeleteVolume of the 128-byte name", &volume.volume_id)
+        .await?;
+
+    ctx.delete("DeleteVolume", &first.volume_id).await?;
+    let req = ctx.validate_request(&first.volume_id);
+    expect_codes(
+        "ValidateVolumeCapabilities of the deleted volume (Create::exists must read the storage)",
+        call(ctx.h.controller.validate_volume_capabilities(req)).await,
+        &[Code::NotFound],
+    )?;
+    Ok(Outcome::Passed)
+}
+
+/// DeleteVolume of what does not exist is OK; so is a repeat.
+async fn delete_unknown_volume(ctx: &mut Ctx<'_>) -> Step<Outcome> {
+    if !ctx.caps.create {
+        return Ok(Outcome::Skipped(NO_CREATE.into()));
+    }
+    for id in [FAKE_VOLUME, UNKNOWN] {
+        ctx.delete(
+            format!("DeleteVolume of {id:?}, which was never created"),
+            id,
+        )
+        .await?;
+        let req = ctx.validate_request(id);
+        expect_codes(
+            format!("ValidateVolumeCapabilities of {id:?}, which was never created"),
+            call(ctx.h.controller.validate_volume_capabilities(req)).await,
+            &[Code::NotFound],
+        )?;
+    }
+    let volume = ctx.create("pav-testing-deleted").await?;
+    let id = volume.volume_id.as_str();
+    ctx.delete("DeleteVolume", id).await?;
+    ctx.delete("DeleteVolume of a volume deleted already", id)
+        .await?;
+    ctx.restart().await?;
+    ctx.delete(
+        "DeleteVolume of a volume deleted already, after a driver restart",
+        id,
+    )
+    .await?;
+    Ok(Outcome::Passed)
+}
+
+/// Why a node check that needs a volume and the node service is skipped.
+fn node_check_skipped(ctx: &Ctx<'_>) -> Option<String> {
+    if !ctx.caps.node {
+        return Some(ctx.no_node());
+    }
+    if !ctx.caps.create {
+        return Some(NO_CREATE.into());
+    }
+    None
+}
+
+/// NodeStageVolume three times, a restart, NodeUnstageVolume twice, and
+/// staging again finds the data.
+async fn stage_unstage_repeats(ctx: &mut Ctx<'_>) -> Step<Outcome> {
+    if let Some(why) = node_check_skipped(ctx) {
+        return Ok(Outcome::Skipped(why));
+    }
+    if !ctx.caps.stage_unstage {
+        return Ok(Outcome::Skipped(
+            "the node does not advertise STAGE_UNSTAGE_VOLUME (the provisioner stages \
+             on publish: publish_unpublish_repeats covers it)"
+                .into(),
+        ));
+    }
+    let volume = ctx.create("pav-testing-stage-repeats").await?;
+    let id = volume.volume_id.as_str();
+    let staging = ctx.h.staging_path("stage-repeats");
+    let data = ctx.staged_data(&staging);
+    for i in 1..=3 {
+        ctx.stage(format!("NodeStageVolume #{i}"), id, &staging)
+            .await?;
+    }
+    expect_mounts("after NodeStageVolume three times", &data, 1)?;
+    ctx.write_marker(&data)?;
+    ctx.restart().await?;
+    ctx.stage("NodeStageVolume after a driver restart", id, &staging)
+        .await?;
+    expect_mounts("after NodeStageVolume after a driver restart", &data, 1)?;
+    ctx.unstage("NodeUnstageVolume", id, &staging).await?;
+    ctx.unstage("NodeUnstageVolume repeated", id, &staging)
+        .await?;
+    expect_mounts("after NodeUnstageVolume", &staging, 0)?;
+    expect_mounts("after NodeUnstageVolume", &data, 0)?;
+    ctx.stage("NodeStageVolume after unstaging", id, &staging)
+        .await?;
+    if !ctx.holds_marker(&data)? {
+        return Err(format!(
+            "staged again after NodeUnstageVolume, the volume at {} no longer holds what \
+             was written into it (Unstage or Stage lost the data)",
+            data.display()
+        ));
+    }
+    ctx.unstage("NodeUnstageVolume", id, &staging).await?;
+    ctx.delete("DeleteVolume", id).await?;
+    ctx.nothing_mounted("with every volume unstaged")?;
+    Ok(Outcome::Passed)
+}
+
+/// NodePublishVolume three times, NodeGetVolumeStats, NodeUnpublishVolume
+/// twice (the target removed), and publishing again finds the data.
+async fn publish_unpublish_repeats(ctx: &mut Ctx<'_>) -> Step<Outcome> {
+    if let Some(why) = node_check_skipped(ctx) {
+        return Ok(Outcome::Skipped(why));
+    }
+    let volume = ctx.create("pav-testing-publish-repeats").await?;
+    let id = volume.volume_id.as_str();
+    let staging = match ctx.caps.stage_unstage {
+        true => {
+            let staging = ctx.h.staging_path("publish-repeats");
+            ctx.stage("NodeStageVolume", id, &staging).await?;
+            Some(staging)
+        }
+        false => None,
+    };
+    let target = ctx.h.target_path("pod-1", "publish-repeats");
+    for i in 1..=3 {
+        ctx.publish(
+            format!("NodePublishVolume #{i}"),
+            id,
+            staging.as_deref(),
+            &target,
+        )
+        .await?;
+    }
+    expect_mounts("after NodePublishVolume three times", &target, 1)?;
+    let req = csi::NodeGetVolumeStatsRequest {
+        volume_id: id.to_owned(),
+        volume_path: text(&target),
+        staging_target_path: staging.as_deref().map(text).unwrap_or_default(),
+    };
+    let what = "NodeGetVolumeStats of the published volume";
+    let stats = expect_ok(what, call(ctx.h.node.node_get_volume_stats(req)).await)?;
+    if stats.usage.is_empty() {
+        return Err(format!("{what}: OK without usage"));
+    }
+    ctx.write_marker(&target)?;
+    ctx.unpublish("NodeUnpublishVolume", id, &target).await?;
+    ctx.unpublish("NodeUnpublishVolume repeated", id, &target)
+        .await?;
+    if std::fs::symlink_metadata(&target).is_ok() {
+        return Err(format!(
+            "after NodeUnpublishVolume, the target path {} still exists",
+            target.display()
+        ));
+    }
+    ctx.publish(
+        "NodePublishVolume after unpublishing",
+        id,
+        staging.as_deref(),
+        &target,
+    )
+    .await?;
+    if !ctx.holds_marker(&target)? {
+        return Err(format!(
+            "published again after NodeUnpublishVolume, the volume at {} no longer holds \
+             what was written into it",
+            target.display()
+        ));
+    }
+    ctx.unpublish("NodeUnpublishVolume", id, &target).await?;
+    if let Some(staging) = &staging {
+        ctx.unstage("NodeUnstageVolume", id, staging).await?;
+    }
+    ctx.delete("DeleteVolume", id).await?;
+    ctx.nothing_mounted("with every volume unpublished and unstaged")?;
+    Ok(Outcome::Passed)
+}
+
+/// ControllerExpandVolume grows, answers repeats and never shrinks;
+/// NodeExpandVolume of the published volume succeeds, twice.
+async fn expand(ctx: &mut Ctx<'_>) -> Step<Outcome> {
+    let node_expands = ctx.caps.node && ctx.caps.node_expand;
+    if !ctx.caps.controller_expand && !node_expands {
+        return Ok(Outcome::Skipped(
+            "neither the controller nor the node advertises EXPAND_VOLUME (no Expand, no NodeExpand)"
+                .into(),
+        ));
+    }
+    if !ctx.caps.create {
+        return Ok(Outcome::Skipped(NO_CREATE.into()));
+    }
+    let (size, grown) = (ctx.size(), ctx.expanded_size());
+    let volume = ctx.create("pav-testing-expand").await?;
+    let id = volume.volume_id.as_str();
+    let mut current = size;
+    let mut not_applying = Vec::new();
+    if ctx.caps.controller_expand {
+        let expand = |required: u64, volume_id: &str| csi::ControllerExpandVolumeRequest {
+            volume_id: volume_id.to_owned(),
+            capacity_range: Some(csi::CapacityRange {
+                required_bytes: int64(required),
+                limit_bytes: 0,
+            }),
+            volume_capability: Some(ctx.capability()),
+            ..Default::default()
+        };
+        let (to_grown, to_size, unknown) =
+            (expand(grown, id), expand(size, id), expand(grown, UNKNOWN));
+        let what = format!("ControllerExpandVolume from {size} to {grown} bytes");
+        let first = expect_ok(
+            &what,
+            call(ctx.h.controller.controller_expand_volume(to_grown.clone())).await,
+        )?;
+        if first.capacity_bytes < int64(grown) {
+            return Err(format!(
+                "{what}: answered {} bytes, less than required",
+                first.capacity_bytes
+            ));
+        }
+        let what = "ControllerExpandVolume repeated";
+        let again = expect_ok(
+            what,
+            call(ctx.h.controller.controller_expand_volume(to_grown)).await,
+        )?;
+        if again.capacity_bytes != first.capacity_bytes {
+            return Err(format!(
+                "{what}: answered {} bytes, the first answer was {}",
+                again.capacity_bytes, first.capacity_bytes
+            ));
+        }
+        let what = format!(
+            "ControllerExpandVolume to the original {size} bytes after growing it (a stale retry)"
+        );
+        let stale = expect_ok(
+            &what,
+            call(ctx.h.controller.controller_expand_volume(to_size)).await,
+        )?;
+        if stale.capacity_bytes < first.capacity_bytes {
+            return Err(format!(
+                "{what}: answered {} bytes: the volume shrank from {} (Expand must never shrink a volume)",
+                stale.capacity_bytes, first.capacity_bytes
+            ));
+        }
+        expect_codes(
+            "ControllerExpandVolume of a volume that was never created",
+            call(ctx.h.controller.controller_expand_volume(unknown)).await,
+            &[Code::NotFound],
+        )?;
+        current = grown;
+    } else {
+        not_applying.push("controller expansion: the controller does not advertise EXPAND_VOLUME");
+    }
+    if node_expands {
+        let mounted = ctx.mount_for_pod(id, "expand").await?;
+        let (staging, target) = (&mounted.0, &mounted.1);
+        let req = csi::NodeExpandVolumeRequest {
+            volume_id: id.to_owned(),
+            volume_path: text(target),
+            staging_target_path: staging.as_deref().map(text).unwrap_or_default(),
+            capacity_range: Some(csi::CapacityRange {
+                required_bytes: int64(current),
+                limit_bytes: 0,
+            }),
+            volume_capability: Some(ctx.capability()),
+            ..Default::default()
+        };
+        for what in [
+            "NodeExpandVolume of the published volume",
+            "NodeExpandVolume repeated",
+        ] {
+            let answer = expect_ok(what, call(ctx.h.node.node_expand_volume(req.clone())).await)?;
+            if answer.capacity_bytes != 0 && answer.capacity_bytes < int64(current) {
+                return Err(format!(
+                    "{what}: answered {} bytes, less than the volume's {current}",
+                    answer.capacity_bytes
+                ));
+            }
+        }
+        let unknown = csi::NodeExpandVolumeRequest {
+            volume_id: UNKNOWN.into(),
+            volume_path: "some/path".into(),
+            ..Default::default()
+        };
+        expect_codes(
+            "NodeExpandVolume of a volume that was never created",
+            call(ctx.h.node.node_expand_volume(unknown)).await,
+            &[Code::NotFound],
+        )?;
+        ctx.unmount_for_pod(id, "expand", mounted).await?;
+    } else if !ctx.caps.node {
+        not_applying.push("node expansion: the node service is not served");
+    } else {
+        not_applying.push("node expansion: the node does not advertise EXPAND_VOLUME");
+    }
+    ctx.delete("DeleteVolume", id).await?;
+    match not_applying.is_empty() {
+        true => Ok(Outcome::Passed),
+        false => Ok(Outcome::Partly(not_applying.join("; "))),
+    }
+}
+
+/// Polls CreateSnapshot until the snapshot is ready to use (at most a
+/// minute), checking each answer.
+async fn take_snapshot(
+    ctx: &mut Ctx<'_>,
+    what: &str,
+    req: &csi::CreateSnapshotRequest,
+) -> Step<csi::Snapshot> {
+    for _ in 0..120 {
+        let answer = expect_ok(
+            what,
+            call(ctx.h.controller.create_snapshot(req.clone())).await,
+        )?;
+        let snapshot = answer
+            .snapshot
+            .ok_or_else(|| format!("{what}: OK without a snapshot"))?;
+        if !snapshot.snapshot_id.is_empty() && !ctx.snapshots.contains(&snapshot.snapshot_id) {
+            ctx.snapshots.push(snapshot.snapshot_id.clone());
+        }
+        if snapshot.snapshot_id.is_empty()
+            || snapshot.source_volume_id != req.source_volume_id
+            || snapshot.creation_time.is_none()
+        {
+            return Err(format!(
+                "{what}: expected a snapshot id, the source volume id {:?} and a creation \
+                 time, got {:?}, {:?} and {:?}",
+                req.source_volume_id,
+                snapshot.snapshot_id,
+                snapshot.source_volume_id,
+                snapshot.creation_time
+            ));
+        }
+        if snapshot.ready_to_use {
+            return Ok(snapshot);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Err(format!(
+        "{what}: the snapshot was not ready_to_use within a minute"
+    ))
+}
+
+/// ListSnapshots with a filter; the snapshot ids listed.
+async fn list_snapshots(
+    ctx: &mut Ctx<'_>,
+    what: &str,
+    req: csi::ListSnapshotsRequest,
+) -> Step<Vec<csi::Snapshot>> {
+    let answer = expect_ok(what, call(ctx.h.controller.list_snapshots(req)).await)?;
+    Ok(answer
+        .entries
+        .into_iter()
+        .filter_map(|e| e.snapshot)
+        .collect())
+}
+
+/// A snapshot taken, answered again (also after a restart), listed,
+/// refused for another volume, restored (with the data) and deleted.
+async fn snapshot_round_trip(ctx: &mut Ctx<'_>) -> Step<Outcome> {
+    if !ctx.caps.snapshots {
+        return Ok(Outcome::Skipped(
+            "the controller does not advertise CREATE_DELETE_SNAPSHOT (no Snapshot)".into(),
+        ));
+    }
+    if !ctx.caps.create {
+        return Ok(Outcome::Skipped(NO_CREATE.into()));
+    }
+    let mut not_applying = Vec::new();
+    let source = ctx.create("pav-testing-snapshot-source").await?;
+    let source_id = source.volume_id.as_str();
+    let with_data = ctx.caps.node;
+    if with_data {
+        let mounted = ctx.mount_for_pod(source_id, "snapshot-source").await?;
+        ctx.write_marker(&mounted.1)?;
+        ctx.unmount_for_pod(source_id, "snapshot-source", mounted)
+            .await?;
+    } else {
+        not_applying.push(format!("the data round trip: {}", ctx.no_node()));
+    }
+    let req = csi::CreateSnapshotRequest {
+        name: "pav-testing-snapshot".into(),
+        source_volume_id: source_id.to_owned(),
+        ..Default::default()
+    };
+    let snapshot = take_snapshot(ctx, "CreateSnapshot", &req).await?;
+    let same = |what: &str, again: &csi::Snapshot| -> Step<()> {
+        match again.snapshot_id == snapshot.snapshot_id {
+            true => Ok(()),
+            false => Err(format!(
+                "{what}: answered snapshot {:?}, the first answer was {:?}",
+                again.snapshot_id, snapshot.snapshot_id
+            )),
+        }
+    };
+    let what = "CreateSnapshot repeated";
+    same(what, &take_snapshot(ctx, what, &req).await?)?;
+    ctx.restart().await?;
+    let what = "CreateSnapshot repeated after a driver restart (answered by the provisioner, \
+                not pav-csi's cache: create_snapshot must be idempotent by name)";
+    same(what, &take_snapshot(ctx, what, &req).await?)?;
+
+    if ctx.caps.list_snapshots {
+        let what = "ListSnapshots by the snapshot's id";
+        let req = csi::ListSnapshotsRequest {
+            snapshot_id: snapshot.snapshot_id.clone(),
+            ..Default::default()
+        };
+        let listed = list_snapshots(ctx, what, req).await?;
+        if listed.len() != 1
+            || listed[0].snapshot_id != snapshot.snapshot_id
+            || listed[0].source_volume_id != source_id
+        {
+            return Err(format!(
+                "{what}: expected that snapshot alone, got {listed:?}"
+            ));
+        }
+        let what = "ListSnapshots by the source volume";
+        let req = csi::ListSnapshotsRequest {
+            source_volume_id: source_id.to_owned(),
+            ..Default::default()
+        };
+        let listed = list_snapshots(ctx, what, req).await?;
+        if !listed.iter().any(|s| s.snapshot_id == snapshot.snapshot_id) {
+            return Err(format!("{what}: the snapshot is not listed: {listed:?}"));
+        }
+    } else {
+        not_applying.push("listing: the controller does not advertise LIST_SNAPSHOTS".into());
+    }
+
+    let other = ctx.create("pav-testing-snapshot-other").await?;
+    let from_other = csi::CreateSnapshotRequest {
+        source_volume_id: other.volume_id.clone(),
+        ..req.clone()
+    };
+    // The repeats filled pav-csi's cache again, which would refuse the
+    // next request itself.
+    ctx.restart().await?;
+    let what = "CreateSnapshot of the same name from another volume, after a driver restart \
+                (answered by the provisioner)";
+    match call(ctx.h.controller.create_snapshot(from_other)).await {
+        Err(status) if status.code() == Code::AlreadyExists => {}
+        Err(status) => {
+            return Err(format!(
+                "{what}: expected ALREADY_EXISTS, got {}",
+                answered(&status)
+            ));
+        }
+        Ok(answer) => {
+            if let Some(taken) = answer.snapshot {
+                ctx.snapshots.push(taken.snapshot_id);
+            }
+            return Err(format!("{what}: expected ALREADY_EXISTS, got OK"));
+        }
+    }
+
+    let snapshot_source = csi::VolumeContentSource {
+        r#type: Some(csi::volume_content_source::Type::Snapshot(
+            csi::volume_content_source::SnapshotSource {
+                snapshot_id: snapshot.snapshot_id.clone(),
+            },
+        )),
+    };
+    let restore = csi::CreateVolumeRequest {
+        volume_content_source: Some(snapshot_source.clone()),
+        ..ctx.create_request("pav-testing-restored", ctx.size(), 0)
+    };
+    let what = "CreateVolume from the snapshot";
+    let restored = ctx.create_with(what, restore).await?;
+    if restored.content_source.as_ref() != Some(&snapshot_source) {
+        return Err(format!(
+            "{what}: the answer's content_source is {:?}, not the snapshot",
+            restored.content_source
+        ));
+    }
+    if with_data {
+        let mounted = ctx.mount_for_pod(&restored.volume_id, "restored").await?;
+        let holds = ctx.holds_marker(&mounted.1)?;
+        ctx.unmount_for_pod(&restored.volume_id, "restored", mounted)
+            .await?;
+        if !holds {
+            return Err(
+                "the volume restored from the snapshot does not hold what was written into \
+                 its source before the snapshot"
+                    .into(),
+            );
+        }
+    }
+    ctx.delete("DeleteVolume of the restored volume", &restored.volume_id)
+        .await?;
+    let from_unknown = csi::CreateVolumeRequest {
+        volume_content_source: Some(csi::VolumeContentSource {
+            r#type: Some(csi::volume_content_source::Type::Snapshot(
+                csi::volume_content_source::SnapshotSource {
+                    snapshot_id: UNKNOWN.into(),
+                },
+            )),
+        }),
+        ..ctx.create_request("pav-testing-from-unknown-snapshot", ctx.size(), 0)
+    };
+    let answer = call(ctx.h.controller.create_volume(from_unknown)).await;
+    if let Ok(csi::CreateVolumeResponse { volume: Some(v) }) = &answer {
+        ctx.track_volume(v);
+    }
+    expect_codes(
+        "CreateVolume from a snapshot that was never taken",
+        answer,
+        &[Code::NotFound],
+    )?;
+
+    for (what, id) in [
+        ("DeleteSnapshot", snapshot.snapshot_id.as_str()),
+        ("DeleteSnapshot repeated", snapshot.snapshot_id.as_str()),
+        ("DeleteSnapshot of csi-sanity's invalid id", FAKE_SNAPSHOT),
+    ] {
+        let req = csi::DeleteSnapshotRequest {
+            snapshot_id: id.to_owned(),
+            ..Default::default()
+        };
+        expect_ok(what, call(ctx.h.controller.delete_snapshot(req)).await)?;
+    }
+    ctx.snapshots.retain(|s| *s != snapshot.snapshot_id);
+    if ctx.caps.list_snapshots {
+        let what = "ListSnapshots by the deleted snapshot's id";
+        let req = csi::ListSnapshotsRequest {
+            snapshot_id: snapshot.snapshot_id.clone(),
+            ..Default::default()
+        };
+        let listed = list_snapshots(ctx, what, req).await?;
+        if !listed.is_empty() {
+            return Err(format!("{what}: still listed: {listed:?}"));
+        }
+    }
+    ctx.delete("DeleteVolume of the other volume", &other.volume_id)
+        .await?;
+    ctx.delete("DeleteVolume of the source", source_id).await?;
+    match not_applying.is_empty() {
+        true => Ok(Outcome::Passed),
+        false => Ok(Outcome::Partly(not_applying.join("; "))),
+    }
+}
+
+/// Every file, directory and link below `dir` outside `skip`, with its
+/// type, size and modification time.
+fn listing(dir: &Path, skip: &[&Path]) -> Step<BTreeMap<PathBuf, (char, u64, i64, i64)>> {
+    let mut found = BTreeMap::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(at) = stack.pop() {
+        let entries =
+            std::fs::read_dir(&at).map_err(|e| format!("listing {}: {e}", at.display()))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| format!("listing {}: {e}", at.display()))?;
+            let path = entry.path();
+            if skip.iter().any(|s| path.starts_with(s)) {
+                continue;
+            }
+            let meta = std::fs::symlink_metadata(&path)
+                .map_err(|e| format!("reading {}: {e}", path.display()))?;
+            let kind = match meta.file_type() {
+                t if t.is_dir() => 'd',
+                t if t.is_symlink() => 'l',
+                t if t.is_file() => 'f',
+                _ => '?',
+            };
+            if kind == 'd' {
+                stack.push(path.clone());
+            }
+            found.insert(path, (kind, meta.len(), meta.mtime(), meta.mtime_nsec()));
+        }
+    }
+    Ok(found)
+}
+
+/// Ids a client may send that name no volume. With `climbing`, also ids
+/// that climb out of the directory they are joined to
+/// (`../pav-testing-victim` with one to four `..`, `a/../../...`, `.`,
+/// `..`): joined to
+/// the harness's storage directory, or to a directory below it, they reach
+/// the decoys next to its ancestors, all inside the temporary directory.
+/// Never `/` nor any absolute path: `Path::join` of one replaces the base,
+/// so a provisioner removing `root.join(id)` would remove that path itself
+/// (`/` is the whole filesystem). The last id is longer than CSI allows,
+/// which pav-csi refuses itself.
+fn hostile_ids(climbing: bool) -> Vec<String> {
+    let mut ids: Vec<String> = ["-rf", "new\nline", "nul\0byte"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    if climbing {
+        for up in 1..=4 {
+            ids.push(format!("{}{DECOY}", "../".repeat(up)));
+        }
+        ids.push(format!("a/../../{DECOY}"));
+        ids.push(format!("{DECOY}/../.."));
+        // Last: a provisioner that removes what these name removes its
+        // own directory, and the ids above would then lead nowhere.
+        ids.extend([".".to_owned(), "..".to_owned()]);
+    }
+    ids.push("i".repeat(MAX_NAME));
+    ids.push("o".repeat(MAX_NAME + 1));
+    ids
+}
+
+/// Whether `id` joined to `base` (as `Path::join` does, `..` then taken
+/// lexically, as the kernel does without symlinks) stays inside `dir` at
+/// every step and ends strictly inside it.
+fn lands_inside(base: &Path, id: &str, dir: &Path) -> bool {
+    let mut at = base.to_path_buf();
+    for component in Path::new(id).components() {
+        match component {
+            Component::Normal(name) => at.push(name),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                at.pop();
+            }
+            Component::RootDir | Component::Prefix(_) => return false,
+        }
+        if !at.starts_with(dir) {
+            return false;
+        }
+    }
+    at != dir
+}
+
+/// Why ids that climb are not sent to a provisioner given as a value.
+const NO_CLIMBING: &str = "ids that climb (`.`, `..`, `../pav-testing-victim`, ...): not \
+    sent, as the provisioner was given as a value (Conformance::new) and keeps its storage \
+    outside the harness's temporary directory, where such an id joined to its directory \
+    would reach that directory's parent; build it on the harness's directory with \
+    Conformance::with_storage(|dir| ...) to send them";
+
+/// Hostile ids and paths reach nothing outside the driver's directories.
+async fn hostile_ids_and_paths(ctx: &mut Ctx<'_>) -> Step<Outcome> {
+    if !ctx.caps.create && !ctx.caps.node {
+        return Ok(Outcome::Skipped(format!(
+            "{NO_CREATE}, and {}",
+            ctx.no_node()
+        )));
+    }
+    let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_owned());
+    let dir = canonical(ctx.h.dir());
+    let kubelet = canonical(ctx.h.kubelet_dir());
+    let storage = canonical(ctx.h.storage_dir());
+    let socket = canonical(ctx.h.socket());
+    let outside = dir.join("outside");
+    std::fs::create_dir_all(outside.join("data"))
+        .and_then(|()| std::fs::write(outside.join("data/file"), "must survive"))
+        .and_then(|()| std::os::unix::fs::symlink(&outside, kubelet.join("escape")))
+        .map_err(|e| format!("preparing {}: {e}", outside.display()))?;
+    let skip = [kubelet.as_path(), storage.as_path(), socket.as_path()];
+    let before = listing(&dir, &skip)?;
+    let mut not_applying = Vec::new();
+
+    // Ids that climb only where the provisioner's storage is the harness's
+    // storage directory: joined to a real storage directory they would
+    // reach its parent.
+    let climbing = ctx.h.provisioner_in_storage_dir();
+    if !climbing {
+        not_applying.push(NO_CLIMBING.to_owned());
+    }
+    let ids = hostile_ids(climbing);
+    // Whatever the provisioner joins an id to in the storage directory,
+    // the result stays in the temporary directory (checked, not assumed).
+    if let Some(id) = (ids.iter()).find(|id| !lands_inside(&storage, id, &dir)) {
+        return Err(format!(
+            "pav-csi's testing kit would send the id {id:?}, which leads out of the harness's \
+             temporary directory {}: not sent (a bug of the kit)",
+            dir.display()
+        ));
+    }
+
+    for id in ids {
+        let refused_by_pav_csi = id.len() > MAX_NAME;
+        // What pav-csi answers an id longer than CSI allows, for every call.
+        let or = |code: Code| match refused_by_pav_csi {
+            true => vec![Code::InvalidArgument],
+            false => vec![code],
+        };
+        if ctx.caps.create {
+            let req = csi::DeleteVolumeRequest {
+                volume_id: id.clone(),
+                ..Default::default()
+            };
+            expect_codes(
+                format!("DeleteVolume of {id:?}, which names no volume"),
+                call(ctx.h.controller.delete_volume(req)).await,
+                &or(Code::Ok),
+            )?;
+            let req = ctx.validate_request(&id);
+            expect_codes(
+                format!("ValidateVolumeCapabilities of {id:?}"),
+                call(ctx.h.controller.validate_volume_capabilities(req)).await,
+                &or(Code::NotFound),
+            )?;
+            if ctx.caps.controller_expand {
+                let req = csi::ControllerExpandVolumeRequest {
+                    volume_id: id.clone(),
+                    capacity_range: Some(csi::CapacityRange {
+                        required_bytes: int64(ctx.expanded_size()),
+                        limit_bytes: 0,
+                    }),
+                    ..Default::default()
+                };
+                expect_codes(
+                    format!("ControllerExpandVolume of {id:?}"),
+                    call(ctx.h.controller.controller_expand_volume(req)).await,
+                    &or(Code::NotFound),
+                )?;
+            }
+            if ctx.caps.snapshots {
+                let req = csi::CreateSnapshotRequest {
+                    name: "pav-testing-hostile".into(),
+                    source_volume_id: id.clone(),
+                    ..Default::default()
+                };
+                let answer = call(ctx.h.controller.create_snapshot(req)).await;
+                if let Ok(csi::CreateSnapshotResponse { snapshot: Some(s) }) = &answer {
+                    ctx.snapshots.push(s.snapshot_id.clone());
+                }
+                expect_codes(
+                    format!("CreateSnapshot of volume {id:?}"),
+                    answer,
+                    &or(Code::NotFound),
+                )?;
+                let req = csi::DeleteSnapshotRequest {
+                    snapshot_id: id.clone(),
+                    ..Default::default()
+                };
+                expect_codes(
+                    format!("DeleteSnapshot of {id:?}"),
+                    call(ctx.h.controller.delete_snapshot(req)).await,
+                    &or(Code::Ok),
+                )?;
+                let req = csi::CreateVolumeRequest {
+                    volume_content_source: Some(csi::VolumeContentSource {
+                        r#type: Some(csi::volume_content_source::Type::Snapshot(
+                            csi::volume_content_source::SnapshotSource {
+                                snapshot_id: id.clone(),
+                            },
+                        )),
+                    }),
+                    ..ctx.create_request("pav-testing-hostile-restore", ctx.size(), 0)
+                };
+                let answer = call(ctx.h.controller.create_volume(req)).await;
+                if let Ok(csi::CreateVolumeResponse { volume: Some(v) }) = &answer {
+                    ctx.track_volume(v);
+                }
+                expect_codes(
+                    format!("CreateVolume from snapshot {id:?}"),
+                    answer,
+                    &or(Code::NotFound),
+                )?;
+            }
+            // As a name: refused, or a volume like any other.
+            let req = ctx.create_request(&id, ctx.size(), 0);
+            let what = format!("CreateVolume named {id:?}");
+            match call(ctx.h.controller.create_volume(req)).await {
+                Ok(answer) => {
+                    let volume = answer
+                        .volume
+                        .ok_or_else(|| format!("{what}: OK without a volume"))?;
+                    ctx.track_volume(&volume);
+                    ctx.delete(
+                        format!("DeleteVolume of the volume {what}"),
+                        &volume.volume_id,
+                    )
+                    .await?;
+                }
+                Err(status) if status.code() == Code::InvalidArgument => {}
+                Err(status) => {
+                    return Err(format!(
+                        "{what}: expected INVALID_ARGUMENT or OK, got {}",
+                        answered(&status)
+                    ));
+                }
+            }
+        }
+        if ctx.caps.node && ctx.caps.stage_unstage {
+            let staging = ctx.h.staging_path("hostile");
+            std::fs::create_dir_all(&staging)
+                .map_err(|e| format!("creating {}: {e}", staging.display()))?;
+            let req = ctx.stage_request(&id, &text(&staging));
+            let answer = call(ctx.h.node.node_stage_volume(req)).await;
+            if answer.is_ok() {
+                ctx.staged.push((id.clone(), staging.clone()));
+            }
+            expect_codes(
+                format!(
+                    "NodeStageVolume of {id:?}, which names no volume \
+                     (VolumeId::path_component's error is NOT_FOUND)"
+                ),
+                answer,
+                &or(Code::NotFound),
+            )?;
+            for at in [staging.clone(), ctx.staged_data(&staging)] {
+                expect_mounts(&format!("after NodeStageVolume of {id:?}"), &at, 0)?;
+            }
+            let req = csi::NodeUnstageVolumeRequest {
+                volume_id: id.clone(),
+                staging_target_path: text(&staging),
+            };
+            expect_codes(
+                format!("NodeUnstageVolume of {id:?}"),
+                call(ctx.h.node.node_unstage_volume(req)).await,
+                &or(Code::Ok),
+            )?;
+        } else if ctx.caps.node {
+            let target = ctx.h.target_path("hostile-pod", "hostile");
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| format!("creating {}: {e}", parent.display()))?;
+            }
+            let req = ctx.publish_request(&id, "", &text(&target));
+            let answer = call(ctx.h.node.node_publish_volume(req)).await;
+            if answer.is_ok() {
+                ctx.published.push((id.clone(), target.clone()));
+            }
+            expect_codes(
+                format!("NodePublishVolume of {id:?}, which names no volume"),
+                answer,
+                &or(Code::NotFound),
+            )?;
+            expect_mounts(&format!("after NodePublishVolume of {id:?}"), &target, 0)?;
+        }
+    }
+    if !ctx.caps.create {
+        not_applying.push(format!("controller calls: {NO_CREATE}"));
+    }
+
+    if ctx.caps.node && ctx.caps.create {
+        let volume = ctx.create("pav-testing-hostile-paths").await?;
+        let id = volume.volume_id.as_str();
+        let k = text(&kubelet);
+        let state = kubelet.join("plugins").join(ctx.h.driver_name());
+        let paths = [
+            ("a relative path", "kubelet/pods/hostile".to_owned()),
+            ("a path with ..", format!("{k}/pods/../../outside/data")),
+            (
+                "a path outside the kubelet directory",
+                text(&outside.join("data")),
+            ),
+            (
+                "a path through a symlink leading out",
+                format!("{k}/escape/data"),
+            ),
+            ("a path with a NUL byte", format!("{k}/pods/nul\0byte")),
+            (
+                "a path of more than 4096 bytes",
+                format!("{k}/{}", "p/".repeat(2100)),
+            ),
+            (
+                "a path in the driver's state directory",
+                text(&state.join("hostile")),
+            ),
+        ];
+        let staging = match ctx.caps.stage_unstage {
+            true => {
+                for (what, path) in &paths {
+                    let req = ctx.stage_request(id, path);
+                    let answer = call(ctx.h.node.node_stage_volume(req)).await;
+                    if answer.is_ok() {
+                        ctx.staged.push((id.to_owned(), PathBuf::from(path)));
+                    }
+                    expect_codes(
+                        format!("NodeStageVolume at {what} ({path:?})"),
+                        answer,
+                        &[Code::InvalidArgument],
+                    )?;
+                }
+                let staging = ctx.h.staging_path("hostile-paths");
+                ctx.stage("NodeStageVolume", id, &staging).await?;
+                Some(staging)
+            }
+            false => None,
+        };
+        let staging_text = staging.as_deref().map(text).unwrap_or_default();
+        for (what, path) in &paths {
+            let req = ctx.publish_request(id, &staging_text, path);
+            let answer = call(ctx.h.node.node_publish_volume(req)).await;
+            if answer.is_ok() {
+                ctx.published.push((id.to_owned(), PathBuf::from(path)));
+            }
+            expect_codes(
+                format!("NodePublishVolume at {what} ({path:?})"),
+                answer,
+                &[Code::InvalidArgument],
+            )?;
+        }
+        if let Some(staging) = &staging {
+            ctx.unstage("NodeUnstageVolume", id, staging).await?;
+        }
+        ctx.delete("DeleteVolume", id).await?;
+        ctx.nothing_mounted("with every volume unstaged")?;
+    } else if !ctx.caps.node {
+        not_applying.push(format!("node calls and paths: {}", ctx.no_node()));
+    } else {
+        not_applying.push(format!("paths: {NO_CREATE}"));
+    }
+
+    let after = listing(&dir, &skip)?;
+    let mut changed: Vec<String> = Vec::new();
+    for (path, was) in &before {
+        match after.get(path) {
+            None => changed.push(format!("removed {}", path.display())),
+            Some(now) if now != was => changed.push(format!("changed {}", path.display())),
+            Some(_) => {}
+        }
+    }
+    for path in after.keys().filter(|p| !before.contains_key(*p)) {
+        changed.push(format!("created {}", path.display()));
+    }
+    if !changed.is_empty() {
+        return Err(format!(
+            "hostile ids or paths reached outside the kubelet and storage directories: {}",
+            changed.join(", ")
+        ));
+    }
+    let mounted: Vec<PathBuf> = crate::mount::mounts_below(&dir)
+        .map_err(|e| format!("reading the mount table: {e}"))?
+        .into_iter()
+        .filter(|p| !p.starts_with(&kubelet) && !p.starts_with(&storage))
+        .collect();
+    if !mounted.is_empty() {
+        return Err(format!(
+            "mounted outside the kubelet and storage directories: {mounted:?}"
+        ));
+    }
+    match not_applying.is_empty() {
+        true => Ok(Outcome::Passed),
+        false => Ok(Outcome::Partly(not_applying.join("; "))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every hostile id, joined to the storage directory or below it,
+    /// lands inside the temporary directory; none is absolute.
+    #[test]
+    fn hostile_ids_stay_in_the_temporary_directory() {
+        let dir = Path::new("/tmp/.tmpXYZ");
+        let storage = dir.join(super::super::harness::STORAGE);
+        for climbing in [false, true] {
+            for id in hostile_ids(climbing) {
+                assert!(!id.starts_with('/'), "{id:?}");
+                for base in [
+                    storage.clone(),
+                    storage.join("volumes"),
+                    storage.join("a/b"),
+                ] {
+                    assert!(lands_inside(&base, &id, dir), "{id:?} from {base:?}");
+                }
+            }
+        }
+        let climbs = |id: &String| {
+            Path::new(id)
+                .components()
+                .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+                || id.split('/').any(|part| part == "." || part == "..")
+        };
+        assert!(!hostile_ids(false).iter().any(climbs));
+        assert_eq!(hostile_ids(true).iter().filter(|id| climbs(id)).count(), 8);
+    }
+
+    #[test]
+    fn ids_leading_out_are_told() {
+        let dir = Path::new("/tmp/.tmpXYZ");
+        let storage = dir.join("a/b/c/storage");
+        for id in [
+            "/",
+            "/etc",
+            "../../../../..",
+            "../../../../../x",
+            "../../../../../.tmpXYZ/x",
+        ] {
+            assert!(!lands_inside(&storage, id, dir), "{id:?}");
+        }
+        assert!(
+            !lands_inside(&storage, "../../../..", dir),
+            "the directory itself"
+        );
+        assert!(lands_inside(&storage, "../../../../x", dir));
+    }
+}
