@@ -29,9 +29,10 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target-csi}"
 # Each example, and the volume modes (csi-sanity access types) it serves.
 declare -A access_types=(
     [hostdir]="mount"
+    [tmpfs]="mount"
     [sparse-file]="mount block"
 )
-if (($#)); then examples=("$@"); else examples=(hostdir sparse-file); fi
+if (($#)); then examples=("$@"); else examples=(hostdir tmpfs sparse-file); fi
 expected_counts="$(cd "$(dirname "$0")" && pwd)/csi-sanity.expected"
 for example in "${examples[@]}"; do
     [[ -n ${access_types[$example]:-} ]] || { echo "csi-sanity.sh: unknown example $example" >&2; exit 1; }

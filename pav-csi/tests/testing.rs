@@ -462,7 +462,7 @@ async fn a_stage_that_mounts_again_fails_stage_unstage_repeats() {
         .await
         .expect_err("the check passed");
     assert!(
-        failure.message.contains("3 mount(s)") && failure.message.contains("is_mount_point"),
+        failure.message.contains("3 mount(s)") && failure.message.contains("mount_once"),
         "{failure}"
     );
 }

@@ -524,6 +524,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         P: NodeExpand,
     {
         self.node_expand = Some(self.inner.clone());
+        self.rewrap_records();
         self
     }
 
@@ -642,6 +643,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
                 delete: self.delete.clone(),
                 expand: self.expand.clone(),
                 snapshot: self.snapshot.clone(),
+                node_expand: self.node_expand.is_some(),
             };
             let keeper = Arc::new(RecordKeeper::new(&records, author));
             self.records = Some((records, keeper));

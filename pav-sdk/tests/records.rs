@@ -158,6 +158,14 @@ async fn the_budget_bounds_creation_and_growth_and_is_the_capacity() {
     let grown = p.expand().unwrap().expand(grow.clone()).await.unwrap();
     assert_eq!(grown.capacity_bytes, 4 * MIB);
     assert_eq!(capacity().await, 0);
+    let mut stale = build::expand("vol-pvc-1", 3 * MIB);
+    stale.capacity.max_bytes = None;
+    let kept = p.expand().unwrap().expand(stale).await.unwrap();
+    assert_eq!(
+        kept.capacity_bytes,
+        4 * MIB,
+        "a stale retry shrank the volume"
+    );
     grow.capacity.min_bytes = Some(5 * MIB);
     let full = p.expand().unwrap().expand(grow).await.unwrap_err();
     assert!(matches!(full, Error::ResourceExhausted(_)), "{full:?}");

@@ -1,7 +1,7 @@
-//! The documentation shows this example's files verbatim: each copy must
-//! stay identical to the file CI compiles and runs csi-sanity against. The
-//! guide also shows its dependencies, which must be the ones it builds
-//! with.
+//! The documentation shows this example's files, and tmpfs's provisioner,
+//! verbatim: each copy must stay identical to the file CI compiles and
+//! runs csi-sanity against. The guide also shows its dependencies, which
+//! must be the ones it builds with.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -55,6 +55,15 @@ fn pav_sdk_front_page_shows_the_provisioner() {
         "pav-sdk/src/lib.rs",
         "//! ",
         "examples/hostdir/src/provisioner.rs",
+    );
+}
+
+#[test]
+fn pav_sdk_front_page_shows_the_tmpfs_provisioner() {
+    assert_copied(
+        "pav-sdk/src/lib.rs",
+        "//! ",
+        "examples/tmpfs/src/provisioner.rs",
     );
 }
 

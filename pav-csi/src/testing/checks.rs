@@ -340,6 +340,8 @@ impl<'a> Ctx<'a> {
         };
         expect_ok(what, call(self.h.controller.delete_volume(req)).await)?;
         self.volumes.retain(|v| v != id);
+        // A deleted volume has no context: a CO stages it with none.
+        self.contexts.remove(id);
         Ok(())
     }
 
@@ -572,7 +574,7 @@ fn expect_mounts(when: &str, path: &Path, expected: usize) -> Step<()> {
     let hint = match found > expected {
         true => {
             ": mounts stack up when Stage mounts again for a volume already \
-                 staged (ask pav_csi::mount::is_mount_point first)"
+                 staged (use pav_csi::mount::mount_once, or ask pav_csi::mount::is_mounted first)"
         }
         false => "",
     };

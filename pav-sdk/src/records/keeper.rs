@@ -22,6 +22,8 @@ pub(crate) struct Wrapped {
     pub(crate) delete: Option<Arc<dyn Delete>>,
     pub(crate) expand: Option<Arc<dyn Expand>>,
     pub(crate) snapshot: Option<Arc<dyn Snapshot>>,
+    /// Whether the nodes grow volumes too (NodeExpand is added).
+    pub(crate) node_expand: bool,
 }
 
 /// Create, Delete, Expand, List, Capacity and Snapshot over records.
@@ -237,7 +239,17 @@ impl Expand for RecordKeeper {
                 req.handle.as_str()
             )));
         };
-        let growth = (req.capacity.min_bytes.unwrap_or(0)).saturating_sub(record.capacity_bytes);
+        let requested = req.capacity.min_bytes.unwrap_or(0);
+        if requested <= record.capacity_bytes {
+            // As large already (a retry, or one that came late): never
+            // shrunk, the author not asked.
+            let expanded = Expanded::new(record.capacity_bytes);
+            return Ok(match self.author.node_expand {
+                true => expanded.with_node_expansion(),
+                false => expanded,
+            });
+        }
+        let growth = requested - record.capacity_bytes;
         let what = format!("growing volume {:?}", record.name);
         self.reserve(growth, &what).await?;
         let expanded = expand.expand(req).await;
