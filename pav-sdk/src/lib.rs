@@ -336,12 +336,8 @@
 //!     async fn stage(&self, req: StageRequest) -> Result<Staged> {
 //!         let dir = self.path("volumes", &req.handle)?;
 //!         // Create put the size in every volume's context: no size, no volume.
-//!         let Some(size) = req.context.get("size") else {
-//!             return Err(Error::NotFound(format!(
-//!                 "no volume {:?}",
-//!                 req.handle.as_str()
-//!             )));
-//!         };
+//!         let size = (req.context.get("size"))
+//!             .ok_or_else(|| Error::NotFound(format!("no volume {:?}", req.handle.as_str())))?;
 //!         std::fs::create_dir_all(&dir).map_err(|e| io("creating", &dir, e))?;
 //!         let flags = MountFlags::NOSUID | MountFlags::NODEV;
 //!         let data = format!("size={size},mode=0777");
