@@ -218,7 +218,9 @@ impl Planner {
         pvc: &PersistentVolumeClaim,
         sc: &StorageClass,
     ) -> Result<Plan<ValidationPhase>> {
-        self.require_dynamic(Phase::Validation)?;
+        // Dynamic validation belongs to creating a volume: that is what
+        // a provisioner without Dynamic lacks.
+        self.require_dynamic(Phase::Creation)?;
         let context = ValidationContext::dynamic(pvc, sc).map_err(PlanError::Context)?;
         self.validation_in(context, pvc)
     }
