@@ -400,7 +400,7 @@ async fn remove_release(client: &Client) -> anyhow::Result<()> {
     }
 }
 
-/// What is left after the uninstall, by kind: `Kind namespace/name`.
+/// What is left after the uninstall: `Kind [namespace/]name`.
 #[derive(Debug, Default)]
 struct Leftovers {
     /// Objects anywhere labelled as the release's, but the kept CRD.
@@ -434,9 +434,11 @@ impl Leftovers {
                     if resource.kind == "CustomResourceDefinition" && name == CRD {
                         continue;
                     }
-                    let namespace = object.namespace().unwrap_or_default();
-                    left.labelled
-                        .push(format!("{} {namespace}/{name}", resource.kind));
+                    let place = match object.namespace() {
+                        Some(namespace) => format!("{namespace}/{name}"),
+                        None => name,
+                    };
+                    left.labelled.push(format!("{} {place}", resource.kind));
                 }
                 if capabilities.scope != Scope::Namespaced || resource.kind == "Event" {
                     continue;
