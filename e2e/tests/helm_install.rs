@@ -474,7 +474,7 @@ impl Leftovers {
     }
 }
 
-/// Whether `image` of a volume of the example exists on node 1.
+/// Whether the image of the example's volume `handle` exists on node 1.
 fn image_exists(handle: &str) -> bool {
     std::path::Path::new(&format!("{VOLUMES_DIR}/{handle}.img")).exists()
 }
@@ -520,10 +520,30 @@ fn writer_script(token: &str) -> String {
     )
 }
 
+/// A claim's volume as the writer left it before the upgrade.
+struct Written {
+    /// The PersistentVolume's name.
+    volume: String,
+    /// Its uid: a volume made again under the same name has another.
+    uid: Option<String>,
+    /// Its handle: the example's image is `VOLUMES_DIR/<handle>.img`.
+    handle: String,
+    /// What the writer wrote into it.
+    token: String,
+}
+
 /// Install, claim, upgrade, read back, uninstall, and the checks of each.
 async fn scenario(client: &Client) {
-    // 1. helm install as docs/install.md does, with the image
-    // scripts/e2e-image loaded.
+    helm_install(client).await;
+    let (observer, before) = install_local_volumes(client).await;
+    let written = claim_written(client).await;
+    upgrade_keeps_the_volume(client, &observer, &before, &written).await;
+    uninstall_leaves_nothing(client, &written).await;
+}
+
+/// `helm install` as docs/install.md does, with the image
+/// scripts/e2e-image loaded; waits for the controller.
+async fn helm_install(client: &Client) {
     let_helm_adopt_the_crd(client).await.unwrap();
     let selector_value = format!("selector={SELECTOR}");
     helm(&[
@@ -561,7 +581,12 @@ async fn scenario(client: &Client) {
         .await
         .unwrap();
     wait_pods(client, "pav controller", CONTROLLER_PODS, &[], false).await;
+}
 
+/// The example's provisioner and class; waits for its driver, every pav pod
+/// running the chart's image. Returns the observer of its PaV pods and the
+/// pav pods.
+async fn install_local_volumes(client: &Client) -> (PodObserver, Vec<Pod>) {
     reset(client, NS, NAME).await.unwrap();
     namespace(client, NS).await.unwrap();
     let observer = PodObserver::start(client, NAME);
@@ -577,8 +602,11 @@ async fn scenario(client: &Client) {
             pod.name_any()
         );
     }
+    (observer, before)
+}
 
-    // 2. A claim, and a writer that keeps using it through the upgrade.
+/// A claim, and a writer that keeps using it through the upgrade.
+async fn claim_written(client: &Client) -> Written {
     let token = format!(
         "written-before-the-upgrade-{}",
         SystemTime::now()
@@ -615,8 +643,27 @@ async fn scenario(client: &Client) {
         image_exists(&handle),
         "no image {VOLUMES_DIR}/{handle}.img for PersistentVolume {volume}"
     );
+    Written {
+        volume,
+        uid: pv.uid(),
+        handle,
+        token,
+    }
+}
 
-    // 3. helm upgrade to another log format: every pav pod is replaced.
+/// `helm upgrade` to another log format: every pav pod is replaced, and the
+/// volume is kept.
+async fn upgrade_keeps_the_volume(
+    client: &Client,
+    observer: &PodObserver,
+    before: &[Pod],
+    written: &Written,
+) {
+    let Written {
+        volume, uid, token, ..
+    } = written;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
     helm(&[
         "upgrade",
         RELEASE,
@@ -632,7 +679,7 @@ async fn scenario(client: &Client) {
     ])
     .await
     .unwrap();
-    let after = wait_pav_pods(client, &uids(&before), true).await;
+    let after = wait_pav_pods(client, &uids(before), true).await;
     eprintln!(
         "the upgrade replaced {:?} with {:?}",
         before.iter().map(|p| p.name_any()).collect::<Vec<_>>(),
@@ -649,8 +696,8 @@ async fn scenario(client: &Client) {
         "claim {NS}/data after the upgrade"
     );
     assert_eq!(
-        pvs.get(&volume).await.unwrap().uid(),
-        pv.uid(),
+        pvs.get(volume).await.unwrap().uid(),
+        *uid,
         "PersistentVolume {volume} was replaced by the upgrade"
     );
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
@@ -681,14 +728,20 @@ async fn scenario(client: &Client) {
         "pod {NS}/reader must read what pod {NS}/writer wrote before the upgrade"
     );
     observer.assert_succeeded("unstaging");
+}
 
-    // 4. Everything deleted, provisioner first (while the controller runs:
-    // its finalizer removes the driver's cluster-scoped objects), then helm
-    // uninstall.
+/// Everything deleted, provisioner first (while the controller runs: its
+/// finalizer removes the driver's cluster-scoped objects), then `helm
+/// uninstall`, and what it leaves.
+async fn uninstall_leaves_nothing(client: &Client, written: &Written) {
+    let Written { volume, handle, .. } = written;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
     delete_and_wait(&claims, "data", STEP).await.unwrap();
-    wait_gone(&pvs, &volume, STEP).await.unwrap();
+    wait_gone(&pvs, volume, STEP).await.unwrap();
     assert!(
-        !image_exists(&handle),
+        !image_exists(handle),
         "image {VOLUMES_DIR}/{handle}.img left after its claim was deleted"
     );
     wait_no_pav_pods(client, NAME, STEP).await.unwrap();
