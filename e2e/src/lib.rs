@@ -100,16 +100,28 @@ fn documents(yaml: &str) -> anyhow::Result<Vec<serde_json::Value>> {
 /// Deletes every object of a YAML stream (missing ones are fine), without
 /// waiting.
 pub async fn delete(client: &Client, yaml: &str) -> anyhow::Result<()> {
-    for value in documents(yaml)? {
-        let object: DynamicObject = serde_json::from_value(value)?;
-        let (api, name) = dynamic_api(client, &object).await?;
-        match api.delete(&name, &DeleteParams::background()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e).with_context(|| format!("deleting {name}")),
-        }
+    for object in yaml_objects(yaml)? {
+        delete_object(client, &object).await?;
     }
     Ok(())
+}
+
+/// The objects of a YAML stream, in order.
+pub fn yaml_objects(yaml: &str) -> anyhow::Result<Vec<DynamicObject>> {
+    documents(yaml)?
+        .into_iter()
+        .map(|value| Ok(serde_json::from_value(value)?))
+        .collect()
+}
+
+/// Deletes one object (missing is fine), without waiting.
+pub async fn delete_object(client: &Client, object: &DynamicObject) -> anyhow::Result<()> {
+    let (api, name) = dynamic_api(client, object).await?;
+    match api.delete(&name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("deleting {name}")),
+    }
 }
 
 async fn dynamic_api(
@@ -518,6 +530,19 @@ pub async fn volumes_of(client: &Client, provisioner: &str) -> anyhow::Result<Ve
         })
         .map(|pv| pv.name_any())
         .collect())
+}
+
+/// The pav binary `scripts/e2e-image` built
+/// (`$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/pav`), or
+/// `$PAV_BINARY`.
+pub fn pav_binary() -> PathBuf {
+    if let Some(binary) = std::env::var_os("PAV_BINARY") {
+        return binary.into();
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    target.join("x86_64-unknown-linux-gnu/release/pav")
 }
 
 /// Where the test cluster (`scripts/cluster-up`) keeps its state.

@@ -165,16 +165,6 @@ impl FirstSeen {
     }
 }
 
-fn pav_binary() -> PathBuf {
-    if let Some(binary) = std::env::var_os("PAV_BINARY") {
-        return binary.into();
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    target.join("x86_64-unknown-linux-gnu/release/pav")
-}
-
 /// Writes `object` as YAML to `dir/name`, without what only the API server
 /// keeps (managed fields), and returns the path.
 fn object_file<T: serde::Serialize>(dir: &Path, name: &str, object: &T) -> String {
