@@ -3,7 +3,6 @@
 //! their output in `<state>/logs/*.log`).
 
 use std::fs::OpenOptions;
-use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -92,7 +91,12 @@ pub fn restart(component: &str) -> anyhow::Result<u32> {
             .join("logs")
             .join(format!("{component}.log")),
     )?;
-    let child = Command::new(program)
+    // A session of its own, as cluster-up's setsid gives the components:
+    // it must outlive the test process and whatever ends that process's
+    // session (a CI step, a terminal). setsid(1) execs the program in
+    // place (the child is no group leader), so the pid is the program's.
+    let child = Command::new("setsid")
+        .arg(program)
         .args(args)
         .env_clear()
         .envs(environment.iter().filter_map(|kv| kv.split_once('=')))
@@ -100,9 +104,6 @@ pub fn restart(component: &str) -> anyhow::Result<u32> {
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
-        // Its own process group, like cluster-up's setsid: the test
-        // harness's signals must not reach it.
-        .process_group(0)
         .spawn()
         .with_context(|| format!("starting {program}"))?;
     std::fs::write(pid_file(component), format!("{}\n", child.id()))?;
