@@ -80,9 +80,10 @@ impl RecordKeeper {
     }
 
     async fn release(&self, bytes: u64) {
-        if self.budget.is_some()
-            && let Ok(mut index) = self.index().await
-        {
+        if self.budget.is_none() {
+            return;
+        }
+        if let Ok(mut index) = self.index().await {
             index.reserved = index.reserved.saturating_sub(bytes);
         }
     }
