@@ -161,18 +161,34 @@ impl Leadership {
     }
 
     /// Gives the Lease up, so a successor need not wait for it to expire.
+    /// A failure is logged, not returned: the process is stopping anyway,
+    /// and the successor takes the Lease once it expires.
     pub async fn release(&self) {
-        if let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await
-            && let Some(spec) = lease.spec.as_mut()
-            && spec.holder_identity.as_deref() == Some(self.identity.as_str())
-        {
-            spec.holder_identity = None;
-            spec.renew_time = None;
-            let _ = self
-                .api
-                .replace(&self.name, &PostParams::default(), &lease)
-                .await;
+        let mut lease = match self.api.get_opt(&self.name).await {
+            Ok(Some(lease)) => lease,
+            Ok(None) => return,
+            Err(e) => return self.not_released(&e),
+        };
+        let Some(spec) = lease.spec.as_mut() else {
+            return;
+        };
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return;
         }
+        spec.holder_identity = None;
+        spec.renew_time = None;
+        if let Err(e) = (self.api)
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            self.not_released(&e);
+        }
+    }
+
+    /// Says why the Lease stays held until it expires (after `helm
+    /// uninstall`, say, whose RoleBinding goes before the controller).
+    fn not_released(&self, error: &kube::Error) {
+        tracing::warn!(lease = %self.name, error = %error, "cannot release the leader Lease: a successor waits for it to expire");
     }
 }
 
