@@ -11,8 +11,9 @@
 # (util-linux), blkid, mkfs.ext4 and resize2fs (e2fsprogs).
 # csi-sanity runs the tests of every capability a driver advertises: for
 # sparse-file also expansion (to --csi.testvolumeexpandsize), capacity,
-# ListVolumes, snapshots, restores and clones; hostdir advertises only the
-# basic ones.
+# ListVolumes, snapshots, restores, clones and volume attributes classes
+# (created and modified with the mutable parameters below); hostdir
+# advertises only the basic ones.
 # Non-interactive; exits non-zero when any spec fails or anything outside a
 # driver's directories changed.
 #
@@ -31,6 +32,12 @@ declare -A access_types=(
     [hostdir]="mount"
     [tmpfs]="mount"
     [sparse-file]="mount block"
+)
+# The mutable parameters (a VolumeAttributesClass's) csi-sanity creates and
+# modifies volumes with, for the examples that advertise MODIFY_VOLUME:
+# sparse-file's volumes made thick (every block reserved).
+declare -A mutable_parameters=(
+    [sparse-file]="provisioning: thick"
 )
 if (($#)); then examples=("$@"); else examples=(hostdir tmpfs sparse-file); fi
 expected_counts="$(cd "$(dirname "$0")" && pwd)/csi-sanity.expected"
@@ -119,6 +126,11 @@ for example in "${examples[@]}"; do
     done
     [[ -S $socket ]] || { echo "csi-sanity.sh: $example: driver socket never appeared" >&2; exit 1; }
 
+    modify=()
+    if [[ -n ${mutable_parameters[$example]:-} ]]; then
+        echo "${mutable_parameters[$example]}" >"$dir/mutable-parameters.yaml"
+        modify=(--csi.testvolumemutableparameters "$dir/mutable-parameters.yaml")
+    fi
     example_status=0
     for access_type in ${access_types[$example]}; do
         echo "=== csi-sanity: $example, access type $access_type ==="
@@ -131,6 +143,7 @@ for example in "${examples[@]}"; do
             --csi.testvolumesize 67108864 \
             --csi.testvolumeexpandsize 134217728 \
             --csi.testvolumeaccesstype "$access_type" \
+            "${modify[@]}" \
             -ginkgo.no-color \
             ${CSI_SANITY_ARGS:-} 2>&1 | tee "$logs/sanity.log" || result=$?
         summary+=("$example $access_type: $(grep -Eo '[0-9]+ Passed \| [0-9]+ Failed \| [0-9]+ Pending \| [0-9]+ Skipped' "$logs/sanity.log" | tail -1)")

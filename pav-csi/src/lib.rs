@@ -93,7 +93,7 @@
 //! # Logging
 //!
 //! pav-csi logs through [`tracing`](https://docs.rs/tracing): each
-//! mutating call (Create/Delete/Expand volume, Create/Delete snapshot,
+//! mutating call (Create/Delete/Expand/Modify volume, Create/Delete snapshot,
 //! Node Stage/Unstage/Publish/Unpublish/Expand) at `info` when it starts
 //! its work (with the volume id or name), and every failure of one, from
 //! the request check to the last step, as one `<RPC> failed` line with its
@@ -137,12 +137,13 @@
 //! | Sizes answered | `CreateVolume`, `ControllerExpandVolume`, `NodeExpandVolume`, `GetCapacity`, snapshots, stats | a size or count that does not fit CSI's int64 is `INTERNAL` naming the field and value, never clamped; a created volume outside the requested range (0, "unknown", aside) is deleted and answered `INTERNAL` |
 //! | Access modes | every RPC with a capability | those the provisioner declares ([`pav_sdk::Provisioner::access_modes`], default the single-node ones); `SINGLE_NODE_MULTI_WRITER` advertised (controller and node) when both single-node writer modes are served, so Kubernetes provisions `ReadWriteOncePod` claims |
 //! | Expansion | `ControllerExpandVolume`, `NodeExpandVolume` | with [`pav_sdk::Expand`] / [`pav_sdk::NodeExpand`]: `capacity_range` required, an unknown volume or a path with no volume mounted is `NOT_FOUND`, an answer outside the range is `INTERNAL`; the `VolumeExpansion` plugin capability (`ONLINE`, or `OFFLINE`) |
+//! | Volume attributes classes | `ControllerModifyVolume`, `CreateVolume`, `ValidateVolumeCapabilities` | with [`pav_sdk::Modify`]: `MODIFY_VOLUME` advertised; `volume_id` required, `mutable_parameters` and secrets within the map limit, an unknown volume `NOT_FOUND`, one call per volume, a request with no parameters answered `OK` without asking the provisioner, external-resizer's `--extra-modify-metadata` keys moved to [`pav_sdk::ModifyRequest::claim`]; `CreateVolume`'s `mutable_parameters` passed to Create (and Validate), compared on a repeat; without it, `CreateVolume` with `mutable_parameters` is `INVALID_ARGUMENT` (the spec: not to be sent unless `MODIFY_VOLUME` is advertised), `ValidateVolumeCapabilities` with them "not confirmed", `ControllerModifyVolume` `UNIMPLEMENTED` |
 //! | Capacity | `GetCapacity` | with [`pav_sdk::Capacity`]: per topology segment; 0 without asking for volume capabilities the provisioner does not serve |
 //! | Topology | `NodeGetInfo`, `CreateVolume` | [`DriverBuilder::node_topology`] reported by the node and advertised; `accessibility_requirements` passed to Create (bounded), its `accessible_topology` checked and returned |
 //! | Listing | `ListVolumes` | with [`pav_sdk::List`]: sorted by handle, paged by tokens that name the last entry (a foreign token is `ABORTED`); conditions reported (and `VOLUME_CONDITION` advertised) when the provisioner says it has them |
 //! | Snapshots | `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` | with [`pav_sdk::Snapshot`]: name and source required, an unknown source volume `NOT_FOUND`, one call per name and source volume, recent answers cached by name (another source is `ALREADY_EXISTS`), listing filtered, sorted and paged |
 //! | Content sources | `CreateVolume` | a snapshot (with [`pav_sdk::Snapshot`]) or a volume (with [`pav_sdk::Provisioner::clones_volumes`]), else `INVALID_ARGUMENT`; a missing source `NOT_FOUND`, a limit below its size `OUT_OF_RANGE`, the source volume guarded while copied |
-//! | Everything else | publish/attach, group snapshots, modify | `UNIMPLEMENTED`, not advertised |
+//! | Everything else | publish/attach, group snapshots, `ControllerGetVolume`, `GetSnapshot`, snapshot metadata | `UNIMPLEMENTED`, not advertised |
 //! | Socket | [`DriverBuilder::run`] | stale socket replaced, mode `0600`, removed on SIGTERM/SIGINT; at most 256 connections at once, each kept open as long as its client keeps it (the CSI sidecars exit when a connection is lost) |
 //! | Secrets | logs | CSI messages with secrets have no `Debug`; [`pav_sdk::Secrets`] redacts values |
 //! | Logs | every RPC | request strings are logged escaped (`Debug`), so a newline in a path or id cannot forge a line; every failed mutating call is logged (`warn` when final for the caller) |

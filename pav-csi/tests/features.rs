@@ -1,5 +1,6 @@
 //! The optional touch points beyond create, delete and stage (expansion,
-//! capacity, listing, snapshots) through a real tonic client: each is
+//! capacity, listing, snapshots, modification) through a real tonic
+//! client: each is
 //! advertised only when implemented, and pav-csi's checks and codes.
 
 mod common;
@@ -795,5 +796,241 @@ async fn volumes_placed_outside_the_requisite_topology_are_refused_and_deleted()
         .filter(|c| **c == "delete")
         .count();
     assert_eq!(deletes, 1, "the misplaced volume is deleted");
+    h.stop().await;
+}
+
+fn modify_request(id: &str, pairs: &[(&str, &str)]) -> csi::ControllerModifyVolumeRequest {
+    csi::ControllerModifyVolumeRequest {
+        volume_id: id.into(),
+        mutable_parameters: (pairs.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn parameters(pairs: &[(&str, &str)]) -> pav_sdk::Parameters {
+    (pairs.iter())
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Without Modify: no `MODIFY_VOLUME`, `UNIMPLEMENTED`, and a class at
+/// creation refused (CSI: mutable_parameters "SHALL NOT be specified
+/// unless the SP has the MODIFY_VOLUME plugin capability"). With it: the
+/// capability, and the class's parameters passed to Create, without the
+/// sidecars' keys.
+#[tokio::test]
+async fn modify_is_advertised_only_when_implemented() {
+    use csi::controller_service_capability::rpc::Type as Controller;
+    let modify_volume = Controller::ModifyVolume as i32;
+    let with_class = || {
+        let mut request = create_request("pvc-class");
+        request.mutable_parameters = [
+            ("tier".to_owned(), "gold".to_owned()),
+            ("csi.storage.k8s.io/pvc/name".to_owned(), "data".to_owned()),
+        ]
+        .into();
+        request
+    };
+    let validate_class = |volume_id: &str| csi::ValidateVolumeCapabilitiesRequest {
+        volume_id: volume_id.into(),
+        volume_capabilities: vec![capability(VolumeMode::Filesystem)],
+        mutable_parameters: [("tier".to_owned(), "gold".to_owned())].into(),
+        ..Default::default()
+    };
+
+    let mut plain = Harness::start().await;
+    assert!(
+        !common::controller_rpcs(&mut plain)
+            .await
+            .contains(&modify_volume)
+    );
+    let modify = plain
+        .controller
+        .controller_modify_volume(modify_request("vol-1", &[("tier", "gold")]))
+        .await
+        .unwrap_err();
+    assert_eq!(modify.code(), Code::Unimplemented);
+    assert!(modify.message().contains("MODIFY_VOLUME"), "{modify:?}");
+    let refused = plain
+        .controller
+        .create_volume(with_class())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert!(
+        refused.message().contains("mutable_parameters"),
+        "{refused:?}"
+    );
+    let id = plain
+        .controller
+        .create_volume(create_request("pvc-plain"))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap()
+        .volume_id;
+    let unconfirmed = plain
+        .controller
+        .validate_volume_capabilities(validate_class(&id))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(unconfirmed.confirmed.is_none());
+    assert!(
+        unconfirmed.message.contains("MODIFY_VOLUME"),
+        "{unconfirmed:?}"
+    );
+    assert_eq!(plain.provisioner.count("create"), 1);
+    plain.stop().await;
+
+    let mut h = Harness::start_with(Options {
+        modify: true,
+        ..Default::default()
+    })
+    .await;
+    assert!(
+        common::controller_rpcs(&mut h)
+            .await
+            .contains(&modify_volume)
+    );
+    let volume = h
+        .controller
+        .create_volume(with_class())
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    let attributes = h.provisioner.attributes.lock().unwrap().clone();
+    assert_eq!(
+        attributes[&volume.volume_id],
+        parameters(&[("tier", "gold")])
+    );
+    // The same name with another class is another volume: ALREADY_EXISTS.
+    let mut other = with_class();
+    other
+        .mutable_parameters
+        .insert("tier".into(), "silver".into());
+    let other = h.controller.create_volume(other).await.unwrap_err();
+    assert_eq!(other.code(), Code::AlreadyExists, "{other:?}");
+    let confirmed = h
+        .controller
+        .validate_volume_capabilities(validate_class(&volume.volume_id))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(confirmed.confirmed.is_some(), "{confirmed:?}");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn controller_modify_checks_holds_and_modifies() {
+    let mut h = Harness::start_with(Options {
+        modify: true,
+        ..Default::default()
+    })
+    .await;
+    let mut request = create_request("pvc-mod");
+    request.mutable_parameters = [("tier".to_owned(), "gold".to_owned())].into();
+    let id = h
+        .controller
+        .create_volume(request.clone())
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap()
+        .volume_id;
+    let c = &mut h.controller;
+    let code = |r: Result<tonic::Response<csi::ControllerModifyVolumeResponse>, tonic::Status>| {
+        r.unwrap_err().code()
+    };
+    assert_eq!(
+        code(
+            c.controller_modify_volume(modify_request("", &[("tier", "silver")]))
+                .await
+        ),
+        Code::InvalidArgument
+    );
+    assert_eq!(
+        code(
+            c.controller_modify_volume(modify_request("vol-nope", &[("tier", "silver")]))
+                .await
+        ),
+        Code::NotFound
+    );
+    // Nothing to change: OK, the provisioner not asked (also when only
+    // external-resizer's --extra-modify-metadata keys are there).
+    c.controller_modify_volume(modify_request(&id, &[]))
+        .await
+        .unwrap();
+    c.controller_modify_volume(modify_request(
+        &id,
+        &[("csi.storage.k8s.io/pvc/name", "data")],
+    ))
+    .await
+    .unwrap();
+    assert_eq!(h.provisioner.count("modify"), 0);
+
+    let metadata = [
+        ("tier", "silver"),
+        ("csi.storage.k8s.io/pvc/name", "data"),
+        ("csi.storage.k8s.io/pvc/namespace", "apps"),
+        ("csi.storage.k8s.io/pv/name", "pvc-mod"),
+    ];
+    for _ in 0..2 {
+        c.controller_modify_volume(modify_request(&id, &metadata))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        h.provisioner.attributes.lock().unwrap()[&id],
+        parameters(&[("tier", "silver")])
+    );
+    let claim = h.provisioner.modify_claims.lock().unwrap()[0]
+        .clone()
+        .unwrap();
+    assert_eq!(
+        (claim.namespace.as_str(), claim.name.as_str()),
+        ("apps", "data")
+    );
+    assert_eq!(claim.pv_name.as_deref(), Some("pvc-mod"));
+
+    // The provisioner's errors, with their codes.
+    for (error, wanted) in [
+        ("invalid", Code::InvalidArgument),
+        ("precondition", Code::FailedPrecondition),
+        ("unavailable", Code::Unavailable),
+    ] {
+        let refused = c
+            .controller_modify_volume(modify_request(&id, &[("error", error)]))
+            .await;
+        assert_eq!(code(refused), wanted, "{error}");
+    }
+
+    // One call per volume: a second while the first runs is ABORTED.
+    let mut slow = h.controller.clone();
+    let slow_id = id.clone();
+    let running = tokio::spawn(async move {
+        slow.controller_modify_volume(modify_request(&slow_id, &[("slow", "yes")]))
+            .await
+    });
+    h.provisioner.wait_for_calls("modify", 6).await;
+    let busy = h
+        .controller
+        .controller_modify_volume(modify_request(&id, &[("tier", "bronze")]))
+        .await;
+    assert_eq!(code(busy), Code::Aborted);
+    running.await.unwrap().unwrap();
+    assert_eq!(h.provisioner.count("modify"), 6);
+
+    // CreateVolume's cached answer is forgotten: the provisioner is asked
+    // about the modified volume (this one answers it by name).
+    let creates = h.provisioner.count("create");
+    h.controller.create_volume(request).await.unwrap();
+    assert_eq!(h.provisioner.count("create"), creates + 1);
     h.stop().await;
 }

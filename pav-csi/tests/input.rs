@@ -30,6 +30,7 @@ enum Call {
     CreateVolume(csi::CreateVolumeRequest),
     DeleteVolume(csi::DeleteVolumeRequest),
     ValidateVolumeCapabilities(csi::ValidateVolumeCapabilitiesRequest),
+    ControllerModifyVolume(csi::ControllerModifyVolumeRequest),
     ControllerGetCapabilities,
     GetCapacity,
     ListVolumes,
@@ -49,6 +50,7 @@ impl Call {
             Call::CreateVolume(_) => "CreateVolume",
             Call::DeleteVolume(_) => "DeleteVolume",
             Call::ValidateVolumeCapabilities(_) => "ValidateVolumeCapabilities",
+            Call::ControllerModifyVolume(_) => "ControllerModifyVolume",
             Call::ControllerGetCapabilities => "ControllerGetCapabilities",
             Call::GetCapacity => "GetCapacity",
             Call::ListVolumes => "ListVolumes",
@@ -125,6 +127,7 @@ async fn invoke(h: &mut Harness, call: Call) -> Result<Option<String>, Status> {
                 r.confirmed.is_none().then_some(r.message)
             })
         }
+        Call::ControllerModifyVolume(r) => h.controller.controller_modify_volume(r).await.map(none),
         Call::ControllerGetCapabilities => h
             .controller
             .controller_get_capabilities(csi::ControllerGetCapabilitiesRequest {})
@@ -283,6 +286,14 @@ fn validate(id: &str) -> csi::ValidateVolumeCapabilitiesRequest {
     csi::ValidateVolumeCapabilitiesRequest {
         volume_id: id.into(),
         volume_capabilities: vec![capability(VolumeMode::Filesystem)],
+        ..Default::default()
+    }
+}
+
+fn modify(id: &str) -> csi::ControllerModifyVolumeRequest {
+    csi::ControllerModifyVolumeRequest {
+        volume_id: id.into(),
+        mutable_parameters: HashMap::from([("tier".into(), "gold".into())]),
         ..Default::default()
     }
 }
@@ -650,6 +661,12 @@ fn full_driver_rows(p: &Paths) -> Vec<Row> {
             "mutable_parameters",
         ),
         Row {
+            case: "mutable_parameters without MODIFY_VOLUME: not confirmed",
+            call: va(|r| r.mutable_parameters = HashMap::from([("iops".into(), "10".into())])),
+            expect: Expect::Unconfirmed("MODIFY_VOLUME"),
+            calls: vec![],
+        },
+        Row {
             case: "block and mount in one request: not confirmed",
             call: va(|r| {
                 r.volume_capabilities = vec![
@@ -662,6 +679,12 @@ fn full_driver_rows(p: &Paths) -> Vec<Row> {
         },
         // Controller RPCs without input, or not served
         ok("no input", Call::ControllerGetCapabilities),
+        fails(
+            "not served",
+            Call::ControllerModifyVolume(modify("vol-1")),
+            Code::Unimplemented,
+            "MODIFY_VOLUME",
+        ),
         fails("not served", Call::GetCapacity, Code::Unimplemented, ""),
         fails("not served", Call::ListVolumes, Code::Unimplemented, ""),
         // NodeStageVolume
@@ -1174,6 +1197,66 @@ async fn staging_on_publish_driver_refuses_bad_input_with_the_spec_code() {
     run(&mut h, "stage-on-publish driver", rows).await;
     assert_eq!(h.provisioner.calls(), Vec::<&str>::new());
     p.assert_outside_untouched();
+    h.stop().await;
+}
+
+/// A driver whose provisioner modifies volumes: ControllerModifyVolume's
+/// input, and CreateVolume's mutable parameters within the map limit.
+#[tokio::test]
+async fn modifying_driver_refuses_bad_input_with_the_spec_code() {
+    let mut h = Harness::start_with(Options {
+        modify: true,
+        ..Options::default()
+    })
+    .await;
+    let md = |edit: fn(&mut csi::ControllerModifyVolumeRequest)| {
+        let mut r = modify("vol-1");
+        edit(&mut r);
+        Call::ControllerModifyVolume(r)
+    };
+    let rows = vec![
+        invalid(
+            "missing volume_id",
+            md(|r| r.volume_id.clear()),
+            "volume_id",
+        ),
+        invalid(
+            "volume_id of 129 bytes",
+            md(|r| r.volume_id = long(129)),
+            "volume_id",
+        ),
+        invalid(
+            "mutable_parameters over 4 KiB",
+            md(|r| r.mutable_parameters = big_map()),
+            "mutable_parameters",
+        ),
+        invalid(
+            "mutable_parameters over 4 KiB in 40 keys",
+            md(|r| r.mutable_parameters = many_keys()),
+            "mutable_parameters",
+        ),
+        invalid(
+            "secrets over 4 KiB",
+            md(|r| r.secrets = big_map()),
+            "secrets",
+        ),
+        fails(
+            "a volume that does not exist",
+            md(|r| r.volume_id = "vol-never".into()),
+            Code::NotFound,
+            "vol-never",
+        )
+        .calling(&["exists"]),
+        invalid(
+            "CreateVolume: mutable_parameters over 4 KiB",
+            Call::CreateVolume(csi::CreateVolumeRequest {
+                mutable_parameters: big_map(),
+                ..create("pvc-1")
+            }),
+            "mutable_parameters",
+        ),
+    ];
+    run(&mut h, "modifying driver", rows).await;
     h.stop().await;
 }
 

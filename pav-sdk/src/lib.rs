@@ -17,6 +17,7 @@
 //! | [`Unstage`] | `NodeUnstageVolume` | last pod on the node using it gone | yes: nothing to undo |
 //! | [`Stats`] | `NodeGetVolumeStats` | kubelet's volume metrics and health events | yes: `statvfs` of the volume path |
 //! | [`Expand`] | `ControllerExpandVolume` | a bound claim's request grows (external-resizer) | yes: claims cannot grow |
+//! | [`Modify`], [`CreateRequest::mutable_parameters`] | `ControllerModifyVolume`; `CreateVolume.mutable_parameters` | a claim's VolumeAttributesClass (`volumeAttributesClassName`) at creation and when it changes (external-resizer) | yes: `MODIFY_VOLUME` not advertised, classes refused |
 //! | [`Capacity`] | `GetCapacity` | CSIStorageCapacity objects the scheduler places `WaitForFirstConsumer` claims by (external-provisioner `--enable-capacity`) | yes: the scheduler ignores space |
 //! | [`List`] | `ListVolumes` | the external-health-monitor's volume conditions; reconciling COs | yes |
 //! | [`Snapshot`] | `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` | VolumeSnapshot (csi-snapshotter sidecar, snapshot-controller) | yes |
@@ -446,14 +447,15 @@ mod volume_id;
 pub use async_trait::async_trait;
 pub use error::{Error, Result};
 pub use provisioner::{
-    Capacity, Create, Delete, Expand, Expansion, List, NodeExpand, Provisioner, Snapshot, Stage,
-    Stats, Unstage, Validate,
+    Capacity, Create, Delete, Expand, Expansion, List, Modify, NodeExpand, Provisioner, Snapshot,
+    Stage, Stats, Unstage, Validate,
 };
 pub use types::{
     AccessMode, AvailableCapacity, CapacityRange, CapacityRequest, Claim, ContentSource,
     CreateRequest, DeleteRequest, DeleteSnapshotRequest, ExpandRequest, Expanded, ListedVolume,
-    MountOptions, NodeExpandRequest, Parameters, PodInfo, Secrets, SnapshotInfo, SnapshotRequest,
-    StageRequest, Staged, StatsRequest, Topology, TopologyRequirement, UnstageRequest, Usage,
-    ValidateRequest, Volume, VolumeCondition, VolumeMode, VolumeStats, build,
+    ModifyRequest, MountOptions, NodeExpandRequest, Parameters, PodInfo, Secrets, SnapshotInfo,
+    SnapshotRequest, StageRequest, Staged, StatsRequest, Topology, TopologyRequirement,
+    UnstageRequest, Usage, ValidateRequest, Volume, VolumeCondition, VolumeMode, VolumeStats,
+    build,
 };
 pub use volume_id::{PathComponentError, VolumeId};

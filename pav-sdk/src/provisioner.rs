@@ -3,7 +3,8 @@
 //! Each method's documentation names the CSI call it answers, the
 //! [`Error`](crate::Error) variants (gRPC codes) it may return, and what the
 //! Kubernetes component that made the call does with each: external-provisioner
-//! for Create and Delete, kubelet for Stage, Unstage and Stats. The traits
+//! for Create and Delete, external-resizer for Expand and Modify, kubelet
+//! for Stage, Unstage and Stats. The traits
 //! are written with [`async_trait`](crate::async_trait) (implement them
 //! with `#[pav_sdk::async_trait]`) so that [`Provisioner`] can hold them as
 //! trait objects.
@@ -19,9 +20,9 @@ use crate::VolumeId;
 use crate::records::{RecordKeeper, Records, Wrapped};
 use crate::types::{
     AccessMode, AvailableCapacity, CapacityRequest, CreateRequest, DeleteRequest,
-    DeleteSnapshotRequest, ExpandRequest, Expanded, ListedVolume, NodeExpandRequest, SnapshotInfo,
-    SnapshotRequest, StageRequest, Staged, StatsRequest, UnstageRequest, ValidateRequest, Volume,
-    VolumeMode, VolumeStats,
+    DeleteSnapshotRequest, ExpandRequest, Expanded, ListedVolume, ModifyRequest, NodeExpandRequest,
+    SnapshotInfo, SnapshotRequest, StageRequest, Staged, StatsRequest, UnstageRequest,
+    ValidateRequest, Volume, VolumeMode, VolumeStats,
 };
 
 /// Checks a requested volume before it is created, or an existing one against
@@ -239,6 +240,53 @@ pub trait Expand: Send + Sync {
     async fn expand(&self, req: ExpandRequest) -> Result<Expanded>;
 }
 
+/// Changes the mutable attributes of existing volumes (Kubernetes
+/// VolumeAttributesClass): what a claim's class says, such as a tier, a
+/// throughput or a reservation, changed while the volume lives.
+///
+/// A volume's first attributes come with [`Create`]
+/// ([`CreateRequest::mutable_parameters`](crate::CreateRequest::mutable_parameters),
+/// which pav-csi refuses for a provisioner without this trait). Keys the
+/// class and the StorageClass both set are the class's.
+#[async_trait]
+pub trait Modify: Send + Sync {
+    /// Sets the attributes `req.mutable_parameters` names on the volume;
+    /// attributes it does not name stay as they are (the CSI spec forbids
+    /// acting on absent keys). The same request again (a retry) succeeds
+    /// and changes nothing more.
+    ///
+    /// **CSI call:** `ControllerModifyVolume`, from external-resizer
+    /// (with its `VolumeAttributesClass` feature gate), when a bound
+    /// claim's `spec.volumeAttributesClassName` names a
+    /// VolumeAttributesClass of this driver other than the claim's
+    /// current one, with the class's `parameters`. pav-csi has checked
+    /// that the volume exists (with [`Create::exists`]), runs no other
+    /// call on it meanwhile, and answers a request with no parameters
+    /// itself (there is nothing to change).
+    ///
+    /// **Codes**, and what external-resizer does with them (its v1.14
+    /// source, and KEP-3751 for the intent):
+    ///
+    /// | Return | Meaning | external-resizer |
+    /// |---|---|---|
+    /// | [`InvalidArgument`](crate::Error::InvalidArgument) | a key or a value this volume can never take: the class is **infeasible** | the claim's `status.modifyVolumeStatus` becomes `Infeasible`, a `VolumeModifyFailed` Warning event; called again only once per `--retry-interval-max` (5 minutes) while the claim names the class; the user rolls back by naming the class the volume has (`status.currentVolumeAttributesClassName`) |
+    /// | [`NotFound`](crate::Error::NotFound) | the volume does not exist | final: the status stays `InProgress`, a `ModifyVolumeError` condition and a Warning event; called again with exponential backoff |
+    /// | [`FailedPrecondition`](crate::Error::FailedPrecondition), [`OutOfRange`](crate::Error::OutOfRange), [`Internal`](crate::Error::Internal) | not now, or failed | final, as above: a state that may pass (the volume in use) is retried until it does |
+    /// | [`Unavailable`](crate::Error::Unavailable), [`Aborted`](crate::Error::Aborted), [`ResourceExhausted`](crate::Error::ResourceExhausted) | not finished, try again | meant as **in progress**: the claim keeps this class as its target until a final answer; v1.14 retries them as it retries final errors |
+    ///
+    /// `InvalidArgument` also promises that this call changed nothing
+    /// (CSI 1.12): check every key and value before applying any, and
+    /// answer another code for a failure after a change. On success
+    /// external-resizer sets the PersistentVolume's
+    /// `spec.volumeAttributesClassName` and the claim's
+    /// `status.currentVolumeAttributesClassName`.
+    ///
+    /// With [records](Provisioner::keep_records), pav-sdk answers
+    /// `NOT_FOUND` for a volume it has no record of, and records the new
+    /// values once this succeeds (a repeated Create compares them).
+    async fn modify(&self, req: ModifyRequest) -> Result<()>;
+}
+
 /// Grows what a node sees of a volume: its filesystem, online while pods
 /// use it.
 #[async_trait]
@@ -375,6 +423,7 @@ pub enum Expansion {
 /// | `with_unstage` | `NodeUnstageVolume` calls it after unmounting |
 /// | `with_stats` | `NodeGetVolumeStats` calls it; `VOLUME_CONDITION` node capability |
 /// | `with_expand` | `EXPAND_VOLUME` controller capability, `ControllerExpandVolume` served; `VolumeExpansion` plugin capability (`ONLINE`, or [`offline_expansion`](Provisioner::offline_expansion)) |
+/// | `with_modify` | `MODIFY_VOLUME` controller capability, `ControllerModifyVolume` served; `CreateVolume` with `mutable_parameters` accepted |
 /// | `with_capacity` | `GET_CAPACITY` controller capability, `GetCapacity` served |
 /// | `with_list` | `LIST_VOLUMES` controller capability (and `VOLUME_CONDITION` when [`List::reports_condition`]), `ListVolumes` served |
 /// | `with_snapshot` | `CREATE_DELETE_SNAPSHOT` and `LIST_SNAPSHOTS` controller capabilities; `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` served; `CreateVolume` from a snapshot accepted |
@@ -403,6 +452,7 @@ pub struct Provisioner<P = ()> {
     unstage: Option<Arc<dyn Unstage>>,
     stats: Option<Arc<dyn Stats>>,
     expand: Option<Arc<dyn Expand>>,
+    modify: Option<Arc<dyn Modify>>,
     node_expand: Option<Arc<dyn NodeExpand>>,
     expansion: Expansion,
     capacity: Option<Arc<dyn Capacity>>,
@@ -433,6 +483,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             unstage: None,
             stats: None,
             expand: None,
+            modify: None,
             node_expand: None,
             expansion: Expansion::Online,
             capacity: None,
@@ -514,6 +565,16 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         P: Expand,
     {
         self.expand = Some(self.inner.clone());
+        self.rewrap_records();
+        self
+    }
+
+    /// Adds the [`Modify`] touch point.
+    pub fn with_modify(mut self) -> Self
+    where
+        P: Modify,
+    {
+        self.modify = Some(self.inner.clone());
         self.rewrap_records();
         self
     }
@@ -642,6 +703,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
                 create: self.create.clone(),
                 delete: self.delete.clone(),
                 expand: self.expand.clone(),
+                modify: self.modify.clone(),
                 snapshot: self.snapshot.clone(),
                 node_expand: self.node_expand.is_some(),
             };
@@ -661,6 +723,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             unstage: self.unstage,
             stats: self.stats,
             expand: self.expand,
+            modify: self.modify,
             node_expand: self.node_expand,
             expansion: self.expansion,
             capacity: self.capacity,
@@ -720,6 +783,16 @@ impl<P> Provisioner<P> {
                 Some(keeper.as_ref())
             }
             _ => self.expand.as_deref(),
+        }
+    }
+
+    /// The Modify touch point, if implemented.
+    pub fn modify(&self) -> Option<&dyn Modify> {
+        match &self.records {
+            Some((_, keeper)) if self.modify.is_some() && self.create.is_some() => {
+                Some(keeper.as_ref())
+            }
+            _ => self.modify.as_deref(),
         }
     }
 
@@ -804,6 +877,7 @@ impl<P> fmt::Debug for Provisioner<P> {
             .field("unstage", &self.unstage.is_some())
             .field("stats", &self.stats.is_some())
             .field("expand", &self.expand.is_some())
+            .field("modify", &self.modify.is_some())
             .field("node_expand", &self.node_expand.is_some())
             .field("expansion", &self.expansion)
             .field("capacity", &self.capacity.is_some())

@@ -6,12 +6,13 @@
 //!
 //! | call | answered |
 //! |---|---|
-//! | Create of a recorded name | the recorded volume, or `ALREADY_EXISTS` when the request differs (parameters, volume mode, source, or a capacity range the volume is outside of); [`Create::create`](crate::Create::create) is not called |
+//! | Create of a recorded name | the recorded volume, or `ALREADY_EXISTS` when the request differs (parameters, mutable parameters, volume mode, source, or a capacity range the volume is outside of); [`Create::create`](crate::Create::create) is not called |
 //! | Create of a new name | [`Create::create`](crate::Create::create), then the record; with a [budget](Records::budget), `RESOURCE_EXHAUSTED` when the volume does not fit |
 //! | [`Create::exists`](crate::Create::exists) | from the records (the author's is never called) |
 //! | Delete of an unrecorded handle | success, without calling [`Delete`](crate::Delete) |
 //! | Delete of a recorded volume | [`Delete::delete`](crate::Delete::delete), then the record is removed |
 //! | Expand | [`Expand::expand`](crate::Expand::expand), then the recorded size; within the budget |
+//! | Modify | `NOT_FOUND` for an unrecorded volume; else [`Modify::modify`](crate::Modify::modify), then the recorded mutable parameters (the keys it named take their new values) |
 //! | ListVolumes | the recorded volumes, unless the provisioner implements [`List`](crate::List) |
 //! | GetCapacity | the budget less the recorded volumes' sizes, unless it implements [`Capacity`](crate::Capacity) |
 //! | CreateSnapshot, DeleteSnapshot, ListSnapshots | as for volumes, by snapshot name; [`Snapshot::list_snapshots`](crate::Snapshot::list_snapshots) is never called |
@@ -58,6 +59,12 @@ pub struct VolumeRecord {
     pub capacity_bytes: u64,
     /// The StorageClass parameters it was created with.
     pub parameters: Parameters,
+    /// Its VolumeAttributesClass parameters: those it was created with,
+    /// each updated by a successful [`Modify`](crate::Modify). Absent from
+    /// records written before pav-sdk knew them (none: a volume could
+    /// not be created with any then).
+    #[serde(default)]
+    pub mutable_parameters: Parameters,
     /// Its volume context.
     pub context: Parameters,
     /// Where it is accessible from (the node of a node-local volume).
@@ -398,6 +405,7 @@ mod tests {
             handle: format!("h-{name}"),
             capacity_bytes: 1 << 20,
             parameters: Parameters::from([("tier".into(), "fast".into())]),
+            mutable_parameters: Parameters::from([("iops".into(), "3000".into())]),
             context: Parameters::new(),
             accessible_topology: vec![Topology::from([("node".into(), "n1".into())])],
             volume_mode: RecordedMode::Filesystem,
@@ -421,6 +429,23 @@ mod tests {
         let again = DirStore::new(dir.path()).load().await.unwrap();
         assert_eq!(again.volumes, [changed]);
         assert!(again.snapshots.is_empty());
+    }
+
+    /// Records written before mutable parameters were recorded still load.
+    #[tokio::test]
+    async fn a_record_without_mutable_parameters_loads_with_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirStore::new(dir.path());
+        store.put_volume(&record("pvc-1")).await.unwrap();
+        let file = store.file(Kind::Volume, "pvc-1");
+        let mut json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        json.as_object_mut().unwrap().remove("mutable_parameters");
+        std::fs::write(&file, serde_json::to_vec(&json).unwrap()).unwrap();
+        let loaded = store.load().await.unwrap().volumes;
+        assert_eq!(loaded.len(), 1);
+        assert!(loaded[0].mutable_parameters.is_empty());
+        assert_eq!(loaded[0].parameters, record("pvc-1").parameters);
     }
 
     #[tokio::test]

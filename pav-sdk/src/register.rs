@@ -14,8 +14,8 @@
 use std::marker::PhantomData;
 
 use crate::provisioner::{
-    Capacity, Create, Delete, Expand, List, NodeExpand, Provisioner, Snapshot, Stage, Stats,
-    Unstage, Validate,
+    Capacity, Create, Delete, Expand, List, Modify, NodeExpand, Provisioner, Snapshot, Stage,
+    Stats, Unstage, Validate,
 };
 
 /// Stands for the type of a provisioner's value while the macro probes
@@ -70,6 +70,7 @@ probes! {
     Unstage: FoundUnstage, MissingUnstage, add_unstage, with_unstage;
     Stats: FoundStats, MissingStats, add_stats, with_stats;
     Expand: FoundExpand, MissingExpand, add_expand, with_expand;
+    Modify: FoundModify, MissingModify, add_modify, with_modify;
     NodeExpand: FoundNodeExpand, MissingNodeExpand, add_node_expand, with_node_expand;
     Capacity: FoundCapacity, MissingCapacity, add_capacity, with_capacity;
     List: FoundList, MissingList, add_list, with_list;
@@ -81,7 +82,8 @@ probes! {
 /// [`Create`](crate::Create), [`Delete`](crate::Delete),
 /// [`Stage`](crate::Stage), [`Unstage`](crate::Unstage),
 /// [`Stats`](crate::Stats), [`Expand`](crate::Expand),
-/// [`NodeExpand`](crate::NodeExpand), [`Capacity`](crate::Capacity),
+/// [`Modify`](crate::Modify), [`NodeExpand`](crate::NodeExpand),
+/// [`Capacity`](crate::Capacity),
 /// [`List`](crate::List) and [`Snapshot`](crate::Snapshot). Implementing
 /// a trait is registering it: none can be forgotten. The options that are
 /// not traits (`stage_on_publish`, `clones_volumes`, modes, ...) follow as
@@ -123,11 +125,11 @@ macro_rules! provisioner {
         #[allow(unused_imports)]
         use $crate::register::{
             FoundCapacity as _, FoundCreate as _, FoundDelete as _, FoundExpand as _,
-            FoundList as _, FoundNodeExpand as _, FoundSnapshot as _, FoundStage as _,
-            FoundStats as _, FoundUnstage as _, FoundValidate as _, MissingCapacity as _,
-            MissingCreate as _, MissingDelete as _, MissingExpand as _, MissingList as _,
-            MissingNodeExpand as _, MissingSnapshot as _, MissingStage as _, MissingStats as _,
-            MissingUnstage as _, MissingValidate as _,
+            FoundList as _, FoundModify as _, FoundNodeExpand as _, FoundSnapshot as _,
+            FoundStage as _, FoundStats as _, FoundUnstage as _, FoundValidate as _,
+            MissingCapacity as _, MissingCreate as _, MissingDelete as _, MissingExpand as _,
+            MissingList as _, MissingModify as _, MissingNodeExpand as _, MissingSnapshot as _,
+            MissingStage as _, MissingStats as _, MissingUnstage as _, MissingValidate as _,
         };
         let provisioner = $crate::Provisioner::new($value);
         let probe = $crate::register::Probe::of(&provisioner);
@@ -138,6 +140,7 @@ macro_rules! provisioner {
         let provisioner = (&probe).add_unstage(provisioner);
         let provisioner = (&probe).add_stats(provisioner);
         let provisioner = (&probe).add_expand(provisioner);
+        let provisioner = (&probe).add_modify(provisioner);
         let provisioner = (&probe).add_node_expand(provisioner);
         let provisioner = (&probe).add_capacity(provisioner);
         let provisioner = (&probe).add_list(provisioner);
@@ -183,10 +186,35 @@ mod tests {
         assert!(provisioner.create().is_none());
         assert!(provisioner.delete().is_none());
         assert!(provisioner.expand().is_none());
+        assert!(provisioner.modify().is_none());
         assert!(provisioner.node_expand().is_none());
         assert!(provisioner.capacity().is_none());
         assert!(provisioner.list().is_none());
         assert!(provisioner.snapshot().is_none());
+    }
+
+    /// Creates and modifies: the controller's touch points found too.
+    struct Modifiable;
+
+    #[async_trait]
+    impl Create for Modifiable {
+        async fn create(&self, req: CreateRequest) -> Result<Volume> {
+            Ok(Volume::new(req.name, 1))
+        }
+    }
+
+    #[async_trait]
+    impl Modify for Modifiable {
+        async fn modify(&self, _: ModifyRequest) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn modify_is_registered_when_implemented() {
+        let provisioner = crate::provisioner!(Modifiable);
+        assert!(provisioner.create().is_some() && provisioner.modify().is_some());
+        assert!(provisioner.expand().is_none() && provisioner.stage().is_none());
     }
 
     #[test]

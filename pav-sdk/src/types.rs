@@ -292,6 +292,11 @@ pub struct ValidateRequest {
     pub capacity: CapacityRange,
     /// StorageClass parameters (dynamic) or PV volume attributes (static).
     pub parameters: Parameters,
+    /// The VolumeAttributesClass parameters the volume is to be created
+    /// with, or the ones asked about (see
+    /// [`CreateRequest::mutable_parameters`]); empty unless the
+    /// provisioner implements [`Modify`](crate::Modify).
+    pub mutable_parameters: Parameters,
     /// Filesystem options when `volume_mode` is `Filesystem`.
     pub mount: MountOptions,
     /// The claim, when known.
@@ -316,6 +321,15 @@ pub struct CreateRequest {
     pub capacity: CapacityRange,
     /// StorageClass parameters, without the `csi.storage.k8s.io/` keys.
     pub parameters: Parameters,
+    /// The parameters of the claim's VolumeAttributesClass (CSI
+    /// `mutable_parameters`, Kubernetes `spec.volumeAttributesClassName`),
+    /// without the `csi.storage.k8s.io/` keys: attributes the volume is
+    /// created with that [`Modify`](crate::Modify) may change later. A
+    /// key here takes precedence over the same key in
+    /// [`parameters`](Self::parameters). Empty unless the provisioner
+    /// implements [`Modify`](crate::Modify): pav-csi refuses them
+    /// (`INVALID_ARGUMENT`) otherwise, as the CSI spec says.
+    pub mutable_parameters: Parameters,
     /// Filesystem options when `volume_mode` is `Filesystem`.
     pub mount: MountOptions,
     /// The claim, when known.
@@ -385,6 +399,30 @@ pub struct DeleteRequest {
     /// The volume handle: all Delete is told, so the handle must encode
     /// whatever deleting the volume needs (or name a record that does).
     pub handle: VolumeId,
+    /// Secrets for the operation.
+    pub secrets: Secrets,
+}
+
+/// Asks to change the mutable attributes of an existing volume
+/// (Kubernetes: a claim's VolumeAttributesClass changed).
+///
+/// Only the keys present are to change: an attribute whose key is absent
+/// stays as it is (the CSI spec forbids acting on absent keys).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ModifyRequest {
+    /// The volume handle, untrusted as every [`VolumeId`] is; pav-csi has
+    /// checked that the volume exists (with
+    /// [`Create::exists`](crate::Create::exists)).
+    pub handle: VolumeId,
+    /// The new VolumeAttributesClass's parameters (CSI
+    /// `mutable_parameters`), without the `csi.storage.k8s.io/` keys;
+    /// never empty (pav-csi answers a request with none itself).
+    pub mutable_parameters: Parameters,
+    /// The claim and PersistentVolume, when external-resizer runs with
+    /// `--extra-modify-metadata` (it adds the `csi.storage.k8s.io/pvc/*`
+    /// and `.../pv/name` keys, which pav-csi moves here).
+    pub claim: Option<Claim>,
     /// Secrets for the operation.
     pub secrets: Secrets,
 }
@@ -782,6 +820,7 @@ pub mod build {
             access_modes: vec![AccessMode::SingleNodeWriter],
             capacity: CapacityRange::default(),
             parameters: Parameters::new(),
+            mutable_parameters: Parameters::new(),
             mount: MountOptions::default(),
             claim: None,
             topology: TopologyRequirement::default(),
@@ -798,6 +837,7 @@ pub mod build {
             access_modes: req.access_modes.clone(),
             capacity: req.capacity,
             parameters: req.parameters.clone(),
+            mutable_parameters: req.mutable_parameters.clone(),
             mount: req.mount.clone(),
             claim: req.claim.clone(),
             secrets: req.secrets.clone(),
@@ -812,6 +852,7 @@ pub mod build {
             access_modes: vec![AccessMode::SingleNodeWriter],
             capacity: CapacityRange::default(),
             parameters: Parameters::new(),
+            mutable_parameters: Parameters::new(),
             mount: MountOptions::default(),
             claim: None,
             secrets: Secrets::default(),
@@ -822,6 +863,16 @@ pub mod build {
     pub fn delete(handle: impl Into<VolumeId>) -> DeleteRequest {
         DeleteRequest {
             handle: handle.into(),
+            secrets: Secrets::default(),
+        }
+    }
+
+    /// A [`ModifyRequest`] setting `mutable_parameters` on volume `handle`.
+    pub fn modify(handle: impl Into<VolumeId>, mutable_parameters: Parameters) -> ModifyRequest {
+        ModifyRequest {
+            handle: handle.into(),
+            mutable_parameters,
+            claim: None,
             secrets: Secrets::default(),
         }
     }

@@ -49,6 +49,17 @@ impl Expand for Forgetful {
 }
 
 #[async_trait]
+impl Modify for Forgetful {
+    async fn modify(&self, req: ModifyRequest) -> Result<()> {
+        self.called(format!("modify {}", req.handle.as_str()));
+        if req.mutable_parameters.contains_key("refused") {
+            return Err(Error::InvalidArgument("refused by test".into()));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
 impl Snapshot for Forgetful {
     async fn create_snapshot(&self, req: SnapshotRequest) -> Result<SnapshotInfo> {
         self.called(format!("snapshot {}", req.name));
@@ -264,4 +275,71 @@ async fn records_wrap_touch_points_added_after_them() {
         .await
         .unwrap();
     assert_eq!(author(&p).calls(), ["create pvc-1"]);
+}
+
+fn params(pairs: &[(&str, &str)]) -> Parameters {
+    (pairs.iter())
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Mutable parameters are recorded at creation and updated by each Modify
+/// that succeeds (the keys it names only); a repeated Create compares them.
+#[tokio::test]
+async fn mutable_parameters_are_recorded_and_modified() {
+    let dir = tempfile::tempdir().unwrap();
+    let keep = || Records::in_dir(dir.path());
+    let p = provisioner!(Forgetful::default()).keep_records(keep());
+    let (create, modify) = (p.create().unwrap(), p.modify().unwrap());
+    let mut gold = request("pvc-1", MIB);
+    gold.mutable_parameters = params(&[("tier", "gold"), ("iops", "100")]);
+    let volume = create.create(gold.clone()).await.unwrap();
+    assert_eq!(create.create(gold.clone()).await.unwrap(), volume);
+    let other = create.create(request("pvc-1", MIB)).await.unwrap_err();
+    assert!(matches!(other, Error::AlreadyExists(_)), "{other:?}");
+
+    let unknown = modify
+        .modify(build::modify("vol-never", params(&[("tier", "silver")])))
+        .await
+        .unwrap_err();
+    assert!(matches!(unknown, Error::NotFound(_)), "{unknown:?}");
+    let refused = build::modify("vol-pvc-1", params(&[("tier", "x"), ("refused", "1")]));
+    let refused = modify.modify(refused).await.unwrap_err();
+    assert!(matches!(refused, Error::InvalidArgument(_)), "{refused:?}");
+    modify
+        .modify(build::modify("vol-pvc-1", params(&[("tier", "silver")])))
+        .await
+        .unwrap();
+    assert_eq!(
+        author(&p).calls(),
+        ["create pvc-1", "modify vol-pvc-1", "modify vol-pvc-1"]
+    );
+
+    // After a restart: the last values, the untouched key kept.
+    let restarted = provisioner!(Forgetful::default()).keep_records(keep());
+    let again = restarted.create().unwrap();
+    let stale = again.create(gold.clone()).await.unwrap_err();
+    assert!(matches!(stale, Error::AlreadyExists(_)), "{stale:?}");
+    gold.mutable_parameters = params(&[("tier", "silver"), ("iops", "100")]);
+    assert_eq!(again.create(gold).await.unwrap(), volume);
+    let recorded = DirStore::new(dir.path()).load().await.unwrap().volumes;
+    assert_eq!(
+        recorded[0].mutable_parameters,
+        params(&[("tier", "silver"), ("iops", "100")])
+    );
+    assert!(author(&restarted).calls().is_empty());
+}
+
+#[tokio::test]
+async fn without_modify_records_serve_no_modify() {
+    struct CreateOnly;
+    #[async_trait]
+    impl Create for CreateOnly {
+        async fn create(&self, req: CreateRequest) -> Result<Volume> {
+            Ok(Volume::new(req.name, MIB))
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let p = provisioner!(CreateOnly).keep_records(Records::in_dir(dir.path()));
+    assert!(p.create().is_some() && p.modify().is_none());
 }

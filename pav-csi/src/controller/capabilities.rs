@@ -14,6 +14,9 @@ pub(crate) fn answer(shared: &Shared) -> csi::ControllerGetCapabilitiesResponse 
     if provisioner.expand().is_some() {
         rpcs.push(RpcType::ExpandVolume);
     }
+    if provisioner.modify().is_some() {
+        rpcs.push(RpcType::ModifyVolume);
+    }
     if provisioner.capacity().is_some() {
         rpcs.push(RpcType::GetCapacity);
     }

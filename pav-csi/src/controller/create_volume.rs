@@ -25,8 +25,9 @@ pub(crate) struct Checked {
 
 /// The request's name, limits, capabilities (one volume mode, served by
 /// the provisioner), capacity range, topology requirements (only when the
-/// driver is topology-aware) and content source (only a kind the
-/// provisioner takes), converted for the provisioner.
+/// driver is topology-aware), content source (only a kind the
+/// provisioner takes) and mutable parameters (only when it modifies
+/// volumes), converted for the provisioner.
 pub(crate) fn check(req: &csi::CreateVolumeRequest, shared: &Shared) -> Result<Checked, Status> {
     let name = limits::name("name", &req.name)?;
     limits::map("parameters", &req.parameters)?;
@@ -39,11 +40,16 @@ pub(crate) fn check(req: &csi::CreateVolumeRequest, shared: &Shared) -> Result<C
         check_requirement(requirement, shared.topology_aware)?;
     }
     let source = content_source(req.volume_content_source.as_ref(), shared)?;
-    if !req.mutable_parameters.is_empty() {
+    // CSI: "SHALL NOT be specified unless the SP has the MODIFY_VOLUME
+    // plugin capability".
+    if !req.mutable_parameters.is_empty() && shared.provisioner.modify().is_none() {
         return Err(Status::invalid_argument(
-            "mutable_parameters: volume attribute classes are not supported",
+            "mutable_parameters: this driver does not modify volumes \
+             (MODIFY_VOLUME is not advertised), so it takes no volume attributes class",
         ));
     }
+    // The `csi.storage.k8s.io/` keys are the sidecars', not the class's.
+    let (mutable_parameters, _, _) = convert::split_parameters(&req.mutable_parameters);
     check_modes(shared, volume_mode, &access_modes).map_err(Status::invalid_argument)?;
     let (parameters, claim, legacy_fs_type) = convert::split_parameters(&req.parameters);
     if mount.fs_type.is_none() && volume_mode == VolumeMode::Filesystem {
@@ -62,6 +68,7 @@ pub(crate) fn check(req: &csi::CreateVolumeRequest, shared: &Shared) -> Result<C
     create.access_modes = access_modes;
     create.capacity = capacity;
     create.parameters = parameters;
+    create.mutable_parameters = mutable_parameters;
     create.mount = mount;
     create.claim = claim;
     create.topology = topology;

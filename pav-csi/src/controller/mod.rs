@@ -1,4 +1,5 @@
-//! The CSI Controller service: create, delete and validate volumes.
+//! The CSI Controller service: create, delete, validate, expand and
+//! modify volumes, capacity, listing and snapshots.
 //!
 //! One file per RPC. Each has a `check` (the request's required fields,
 //! limits and conversions, and what the provisioner declares it serves; no
@@ -15,6 +16,7 @@ pub(crate) mod delete_volume;
 mod expand;
 mod list_snapshots;
 mod list_volumes;
+mod modify_volume;
 mod validate;
 
 use std::sync::Arc;
@@ -153,6 +155,28 @@ impl csi::controller_server::Controller for ControllerService {
         let answer = answer.await.map(Response::new);
         logged(
             "ControllerExpandVolume",
+            Subject::Volume(&req.volume_id),
+            answer,
+        )
+    }
+
+    async fn controller_modify_volume(
+        &self,
+        request: Request<csi::ControllerModifyVolumeRequest>,
+    ) -> Result<Response<csi::ControllerModifyVolumeResponse>, Status> {
+        let req = request.get_ref();
+        let answer = async {
+            let Some(modifier) = self.shared.provisioner.modify() else {
+                return Err(Status::unimplemented(
+                    "this provisioner does not modify volumes (MODIFY_VOLUME is not advertised)",
+                ));
+            };
+            let checked = modify_volume::check(req)?;
+            modify_volume::run(self, modifier, checked).await
+        };
+        let answer = answer.await.map(Response::new);
+        logged(
+            "ControllerModifyVolume",
             Subject::Volume(&req.volume_id),
             answer,
         )

@@ -30,7 +30,8 @@ pub(crate) enum Checked {
 
 /// The volume id, limits and capabilities; the PV's attributes (volume
 /// context) join the StorageClass parameters, as for a static volume they
-/// play their role.
+/// play their role. Mutable parameters are a question only for a
+/// provisioner that modifies volumes.
 pub(crate) fn check(
     req: &csi::ValidateVolumeCapabilitiesRequest,
     shared: &Shared,
@@ -60,6 +61,13 @@ pub(crate) fn check(
     if let Err(message) = check_modes(shared, volume_mode, &validate.access_modes) {
         return Ok(Checked::Unconfirmed(message));
     }
+    if !req.mutable_parameters.is_empty() && shared.provisioner.modify().is_none() {
+        return Ok(Checked::Unconfirmed(
+            "mutable_parameters: this driver does not modify volumes (MODIFY_VOLUME is not advertised)"
+                .to_owned(),
+        ));
+    }
+    (validate.mutable_parameters, _, _) = convert::split_parameters(&req.mutable_parameters);
     Ok(Checked::Ask {
         volume_id: volume_id.to_owned(),
         validate: Box::new(validate),

@@ -11,10 +11,10 @@ use std::time::Duration;
 use pav_csi::csi;
 use pav_sdk::{
     AccessMode, AvailableCapacity, Capacity, CapacityRequest, Create, CreateRequest, Delete,
-    DeleteRequest, Error, Expand, ExpandRequest, Expanded, List, ListedVolume, NodeExpand,
-    NodeExpandRequest, Provisioner, Result, Stage, StageRequest, Staged, Stats, StatsRequest,
-    Unstage, UnstageRequest, Usage, Validate, ValidateRequest, Volume, VolumeCondition, VolumeId,
-    VolumeMode, VolumeStats, async_trait,
+    DeleteRequest, Error, Expand, ExpandRequest, Expanded, List, ListedVolume, Modify,
+    ModifyRequest, NodeExpand, NodeExpandRequest, Parameters, Provisioner, Result, Stage,
+    StageRequest, Staged, Stats, StatsRequest, Unstage, UnstageRequest, Usage, Validate,
+    ValidateRequest, Volume, VolumeCondition, VolumeId, VolumeMode, VolumeStats, async_trait,
 };
 use pav_sdk::{DeleteSnapshotRequest, Snapshot, SnapshotInfo, SnapshotRequest};
 use tonic::transport::Channel;
@@ -35,6 +35,11 @@ pub struct Memory {
     /// For each Unstage, whether something was still mounted at its path
     /// (pav-sdk's docs say pav-csi has unmounted it).
     pub mounted_at_unstage: Mutex<Vec<bool>>,
+    /// Each volume's mutable parameters by handle: as created, then as
+    /// modified.
+    pub attributes: Mutex<HashMap<String, Parameters>>,
+    /// The claim of each Modify, in order.
+    pub modify_claims: Mutex<Vec<Option<pav_sdk::Claim>>>,
 }
 
 impl Memory {
@@ -49,6 +54,8 @@ impl Memory {
             snapshots: Mutex::default(),
             failing_unstages: Mutex::default(),
             mounted_at_unstage: Mutex::default(),
+            attributes: Mutex::default(),
+            modify_claims: Mutex::default(),
         }
     }
 
@@ -150,6 +157,7 @@ impl Create for Memory {
         if let Some(zone) = req.parameters.get("zone") {
             volume = volume.accessible_from([("zone".to_owned(), zone.clone())].into());
         }
+        (self.attributes.lock().unwrap()).insert(volume.handle.clone(), req.mutable_parameters);
         volumes.insert(req.name, volume.clone());
         Ok(volume)
     }
@@ -260,6 +268,27 @@ impl Expand for Memory {
         let wanted = req.capacity.choose(volume.capacity_bytes, 1 << 20)?;
         volume.capacity_bytes = volume.capacity_bytes.max(wanted);
         Ok(Expanded::new(volume.capacity_bytes).with_node_expansion())
+    }
+}
+
+#[async_trait]
+impl Modify for Memory {
+    /// Sets the volume's attributes (the keys named); the `error`
+    /// parameter makes the test's choice of error, `slow` takes 500 ms.
+    async fn modify(&self, req: ModifyRequest) -> Result<()> {
+        self.record("modify");
+        self.modify_claims.lock().unwrap().push(req.claim.clone());
+        if let Some(err) = requested_error(&req.mutable_parameters) {
+            return Err(err);
+        }
+        if req.mutable_parameters.contains_key("slow") {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let mut attributes = self.attributes.lock().unwrap();
+        let volume = (attributes.get_mut(req.handle.as_str()))
+            .ok_or_else(|| Error::NotFound(req.handle.to_string()))?;
+        volume.extend(req.mutable_parameters);
+        Ok(())
     }
 }
 
@@ -409,6 +438,8 @@ pub struct Options {
     pub list: bool,
     /// Snapshot and clones.
     pub snapshots: bool,
+    /// Modify.
+    pub modify: bool,
 }
 
 impl Default for Options {
@@ -426,6 +457,7 @@ impl Default for Options {
             capacity: false,
             list: false,
             snapshots: false,
+            modify: false,
         }
     }
 }
@@ -474,6 +506,9 @@ impl Harness {
         }
         if options.list {
             provisioner = provisioner.with_list();
+        }
+        if options.modify {
+            provisioner = provisioner.with_modify();
         }
         if options.capacity {
             provisioner = provisioner.with_capacity();

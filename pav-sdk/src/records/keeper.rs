@@ -8,10 +8,10 @@ use async_trait::async_trait;
 use tokio::sync::OnceCell;
 
 use super::{Index, RecordStore, RecordedSource, Records, SnapshotRecord, VolumeRecord};
-use crate::provisioner::{Capacity, Create, Delete, Expand, List, Snapshot};
+use crate::provisioner::{Capacity, Create, Delete, Expand, List, Modify, Snapshot};
 use crate::types::{
     AvailableCapacity, CapacityRequest, CreateRequest, DeleteRequest, DeleteSnapshotRequest,
-    ExpandRequest, Expanded, ListedVolume, SnapshotInfo, SnapshotRequest, Volume,
+    ExpandRequest, Expanded, ListedVolume, ModifyRequest, SnapshotInfo, SnapshotRequest, Volume,
 };
 use crate::{Error, Result, VolumeId};
 
@@ -21,12 +21,13 @@ pub(crate) struct Wrapped {
     pub(crate) create: Option<Arc<dyn Create>>,
     pub(crate) delete: Option<Arc<dyn Delete>>,
     pub(crate) expand: Option<Arc<dyn Expand>>,
+    pub(crate) modify: Option<Arc<dyn Modify>>,
     pub(crate) snapshot: Option<Arc<dyn Snapshot>>,
     /// Whether the nodes grow volumes too (NodeExpand is added).
     pub(crate) node_expand: bool,
 }
 
-/// Create, Delete, Expand, List, Capacity and Snapshot over records.
+/// Create, Delete, Expand, Modify, List, Capacity and Snapshot over records.
 pub(crate) struct RecordKeeper {
     store: Arc<dyn RecordStore>,
     budget: Option<u64>,
@@ -128,6 +129,7 @@ impl RecordKeeper {
             handle: String::new(),
             capacity_bytes: 0,
             parameters: req.parameters.clone(),
+            mutable_parameters: req.mutable_parameters.clone(),
             context: Default::default(),
             accessible_topology: Vec::new(),
             volume_mode: req.volume_mode.into(),
@@ -169,7 +171,8 @@ impl RecordKeeper {
 }
 
 /// `ALREADY_EXISTS` unless the recorded volume answers `req`: the same
-/// parameters, volume mode and source, and a size within its range.
+/// parameters, mutable parameters (as last modified), volume mode and
+/// source, and a size within its range.
 fn check_same(record: &VolumeRecord, req: &CreateRequest) -> Result<()> {
     let differs = |what: &str| {
         Err(Error::AlreadyExists(format!(
@@ -179,6 +182,9 @@ fn check_same(record: &VolumeRecord, req: &CreateRequest) -> Result<()> {
     };
     if record.parameters != req.parameters {
         return differs("set of parameters");
+    }
+    if record.mutable_parameters != req.mutable_parameters {
+        return differs("set of mutable parameters");
     }
     if record.volume_mode != req.volume_mode.into() {
         return differs("volume mode");
@@ -266,6 +272,31 @@ impl Expand for RecordKeeper {
             .volumes
             .insert(updated.name.clone(), updated);
         Ok(expanded)
+    }
+}
+
+#[async_trait]
+impl Modify for RecordKeeper {
+    async fn modify(&self, req: ModifyRequest) -> Result<()> {
+        let modify = (self.author.modify.as_deref())
+            .expect("records serve Modify only for a provisioner with Modify");
+        let Some(record) = self.index().await?.volume(&req.handle).cloned() else {
+            return Err(Error::NotFound(format!(
+                "volume {:?} does not exist",
+                req.handle.as_str()
+            )));
+        };
+        let changed = req.mutable_parameters.clone();
+        modify.modify(req).await?;
+        // Only the keys named change: the others keep their values.
+        let mut updated = record;
+        updated.mutable_parameters.extend(changed);
+        self.store.put_volume(&updated).await?;
+        self.index()
+            .await?
+            .volumes
+            .insert(updated.name.clone(), updated);
+        Ok(())
     }
 }
 
