@@ -31,6 +31,14 @@ GO_BUILD_P="${PAV_CLUSTER_GO_P:-2}"
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+# PAV_KUBERNETES_VERSION (versions.env) names a k8s.io/kubernetes module
+# version; the staging modules are v0.<minor>.<patch> of it.
+[[ "$KUBERNETES_VERSION" =~ ^v1\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?$ ]] ||
+  die "KUBERNETES_VERSION (PAV_KUBERNETES_VERSION) must be a k8s.io/kubernetes version such as v1.37.2, not '$KUBERNETES_VERSION'"
+# The version a running cluster was started with, recorded by cluster-up
+# (empty if none is recorded).
+running_kubernetes_version() { cat "$STATE/kubernetes-version" 2>/dev/null || true; }
+
 # Image archive paths in the cache, keyed by what they are built from.
 pause_image_tar() { echo "$IMAGES_DIR/pause-$KUBERNETES_VERSION-$(sha256sum "$CLUSTER_DIR/mkimage.py" | cut -c1-8).tar"; }
 busybox_image_tar() {
