@@ -1434,7 +1434,12 @@ fn versions_are_the_pinned_ones() {
     let versions = shell_assignments("scripts/versions.env");
     let ci = shell_assignments(".ci/run");
     let pin = |key: &str, from: &BTreeMap<String, String>| -> String {
-        from.get(key).unwrap_or_else(|| panic!("no {key}")).clone()
+        let value = from.get(key).unwrap_or_else(|| panic!("no {key}"));
+        // `${PAV_X:-v1.2.3}`: an override variable with the pin as default.
+        match value.strip_prefix("${").and_then(|v| v.strip_suffix('}')) {
+            Some(expansion) => expansion.split(":-").nth(1).unwrap_or(value).to_owned(),
+            None => value.clone(),
+        }
     };
     // What a page writes before a version, and whether it writes the `v`
     // (so that `csi-provisioner 64 MiB` is no version).
