@@ -21,6 +21,7 @@
 //! | [`Capacity`] | `GetCapacity` | CSIStorageCapacity objects the scheduler places `WaitForFirstConsumer` claims by (external-provisioner `--enable-capacity`) | yes: the scheduler ignores space |
 //! | [`List`] | `ListVolumes` | the external-health-monitor's volume conditions; reconciling COs | yes |
 //! | [`Snapshot`] | `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` | VolumeSnapshot (csi-snapshotter sidecar, snapshot-controller) | yes |
+//! | [`GroupSnapshot`] | `CreateVolumeGroupSnapshot`, `DeleteVolumeGroupSnapshot`, `GetVolumeGroupSnapshot` (GroupController service) | VolumeGroupSnapshot (csi-snapshotter and snapshot-controller with `CSIVolumeGroupSnapshot=true`) | yes |
 //! | [`Provisioner::keep_records`] | `CreateVolume` (repeats), `DeleteVolume` (unknown ids), `ListVolumes`, `GetCapacity`, `ListSnapshots` | idempotency across restarts, volume listing, CSIStorageCapacity from a budget | yes: the provisioner keeps its own records |
 //! | [`CreateRequest::source`], [`Provisioner::clones_volumes`] | `CreateVolume.volume_content_source` | a claim's `dataSource`: a VolumeSnapshot (restore) or a claim (clone) | yes: refused |
 //! | [`NodeExpand`] | `NodeExpandVolume` | kubelet grows the filesystem where the volume is published | yes: nothing to grow on the node |
@@ -436,6 +437,7 @@
 #![deny(clippy::disallowed_methods)]
 
 mod error;
+pub mod group_snapshot;
 mod provisioner;
 pub mod records;
 // Not an API: what the `provisioner!` macro expands to.
@@ -446,6 +448,10 @@ mod volume_id;
 
 pub use async_trait::async_trait;
 pub use error::{Error, Result};
+pub use group_snapshot::{
+    DeleteGroupSnapshotRequest, GetGroupSnapshotRequest, GroupSnapshot, GroupSnapshotInfo,
+    GroupSnapshotRequest,
+};
 pub use provisioner::{
     Capacity, Create, Delete, Expand, Expansion, List, Modify, NodeExpand, Provisioner, Snapshot,
     Stage, Stats, Unstage, Validate,

@@ -17,6 +17,7 @@ use async_trait::async_trait;
 
 use crate::Result;
 use crate::VolumeId;
+use crate::group_snapshot::GroupSnapshot;
 use crate::records::{RecordKeeper, Records, Wrapped};
 use crate::types::{
     AccessMode, AvailableCapacity, CapacityRequest, CreateRequest, DeleteRequest,
@@ -427,6 +428,7 @@ pub enum Expansion {
 /// | `with_capacity` | `GET_CAPACITY` controller capability, `GetCapacity` served |
 /// | `with_list` | `LIST_VOLUMES` controller capability (and `VOLUME_CONDITION` when [`List::reports_condition`]), `ListVolumes` served |
 /// | `with_snapshot` | `CREATE_DELETE_SNAPSHOT` and `LIST_SNAPSHOTS` controller capabilities; `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` served; `CreateVolume` from a snapshot accepted |
+/// | `with_group_snapshot` | `GROUP_CONTROLLER_SERVICE` plugin capability and `CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT`; `CreateVolumeGroupSnapshot`, `DeleteVolumeGroupSnapshot`, `GetVolumeGroupSnapshot` served |
 /// | `clones_volumes` | `CLONE_VOLUME` controller capability; `CreateVolume` from a volume accepted |
 /// | `with_node_expand` | `EXPAND_VOLUME` node capability, `NodeExpandVolume` served |
 /// | `stage_on_publish` | no `STAGE_UNSTAGE_VOLUME`; Stage/Unstage run in `NodePublishVolume`/`NodeUnpublishVolume` |
@@ -458,6 +460,7 @@ pub struct Provisioner<P = ()> {
     capacity: Option<Arc<dyn Capacity>>,
     list: Option<Arc<dyn List>>,
     snapshot: Option<Arc<dyn Snapshot>>,
+    group_snapshot: Option<Arc<dyn GroupSnapshot>>,
     clones: bool,
     volume_modes: BTreeSet<VolumeMode>,
     access_modes: BTreeSet<AccessMode>,
@@ -489,6 +492,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             capacity: None,
             list: None,
             snapshot: None,
+            group_snapshot: None,
             clones: false,
             volume_modes: BTreeSet::from([VolumeMode::Filesystem]),
             access_modes: AccessMode::SINGLE_NODE.into_iter().collect(),
@@ -617,6 +621,16 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         self
     }
 
+    /// Adds the [`GroupSnapshot`] touch point.
+    pub fn with_group_snapshot(mut self) -> Self
+    where
+        P: GroupSnapshot,
+    {
+        self.group_snapshot = Some(self.inner.clone());
+        self.rewrap_records();
+        self
+    }
+
     /// [`Create`] makes volumes from other volumes
     /// ([`ContentSource::Volume`](crate::ContentSource::Volume)): pav-csi
     /// advertises `CLONE_VOLUME` and passes such requests on (after
@@ -705,6 +719,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
                 expand: self.expand.clone(),
                 modify: self.modify.clone(),
                 snapshot: self.snapshot.clone(),
+                group_snapshot: self.group_snapshot.clone(),
                 node_expand: self.node_expand.is_some(),
             };
             let keeper = Arc::new(RecordKeeper::new(&records, author));
@@ -729,6 +744,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             capacity: self.capacity,
             list: self.list,
             snapshot: self.snapshot,
+            group_snapshot: self.group_snapshot,
             clones: self.clones,
             volume_modes: self.volume_modes,
             access_modes: self.access_modes,
@@ -829,6 +845,14 @@ impl<P> Provisioner<P> {
         }
     }
 
+    /// The GroupSnapshot touch point, if implemented.
+    pub fn group_snapshot(&self) -> Option<&dyn GroupSnapshot> {
+        match &self.records {
+            Some((_, keeper)) if self.group_snapshot.is_some() => Some(keeper.as_ref()),
+            _ => self.group_snapshot.as_deref(),
+        }
+    }
+
     /// True when Create clones volumes; see [`clones_volumes`](Provisioner::clones_volumes).
     pub fn clones(&self) -> bool {
         self.clones
@@ -883,6 +907,7 @@ impl<P> fmt::Debug for Provisioner<P> {
             .field("capacity", &self.capacity.is_some())
             .field("list", &self.list.is_some())
             .field("snapshot", &self.snapshot.is_some())
+            .field("group_snapshot", &self.group_snapshot.is_some())
             .field("clones", &self.clones)
             .field("volume_modes", &self.volume_modes)
             .field("access_modes", &self.access_modes)

@@ -15,7 +15,10 @@
 //! | Modify | `NOT_FOUND` for an unrecorded volume; else [`Modify::modify`](crate::Modify::modify), then the recorded mutable parameters (the keys it named take their new values) |
 //! | ListVolumes | the recorded volumes, unless the provisioner implements [`List`](crate::List) |
 //! | GetCapacity | the budget less the recorded volumes' sizes, unless it implements [`Capacity`](crate::Capacity) |
-//! | CreateSnapshot, DeleteSnapshot, ListSnapshots | as for volumes, by snapshot name; [`Snapshot::list_snapshots`](crate::Snapshot::list_snapshots) is never called |
+//! | CreateSnapshot, DeleteSnapshot, ListSnapshots | as for volumes, by snapshot name; [`Snapshot::list_snapshots`](crate::Snapshot::list_snapshots) is never called; DeleteSnapshot of a group's member is `INVALID_ARGUMENT` (CSI: delete the group) |
+//! | CreateVolumeGroupSnapshot | a recorded name: the recorded group, or `ALREADY_EXISTS` when the sources (in any order) or parameters differ; a new name: [`GroupSnapshot::create_group_snapshot`](crate::GroupSnapshot::create_group_snapshot), then a record of each member (listed by ListSnapshots with its group) and of the group, once every member is ready |
+//! | DeleteVolumeGroupSnapshot | an unrecorded handle: success without calling the author; `INVALID_ARGUMENT` when the request's `snapshot_ids` are not the members; else the author's delete, then the records |
+//! | GetVolumeGroupSnapshot | from the records (`NOT_FOUND`, `INVALID_ARGUMENT` for other `snapshot_ids`); [`GroupSnapshot::get_group_snapshot`](crate::GroupSnapshot::get_group_snapshot) is never called |
 //!
 //! A record is written once the author's call succeeded and removed once
 //! the author's delete succeeded. After a crash between the two, the call
@@ -141,18 +144,45 @@ pub struct SnapshotRecord {
     pub parameters: Parameters,
     /// When it was taken.
     pub created: SystemTime,
+    /// The handle of the group snapshot it is a member of. Absent from
+    /// records written before pav-sdk knew groups (none was one then).
+    #[serde(default)]
+    pub group: Option<String>,
 }
 
 impl SnapshotRecord {
     /// The snapshot as CreateSnapshot answered it.
     pub fn info(&self) -> SnapshotInfo {
-        SnapshotInfo::new(
+        let info = SnapshotInfo::new(
             self.handle.clone(),
             self.source.clone(),
             self.size_bytes,
             self.created,
-        )
+        );
+        match &self.group {
+            Some(group) => info.in_group(group.clone()),
+            None => info,
+        }
     }
+}
+
+/// What the SDK records of a group snapshot it took. Its members are
+/// [`SnapshotRecord`]s whose `group` is this handle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct GroupRecord {
+    /// The name the CO took it under (`GroupSnapshotRequest::name`).
+    pub name: String,
+    /// Its handle.
+    pub handle: String,
+    /// The handles of the volumes it was taken of, as requested.
+    pub sources: Vec<String>,
+    /// The VolumeGroupSnapshotClass parameters it was taken with.
+    pub parameters: Parameters,
+    /// The names of its members' snapshot records.
+    pub members: Vec<String>,
+    /// When it was taken.
+    pub created: SystemTime,
 }
 
 /// Every record a store holds.
@@ -162,6 +192,8 @@ pub struct Recorded {
     pub volumes: Vec<VolumeRecord>,
     /// The snapshots.
     pub snapshots: Vec<SnapshotRecord>,
+    /// The group snapshots.
+    pub groups: Vec<GroupRecord>,
 }
 
 /// Where records are kept. pav-sdk reads them all once (at the first call
@@ -181,6 +213,20 @@ pub trait RecordStore: Send + Sync {
     async fn put_snapshot(&self, record: &SnapshotRecord) -> Result<()>;
     /// Forgets the snapshot named `name`; nothing recorded is fine.
     async fn remove_snapshot(&self, name: &str) -> Result<()>;
+    /// Stores `record`, replacing the one of the same name; durable when it
+    /// returns. The default refuses: a store written before group
+    /// snapshots keeps none.
+    async fn put_group(&self, record: &GroupRecord) -> Result<()> {
+        Err(Error::Internal(format!(
+            "this record store keeps no group snapshots (recording {:?}): implement RecordStore::put_group",
+            record.name
+        )))
+    }
+    /// Forgets the group snapshot named `name`; nothing recorded is fine.
+    async fn remove_group(&self, name: &str) -> Result<()> {
+        let _ = name;
+        Ok(())
+    }
 }
 
 /// How a provisioner keeps records: where, and within what budget.
@@ -222,8 +268,8 @@ impl Records {
     }
 }
 
-/// Records as one JSON file each, under `<dir>/volumes/` and
-/// `<dir>/snapshots/`, named after the record's name (made safe, with a
+/// Records as one JSON file each, under `<dir>/volumes/`,
+/// `<dir>/snapshots/` and `<dir>/groups/`, named after the record's name (made safe, with a
 /// hash of the name so that two names never share a file).
 #[derive(Debug, Clone)]
 pub struct DirStore {
@@ -235,6 +281,7 @@ pub struct DirStore {
 enum Kind {
     Volume,
     Snapshot,
+    Group,
 }
 
 impl Kind {
@@ -242,6 +289,7 @@ impl Kind {
         match self {
             Kind::Volume => "volumes",
             Kind::Snapshot => "snapshots",
+            Kind::Group => "groups",
         }
     }
 }
@@ -335,6 +383,7 @@ impl RecordStore for DirStore {
         Ok(Recorded {
             volumes: self.load_kind(Kind::Volume)?,
             snapshots: self.load_kind(Kind::Snapshot)?,
+            groups: self.load_kind(Kind::Group)?,
         })
     }
 
@@ -353,6 +402,14 @@ impl RecordStore for DirStore {
     async fn remove_snapshot(&self, name: &str) -> Result<()> {
         self.remove(Kind::Snapshot, name)
     }
+
+    async fn put_group(&self, record: &GroupRecord) -> Result<()> {
+        self.put(Kind::Group, &record.name, record)
+    }
+
+    async fn remove_group(&self, name: &str) -> Result<()> {
+        self.remove(Kind::Group, name)
+    }
 }
 
 /// Records by name, as the keeper holds them in memory.
@@ -360,6 +417,7 @@ impl RecordStore for DirStore {
 pub(crate) struct Index {
     pub(crate) volumes: BTreeMap<String, VolumeRecord>,
     pub(crate) snapshots: BTreeMap<String, SnapshotRecord>,
+    pub(crate) groups: BTreeMap<String, GroupRecord>,
     /// Bytes held for volumes being created or grown.
     pub(crate) reserved: u64,
 }
@@ -371,6 +429,9 @@ impl Index {
                 .map(|r| (r.name.clone(), r))
                 .collect(),
             snapshots: (recorded.snapshots.into_iter())
+                .map(|r| (r.name.clone(), r))
+                .collect(),
+            groups: (recorded.groups.into_iter())
                 .map(|r| (r.name.clone(), r))
                 .collect(),
             reserved: 0,
@@ -385,6 +446,11 @@ impl Index {
     /// The recorded snapshot whose handle is `handle`.
     pub(crate) fn snapshot(&self, handle: &VolumeId) -> Option<&SnapshotRecord> {
         self.snapshots.values().find(|r| r.handle == **handle)
+    }
+
+    /// The recorded group snapshot whose handle is `handle`.
+    pub(crate) fn group(&self, handle: &VolumeId) -> Option<&GroupRecord> {
+        self.groups.values().find(|r| r.handle == **handle)
     }
 
     /// Bytes the recorded volumes and the reservations take.

@@ -13,6 +13,7 @@
 
 use std::marker::PhantomData;
 
+use crate::group_snapshot::GroupSnapshot;
 use crate::provisioner::{
     Capacity, Create, Delete, Expand, List, Modify, NodeExpand, Provisioner, Snapshot, Stage,
     Stats, Unstage, Validate,
@@ -75,6 +76,7 @@ probes! {
     Capacity: FoundCapacity, MissingCapacity, add_capacity, with_capacity;
     List: FoundList, MissingList, add_list, with_list;
     Snapshot: FoundSnapshot, MissingSnapshot, add_snapshot, with_snapshot;
+    GroupSnapshot: FoundGroupSnapshot, MissingGroupSnapshot, add_group_snapshot, with_group_snapshot;
 }
 
 /// A [`Provisioner`](crate::Provisioner) of `value` with every touch point
@@ -84,7 +86,8 @@ probes! {
 /// [`Stats`](crate::Stats), [`Expand`](crate::Expand),
 /// [`Modify`](crate::Modify), [`NodeExpand`](crate::NodeExpand),
 /// [`Capacity`](crate::Capacity),
-/// [`List`](crate::List) and [`Snapshot`](crate::Snapshot). Implementing
+/// [`List`](crate::List), [`Snapshot`](crate::Snapshot) and
+/// [`GroupSnapshot`](crate::GroupSnapshot). Implementing
 /// a trait is registering it: none can be forgotten. The options that are
 /// not traits (`stage_on_publish`, `clones_volumes`, modes, ...) follow as
 /// method calls.
@@ -125,11 +128,12 @@ macro_rules! provisioner {
         #[allow(unused_imports)]
         use $crate::register::{
             FoundCapacity as _, FoundCreate as _, FoundDelete as _, FoundExpand as _,
-            FoundList as _, FoundModify as _, FoundNodeExpand as _, FoundSnapshot as _,
-            FoundStage as _, FoundStats as _, FoundUnstage as _, FoundValidate as _,
-            MissingCapacity as _, MissingCreate as _, MissingDelete as _, MissingExpand as _,
-            MissingList as _, MissingModify as _, MissingNodeExpand as _, MissingSnapshot as _,
-            MissingStage as _, MissingStats as _, MissingUnstage as _, MissingValidate as _,
+            FoundGroupSnapshot as _, FoundList as _, FoundModify as _, FoundNodeExpand as _,
+            FoundSnapshot as _, FoundStage as _, FoundStats as _, FoundUnstage as _,
+            FoundValidate as _, MissingCapacity as _, MissingCreate as _, MissingDelete as _,
+            MissingExpand as _, MissingGroupSnapshot as _, MissingList as _, MissingModify as _,
+            MissingNodeExpand as _, MissingSnapshot as _, MissingStage as _, MissingStats as _,
+            MissingUnstage as _, MissingValidate as _,
         };
         let provisioner = $crate::Provisioner::new($value);
         let probe = $crate::register::Probe::of(&provisioner);
@@ -144,7 +148,8 @@ macro_rules! provisioner {
         let provisioner = (&probe).add_node_expand(provisioner);
         let provisioner = (&probe).add_capacity(provisioner);
         let provisioner = (&probe).add_list(provisioner);
-        (&probe).add_snapshot(provisioner)
+        let provisioner = (&probe).add_snapshot(provisioner);
+        (&probe).add_group_snapshot(provisioner)
     }};
 }
 
@@ -191,6 +196,7 @@ mod tests {
         assert!(provisioner.capacity().is_none());
         assert!(provisioner.list().is_none());
         assert!(provisioner.snapshot().is_none());
+        assert!(provisioner.group_snapshot().is_none());
     }
 
     /// Creates and modifies: the controller's touch points found too.
@@ -215,6 +221,44 @@ mod tests {
         let provisioner = crate::provisioner!(Modifiable);
         assert!(provisioner.create().is_some() && provisioner.modify().is_some());
         assert!(provisioner.expand().is_none() && provisioner.stage().is_none());
+    }
+
+    /// Takes snapshots alone and in groups.
+    struct Grouping;
+
+    #[async_trait]
+    impl Snapshot for Grouping {
+        async fn create_snapshot(&self, req: SnapshotRequest) -> Result<SnapshotInfo> {
+            Ok(SnapshotInfo::new(
+                req.name,
+                req.source.as_str(),
+                1,
+                std::time::UNIX_EPOCH,
+            ))
+        }
+        async fn delete_snapshot(&self, _: DeleteSnapshotRequest) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[async_trait]
+    impl GroupSnapshot for Grouping {
+        async fn create_group_snapshot(
+            &self,
+            req: GroupSnapshotRequest,
+        ) -> Result<GroupSnapshotInfo> {
+            Ok(GroupSnapshotInfo::new(req.name, [], std::time::UNIX_EPOCH))
+        }
+        async fn delete_group_snapshot(&self, _: DeleteGroupSnapshotRequest) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn group_snapshot_is_registered_when_implemented() {
+        let provisioner = crate::provisioner!(Grouping);
+        assert!(provisioner.snapshot().is_some() && provisioner.group_snapshot().is_some());
+        assert!(crate::provisioner!(Modifiable).group_snapshot().is_none());
     }
 
     #[test]

@@ -775,6 +775,10 @@ pub struct SnapshotInfo {
     /// True when it can be restored from (a snapshot still being cut or
     /// uploaded is not: the snapshotter asks again).
     pub ready: bool,
+    /// The handle of the group snapshot it was taken in, if it is a member
+    /// of one ([`GroupSnapshot`](crate::GroupSnapshot)); CSI
+    /// `group_snapshot_id`. `None` for a snapshot taken alone.
+    pub group: Option<String>,
 }
 
 impl SnapshotInfo {
@@ -791,7 +795,14 @@ impl SnapshotInfo {
             size_bytes,
             created,
             ready: true,
+            group: None,
         }
+    }
+
+    /// The same snapshot, a member of the group snapshot `group`.
+    pub fn in_group(mut self, group: impl Into<String>) -> Self {
+        self.group = Some(group.into());
+        self
     }
 }
 

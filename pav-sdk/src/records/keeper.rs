@@ -15,6 +15,8 @@ use crate::types::{
 };
 use crate::{Error, Result, VolumeId};
 
+mod groups;
+
 /// The author's touch points that records wrap.
 #[derive(Clone, Default)]
 pub(crate) struct Wrapped {
@@ -23,6 +25,7 @@ pub(crate) struct Wrapped {
     pub(crate) expand: Option<Arc<dyn Expand>>,
     pub(crate) modify: Option<Arc<dyn Modify>>,
     pub(crate) snapshot: Option<Arc<dyn Snapshot>>,
+    pub(crate) group_snapshot: Option<Arc<dyn crate::GroupSnapshot>>,
     /// Whether the nodes grow volumes too (NodeExpand is added).
     pub(crate) node_expand: bool,
 }
@@ -348,6 +351,7 @@ impl Snapshot for RecordKeeper {
             size_bytes: info.size_bytes,
             parameters,
             created: info.created,
+            group: None,
         };
         self.store.put_snapshot(&record).await?;
         self.index().await?.snapshots.insert(name, record);
@@ -355,9 +359,16 @@ impl Snapshot for RecordKeeper {
     }
 
     async fn delete_snapshot(&self, req: DeleteSnapshotRequest) -> Result<()> {
-        let Some(name) = (self.index().await?.snapshot(&req.handle)).map(|r| r.name.clone()) else {
+        let Some(record) = self.index().await?.snapshot(&req.handle).cloned() else {
             return Ok(()); // never taken, or deleted already
         };
+        if let Some(group) = &record.group {
+            return Err(Error::InvalidArgument(format!(
+                "snapshot {:?} is a member of group snapshot {group:?}: delete the group",
+                record.handle
+            )));
+        }
+        let name = record.name;
         let snapshot = (self.author.snapshot.as_deref())
             .expect("records serve snapshots only for a provisioner with Snapshot");
         match snapshot.delete_snapshot(req).await {
