@@ -292,7 +292,7 @@ pub(crate) fn csi_snapshot(snapshot: pav_sdk::SnapshotInfo) -> Result<csi::Snaps
         source_volume_id: snapshot.source,
         creation_time: Some(prost_types::Timestamp::from(snapshot.created)),
         ready_to_use: snapshot.ready,
-        group_snapshot_id: String::new(),
+        group_snapshot_id: snapshot.group.unwrap_or_default(),
     })
 }
 

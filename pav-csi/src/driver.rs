@@ -15,8 +15,10 @@ use crate::completion::RunToCompletionLayer;
 use crate::connections;
 use crate::controller::ControllerService;
 use crate::csi::controller_server::ControllerServer;
+use crate::csi::group_controller_server::GroupControllerServer;
 use crate::csi::identity_server::IdentityServer;
 use crate::csi::node_server::NodeServer;
+use crate::group_controller::GroupControllerService;
 use crate::guard::InFlight;
 use crate::identity::IdentityService;
 use crate::node::{NodeConfig, NodeService};
@@ -282,6 +284,11 @@ impl DriverBuilder {
                     }));
             if controller {
                 router = router.add_service(ControllerServer::new(ControllerService {
+                    shared: shared.clone(),
+                }));
+                // Answers UNIMPLEMENTED unless the provisioner takes group
+                // snapshots (and only then is it advertised).
+                router = router.add_service(GroupControllerServer::new(GroupControllerService {
                     shared: shared.clone(),
                 }));
             }

@@ -72,6 +72,8 @@ pub(crate) enum Subject<'a> {
     Name(&'a str),
     /// A snapshot id.
     Snapshot(&'a str),
+    /// A group snapshot id.
+    GroupSnapshot(&'a str),
 }
 
 /// Request strings in log lines are cut to this many bytes: a call
@@ -116,6 +118,9 @@ pub(crate) fn logged<T>(
                 }
                 Subject::Snapshot(id) => {
                     tracing::$level!(snapshot_id = short(id), ?code, error, "{rpc} failed")
+                }
+                Subject::GroupSnapshot(id) => {
+                    tracing::$level!(group_snapshot_id = short(id), ?code, error, "{rpc} failed")
                 }
             }
         };

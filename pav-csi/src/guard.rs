@@ -19,6 +19,11 @@ pub(crate) enum Key {
     SnapshotName(String),
     /// A snapshot, by id.
     Snapshot(String),
+    /// A group snapshot being taken, by the name
+    /// `CreateVolumeGroupSnapshot` gives it.
+    GroupSnapshotName(String),
+    /// A group snapshot, by id.
+    GroupSnapshot(String),
     /// A publish target (resolved): two volumes must not both find it free.
     TargetPath(PathBuf),
     /// A staging path (resolved): two volumes must not both find it free.
@@ -32,6 +37,8 @@ impl fmt::Display for Key {
             Key::VolumeName(name) => write!(f, "volume name {name:?}"),
             Key::SnapshotName(name) => write!(f, "snapshot name {name:?}"),
             Key::Snapshot(id) => write!(f, "snapshot {id}"),
+            Key::GroupSnapshotName(name) => write!(f, "group snapshot name {name:?}"),
+            Key::GroupSnapshot(id) => write!(f, "group snapshot {id:?}"),
             Key::TargetPath(path) => write!(f, "target path {path:?}"),
             Key::StagingPath(path) => write!(f, "staging path {}", path.display()),
         }

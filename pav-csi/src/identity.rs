@@ -47,6 +47,9 @@ impl csi::identity_server::Identity for IdentityService {
         if self.controller {
             capabilities.push(service(ServiceType::ControllerService));
         }
+        if self.controller && self.shared.provisioner.group_snapshot().is_some() {
+            capabilities.push(service(ServiceType::GroupControllerService));
+        }
         if self.shared.topology_aware {
             capabilities.push(service(ServiceType::VolumeAccessibilityConstraints));
         }

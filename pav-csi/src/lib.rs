@@ -123,7 +123,7 @@
 //!
 //! | Concern | Where | Behaviour |
 //! |---|---|---|
-//! | Identity | `GetPluginInfo`, `GetPluginCapabilities`, `Probe` | name and version from the builder; `CONTROLLER_SERVICE` on controller sockets; `VOLUME_ACCESSIBILITY_CONSTRAINTS` when topology is configured |
+//! | Identity | `GetPluginInfo`, `GetPluginCapabilities`, `Probe` | name and version from the builder; `CONTROLLER_SERVICE` on controller sockets (and `GROUP_CONTROLLER_SERVICE` with [`pav_sdk::GroupSnapshot`]); `VOLUME_ACCESSIBILITY_CONSTRAINTS` when topology is configured |
 //! | Capabilities | `ControllerGetCapabilities`, `NodeGetCapabilities` | derived from the touch points in the [`pav_sdk::Provisioner`] |
 //! | Required fields, size limits | every RPC | `INVALID_ARGUMENT` naming the field; strings ≤ 128 bytes, maps ≤ 4 KiB, paths ≤ 4096 bytes, repeated fields ≤ 64 entries |
 //! | Paths | node RPCs | staging and target paths must resolve inside the kubelet directory ([`DriverBuilder::kubelet_dir`]); publishing binds only a staging path recorded at stage time for the same volume; none may lie in or contain the state directory ([`DriverBuilder::state_dir`]), the one part of kubelet's directory kept free of mounts |
@@ -142,14 +142,15 @@
 //! | Topology | `NodeGetInfo`, `CreateVolume` | [`DriverBuilder::node_topology`] reported by the node and advertised; `accessibility_requirements` passed to Create (bounded), its `accessible_topology` checked and returned |
 //! | Listing | `ListVolumes` | with [`pav_sdk::List`]: sorted by handle, paged by tokens that name the last entry (a foreign token is `ABORTED`); conditions reported (and `VOLUME_CONDITION` advertised) when the provisioner says it has them |
 //! | Snapshots | `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` | with [`pav_sdk::Snapshot`]: name and source required, an unknown source volume `NOT_FOUND`, one call per name and source volume, recent answers cached by name (another source is `ALREADY_EXISTS`), listing filtered, sorted and paged |
+//! | Group snapshots | `GroupControllerGetCapabilities`, `CreateVolumeGroupSnapshot`, `DeleteVolumeGroupSnapshot`, `GetVolumeGroupSnapshot` (the GroupController service, on every controller socket) | with [`pav_sdk::GroupSnapshot`]: `GROUP_CONTROLLER_SERVICE` and `CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT` advertised; `name` as CSI's names, `source_volume_ids` required, at most 64, each an id within the limits, none twice, each existing (`NOT_FOUND`), the name and every source held while it runs (`ABORTED`); the answer checked (one member per source, each marked with the group's id, else `INTERNAL`), `ready_to_use` only when every member is; `group_snapshot_id` required for Delete and Get, their `snapshot_ids` within the limits; Delete of what is gone (the provisioner's `NOT_FOUND`) is success; Get's members compared with `snapshot_ids` (`INVALID_ARGUMENT`); members listed by `ListSnapshots` with their `group_snapshot_id`; without it every RPC of the service is `UNIMPLEMENTED` |
 //! | Content sources | `CreateVolume` | a snapshot (with [`pav_sdk::Snapshot`]) or a volume (with [`pav_sdk::Provisioner::clones_volumes`]), else `INVALID_ARGUMENT`; a missing source `NOT_FOUND`, a limit below its size `OUT_OF_RANGE`, the source volume guarded while copied |
-//! | Everything else | publish/attach, group snapshots, `ControllerGetVolume`, `GetSnapshot`, snapshot metadata | `UNIMPLEMENTED`, not advertised |
+//! | Everything else | publish/attach, `ControllerGetVolume`, `GetSnapshot`, snapshot metadata | `UNIMPLEMENTED`, not advertised |
 //! | Socket | [`DriverBuilder::run`] | stale socket replaced, mode `0600`, removed on SIGTERM/SIGINT; at most 256 connections at once, each kept open as long as its client keeps it (the CSI sidecars exit when a connection is lost) |
 //! | Secrets | logs | CSI messages with secrets have no `Debug`; [`pav_sdk::Secrets`] redacts values |
 //! | Logs | every RPC | request strings are logged escaped (`Debug`), so a newline in a path or id cannot forge a line; every failed mutating call is logged (`warn` when final for the caller) |
 //! | Mounts | node RPCs; [`mount`] for provisioners | system calls and ioctls only, never a `mount`, `umount`, `resize2fs` or `xfs_growfs` program (the image need not hold them): the mount table parsed ([`mount::mounted_at`], [`mount::is_mounted`]), mounting with typed flags and data such as `size=64m` ([`mount::mount`], [`mount::mount_once`] for a Stage called again), [`mount::remount`] (a tmpfs grows), [`mount::unmount`] (nothing mounted is success), [`mount::unmount_below`], [`mount::block_device_size`] (`BLKGETSIZE64`), ext4 and xfs grown online ([`mount::grow_filesystem`]) |
 //!
-//! In the source, each RPC is a file of `controller/` or `node/` with a
+//! In the source, each RPC is a file of `controller/`, `group_controller/` or `node/` with a
 //! `check` (the rows above that refuse a request: required fields, limits,
 //! conversions, modes the provisioner serves, paths; no mount, record or
 //! provisioner call) and a `run`; conversions between CSI and pav-sdk are
@@ -172,6 +173,7 @@ mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod group_controller;
 mod guard;
 mod identity;
 mod limits;

@@ -78,23 +78,28 @@ impl ControllerService {
         })
     }
 
-    /// `NOT_FOUND` unless the volume exists; a provisioner without Create
-    /// (static volumes only) cannot say, so every id passes.
+    /// `NOT_FOUND` unless the volume exists; see [`check_exists`].
     async fn check_exists(&self, volume_id: &str) -> Result<(), Status> {
-        let Some(creator) = self.shared.provisioner.create() else {
-            return Ok(());
-        };
-        let exists = match creator.exists(&VolumeId::new(volume_id)).await {
-            Ok(exists) => exists,
-            Err(pav_sdk::Error::NotFound(_)) => false,
-            Err(e) => return Err(status(e)),
-        };
-        match exists {
-            true => Ok(()),
-            false => Err(Status::not_found(format!(
-                "volume {volume_id:?} does not exist"
-            ))),
-        }
+        check_exists(&self.shared, volume_id).await
+    }
+}
+
+/// `NOT_FOUND` unless the volume exists; a provisioner without Create
+/// (static volumes only) cannot say, so every id passes.
+pub(crate) async fn check_exists(shared: &Shared, volume_id: &str) -> Result<(), Status> {
+    let Some(creator) = shared.provisioner.create() else {
+        return Ok(());
+    };
+    let exists = match creator.exists(&VolumeId::new(volume_id)).await {
+        Ok(exists) => exists,
+        Err(pav_sdk::Error::NotFound(_)) => false,
+        Err(e) => return Err(status(e)),
+    };
+    match exists {
+        true => Ok(()),
+        false => Err(Status::not_found(format!(
+            "volume {volume_id:?} does not exist"
+        ))),
     }
 }
 

@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
 use crate::csi::controller_client::ControllerClient;
+use crate::csi::group_controller_client::GroupControllerClient;
 use crate::csi::identity_client::IdentityClient;
 use crate::csi::node_client::NodeClient;
 
@@ -210,6 +211,7 @@ impl HarnessBuilder {
         Ok(Harness {
             identity: IdentityClient::new(channel.clone()),
             controller: ControllerClient::new(channel.clone()),
+            group_controller: GroupControllerClient::new(channel.clone()),
             node: NodeClient::new(channel),
             config,
             source,
@@ -303,6 +305,9 @@ pub struct Harness {
     /// Node client on the socket (answers `UNIMPLEMENTED` when the node
     /// service is not served).
     pub node: NodeClient<Channel>,
+    /// GroupController client on the socket (answers `UNIMPLEMENTED`
+    /// unless the provisioner takes group snapshots).
+    pub group_controller: GroupControllerClient<Channel>,
     config: Config,
     source: Source,
     provisioner: Provisioner,
@@ -436,6 +441,7 @@ impl Harness {
         let (running, channel) = self.config.serve(&self.provisioner).await?;
         self.identity = IdentityClient::new(channel.clone());
         self.controller = ControllerClient::new(channel.clone());
+        self.group_controller = GroupControllerClient::new(channel.clone());
         self.node = NodeClient::new(channel);
         self.running = Some(running);
         Ok(())
