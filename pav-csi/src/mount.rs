@@ -34,6 +34,7 @@
 //! ```
 
 mod device;
+mod freeze;
 mod ioctl;
 mod table;
 
@@ -47,6 +48,7 @@ use rustix::fs::StatVfsMountFlags;
 use rustix::mount::UnmountFlags;
 
 pub use device::{DeviceError, GrowError, block_device_size, grow_filesystem};
+pub use freeze::{FreezeError, Frozen, freeze};
 pub use table::{MountInfo, ParseError, TableError, is_mounted, mount_table, mounted_at};
 
 /// Flags of [`mount`], [`mount_once`] and [`remount`]: `mount(2)`'s
