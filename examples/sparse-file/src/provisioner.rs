@@ -14,6 +14,8 @@ use pav_sdk::{
 use pav_sdk::{DeleteSnapshotRequest, Snapshot, SnapshotInfo, SnapshotRequest};
 use tokio::process::Command;
 
+mod group;
+
 /// Size of a volume whose claim requests none.
 const DEFAULT_SIZE: u64 = 1 << 30;
 /// Sizes are rounded up to whole MiB.
@@ -927,6 +929,7 @@ impl Snapshot for SparseFiles {
                 Err(e) => return Err(e),
             }
         }
+        self.mark_group_members(&mut snapshots)?;
         Ok(snapshots)
     }
 }
