@@ -12,9 +12,11 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use pav_csi::testing::{Check, Conformance, Harness, Outcome};
 use pav_sdk::{
-    ContentSource, Create, CreateRequest, Delete, DeleteRequest, DeleteSnapshotRequest, Error,
-    Expand, ExpandRequest, Expanded, NodeExpand, NodeExpandRequest, Provisioner, Result, Snapshot,
-    SnapshotInfo, SnapshotRequest, Stage, StageRequest, Staged, Volume, VolumeId, async_trait,
+    ContentSource, Create, CreateRequest, Delete, DeleteGroupSnapshotRequest, DeleteRequest,
+    DeleteSnapshotRequest, Error, Expand, ExpandRequest, Expanded, GetGroupSnapshotRequest,
+    GroupSnapshot, GroupSnapshotInfo, GroupSnapshotRequest, NodeExpand, NodeExpandRequest,
+    Provisioner, Result, Snapshot, SnapshotInfo, SnapshotRequest, Stage, StageRequest, Staged,
+    Volume, VolumeId, async_trait,
 };
 
 /// The mistakes [`Dirs`] can make, each one an author's.
@@ -34,6 +36,8 @@ struct Faults {
     delete_joins_raw_ids: bool,
     /// Stage mounts the volume at the staging path every time it is called.
     stage_mounts_again: bool,
+    /// create_group_snapshot takes a new group for a name it has seen.
+    fresh_group_per_create: bool,
 }
 
 /// The temporary directory of the harness whose storage directory is
@@ -100,7 +104,24 @@ impl Dirs {
         let created =
             UNIX_EPOCH + Duration::from_secs(created.trim().parse().map_err(Error::internal)?);
         let size = Self::size(dir)?.unwrap_or(0);
-        Ok(SnapshotInfo::new(handle, source, size, created))
+        let info = SnapshotInfo::new(handle, source, size, created);
+        match std::fs::read_to_string(dir.join("group")) {
+            Ok(group) => Ok(info.in_group(group)),
+            Err(_) => Ok(info),
+        }
+    }
+
+    fn group(&self, id: &VolumeId) -> Result<PathBuf> {
+        Ok(self.root.join("groups").join(id.path_component()?))
+    }
+
+    /// The group at `dir`, `handle`: its members as they are listed.
+    fn read_group(&self, dir: &Path, handle: &str) -> Result<GroupSnapshotInfo> {
+        let members = std::fs::read_to_string(dir.join("members"))?;
+        let members = (members.lines())
+            .map(|m| Self::read_snapshot(&self.snapshot(&VolumeId::new(m))?, m))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(GroupSnapshotInfo::new(handle, members, UNIX_EPOCH))
     }
 }
 
@@ -248,6 +269,70 @@ impl Snapshot for Dirs {
     }
 }
 
+/// A group is a directory naming its members; each member a snapshot
+/// directory (as CreateSnapshot makes) with the group's handle in it.
+#[async_trait]
+impl GroupSnapshot for Dirs {
+    async fn create_group_snapshot(&self, req: GroupSnapshotRequest) -> Result<GroupSnapshotInfo> {
+        let mut handle = VolumeId::new(format!("group-{}", req.name));
+        let mut dir = self.group(&handle)?;
+        if self.faults.fresh_group_per_create {
+            let mut n = 1;
+            while dir.exists() {
+                n += 1;
+                handle = VolumeId::new(format!("group-{}.{n}", req.name));
+                dir = self.group(&handle)?;
+            }
+        }
+        let sources: Vec<String> = req.sources.iter().map(|s| s.to_string()).collect();
+        if dir.join("members").exists() {
+            let taken = self.read_group(&dir, handle.as_str())?;
+            let mut had: Vec<&str> = taken.snapshots.iter().map(|s| s.source.as_str()).collect();
+            let mut asked: Vec<&str> = sources.iter().map(String::as_str).collect();
+            (had.sort_unstable(), asked.sort_unstable());
+            return match had == asked {
+                true => Ok(taken),
+                false => Err(Error::AlreadyExists(format!(
+                    "{handle} is of other volumes"
+                ))),
+            };
+        }
+        let mut members = Vec::new();
+        for source in &sources {
+            let member = format!("{}.{source}", handle.as_str());
+            let taken = self
+                .create_snapshot(pav_sdk::build::snapshot(member.clone(), source.as_str()))
+                .await?;
+            let snapshot = self.snapshot(&VolumeId::new(taken.handle.clone()))?;
+            std::fs::write(snapshot.join("group"), handle.as_str())?;
+            members.push(member);
+        }
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("members"), members.join("\n"))?;
+        self.read_group(&dir, handle.as_str())
+    }
+
+    async fn delete_group_snapshot(&self, req: DeleteGroupSnapshotRequest) -> Result<()> {
+        let dir = self.group(&req.handle)?;
+        let Ok(members) = std::fs::read_to_string(dir.join("members")) else {
+            return Ok(());
+        };
+        for member in members.lines() {
+            let delete = pav_sdk::build::delete_snapshot(member);
+            self.delete_snapshot(delete).await?;
+        }
+        Ok(std::fs::remove_dir_all(dir)?)
+    }
+
+    async fn get_group_snapshot(&self, req: GetGroupSnapshotRequest) -> Result<GroupSnapshotInfo> {
+        let dir = self.group(&req.handle)?;
+        match dir.join("members").exists() {
+            true => self.read_group(&dir, req.handle.as_str()),
+            false => Err(Error::NotFound(format!("no group {}", req.handle))),
+        }
+    }
+}
+
 /// [`Dirs`] on `root` with `faults`, every touch point but Capacity and List.
 /// Its `volumes` directory is made at once, as a provisioner's would be
 /// (a raw id's `volumes/../x` leads somewhere only once it exists).
@@ -264,6 +349,7 @@ fn dirs(root: &Path, faults: Faults) -> Provisioner<Dirs> {
         .with_expand()
         .with_node_expand()
         .with_snapshot()
+        .with_group_snapshot()
 }
 
 /// The checks of `dirs` with `faults`, built on each harness's storage.
@@ -292,6 +378,7 @@ async fn a_conforming_provisioner_passes_the_controller_checks() {
         [
             Check::Expand,
             Check::SnapshotRoundTrip,
+            Check::GroupSnapshotRoundTrip,
             Check::HostileIdsAndPaths
         ],
         "what needs the node service is said not to have run: {report}"
@@ -493,6 +580,20 @@ async fn run_all_reports_every_failure_and_what_passed() {
 
 /// Without Create nothing of the volume checks applies: skipped, not passed.
 #[tokio::test]
+async fn a_group_taken_again_for_its_name_fails_group_snapshot_round_trip() {
+    let faults = Faults {
+        fresh_group_per_create: true,
+        ..Faults::default()
+    };
+    let message = failure(faults, Check::GroupSnapshotRoundTrip).await;
+    assert!(
+        message.starts_with("CreateVolumeGroupSnapshot repeated:")
+            && message.contains("\"group-pav-testing-group.2\""),
+        "{message}"
+    );
+}
+
+#[tokio::test]
 async fn a_check_without_its_capability_is_skipped() {
     let root = tempfile::tempdir().unwrap();
     let provisioner = Provisioner::new(Dirs {
@@ -505,6 +606,7 @@ async fn a_check_without_its_capability_is_skipped() {
         Check::RepeatedCreate,
         Check::Expand,
         Check::SnapshotRoundTrip,
+        Check::GroupSnapshotRoundTrip,
     ] {
         let outcome = checks.run(check).await.unwrap();
         assert!(

@@ -29,7 +29,11 @@ async fn conformance() {
     // skipped, and no other.
     assert_eq!(
         report.skipped(),
-        [Check::Expand, Check::SnapshotRoundTrip],
+        [
+            Check::Expand,
+            Check::SnapshotRoundTrip,
+            Check::GroupSnapshotRoundTrip
+        ],
         "{report}"
     );
 }

@@ -1218,6 +1218,7 @@ mod tests {
                 Check::DeleteUnknownVolume,
                 Check::Expand,
                 Check::SnapshotRoundTrip,
+                Check::GroupSnapshotRoundTrip,
                 Check::HostileIdsAndPaths
             ],
             "{report}"

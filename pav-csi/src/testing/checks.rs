@@ -16,6 +16,8 @@ use super::conformance::{Check, Conformance, Outcome};
 use super::harness::{DECOY, Harness};
 use crate::csi;
 
+mod group;
+
 /// How long a check waits for one answer.
 const CALL_TIMEOUT: Duration = Duration::from_secs(120);
 /// The file (Filesystem) a check writes into a volume and looks for later.
@@ -45,6 +47,7 @@ pub(crate) async fn run(conf: &Conformance, check: Check) -> Result<Outcome, Str
         Check::PublishUnpublishRepeats => publish_unpublish_repeats(&mut ctx).await,
         Check::Expand => expand(&mut ctx).await,
         Check::SnapshotRoundTrip => snapshot_round_trip(&mut ctx).await,
+        Check::GroupSnapshotRoundTrip => group::group_snapshot_round_trip(&mut ctx).await,
         Check::HostileIdsAndPaths => hostile_ids_and_paths(&mut ctx).await,
     };
     ctx.clean_up().await;
@@ -103,6 +106,8 @@ struct Ctx<'a> {
     staged: Vec<(String, PathBuf)>,
     published: Vec<(String, PathBuf)>,
     snapshots: Vec<String>,
+    /// Group snapshots taken, with their members' ids.
+    groups: Vec<(String, Vec<String>)>,
 }
 
 /// Waits at most [`CALL_TIMEOUT`] for `call`'s answer.
@@ -253,6 +258,7 @@ impl<'a> Ctx<'a> {
             staged: Vec::new(),
             published: Vec::new(),
             snapshots: Vec::new(),
+            groups: Vec::new(),
         })
     }
 
@@ -491,6 +497,14 @@ impl<'a> Ctx<'a> {
         }
         for (id, staging) in std::mem::take(&mut self.staged).into_iter().rev() {
             let _ = self.unstage("", &id, &staging).await;
+        }
+        for (id, members) in std::mem::take(&mut self.groups).into_iter().rev() {
+            let req = csi::DeleteVolumeGroupSnapshotRequest {
+                group_snapshot_id: id,
+                snapshot_ids: members,
+                ..Default::default()
+            };
+            let _ = call(self.h.group_controller.delete_volume_group_snapshot(req)).await;
         }
         for id in std::mem::take(&mut self.snapshots).into_iter().rev() {
             let req = csi::DeleteSnapshotRequest {

@@ -25,19 +25,22 @@ pub enum Check {
     Expand,
     /// [`Conformance::snapshot_round_trip`].
     SnapshotRoundTrip,
+    /// [`Conformance::group_snapshot_round_trip`].
+    GroupSnapshotRoundTrip,
     /// [`Conformance::hostile_ids_and_paths`].
     HostileIdsAndPaths,
 }
 
 impl Check {
     /// Every check, in the order [`Conformance::run_all`] runs them.
-    pub const ALL: [Check; 7] = [
+    pub const ALL: [Check; 8] = [
         Check::RepeatedCreate,
         Check::DeleteUnknownVolume,
         Check::StageUnstageRepeats,
         Check::PublishUnpublishRepeats,
         Check::Expand,
         Check::SnapshotRoundTrip,
+        Check::GroupSnapshotRoundTrip,
         Check::HostileIdsAndPaths,
     ];
 
@@ -50,6 +53,7 @@ impl Check {
             Check::PublishUnpublishRepeats => "publish_unpublish_repeats",
             Check::Expand => "expand",
             Check::SnapshotRoundTrip => "snapshot_round_trip",
+            Check::GroupSnapshotRoundTrip => "group_snapshot_round_trip",
             Check::HostileIdsAndPaths => "hostile_ids_and_paths",
         }
     }
@@ -447,6 +451,28 @@ impl Conformance {
     /// of `reallyfakesnapshotid`; then no longer listed.
     pub async fn snapshot_round_trip(&self) -> Result<Outcome, Failure> {
         self.run(Check::SnapshotRoundTrip).await
+    }
+
+    /// A group snapshot taken, answered again (also after a restart), got,
+    /// listed, restored and deleted.
+    ///
+    /// Needs the `GROUP_CONTROLLER_SERVICE` plugin capability with
+    /// `CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT` ([`pav_sdk::GroupSnapshot`])
+    /// and `CREATE_DELETE_VOLUME`. Creates two volumes (and, with the node
+    /// service, writes a marker into each); `CreateVolumeGroupSnapshot` of
+    /// both: `OK`, with a group id, a creation time and one member per
+    /// volume, each carrying the group's id, asked again until
+    /// `ready_to_use`; again, and again after a restart (answered by the
+    /// provisioner): the same group and members; the same name with one
+    /// volume: `ALREADY_EXISTS`; `GetVolumeGroupSnapshot` with the
+    /// members' ids: the same group, of a group never taken: `NOT_FOUND`;
+    /// with `LIST_SNAPSHOTS`, `ListSnapshots` by each member's id: it alone,
+    /// with the group's id; `CreateVolume` from each member: `OK` (and,
+    /// staged, holding the marker); `DeleteVolumeGroupSnapshot`: `OK`,
+    /// twice; then `GetVolumeGroupSnapshot` is `NOT_FOUND` and no member is
+    /// listed.
+    pub async fn group_snapshot_round_trip(&self) -> Result<Outcome, Failure> {
+        self.run(Check::GroupSnapshotRoundTrip).await
     }
 
     /// Ids and paths a client crafts reach nothing outside the driver's

@@ -23,7 +23,8 @@
 //!   [`stage_unstage_repeats`](Conformance::stage_unstage_repeats),
 //!   [`publish_unpublish_repeats`](Conformance::publish_unpublish_repeats),
 //!   [`expand`](Conformance::expand),
-//!   [`snapshot_round_trip`](Conformance::snapshot_round_trip) and
+//!   [`snapshot_round_trip`](Conformance::snapshot_round_trip),
+//!   [`group_snapshot_round_trip`](Conformance::group_snapshot_round_trip) and
 //!   [`hostile_ids_and_paths`](Conformance::hostile_ids_and_paths). Each
 //!   asserts what csi-sanity asserts for the same cases (codes,
 //!   idempotency), and checks the provisioner's own answers where pav-csi
@@ -92,7 +93,11 @@
 //!     // skipped, and no other.
 //!     assert_eq!(
 //!         report.skipped(),
-//!         [Check::Expand, Check::SnapshotRoundTrip],
+//!         [
+//!             Check::Expand,
+//!             Check::SnapshotRoundTrip,
+//!             Check::GroupSnapshotRoundTrip
+//!         ],
 //!         "{report}"
 //!     );
 //! }
