@@ -20,25 +20,26 @@ use crate::{Result, VolumeId};
 ///
 /// # What Kubernetes needs
 ///
-/// - **csi-snapshotter v8.7.0** (or later) beside the controller, started
-///   with `--feature-gates=CSIVolumeGroupSnapshot=true` (the gate's name in
-///   its `cmd/csi-snapshotter/main.go`); it calls `GroupControllerGetCapabilities`
-///   and serves group snapshots only when pav-csi advertises the
-///   `GROUP_CONTROLLER_SERVICE` plugin capability, which it does exactly
-///   when this trait is added.
-/// - **snapshot-controller** of the same release, with the same
-///   `--feature-gates=CSIVolumeGroupSnapshot=true`.
+/// - **csi-snapshotter v8.7.0** beside the controller. Its
+///   `CSIVolumeGroupSnapshot` feature (`--feature-gates=CSIVolumeGroupSnapshot=true`,
+///   the gate's name in its `cmd/csi-snapshotter/main.go`) is GA and on by
+///   default in v8.7.0; it serves group snapshots only when pav-csi
+///   advertises the `GROUP_CONTROLLER_SERVICE` plugin capability, which
+///   it does exactly when this trait is added.
+/// - The **snapshot-controller** of the same release (the same gate, on by
+///   default too).
 /// - The CRDs of `groupsnapshot.storage.k8s.io` (VolumeGroupSnapshotClass,
-///   VolumeGroupSnapshot, VolumeGroupSnapshotContent): external-snapshotter
-///   v8.7.0 serves them as `v1beta2` (still reading `v1beta1`), beside the
-///   VolumeSnapshot CRDs of `snapshot.storage.k8s.io/v1`.
+///   VolumeGroupSnapshot, VolumeGroupSnapshotContent): v8.7.0 reads them as
+///   `v1` (the CRDs also serve `v1beta2` and a deprecated `v1beta1`).
+///   Without them both components turn group snapshots off, with a
+///   warning in their log.
 /// - A VolumeGroupSnapshotClass whose `driver` is this driver (its
 ///   `parameters` become [`GroupSnapshotRequest::parameters`], without the
 ///   `csi.storage.k8s.io/` keys), and a VolumeGroupSnapshot whose
 ///   `spec.source.selector` selects the claims to snapshot together.
 ///
 /// ```yaml
-/// apiVersion: groupsnapshot.storage.k8s.io/v1beta2
+/// apiVersion: groupsnapshot.storage.k8s.io/v1
 /// kind: VolumeGroupSnapshotClass
 /// metadata:
 ///   name: my-group-snapshots
