@@ -289,7 +289,8 @@ impl GroupSnapshot for Dirs {
             let taken = self.read_group(&dir, handle.as_str())?;
             let mut had: Vec<&str> = taken.snapshots.iter().map(|s| s.source.as_str()).collect();
             let mut asked: Vec<&str> = sources.iter().map(String::as_str).collect();
-            (had.sort_unstable(), asked.sort_unstable());
+            had.sort_unstable();
+            asked.sort_unstable();
             return match had == asked {
                 true => Ok(taken),
                 false => Err(Error::AlreadyExists(format!(

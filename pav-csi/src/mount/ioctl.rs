@@ -100,6 +100,30 @@ const _: () = assert!(std::mem::size_of::<XfsGeometryV4>() == 112);
 #[cfg(target_pointer_width = "64")]
 const _: () = assert!(std::mem::size_of::<XfsGrowfsData>() == 16);
 
+/// `FIFREEZE`, `_IOWR('X', 119, int)` in `linux/fs.h`: the kernel's
+/// `ioctl_fsfreeze` reads no argument.
+const FIFREEZE: Opcode = opcode::read_write::<std::ffi::c_int>(b'X', 119);
+/// `FITHAW`, `_IOWR('X', 120, int)`: no argument read either.
+const FITHAW: Opcode = opcode::read_write::<std::ffi::c_int>(b'X', 120);
+
+/// Freezes the filesystem that `dir` (its mount point, open) is the root
+/// of: writes are flushed and new ones wait until [`thaw`].
+pub(super) fn freeze(dir: impl AsFd) -> io::Result<()> {
+    // SAFETY: FIFREEZE takes no argument (the kernel ignores it); NoArg
+    // passes none.
+    let freeze = unsafe { rustix::ioctl::NoArg::<FIFREEZE>::new() };
+    // SAFETY: as above.
+    Ok(unsafe { ioctl(dir, freeze) }?)
+}
+
+/// Thaws what [`freeze`] froze.
+pub(super) fn thaw(dir: impl AsFd) -> io::Result<()> {
+    // SAFETY: FITHAW takes no argument either.
+    let thaw = unsafe { rustix::ioctl::NoArg::<FITHAW>::new() };
+    // SAFETY: as above.
+    Ok(unsafe { ioctl(dir, thaw) }?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,28 +156,4 @@ mod tests {
             }
         );
     }
-}
-
-/// `FIFREEZE`, `_IOWR('X', 119, int)` in `linux/fs.h`: the kernel's
-/// `ioctl_fsfreeze` reads no argument.
-const FIFREEZE: Opcode = opcode::read_write::<std::ffi::c_int>(b'X', 119);
-/// `FITHAW`, `_IOWR('X', 120, int)`: no argument read either.
-const FITHAW: Opcode = opcode::read_write::<std::ffi::c_int>(b'X', 120);
-
-/// Freezes the filesystem that `dir` (its mount point, open) is the root
-/// of: writes are flushed and new ones wait until [`thaw`].
-pub(super) fn freeze(dir: impl AsFd) -> io::Result<()> {
-    // SAFETY: FIFREEZE takes no argument (the kernel ignores it); NoArg
-    // passes none.
-    let freeze = unsafe { rustix::ioctl::NoArg::<FIFREEZE>::new() };
-    // SAFETY: as above.
-    Ok(unsafe { ioctl(dir, freeze) }?)
-}
-
-/// Thaws what [`freeze`] froze.
-pub(super) fn thaw(dir: impl AsFd) -> io::Result<()> {
-    // SAFETY: FITHAW takes no argument either.
-    let thaw = unsafe { rustix::ioctl::NoArg::<FITHAW>::new() };
-    // SAFETY: as above.
-    Ok(unsafe { ioctl(dir, thaw) }?)
 }

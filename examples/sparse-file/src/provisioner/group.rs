@@ -130,7 +130,7 @@ impl SparseFiles {
             devices.extend(loop_devices(image).await?);
         }
         let (members, manifest) = (members.to_vec(), manifest.to_owned());
-        let taken = tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || {
             let frozen = freeze_mounted(&devices)?;
             let copied = copy_members(&members);
             drop(frozen); // thawed before anything else, on every path
@@ -139,8 +139,7 @@ impl SparseFiles {
             write_manifest(&manifest, &members).inspect_err(|_| remove_copies(&members))
         })
         .await
-        .map_err(|e| Error::Internal(format!("group snapshot task: {e}")))?;
-        taken
+        .map_err(|e| Error::Internal(format!("group snapshot task: {e}")))?
     }
 }
 
