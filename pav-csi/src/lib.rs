@@ -94,6 +94,7 @@
 //!
 //! pav-csi logs through [`tracing`](https://docs.rs/tracing): each
 //! mutating call (Create/Delete/Expand/Modify volume, Create/Delete snapshot,
+//! Create/Delete volume group snapshot,
 //! Node Stage/Unstage/Publish/Unpublish/Expand) at `info` when it starts
 //! its work (with the volume id or name), and every failure of one, from
 //! the request check to the last step, as one `<RPC> failed` line with its
@@ -148,7 +149,7 @@
 //! | Socket | [`DriverBuilder::run`] | stale socket replaced, mode `0600`, removed on SIGTERM/SIGINT; at most 256 connections at once, each kept open as long as its client keeps it (the CSI sidecars exit when a connection is lost) |
 //! | Secrets | logs | CSI messages with secrets have no `Debug`; [`pav_sdk::Secrets`] redacts values |
 //! | Logs | every RPC | request strings are logged escaped (`Debug`), so a newline in a path or id cannot forge a line; every failed mutating call is logged (`warn` when final for the caller) |
-//! | Mounts | node RPCs; [`mount`] for provisioners | system calls and ioctls only, never a `mount`, `umount`, `resize2fs` or `xfs_growfs` program (the image need not hold them): the mount table parsed ([`mount::mounted_at`], [`mount::is_mounted`]), mounting with typed flags and data such as `size=64m` ([`mount::mount`], [`mount::mount_once`] for a Stage called again), [`mount::remount`] (a tmpfs grows), [`mount::unmount`] (nothing mounted is success), [`mount::unmount_below`], [`mount::block_device_size`] (`BLKGETSIZE64`), ext4 and xfs grown online ([`mount::grow_filesystem`]) |
+//! | Mounts | node RPCs; [`mount`] for provisioners | system calls and ioctls only, never a `mount`, `umount`, `resize2fs` or `xfs_growfs` program (the image need not hold them): the mount table parsed ([`mount::mounted_at`], [`mount::is_mounted`]), mounting with typed flags and data such as `size=64m` ([`mount::mount`], [`mount::mount_once`] for a Stage called again), [`mount::remount`] (a tmpfs grows), [`mount::unmount`] (nothing mounted is success), [`mount::unmount_below`], [`mount::block_device_size`] (`BLKGETSIZE64`), ext4 and xfs grown online ([`mount::grow_filesystem`]), a filesystem frozen for a consistent copy and thawed when the guard drops ([`mount::freeze`], `FIFREEZE`) |
 //!
 //! In the source, each RPC is a file of `controller/`, `group_controller/` or `node/` with a
 //! `check` (the rows above that refuse a request: required fields, limits,
