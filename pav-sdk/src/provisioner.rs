@@ -621,11 +621,13 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         self
     }
 
-    /// Adds the [`GroupSnapshot`] touch point.
+    /// Adds the [`GroupSnapshot`] touch point, and the [`Snapshot`] one
+    /// it extends (its members are restored and listed as snapshots).
     pub fn with_group_snapshot(mut self) -> Self
     where
         P: GroupSnapshot,
     {
+        self.snapshot = Some(self.inner.clone());
         self.group_snapshot = Some(self.inner.clone());
         self.rewrap_records();
         self
