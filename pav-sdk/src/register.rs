@@ -13,6 +13,7 @@
 
 use std::marker::PhantomData;
 
+use crate::attach::Attach;
 use crate::provisioner::{
     Capacity, Create, Delete, Expand, List, Modify, NodeExpand, Provisioner, Snapshot, Stage,
     Stats, Unstage, Validate,
@@ -71,6 +72,7 @@ probes! {
     Stats: FoundStats, MissingStats, add_stats, with_stats;
     Expand: FoundExpand, MissingExpand, add_expand, with_expand;
     Modify: FoundModify, MissingModify, add_modify, with_modify;
+    Attach: FoundAttach, MissingAttach, add_attach, with_attach;
     NodeExpand: FoundNodeExpand, MissingNodeExpand, add_node_expand, with_node_expand;
     Capacity: FoundCapacity, MissingCapacity, add_capacity, with_capacity;
     List: FoundList, MissingList, add_list, with_list;
@@ -82,7 +84,8 @@ probes! {
 /// [`Create`](crate::Create), [`Delete`](crate::Delete),
 /// [`Stage`](crate::Stage), [`Unstage`](crate::Unstage),
 /// [`Stats`](crate::Stats), [`Expand`](crate::Expand),
-/// [`Modify`](crate::Modify), [`NodeExpand`](crate::NodeExpand),
+/// [`Modify`](crate::Modify), [`Attach`](crate::Attach),
+/// [`NodeExpand`](crate::NodeExpand),
 /// [`Capacity`](crate::Capacity),
 /// [`List`](crate::List) and [`Snapshot`](crate::Snapshot). Implementing
 /// a trait is registering it: none can be forgotten. The options that are
@@ -123,6 +126,8 @@ probes! {
 macro_rules! provisioner {
     ($value:expr $(,)?) => {{
         #[allow(unused_imports)]
+        use $crate::register::{FoundAttach as _, MissingAttach as _};
+        #[allow(unused_imports)]
         use $crate::register::{
             FoundCapacity as _, FoundCreate as _, FoundDelete as _, FoundExpand as _,
             FoundList as _, FoundModify as _, FoundNodeExpand as _, FoundSnapshot as _,
@@ -141,6 +146,7 @@ macro_rules! provisioner {
         let provisioner = (&probe).add_stats(provisioner);
         let provisioner = (&probe).add_expand(provisioner);
         let provisioner = (&probe).add_modify(provisioner);
+        let provisioner = (&probe).add_attach(provisioner);
         let provisioner = (&probe).add_node_expand(provisioner);
         let provisioner = (&probe).add_capacity(provisioner);
         let provisioner = (&probe).add_list(provisioner);
@@ -187,6 +193,7 @@ mod tests {
         assert!(provisioner.delete().is_none());
         assert!(provisioner.expand().is_none());
         assert!(provisioner.modify().is_none());
+        assert!(provisioner.attach().is_none());
         assert!(provisioner.node_expand().is_none());
         assert!(provisioner.capacity().is_none());
         assert!(provisioner.list().is_none());
@@ -215,6 +222,29 @@ mod tests {
         let provisioner = crate::provisioner!(Modifiable);
         assert!(provisioner.create().is_some() && provisioner.modify().is_some());
         assert!(provisioner.expand().is_none() && provisioner.stage().is_none());
+    }
+
+    /// Attaches: found beside the others.
+    struct Attachable;
+
+    #[async_trait]
+    impl Attach for Attachable {
+        async fn attach(&self, _: AttachRequest) -> Result<Attached> {
+            Ok(Attached::default())
+        }
+        async fn detach(&self, _: DetachRequest) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn attach_is_registered_when_implemented() {
+        let provisioner = crate::provisioner!(Attachable);
+        assert!(provisioner.attach().is_some());
+        assert!(provisioner.create().is_none() && provisioner.modify().is_none());
+        assert!(provisioner.volumes_per_node_limit().is_none());
+        let limited = crate::provisioner!(Attachable).max_volumes_per_node(8);
+        assert_eq!(limited.volumes_per_node_limit(), Some(8));
     }
 
     #[test]
