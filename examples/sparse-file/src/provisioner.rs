@@ -34,12 +34,40 @@ pub struct SparseFiles {
     /// volumes are accessible from there only. `None`: from everywhere
     /// (the directory is shared, or the driver does not know its node).
     node: Option<(String, String)>,
+    /// The most volumes attached to loop devices at once ([`Attach`](pav_sdk::Attach)).
+    max_attached: Option<u32>,
 }
 
 impl SparseFiles {
     /// Keeps volumes under `dir`.
     pub fn new(dir: PathBuf) -> Self {
-        Self { dir, node: None }
+        Self {
+            dir,
+            node: None,
+            max_attached: None,
+        }
+    }
+
+    /// At most `max` volumes attached at once (0: no limit); Attach
+    /// answers `RESOURCE_EXHAUSTED` past it.
+    pub fn max_attached(mut self, max: u32) -> Self {
+        self.max_attached = (max > 0).then_some(max);
+        self
+    }
+
+    /// The directory of the images.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The node the images are on, when known.
+    pub(crate) fn node_id(&self) -> Option<&str> {
+        self.node.as_ref().map(|(_, node)| node.as_str())
+    }
+
+    /// The most volumes attached at once, if limited.
+    pub(crate) fn attached_limit(&self) -> Option<u32> {
+        self.max_attached
     }
 
     /// The volumes live on one node, the topology segment `key` = `node`
@@ -142,7 +170,7 @@ impl SparseFiles {
     }
 
     /// The backing file of an existing volume.
-    fn existing_image(&self, handle: &str) -> Result<PathBuf> {
+    pub(crate) fn existing_image(&self, handle: &str) -> Result<PathBuf> {
         let image = self.image(handle)?;
         match image.is_file() {
             true => Ok(image),
@@ -159,7 +187,7 @@ fn fnv(name: &str) -> u64 {
 }
 
 /// Runs a command, returning its trimmed stdout, or `Internal` with its stderr.
-async fn run(program: &str, args: &[&str]) -> Result<String> {
+pub(crate) async fn run(program: &str, args: &[&str]) -> Result<String> {
     let output = Command::new(program)
         .args(args)
         .output()
@@ -176,7 +204,7 @@ async fn run(program: &str, args: &[&str]) -> Result<String> {
 }
 
 /// Loop devices currently backed by `image`.
-async fn loop_devices(image: &Path) -> Result<Vec<String>> {
+pub(crate) async fn loop_devices(image: &Path) -> Result<Vec<String>> {
     let listing = run("losetup", &["--associated", &image.to_string_lossy()]).await?;
     // Lines look like "/dev/loop3: [2049]:1234 (/path/file.img)".
     Ok(listing
@@ -468,7 +496,7 @@ fn release(file: &std::fs::File) -> std::io::Result<()> {
 
 /// Releases the blocks of an image made thin while a loop device used it
 /// (recorded [`Recorded::Releasing`]); for an image none uses.
-fn settle(file: &std::fs::File) -> std::io::Result<()> {
+pub(crate) fn settle(file: &std::fs::File) -> std::io::Result<()> {
     match Recorded::of(file)? {
         Recorded::Releasing => release(file),
         Recorded::Thin | Recorded::Thick => Ok(()),
@@ -478,7 +506,7 @@ fn settle(file: &std::fs::File) -> std::io::Result<()> {
 /// The image opened for writing, with an exclusive `flock` held until the
 /// file is dropped: Stage holds it while it attaches the image, Modify
 /// while it decides whether a loop device uses it and releases blocks.
-async fn locked(image: &Path) -> Result<std::fs::File> {
+pub(crate) async fn locked(image: &Path) -> Result<std::fs::File> {
     let path = image.to_owned();
     let opened = tokio::task::spawn_blocking(move || {
         let file = std::fs::OpenOptions::new()
@@ -497,7 +525,7 @@ async fn locked(image: &Path) -> Result<std::fs::File> {
 /// filesystem is full (room may come back), `INVALID_ARGUMENT` when it
 /// cannot do it at all (no `fallocate` or no extended attributes: thick
 /// volumes are impossible here), else `INTERNAL`.
-fn io_error(doing: &str, path: &Path, e: std::io::Error) -> Error {
+pub(crate) fn io_error(doing: &str, path: &Path, e: std::io::Error) -> Error {
     let message = format!("{doing} {}: {e}", path.display());
     let unsupported = e.kind() == ErrorKind::Unsupported
         || e.raw_os_error() == Some(rustix::io::Errno::OPNOTSUPP.raw_os_error());
@@ -795,17 +823,12 @@ impl Delete for SparseFiles {
 impl Stage for SparseFiles {
     async fn stage(&self, req: StageRequest) -> Result<Staged> {
         let image = self.existing_image(&req.handle)?;
-        // Locked while attached, so that a Modify never releases blocks
-        // under a loop device it did not see.
-        let locked = locked(&image).await?;
-        let device = match loop_devices(&image).await?.into_iter().next() {
+        // The device the controller attached (checked), else one attached
+        // here, as before the driver attached.
+        let device = match self.published_device(&req, &image)? {
             Some(device) => device,
-            None => {
-                settle(&locked).map_err(|e| io_error("releasing", &image, e))?;
-                run("losetup", &["--find", "--show", &image.to_string_lossy()]).await?
-            }
+            None => crate::attach::loop_device(&image, false, false).await?,
         };
-        drop(locked);
         if req.volume_mode == VolumeMode::Block {
             return Ok(Staged::at(device));
         }
@@ -1069,8 +1092,12 @@ impl Unstage for SparseFiles {
         let Ok(image) = self.existing_image(&req.handle) else {
             return Ok(()); // nothing left to detach
         };
+        // The controller's device stays attached: it detaches it.
+        let controllers = crate::attach::attached_by_controller(&image)?;
         for device in loop_devices(&image).await? {
-            run("losetup", &["--detach", &device]).await?;
+            if Some(&device) != controllers.as_ref() {
+                run("losetup", &["--detach", &device]).await?;
+            }
         }
         Ok(())
     }
