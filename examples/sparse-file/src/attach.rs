@@ -81,7 +81,10 @@ fn recorded_device(file: &std::fs::File) -> std::io::Result<Option<String>> {
     let mut value = [0_u8; 64];
     match rustix::fs::fgetxattr(file, ATTACHED_XATTR, &mut value) {
         Ok(len) => Ok(Some(String::from_utf8_lossy(&value[..len]).into_owned())),
-        Err(rustix::io::Errno::NODATA) => Ok(None),
+        // Nothing recorded; or nothing can be, where the filesystem has
+        // no user extended attributes (then Attach fails, and no device
+        // is the controller's).
+        Err(rustix::io::Errno::NODATA | rustix::io::Errno::NOTSUP) => Ok(None),
         Err(e) => Err(e.into()),
     }
 }
@@ -95,7 +98,7 @@ fn record_device(file: &std::fs::File, device: Option<&str>) -> std::io::Result<
             rustix::fs::XattrFlags::empty(),
         ),
         None => match rustix::fs::fremovexattr(file, ATTACHED_XATTR) {
-            Err(rustix::io::Errno::NODATA) => Ok(()),
+            Err(rustix::io::Errno::NODATA | rustix::io::Errno::NOTSUP) => Ok(()),
             other => other,
         },
     };
@@ -154,10 +157,11 @@ impl SparseFiles {
         let Some(max) = self.attached_limit() else {
             return Ok(());
         };
-        let dir = std::fs::canonicalize(self.dir()).map_err(|e| io_error("resolving", self.dir(), e))?;
+        let dir =
+            std::fs::canonicalize(self.dir()).map_err(|e| io_error("resolving", self.dir(), e))?;
         let mut attached = 0_u32;
-        let entries =
-            std::fs::read_dir(SYS_BLOCK).map_err(|e| Error::Internal(format!("{SYS_BLOCK}: {e}")))?;
+        let entries = std::fs::read_dir(SYS_BLOCK)
+            .map_err(|e| Error::Internal(format!("{SYS_BLOCK}: {e}")))?;
         for entry in entries.flatten() {
             let name = entry.file_name();
             let Some(name) = name.to_str().filter(|n| n.starts_with("loop")) else {
@@ -230,7 +234,11 @@ impl Attach for SparseFiles {
                     return Err(Error::AlreadyExists(format!(
                         "volume {} is attached to {device} {}",
                         req.handle,
-                        if req.read_only { "read-write" } else { "read-only" }
+                        if req.read_only {
+                            "read-write"
+                        } else {
+                            "read-only"
+                        }
                     )));
                 }
             }
