@@ -1222,30 +1222,54 @@ mod tests {
         req
     }
 
+    /// SparseFiles on `dir`, its volumes on the harness's node.
+    fn conformant(dir: &Path) -> pav_sdk::Provisioner<SparseFiles> {
+        let files = SparseFiles::new(dir.to_owned()).on_node("topology/node", "testing-node");
+        pav_sdk::provisioner!(files)
+            .clones_volumes()
+            .volume_modes([VolumeMode::Filesystem, VolumeMode::Block])
+    }
+
     /// pav-csi's conformance checks of the controller's calls, built on
     /// each check's storage directory. The node's need root and loop
-    /// devices; csi-sanity runs them against the driver in `.ci/run`.
+    /// devices, and so does attaching (a loop device): csi-sanity runs
+    /// them against the driver in `.ci/run`, and the test below attaches.
     #[tokio::test]
     async fn controller_conformance() {
-        use pav_csi::testing::{Check, Conformance};
-        let checks = Conformance::with_storage(|dir| {
-            pav_sdk::provisioner!(SparseFiles::new(dir.to_owned()))
-                .clones_volumes()
-                .volume_modes([VolumeMode::Filesystem, VolumeMode::Block])
-        })
-        .controller_only();
-        let report = checks.run_all().await.unwrap();
+        use pav_csi::testing::{Check, Conformance, Outcome};
+        let checks = Conformance::with_storage(conformant).controller_only();
+        let mut passed = Vec::new();
+        for check in Check::ALL
+            .into_iter()
+            .filter(|c| *c != Check::AttachDetachRepeats)
+        {
+            match checks.run(check).await.unwrap() {
+                Outcome::Passed | Outcome::Partly(_) => passed.push(check),
+                Outcome::Skipped(_) => {}
+            }
+        }
         assert_eq!(
-            report.passed(),
+            passed,
             [
                 Check::RepeatedCreate,
                 Check::DeleteUnknownVolume,
                 Check::Expand,
                 Check::SnapshotRoundTrip,
                 Check::HostileIdsAndPaths
-            ],
-            "{report}"
+            ]
         );
+    }
+
+    /// Attach repeated answers the same loop device; detach twice is fine.
+    /// The harness is in a temporary directory; the check detaches what
+    /// it attached (only a device backed by its own image).
+    #[tokio::test]
+    #[ignore = "needs root and loop devices: .ci/run runs it as root"]
+    async fn attach_conformance() {
+        use pav_csi::testing::{Conformance, Outcome};
+        let checks = Conformance::with_storage(conformant).controller_only();
+        let outcome = checks.attach_detach_repeats().await.unwrap();
+        assert_eq!(outcome, Outcome::Passed);
     }
 
     fn parameters(pairs: &[(&str, &str)]) -> Parameters {
