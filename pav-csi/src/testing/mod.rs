@@ -22,6 +22,7 @@
 //!   [`delete_unknown_volume`](Conformance::delete_unknown_volume),
 //!   [`stage_unstage_repeats`](Conformance::stage_unstage_repeats),
 //!   [`publish_unpublish_repeats`](Conformance::publish_unpublish_repeats),
+//!   [`attach_detach_repeats`](Conformance::attach_detach_repeats),
 //!   [`expand`](Conformance::expand),
 //!   [`snapshot_round_trip`](Conformance::snapshot_round_trip) and
 //!   [`hostile_ids_and_paths`](Conformance::hostile_ids_and_paths). Each
