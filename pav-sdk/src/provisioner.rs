@@ -3,8 +3,9 @@
 //! Each method's documentation names the CSI call it answers, the
 //! [`Error`](crate::Error) variants (gRPC codes) it may return, and what the
 //! Kubernetes component that made the call does with each: external-provisioner
-//! for Create and Delete, external-resizer for Expand and Modify, kubelet
-//! for Stage, Unstage and Stats. The traits
+//! for Create and Delete, external-resizer for Expand and Modify,
+//! external-attacher for [`Attach`](crate::Attach), kubelet for Stage,
+//! Unstage and Stats. The traits
 //! are written with [`async_trait`](crate::async_trait) (implement them
 //! with `#[pav_sdk::async_trait]`) so that [`Provisioner`] can hold them as
 //! trait objects.

@@ -1,9 +1,10 @@
 //! A CSI driver whose volumes are sparse files under a directory, written
 //! against pav-sdk only (MetalK8s' `sparseLoopDevice` idea).
 //!
-//! Creation makes and sizes the file; staging attaches it to a loop device and,
-//! for Filesystem volumes, formats it on first use and mounts it; deletion
-//! removes it. Run it locally, as root, with no cluster:
+//! Creation makes and sizes the file; the controller attaches it to a loop
+//! device (ControllerPublishVolume, src/attach.rs), and staging checks that
+//! device and, for Filesystem volumes, formats it on first use and mounts
+//! it; deletion removes it. Run it locally, as root, with no cluster:
 //!
 //! ```text
 //! cargo run -p sparse-file -- --endpoint /tmp/sparse.sock --dir /tmp/sparse-volumes --node-id $(hostname)
