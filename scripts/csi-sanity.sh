@@ -39,6 +39,12 @@ declare -A access_types=(
 declare -A mutable_parameters=(
     [sparse-file]="provisioning: thick"
 )
+# The examples that attach (PUBLISH_UNPUBLISH_VOLUME) with a maximum of
+# volumes per node: the driver is given it, and csi-sanity attaches one
+# more than it (--csi.testnodevolumeattachlimit).
+declare -A max_volumes_per_node=(
+    [sparse-file]=4
+)
 if (($#)); then examples=("$@"); else examples=(hostdir tmpfs sparse-file); fi
 expected_counts="$(cd "$(dirname "$0")" && pwd)/csi-sanity.expected"
 for example in "${examples[@]}"; do
@@ -116,8 +122,14 @@ for example in "${examples[@]}"; do
     before="$(outside "$example")"
     # csi-sanity's staging and mount directories stand in for kubelet's:
     # the driver stages and publishes only inside its --kubelet-dir.
+    limit=()
+    attach_limit=()
+    if [[ -n ${max_volumes_per_node[$example]:-} ]]; then
+        limit=(--max-volumes-per-node "${max_volumes_per_node[$example]}")
+        attach_limit=(--csi.testnodevolumeattachlimit)
+    fi
     RUST_LOG="${RUST_LOG:-warn}" "$CARGO_TARGET_DIR/debug/$example" --endpoint "$socket" \
-        --dir "$dir/volumes" --kubelet-dir "$kubelet" --node-id "$(hostname)" >"$log" 2>&1 &
+        --dir "$dir/volumes" --kubelet-dir "$kubelet" --node-id "$(hostname)" "${limit[@]}" >"$log" 2>&1 &
     driver_pid=$!
     for _ in $(seq 100); do
         [[ -S $socket ]] && break
@@ -144,6 +156,7 @@ for example in "${examples[@]}"; do
             --csi.testvolumeexpandsize 134217728 \
             --csi.testvolumeaccesstype "$access_type" \
             "${modify[@]}" \
+            "${attach_limit[@]}" \
             -ginkgo.no-color \
             ${CSI_SANITY_ARGS:-} 2>&1 | tee "$logs/sanity.log" || result=$?
         summary+=("$example $access_type: $(grep -Eo '[0-9]+ Passed \| [0-9]+ Failed \| [0-9]+ Pending \| [0-9]+ Skipped' "$logs/sanity.log" | tail -1)")

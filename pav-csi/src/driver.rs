@@ -126,7 +126,9 @@ impl DriverBuilder {
         self
     }
 
-    /// How many volumes this node can publish; 0 (default) means no limit.
+    /// How many volumes this node can publish; 0 (default) means the
+    /// provisioner's [`max_volumes_per_node`](pav_sdk::Provisioner::max_volumes_per_node),
+    /// or no limit.
     pub fn max_volumes_per_node(mut self, max: i64) -> Self {
         self.max_volumes_per_node = max;
         self
@@ -257,7 +259,11 @@ impl DriverBuilder {
             sockets.entry(path).or_default().1 = Some(NodeConfig {
                 node_id,
                 topology: self.node_topology,
-                max_volumes: self.max_volumes_per_node,
+                // The builder's, else the provisioner's (its Attach's limit).
+                max_volumes: match self.max_volumes_per_node {
+                    0 => (shared.provisioner.volumes_per_node_limit()).map_or(0, i64::from),
+                    set => set,
+                },
                 staged: Records::new(&state_dir),
                 paths: Confinement {
                     kubelet_dir: self.kubelet_dir,

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
 use pav_csi::testing::{Check, Conformance, Harness, Outcome};
+use pav_sdk::{Attach, AttachRequest, Attached, DetachRequest};
 use pav_sdk::{
     ContentSource, Create, CreateRequest, Delete, DeleteGroupSnapshotRequest, DeleteRequest,
     DeleteSnapshotRequest, Error, Expand, ExpandRequest, Expanded, GetGroupSnapshotRequest,
@@ -38,6 +39,8 @@ struct Faults {
     stage_mounts_again: bool,
     /// create_group_snapshot takes a new group for a name it has seen.
     fresh_group_per_create: bool,
+    /// Attach attaches anew each time, to a new device.
+    attach_anew_each_time: bool,
 }
 
 /// The temporary directory of the harness whose storage directory is
@@ -122,6 +125,35 @@ impl Dirs {
             .map(|m| Self::read_snapshot(&self.snapshot(&VolumeId::new(m))?, m))
             .collect::<Result<Vec<_>>>()?;
         Ok(GroupSnapshotInfo::new(handle, members, UNIX_EPOCH))
+    }
+}
+
+/// Attaches to a device named after the volume (a new one each time
+/// with `attach_anew_each_time`, as an author who forgot the volume may
+/// be attached already).
+#[async_trait]
+impl Attach for Dirs {
+    async fn attach(&self, req: AttachRequest) -> Result<Attached> {
+        let volume = self.volume(&req.handle)?;
+        let attachments = volume.with_extension("attachments");
+        let count = match std::fs::read_to_string(&attachments) {
+            Ok(count) if !self.faults.attach_anew_each_time => count,
+            Ok(count) => (count.parse::<u32>().unwrap_or(0) + 1).to_string(),
+            Err(_) => "1".to_owned(),
+        };
+        std::fs::write(&attachments, &count)?;
+        let device = format!("/dev/{}-{count}", req.handle.path_component()?);
+        Ok(Attached::with_context(
+            [("devicePath".to_owned(), device)].into(),
+        ))
+    }
+
+    async fn detach(&self, req: DetachRequest) -> Result<()> {
+        let volume = self.volume(&req.handle)?;
+        match std::fs::remove_file(volume.with_extension("attachments")) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -351,6 +383,7 @@ fn dirs(root: &Path, faults: Faults) -> Provisioner<Dirs> {
         .with_node_expand()
         .with_snapshot()
         .with_group_snapshot()
+        .with_attach()
 }
 
 /// The checks of `dirs` with `faults`, built on each harness's storage.
@@ -552,6 +585,19 @@ async fn a_stage_that_mounts_again_fails_stage_unstage_repeats() {
     assert!(
         failure.message.contains("3 mount(s)") && failure.message.contains("mount_once"),
         "{failure}"
+    );
+}
+
+#[tokio::test]
+async fn an_attach_that_attaches_anew_fails_attach_detach_repeats() {
+    let faults = Faults {
+        attach_anew_each_time: true,
+        ..Faults::default()
+    };
+    let message = failure(faults, Check::AttachDetachRepeats).await;
+    assert!(
+        message.contains("ControllerPublishVolume repeated") && message.contains("publish context"),
+        "{message}"
     );
 }
 

@@ -18,6 +18,7 @@
 //! | [`Stats`] | `NodeGetVolumeStats` | kubelet's volume metrics and health events | yes: `statvfs` of the volume path |
 //! | [`Expand`] | `ControllerExpandVolume` | a bound claim's request grows (external-resizer) | yes: claims cannot grow |
 //! | [`Modify`], [`CreateRequest::mutable_parameters`] | `ControllerModifyVolume`; `CreateVolume.mutable_parameters` | a claim's VolumeAttributesClass (`volumeAttributesClassName`) at creation and when it changes (external-resizer) | yes: `MODIFY_VOLUME` not advertised, classes refused |
+//! | [`Attach`], [`Provisioner::max_volumes_per_node`] | `ControllerPublishVolume`, `ControllerUnpublishVolume`; `NodeGetInfo.max_volumes_per_node`; [`StageRequest::publish_context`] | VolumeAttachment (external-attacher): a disk attached to the node before it is staged | yes: nothing to attach |
 //! | [`Capacity`] | `GetCapacity` | CSIStorageCapacity objects the scheduler places `WaitForFirstConsumer` claims by (external-provisioner `--enable-capacity`) | yes: the scheduler ignores space |
 //! | [`List`] | `ListVolumes` | the external-health-monitor's volume conditions; reconciling COs | yes |
 //! | [`Snapshot`] | `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` | VolumeSnapshot (csi-snapshotter sidecar, snapshot-controller) | yes |
@@ -436,6 +437,7 @@
 // The pav image holds no programs to run (clippy.toml).
 #![deny(clippy::disallowed_methods)]
 
+mod attach;
 mod error;
 pub mod group_snapshot;
 mod provisioner;
@@ -447,6 +449,7 @@ mod types;
 mod volume_id;
 
 pub use async_trait::async_trait;
+pub use attach::{Attach, AttachRequest, Attached, DetachRequest};
 pub use error::{Error, Result};
 pub use group_snapshot::{
     DeleteGroupSnapshotRequest, GetGroupSnapshotRequest, GroupSnapshot, GroupSnapshotInfo,

@@ -3,8 +3,9 @@
 //! Each method's documentation names the CSI call it answers, the
 //! [`Error`](crate::Error) variants (gRPC codes) it may return, and what the
 //! Kubernetes component that made the call does with each: external-provisioner
-//! for Create and Delete, external-resizer for Expand and Modify, kubelet
-//! for Stage, Unstage and Stats. The traits
+//! for Create and Delete, external-resizer for Expand and Modify,
+//! external-attacher for [`Attach`](crate::Attach), kubelet for Stage,
+//! Unstage and Stats. The traits
 //! are written with [`async_trait`](crate::async_trait) (implement them
 //! with `#[pav_sdk::async_trait]`) so that [`Provisioner`] can hold them as
 //! trait objects.
@@ -17,6 +18,7 @@ use async_trait::async_trait;
 
 use crate::Result;
 use crate::VolumeId;
+use crate::attach::Attach;
 use crate::group_snapshot::GroupSnapshot;
 use crate::records::{RecordKeeper, Records, Wrapped};
 use crate::types::{
@@ -425,6 +427,8 @@ pub enum Expansion {
 /// | `with_stats` | `NodeGetVolumeStats` calls it; `VOLUME_CONDITION` node capability |
 /// | `with_expand` | `EXPAND_VOLUME` controller capability, `ControllerExpandVolume` served; `VolumeExpansion` plugin capability (`ONLINE`, or [`offline_expansion`](Provisioner::offline_expansion)) |
 /// | `with_modify` | `MODIFY_VOLUME` controller capability, `ControllerModifyVolume` served; `CreateVolume` with `mutable_parameters` accepted |
+/// | `with_attach` | `PUBLISH_UNPUBLISH_VOLUME` controller capability (and `PUBLISH_READONLY` when [`Attach::attaches_read_only`]), `ControllerPublishVolume` and `ControllerUnpublishVolume` served; `NodeStageVolume`'s `publish_context` passed to Stage |
+/// | `max_volumes_per_node` | `NodeGetInfo.max_volumes_per_node`; with records, an attach past it `RESOURCE_EXHAUSTED` |
 /// | `with_capacity` | `GET_CAPACITY` controller capability, `GetCapacity` served |
 /// | `with_list` | `LIST_VOLUMES` controller capability (and `VOLUME_CONDITION` when [`List::reports_condition`]), `ListVolumes` served |
 /// | `with_snapshot` | `CREATE_DELETE_SNAPSHOT` and `LIST_SNAPSHOTS` controller capabilities; `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` served; `CreateVolume` from a snapshot accepted |
@@ -455,6 +459,8 @@ pub struct Provisioner<P = ()> {
     stats: Option<Arc<dyn Stats>>,
     expand: Option<Arc<dyn Expand>>,
     modify: Option<Arc<dyn Modify>>,
+    attach: Option<Arc<dyn Attach>>,
+    max_volumes_per_node: Option<u32>,
     node_expand: Option<Arc<dyn NodeExpand>>,
     expansion: Expansion,
     capacity: Option<Arc<dyn Capacity>>,
@@ -487,6 +493,8 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             stats: None,
             expand: None,
             modify: None,
+            attach: None,
+            max_volumes_per_node: None,
             node_expand: None,
             expansion: Expansion::Online,
             capacity: None,
@@ -579,6 +587,32 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         P: Modify,
     {
         self.modify = Some(self.inner.clone());
+        self.rewrap_records();
+        self
+    }
+
+    /// Adds the [`Attach`] touch point.
+    pub fn with_attach(mut self) -> Self
+    where
+        P: Attach,
+    {
+        self.attach = Some(self.inner.clone());
+        self.rewrap_records();
+        self
+    }
+
+    /// At most `max` volumes can be attached to, or staged on, one node
+    /// (a cloud instance's disk slots): the node plugin reports it
+    /// (`NodeGetInfo.max_volumes_per_node`; Kubernetes' scheduler then
+    /// places no more pods' volumes there), and with [`Attach`] and
+    /// records the controller refuses an attach past it
+    /// (`RESOURCE_EXHAUSTED`). Set the same on the controller's and the
+    /// nodes' provisioner (a flag both are given, say): the controller
+    /// knows the limit only this way. 0 means no limit, as without it.
+    /// pav-csi's `DriverBuilder::max_volumes_per_node`, when set, wins for
+    /// `NodeGetInfo`.
+    pub fn max_volumes_per_node(mut self, max: u32) -> Self {
+        self.max_volumes_per_node = (max > 0).then_some(max);
         self.rewrap_records();
         self
     }
@@ -720,6 +754,8 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
                 delete: self.delete.clone(),
                 expand: self.expand.clone(),
                 modify: self.modify.clone(),
+                attach: self.attach.clone(),
+                max_volumes_per_node: self.max_volumes_per_node,
                 snapshot: self.snapshot.clone(),
                 group_snapshot: self.group_snapshot.clone(),
                 node_expand: self.node_expand.is_some(),
@@ -741,6 +777,8 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             stats: self.stats,
             expand: self.expand,
             modify: self.modify,
+            attach: self.attach,
+            max_volumes_per_node: self.max_volumes_per_node,
             node_expand: self.node_expand,
             expansion: self.expansion,
             capacity: self.capacity,
@@ -812,6 +850,22 @@ impl<P> Provisioner<P> {
             }
             _ => self.modify.as_deref(),
         }
+    }
+
+    /// The Attach touch point, if implemented.
+    pub fn attach(&self) -> Option<&dyn Attach> {
+        match &self.records {
+            Some((_, keeper)) if self.attach.is_some() && self.create.is_some() => {
+                Some(keeper.as_ref())
+            }
+            _ => self.attach.as_deref(),
+        }
+    }
+
+    /// The most volumes one node holds, if limited; see
+    /// [`max_volumes_per_node`](Provisioner::max_volumes_per_node).
+    pub fn volumes_per_node_limit(&self) -> Option<u32> {
+        self.max_volumes_per_node
     }
 
     /// The NodeExpand touch point, if implemented.
@@ -904,6 +958,8 @@ impl<P> fmt::Debug for Provisioner<P> {
             .field("stats", &self.stats.is_some())
             .field("expand", &self.expand.is_some())
             .field("modify", &self.modify.is_some())
+            .field("attach", &self.attach.is_some())
+            .field("max_volumes_per_node", &self.max_volumes_per_node)
             .field("node_expand", &self.node_expand.is_some())
             .field("expansion", &self.expansion)
             .field("capacity", &self.capacity.is_some())

@@ -13,6 +13,8 @@
 //! | Delete of a recorded volume | [`Delete::delete`](crate::Delete::delete), then the record is removed |
 //! | Expand | [`Expand::expand`](crate::Expand::expand), then the recorded size; within the budget |
 //! | Modify | `NOT_FOUND` for an unrecorded volume; else [`Modify::modify`](crate::Modify::modify), then the recorded mutable parameters (the keys it named take their new values) |
+//! | Delete of a recorded volume still attached | `FAILED_PRECONDITION` (in use); [`Delete`](crate::Delete) is not called |
+//! | ControllerPublishVolume, ControllerUnpublishVolume | the recorded attachments answer repeats, conflicts and the per-node limit; [`Attach`](crate::Attach) attaches and detaches (see its table) |
 //! | ListVolumes | the recorded volumes, unless the provisioner implements [`List`](crate::List) |
 //! | GetCapacity | the budget less the recorded volumes' sizes, unless it implements [`Capacity`](crate::Capacity) |
 //! | CreateSnapshot, DeleteSnapshot, ListSnapshots | as for volumes, by snapshot name; [`Snapshot::list_snapshots`](crate::Snapshot::list_snapshots) is never called; DeleteSnapshot of a group's member is `INVALID_ARGUMENT` (CSI: delete the group) |
@@ -70,6 +72,10 @@ pub struct VolumeRecord {
     pub mutable_parameters: Parameters,
     /// Its volume context.
     pub context: Parameters,
+    /// The nodes it is attached to ([`Attach`](crate::Attach)). Absent
+    /// from records written before pav-sdk attached volumes (none were).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<AttachmentRecord>,
     /// Where it is accessible from (the node of a node-local volume).
     pub accessible_topology: Vec<Topology>,
     /// `Filesystem` or `Block`.
@@ -78,6 +84,22 @@ pub struct VolumeRecord {
     pub source: Option<RecordedSource>,
     /// When it was created.
     pub created: SystemTime,
+}
+
+/// What the SDK records of a volume's attachment to a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct AttachmentRecord {
+    /// The node (`AttachRequest::node_id`).
+    pub node_id: String,
+    /// The volume mode it was attached for.
+    pub volume_mode: RecordedMode,
+    /// The access mode it was attached for, by name (`SingleNodeWriter`, ...).
+    pub access_mode: String,
+    /// Whether it was attached read-only.
+    pub read_only: bool,
+    /// What [`Attach::attach`](crate::Attach::attach) answered.
+    pub publish_context: Parameters,
 }
 
 /// A volume mode as records keep it.
@@ -420,6 +442,9 @@ pub(crate) struct Index {
     pub(crate) groups: BTreeMap<String, GroupRecord>,
     /// Bytes held for volumes being created or grown.
     pub(crate) reserved: u64,
+    /// Attachments being made, per node: they count against the node's
+    /// limit until recorded.
+    pub(crate) attaching: BTreeMap<String, u32>,
 }
 
 impl Index {
@@ -435,6 +460,7 @@ impl Index {
                 .map(|r| (r.name.clone(), r))
                 .collect(),
             reserved: 0,
+            attaching: BTreeMap::new(),
         }
     }
 
@@ -473,6 +499,7 @@ mod tests {
             parameters: Parameters::from([("tier".into(), "fast".into())]),
             mutable_parameters: Parameters::from([("iops".into(), "3000".into())]),
             context: Parameters::new(),
+            attachments: Vec::new(),
             accessible_topology: vec![Topology::from([("node".into(), "n1".into())])],
             volume_mode: RecordedMode::Filesystem,
             source: Some(RecordedSource::Snapshot("s-1".into())),

@@ -13,6 +13,7 @@
 
 use std::marker::PhantomData;
 
+use crate::attach::Attach;
 use crate::group_snapshot::GroupSnapshot;
 use crate::provisioner::{
     Capacity, Create, Delete, Expand, List, Modify, NodeExpand, Provisioner, Snapshot, Stage,
@@ -72,6 +73,7 @@ probes! {
     Stats: FoundStats, MissingStats, add_stats, with_stats;
     Expand: FoundExpand, MissingExpand, add_expand, with_expand;
     Modify: FoundModify, MissingModify, add_modify, with_modify;
+    Attach: FoundAttach, MissingAttach, add_attach, with_attach;
     NodeExpand: FoundNodeExpand, MissingNodeExpand, add_node_expand, with_node_expand;
     Capacity: FoundCapacity, MissingCapacity, add_capacity, with_capacity;
     List: FoundList, MissingList, add_list, with_list;
@@ -84,7 +86,8 @@ probes! {
 /// [`Create`](crate::Create), [`Delete`](crate::Delete),
 /// [`Stage`](crate::Stage), [`Unstage`](crate::Unstage),
 /// [`Stats`](crate::Stats), [`Expand`](crate::Expand),
-/// [`Modify`](crate::Modify), [`NodeExpand`](crate::NodeExpand),
+/// [`Modify`](crate::Modify), [`Attach`](crate::Attach),
+/// [`NodeExpand`](crate::NodeExpand),
 /// [`Capacity`](crate::Capacity),
 /// [`List`](crate::List), [`Snapshot`](crate::Snapshot) and
 /// [`GroupSnapshot`](crate::GroupSnapshot). Implementing
@@ -126,6 +129,8 @@ probes! {
 macro_rules! provisioner {
     ($value:expr $(,)?) => {{
         #[allow(unused_imports)]
+        use $crate::register::{FoundAttach as _, MissingAttach as _};
+        #[allow(unused_imports)]
         use $crate::register::{
             FoundCapacity as _, FoundCreate as _, FoundDelete as _, FoundExpand as _,
             FoundGroupSnapshot as _, FoundList as _, FoundModify as _, FoundNodeExpand as _,
@@ -145,6 +150,7 @@ macro_rules! provisioner {
         let provisioner = (&probe).add_stats(provisioner);
         let provisioner = (&probe).add_expand(provisioner);
         let provisioner = (&probe).add_modify(provisioner);
+        let provisioner = (&probe).add_attach(provisioner);
         let provisioner = (&probe).add_node_expand(provisioner);
         let provisioner = (&probe).add_capacity(provisioner);
         let provisioner = (&probe).add_list(provisioner);
@@ -192,6 +198,7 @@ mod tests {
         assert!(provisioner.delete().is_none());
         assert!(provisioner.expand().is_none());
         assert!(provisioner.modify().is_none());
+        assert!(provisioner.attach().is_none());
         assert!(provisioner.node_expand().is_none());
         assert!(provisioner.capacity().is_none());
         assert!(provisioner.list().is_none());
@@ -254,11 +261,34 @@ mod tests {
         }
     }
 
+    /// Attaches: found beside the others.
+    struct Attachable;
+
+    #[async_trait]
+    impl Attach for Attachable {
+        async fn attach(&self, _: AttachRequest) -> Result<Attached> {
+            Ok(Attached::default())
+        }
+        async fn detach(&self, _: DetachRequest) -> Result<()> {
+            Ok(())
+        }
+    }
+
     #[test]
     fn group_snapshot_is_registered_when_implemented() {
         let provisioner = crate::provisioner!(Grouping);
         assert!(provisioner.snapshot().is_some() && provisioner.group_snapshot().is_some());
         assert!(crate::provisioner!(Modifiable).group_snapshot().is_none());
+    }
+
+    #[test]
+    fn attach_is_registered_when_implemented() {
+        let provisioner = crate::provisioner!(Attachable);
+        assert!(provisioner.attach().is_some());
+        assert!(provisioner.create().is_none() && provisioner.modify().is_none());
+        assert!(provisioner.volumes_per_node_limit().is_none());
+        let limited = crate::provisioner!(Attachable).max_volumes_per_node(8);
+        assert_eq!(limited.volumes_per_node_limit(), Some(8));
     }
 
     #[test]

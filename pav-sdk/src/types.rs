@@ -457,6 +457,14 @@ pub struct StageRequest {
     /// ([`Provisioner::stage_on_publish`](crate::Provisioner::stage_on_publish))
     /// and the CSIDriver has `podInfoOnMount: true`.
     pub pod: Option<PodInfo>,
+    /// What the controller's [`Attach::attach`](crate::Attach::attach)
+    /// answered for this node ([`Attached::publish_context`](crate::Attached::publish_context),
+    /// the CSI `publish_context`): empty for a provisioner without
+    /// [`Attach`](crate::Attach), and for a volume staged before it was
+    /// attached (a driver upgraded to attach, a CO that does not attach).
+    /// Untrusted as every request string is: check a device path it
+    /// names before using it.
+    pub publish_context: Parameters,
 }
 
 /// The client pod a volume is published to, from the
@@ -823,6 +831,8 @@ pub struct DeleteSnapshotRequest {
 pub mod build {
     use super::*;
 
+    pub use crate::attach::build::{attach, detach};
+
     /// A [`CreateRequest`] for `name` with `mode`, `SingleNodeWriter` and nothing else set.
     pub fn create(name: impl Into<String>, mode: VolumeMode) -> CreateRequest {
         CreateRequest {
@@ -906,6 +916,7 @@ pub mod build {
             context: Parameters::new(),
             secrets: Secrets::default(),
             pod: None,
+            publish_context: Parameters::new(),
         }
     }
 

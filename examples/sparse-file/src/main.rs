@@ -1,9 +1,10 @@
 //! A CSI driver whose volumes are sparse files under a directory, written
 //! against pav-sdk only (MetalK8s' `sparseLoopDevice` idea).
 //!
-//! Creation makes and sizes the file; staging attaches it to a loop device and,
-//! for Filesystem volumes, formats it on first use and mounts it; deletion
-//! removes it. Run it locally, as root, with no cluster:
+//! Creation makes and sizes the file; the controller attaches it to a loop
+//! device (ControllerPublishVolume, src/attach.rs), and staging checks that
+//! device and, for Filesystem volumes, formats it on first use and mounts
+//! it; deletion removes it. Run it locally, as root, with no cluster:
 //!
 //! ```text
 //! cargo run -p sparse-file -- --endpoint /tmp/sparse.sock --dir /tmp/sparse-volumes --node-id $(hostname)
@@ -13,6 +14,7 @@
 //! coloured only on a terminal, or with `--log-format json` one JSON object
 //! per line, for log collectors.
 
+mod attach;
 mod provisioner;
 
 use std::path::PathBuf;
@@ -53,6 +55,13 @@ struct Cli {
     /// per line).
     #[arg(long, default_value_t)]
     log_format: pav_csi::logging::LogFormat,
+    /// The most volumes one node holds attached (its loop devices for
+    /// this driver): the node reports it (CSINode's allocatable count,
+    /// which the scheduler counts) and the controller refuses to attach
+    /// more (RESOURCE_EXHAUSTED). 0: no limit. Give the controller and
+    /// the nodes the same.
+    #[arg(long, default_value_t = 0)]
+    max_volumes_per_node: u32,
     /// Instead of serving, ask the driver serving `--endpoint` whether it
     /// answers (CSI `Probe`, within 3 s): exit 0 if it does, 1 if not. The
     /// command of the driver containers' exec liveness probe.
@@ -81,12 +90,13 @@ async fn main() -> anyhow::Result<()> {
     // Volumes are files on this node: accessible from it only, one
     // topology segment per node under a key named after the driver.
     let topology_key = format!("topology.{}/node", cli.driver_name);
-    let mut files = SparseFiles::new(cli.dir);
+    let mut files = SparseFiles::new(cli.dir).max_attached(cli.max_volumes_per_node);
     if let Some(node_id) = &cli.node_id {
         files = files.on_node(&topology_key, node_id);
     }
     // Every touch point SparseFiles implements (all thirteen), and cloning.
     let provisioner = pav_sdk::provisioner!(files)
+        .max_volumes_per_node(cli.max_volumes_per_node)
         .clones_volumes()
         .volume_modes([VolumeMode::Filesystem, VolumeMode::Block]);
     let mut driver = pav_csi::Driver::builder(cli.driver_name)

@@ -36,12 +36,40 @@ pub struct SparseFiles {
     /// volumes are accessible from there only. `None`: from everywhere
     /// (the directory is shared, or the driver does not know its node).
     node: Option<(String, String)>,
+    /// The most volumes attached to loop devices at once ([`Attach`](pav_sdk::Attach)).
+    max_attached: Option<u32>,
 }
 
 impl SparseFiles {
     /// Keeps volumes under `dir`.
     pub fn new(dir: PathBuf) -> Self {
-        Self { dir, node: None }
+        Self {
+            dir,
+            node: None,
+            max_attached: None,
+        }
+    }
+
+    /// At most `max` volumes attached at once (0: no limit); Attach
+    /// answers `RESOURCE_EXHAUSTED` past it.
+    pub fn max_attached(mut self, max: u32) -> Self {
+        self.max_attached = (max > 0).then_some(max);
+        self
+    }
+
+    /// The directory of the images.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The node the images are on, when known.
+    pub(crate) fn node_id(&self) -> Option<&str> {
+        self.node.as_ref().map(|(_, node)| node.as_str())
+    }
+
+    /// The most volumes attached at once, if limited.
+    pub(crate) fn attached_limit(&self) -> Option<u32> {
+        self.max_attached
     }
 
     /// The volumes live on one node, the topology segment `key` = `node`
@@ -144,7 +172,7 @@ impl SparseFiles {
     }
 
     /// The backing file of an existing volume.
-    fn existing_image(&self, handle: &str) -> Result<PathBuf> {
+    pub(crate) fn existing_image(&self, handle: &str) -> Result<PathBuf> {
         let image = self.image(handle)?;
         match image.is_file() {
             true => Ok(image),
@@ -161,7 +189,7 @@ fn fnv(name: &str) -> u64 {
 }
 
 /// Runs a command, returning its trimmed stdout, or `Internal` with its stderr.
-async fn run(program: &str, args: &[&str]) -> Result<String> {
+pub(crate) async fn run(program: &str, args: &[&str]) -> Result<String> {
     let output = Command::new(program)
         .args(args)
         .output()
@@ -178,7 +206,7 @@ async fn run(program: &str, args: &[&str]) -> Result<String> {
 }
 
 /// Loop devices currently backed by `image`.
-async fn loop_devices(image: &Path) -> Result<Vec<String>> {
+pub(crate) async fn loop_devices(image: &Path) -> Result<Vec<String>> {
     let listing = run("losetup", &["--associated", &image.to_string_lossy()]).await?;
     // Lines look like "/dev/loop3: [2049]:1234 (/path/file.img)".
     Ok(listing
@@ -470,7 +498,7 @@ fn release(file: &std::fs::File) -> std::io::Result<()> {
 
 /// Releases the blocks of an image made thin while a loop device used it
 /// (recorded [`Recorded::Releasing`]); for an image none uses.
-fn settle(file: &std::fs::File) -> std::io::Result<()> {
+pub(crate) fn settle(file: &std::fs::File) -> std::io::Result<()> {
     match Recorded::of(file)? {
         Recorded::Releasing => release(file),
         Recorded::Thin | Recorded::Thick => Ok(()),
@@ -480,7 +508,7 @@ fn settle(file: &std::fs::File) -> std::io::Result<()> {
 /// The image opened for writing, with an exclusive `flock` held until the
 /// file is dropped: Stage holds it while it attaches the image, Modify
 /// while it decides whether a loop device uses it and releases blocks.
-async fn locked(image: &Path) -> Result<std::fs::File> {
+pub(crate) async fn locked(image: &Path) -> Result<std::fs::File> {
     let path = image.to_owned();
     let opened = tokio::task::spawn_blocking(move || {
         let file = std::fs::OpenOptions::new()
@@ -499,7 +527,7 @@ async fn locked(image: &Path) -> Result<std::fs::File> {
 /// filesystem is full (room may come back), `INVALID_ARGUMENT` when it
 /// cannot do it at all (no `fallocate` or no extended attributes: thick
 /// volumes are impossible here), else `INTERNAL`.
-fn io_error(doing: &str, path: &Path, e: std::io::Error) -> Error {
+pub(crate) fn io_error(doing: &str, path: &Path, e: std::io::Error) -> Error {
     let message = format!("{doing} {}: {e}", path.display());
     let unsupported = e.kind() == ErrorKind::Unsupported
         || e.raw_os_error() == Some(rustix::io::Errno::OPNOTSUPP.raw_os_error());
@@ -797,17 +825,12 @@ impl Delete for SparseFiles {
 impl Stage for SparseFiles {
     async fn stage(&self, req: StageRequest) -> Result<Staged> {
         let image = self.existing_image(&req.handle)?;
-        // Locked while attached, so that a Modify never releases blocks
-        // under a loop device it did not see.
-        let locked = locked(&image).await?;
-        let device = match loop_devices(&image).await?.into_iter().next() {
+        // The device the controller attached (checked), else one attached
+        // here, as before the driver attached.
+        let device = match self.published_device(&req, &image)? {
             Some(device) => device,
-            None => {
-                settle(&locked).map_err(|e| io_error("releasing", &image, e))?;
-                run("losetup", &["--find", "--show", &image.to_string_lossy()]).await?
-            }
+            None => crate::attach::loop_device(&image, false, false).await?,
         };
-        drop(locked);
         if req.volume_mode == VolumeMode::Block {
             return Ok(Staged::at(device));
         }
@@ -1072,8 +1095,12 @@ impl Unstage for SparseFiles {
         let Ok(image) = self.existing_image(&req.handle) else {
             return Ok(()); // nothing left to detach
         };
+        // The controller's device stays attached: it detaches it.
+        let controllers = crate::attach::attached_by_controller(&image)?;
         for device in loop_devices(&image).await? {
-            run("losetup", &["--detach", &device]).await?;
+            if Some(&device) != controllers.as_ref() {
+                run("losetup", &["--detach", &device]).await?;
+            }
         }
         Ok(())
     }
@@ -1198,21 +1225,34 @@ mod tests {
         req
     }
 
+    /// SparseFiles on `dir`, its volumes on the harness's node.
+    fn conformant(dir: &Path) -> pav_sdk::Provisioner<SparseFiles> {
+        let files = SparseFiles::new(dir.to_owned()).on_node("topology/node", "testing-node");
+        pav_sdk::provisioner!(files)
+            .clones_volumes()
+            .volume_modes([VolumeMode::Filesystem, VolumeMode::Block])
+    }
+
     /// pav-csi's conformance checks of the controller's calls, built on
     /// each check's storage directory. The node's need root and loop
-    /// devices; csi-sanity runs them against the driver in `.ci/run`.
+    /// devices, and so does attaching (a loop device): csi-sanity runs
+    /// them against the driver in `.ci/run`, and the test below attaches.
     #[tokio::test]
     async fn controller_conformance() {
-        use pav_csi::testing::{Check, Conformance};
-        let checks = Conformance::with_storage(|dir| {
-            pav_sdk::provisioner!(SparseFiles::new(dir.to_owned()))
-                .clones_volumes()
-                .volume_modes([VolumeMode::Filesystem, VolumeMode::Block])
-        })
-        .controller_only();
-        let report = checks.run_all().await.unwrap();
+        use pav_csi::testing::{Check, Conformance, Outcome};
+        let checks = Conformance::with_storage(conformant).controller_only();
+        let mut passed = Vec::new();
+        for check in Check::ALL
+            .into_iter()
+            .filter(|c| *c != Check::AttachDetachRepeats)
+        {
+            match checks.run(check).await.unwrap() {
+                Outcome::Passed | Outcome::Partly(_) => passed.push(check),
+                Outcome::Skipped(_) => {}
+            }
+        }
         assert_eq!(
-            report.passed(),
+            passed,
             [
                 Check::RepeatedCreate,
                 Check::DeleteUnknownVolume,
@@ -1220,9 +1260,20 @@ mod tests {
                 Check::SnapshotRoundTrip,
                 Check::GroupSnapshotRoundTrip,
                 Check::HostileIdsAndPaths
-            ],
-            "{report}"
+            ]
         );
+    }
+
+    /// Attach repeated answers the same loop device; detach twice is fine.
+    /// The harness is in a temporary directory; the check detaches what
+    /// it attached (only a device backed by its own image).
+    #[tokio::test]
+    #[ignore = "needs root and loop devices: .ci/run runs it as root"]
+    async fn attach_conformance() {
+        use pav_csi::testing::{Conformance, Outcome};
+        let checks = Conformance::with_storage(conformant).controller_only();
+        let outcome = checks.attach_detach_repeats().await.unwrap();
+        assert_eq!(outcome, Outcome::Passed);
     }
 
     fn parameters(pairs: &[(&str, &str)]) -> Parameters {

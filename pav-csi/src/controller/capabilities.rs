@@ -17,6 +17,12 @@ pub(crate) fn answer(shared: &Shared) -> csi::ControllerGetCapabilitiesResponse 
     if provisioner.modify().is_some() {
         rpcs.push(RpcType::ModifyVolume);
     }
+    if let Some(attacher) = provisioner.attach() {
+        rpcs.push(RpcType::PublishUnpublishVolume);
+        if attacher.attaches_read_only() {
+            rpcs.push(RpcType::PublishReadonly);
+        }
+    }
     if provisioner.capacity().is_some() {
         rpcs.push(RpcType::GetCapacity);
     }

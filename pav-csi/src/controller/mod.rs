@@ -1,5 +1,5 @@
-//! The CSI Controller service: create, delete, validate, expand and
-//! modify volumes, capacity, listing and snapshots.
+//! The CSI Controller service: create, delete, validate, expand, modify,
+//! attach and detach volumes, capacity, listing and snapshots.
 //!
 //! One file per RPC. Each has a `check` (the request's required fields,
 //! limits and conversions, and what the provisioner declares it serves; no
@@ -17,6 +17,8 @@ mod expand;
 mod list_snapshots;
 mod list_volumes;
 mod modify_volume;
+mod publish_volume;
+mod unpublish_volume;
 mod validate;
 
 use std::sync::Arc;
@@ -63,6 +65,15 @@ impl ControllerService {
         self.shared.provisioner.snapshot().ok_or_else(|| {
             Status::unimplemented(
                 "this provisioner does not take snapshots (CREATE_DELETE_SNAPSHOT is not advertised)",
+            )
+        })
+    }
+
+    /// `UNIMPLEMENTED` unless the provisioner attaches volumes.
+    fn attacher(&self) -> Result<&dyn pav_sdk::Attach, Status> {
+        self.shared.provisioner.attach().ok_or_else(|| {
+            Status::unimplemented(
+                "this provisioner does not attach volumes (PUBLISH_UNPUBLISH_VOLUME is not advertised)",
             )
         })
     }
@@ -182,6 +193,42 @@ impl csi::controller_server::Controller for ControllerService {
         let answer = answer.await.map(Response::new);
         logged(
             "ControllerModifyVolume",
+            Subject::Volume(&req.volume_id),
+            answer,
+        )
+    }
+
+    async fn controller_publish_volume(
+        &self,
+        request: Request<csi::ControllerPublishVolumeRequest>,
+    ) -> Result<Response<csi::ControllerPublishVolumeResponse>, Status> {
+        let req = request.get_ref();
+        let answer = async {
+            let attacher = self.attacher()?;
+            let checked = publish_volume::check(req, &self.shared, attacher)?;
+            Ok(publish_volume::run(self, attacher, checked).await?)
+        };
+        let answer = answer.await.map(Response::new);
+        logged(
+            "ControllerPublishVolume",
+            Subject::Volume(&req.volume_id),
+            answer,
+        )
+    }
+
+    async fn controller_unpublish_volume(
+        &self,
+        request: Request<csi::ControllerUnpublishVolumeRequest>,
+    ) -> Result<Response<csi::ControllerUnpublishVolumeResponse>, Status> {
+        let req = request.get_ref();
+        let answer = async {
+            let attacher = self.attacher()?;
+            let checked = unpublish_volume::check(req)?;
+            Ok(unpublish_volume::run(self, attacher, checked).await?)
+        };
+        let answer = answer.await.map(Response::new);
+        logged(
+            "ControllerUnpublishVolume",
             Subject::Volume(&req.volume_id),
             answer,
         )

@@ -61,6 +61,7 @@ pub(crate) fn check(
         stage.context = context;
         stage.secrets = secrets;
         stage.pod = pod;
+        stage.publish_context = convert::sorted(&req.publish_context);
         return Ok(Checked::StageOnPublish(Box::new(stage)));
     }
     stages_per_node(shared)?;

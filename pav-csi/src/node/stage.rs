@@ -26,6 +26,8 @@ pub(crate) struct Checked {
     staging: PathBuf,
     capability: Capability,
     context: Parameters,
+    /// What the controller's Attach answered for this node.
+    publish_context: Parameters,
     secrets: Secrets,
 }
 
@@ -50,6 +52,7 @@ pub(crate) fn check(
         staging,
         capability,
         context: convert::sorted(&req.volume_context),
+        publish_context: convert::sorted(&req.publish_context),
         secrets,
     })
 }
@@ -67,6 +70,7 @@ pub(crate) async fn run(
         staging,
         capability,
         context,
+        publish_context,
         secrets,
     } = checked;
     let volume_id = volume_id.as_str();
@@ -87,6 +91,7 @@ pub(crate) async fn run(
     let node_id = &service.node.node_id;
     let mut stage = stage_request(node_id, volume_id, staging.clone(), capability, read_only);
     stage.context = context;
+    stage.publish_context = publish_context;
     stage.secrets = secrets;
     if let Err(failed) = stage_and_bind(stager, stage).await {
         // Kubelet does not unstage a volume whose stage failed for

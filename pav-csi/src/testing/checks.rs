@@ -16,6 +16,7 @@ use super::conformance::{Check, Conformance, Outcome};
 use super::harness::{DECOY, Harness};
 use crate::csi;
 
+mod attach;
 mod group;
 
 /// How long a check waits for one answer.
@@ -45,6 +46,7 @@ pub(crate) async fn run(conf: &Conformance, check: Check) -> Result<Outcome, Str
         Check::DeleteUnknownVolume => delete_unknown_volume(&mut ctx).await,
         Check::StageUnstageRepeats => stage_unstage_repeats(&mut ctx).await,
         Check::PublishUnpublishRepeats => publish_unpublish_repeats(&mut ctx).await,
+        Check::AttachDetachRepeats => attach::attach_detach_repeats(&mut ctx).await,
         Check::Expand => expand(&mut ctx).await,
         Check::SnapshotRoundTrip => snapshot_round_trip(&mut ctx).await,
         Check::GroupSnapshotRoundTrip => group::group_snapshot_round_trip(&mut ctx).await,
@@ -85,6 +87,8 @@ struct Caps {
     stage_unstage: bool,
     /// Node `EXPAND_VOLUME`.
     node_expand: bool,
+    /// Controller `PUBLISH_UNPUBLISH_VOLUME`.
+    attach: bool,
 }
 
 /// Why a check needing a volume is skipped without Create.
@@ -222,6 +226,7 @@ impl<'a> Ctx<'a> {
                 ControllerRpc::ExpandVolume => caps.controller_expand = true,
                 ControllerRpc::CreateDeleteSnapshot => caps.snapshots = true,
                 ControllerRpc::ListSnapshots => caps.list_snapshots = true,
+                ControllerRpc::PublishUnpublishVolume => caps.attach = true,
                 _ => {}
             }
         }

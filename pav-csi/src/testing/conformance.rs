@@ -21,6 +21,8 @@ pub enum Check {
     StageUnstageRepeats,
     /// [`Conformance::publish_unpublish_repeats`].
     PublishUnpublishRepeats,
+    /// [`Conformance::attach_detach_repeats`].
+    AttachDetachRepeats,
     /// [`Conformance::expand`].
     Expand,
     /// [`Conformance::snapshot_round_trip`].
@@ -33,11 +35,12 @@ pub enum Check {
 
 impl Check {
     /// Every check, in the order [`Conformance::run_all`] runs them.
-    pub const ALL: [Check; 8] = [
+    pub const ALL: [Check; 9] = [
         Check::RepeatedCreate,
         Check::DeleteUnknownVolume,
         Check::StageUnstageRepeats,
         Check::PublishUnpublishRepeats,
+        Check::AttachDetachRepeats,
         Check::Expand,
         Check::SnapshotRoundTrip,
         Check::GroupSnapshotRoundTrip,
@@ -51,6 +54,7 @@ impl Check {
             Check::DeleteUnknownVolume => "delete_unknown_volume",
             Check::StageUnstageRepeats => "stage_unstage_repeats",
             Check::PublishUnpublishRepeats => "publish_unpublish_repeats",
+            Check::AttachDetachRepeats => "attach_detach_repeats",
             Check::Expand => "expand",
             Check::SnapshotRoundTrip => "snapshot_round_trip",
             Check::GroupSnapshotRoundTrip => "group_snapshot_round_trip",
@@ -418,6 +422,21 @@ impl Conformance {
     /// themselves, so the repeats reach the provisioner.
     pub async fn publish_unpublish_repeats(&self) -> Result<Outcome, Failure> {
         self.run(Check::PublishUnpublishRepeats).await
+    }
+
+    /// ControllerPublishVolume and ControllerUnpublishVolume repeated
+    /// answer the same: an attach its publish context, a detach `OK`.
+    ///
+    /// Needs `PUBLISH_UNPUBLISH_VOLUME` ([`pav_sdk::Attach`]) and
+    /// `CREATE_DELETE_VOLUME`. Creates a volume; attaches it to the node
+    /// (the node service's `NodeGetInfo` id, or the harness's
+    /// [`node_id`](super::HarnessBuilder::node_id) when controller only):
+    /// `OK`; again: `OK` with the same publish context (csi-sanity's
+    /// idempotent "volume lifecycle"); an unknown volume: `NOT_FOUND`;
+    /// detaches twice: `OK`; attaches again: `OK`. The volume is
+    /// detached at the end, also when a step fails.
+    pub async fn attach_detach_repeats(&self) -> Result<Outcome, Failure> {
+        self.run(Check::AttachDetachRepeats).await
     }
 
     /// ControllerExpandVolume and NodeExpandVolume grow a volume, answer

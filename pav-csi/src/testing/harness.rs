@@ -386,6 +386,13 @@ impl Harness {
         &self.config.storage_dir
     }
 
+    /// The node id the node service reports (`testing-node` unless
+    /// [`HarnessBuilder::node_id`] said otherwise), also when it is not
+    /// served.
+    pub fn node_id(&self) -> &str {
+        &self.config.node_id
+    }
+
     /// The driver name the driver serves as.
     pub fn driver_name(&self) -> &str {
         &self.config.driver_name

@@ -22,6 +22,7 @@
 //!   [`delete_unknown_volume`](Conformance::delete_unknown_volume),
 //!   [`stage_unstage_repeats`](Conformance::stage_unstage_repeats),
 //!   [`publish_unpublish_repeats`](Conformance::publish_unpublish_repeats),
+//!   [`attach_detach_repeats`](Conformance::attach_detach_repeats),
 //!   [`expand`](Conformance::expand),
 //!   [`snapshot_round_trip`](Conformance::snapshot_round_trip),
 //!   [`group_snapshot_round_trip`](Conformance::group_snapshot_round_trip) and
@@ -89,11 +90,12 @@
 //!     // harness, again after each restart, next to the decoys the
 //!     // hostile-id check watches.
 //!     let report = Conformance::with_storage(hostdir).run_all().await.unwrap();
-//!     // HostDir grows no volume and takes no snapshot: those checks are
-//!     // skipped, and no other.
+//!     // HostDir attaches nothing, grows no volume and takes no snapshot:
+//!     // those checks are skipped, and no other.
 //!     assert_eq!(
 //!         report.skipped(),
 //!         [
+//!             Check::AttachDetachRepeats,
 //!             Check::Expand,
 //!             Check::SnapshotRoundTrip,
 //!             Check::GroupSnapshotRoundTrip

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use tokio::sync::OnceCell;
 
 use super::{Index, RecordStore, RecordedSource, Records, SnapshotRecord, VolumeRecord};
+use crate::attach::Attach;
 use crate::provisioner::{Capacity, Create, Delete, Expand, List, Modify, Snapshot};
 use crate::types::{
     AvailableCapacity, CapacityRequest, CreateRequest, DeleteRequest, DeleteSnapshotRequest,
@@ -15,6 +16,7 @@ use crate::types::{
 };
 use crate::{Error, Result, VolumeId};
 
+mod attachments;
 mod groups;
 
 /// The author's touch points that records wrap.
@@ -24,13 +26,16 @@ pub(crate) struct Wrapped {
     pub(crate) delete: Option<Arc<dyn Delete>>,
     pub(crate) expand: Option<Arc<dyn Expand>>,
     pub(crate) modify: Option<Arc<dyn Modify>>,
+    pub(crate) attach: Option<Arc<dyn Attach>>,
+    /// The most attachments one node may hold.
+    pub(crate) max_volumes_per_node: Option<u32>,
     pub(crate) snapshot: Option<Arc<dyn Snapshot>>,
     pub(crate) group_snapshot: Option<Arc<dyn crate::GroupSnapshot>>,
     /// Whether the nodes grow volumes too (NodeExpand is added).
     pub(crate) node_expand: bool,
 }
 
-/// Create, Delete, Expand, Modify, List, Capacity and Snapshot over records.
+/// Create, Delete, Expand, Modify, Attach, List, Capacity and Snapshot over records.
 pub(crate) struct RecordKeeper {
     store: Arc<dyn RecordStore>,
     budget: Option<u64>,
@@ -134,6 +139,7 @@ impl RecordKeeper {
             parameters: req.parameters.clone(),
             mutable_parameters: req.mutable_parameters.clone(),
             context: Default::default(),
+            attachments: Vec::new(),
             accessible_topology: Vec::new(),
             volume_mode: req.volume_mode.into(),
             source: req.source.as_ref().and_then(RecordedSource::of),
@@ -223,9 +229,18 @@ impl Create for RecordKeeper {
 #[async_trait]
 impl Delete for RecordKeeper {
     async fn delete(&self, req: DeleteRequest) -> Result<()> {
-        let Some(name) = (self.index().await?.volume(&req.handle)).map(|r| r.name.clone()) else {
+        let Some(record) = self.index().await?.volume(&req.handle).cloned() else {
             return Ok(()); // never created, or deleted already
         };
+        if let Some(attached) = record.attachments.first() {
+            // The CSI spec's "volume in use": detach it first.
+            return Err(Error::FailedPrecondition(format!(
+                "volume {:?} is still attached to node {:?}",
+                req.handle.as_str(),
+                attached.node_id
+            )));
+        }
+        let name = record.name;
         if let Some(delete) = &self.author.delete {
             match delete.delete(req).await {
                 Ok(()) | Err(Error::NotFound(_)) => {}
