@@ -1,0 +1,223 @@
+//! Scenario: group snapshots of examples/sparse-file on a real cluster,
+//! with csi-snapshotter and the cluster's snapshot-controller of the same
+//! release (scripts/cluster-up installs the controller and the
+//! groupsnapshot.storage.k8s.io CRDs). Two claims with one label, one of
+//! them mounted by a running pod, the other not:
+//!
+//! - a VolumeGroupSnapshot selecting the label becomes readyToUse, with one
+//!   member VolumeSnapshot per claim, each naming the group;
+//! - each member restores into a new claim holding its own claim's token
+//!   (the mounted claim's too: the driver froze its filesystem while it
+//!   copied);
+//! - deleting the group deletes its members, and every snapshot copy goes.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{DynamicObject, ListParams};
+use kube::core::GroupVersionKind;
+use kube::{Api, Client};
+use pav_e2e::sparse_file::{self, DRIVER, VOLUMES_DIR};
+use pav_e2e::*;
+
+const NS: &str = "e2e-group-snapshots";
+/// The shipped Immediate ext4 class.
+const CLASS: &str = "sparse-file";
+const GROUP: &str = "pair";
+const LABEL: &str = "e2e.pav.example.com/group";
+const CLAIM_SIZE: &str = "64Mi";
+
+const FILES: [&str; 4] = [
+    "driver.yaml",
+    "storageclass.yaml",
+    "snapshotclass.yaml",
+    "volumegroupsnapshotclass.yaml",
+];
+
+/// A claim of the ext4 class, labelled for the group, or restored from the
+/// VolumeSnapshot `from`.
+fn claim(name: &str, from: Option<&str>) -> String {
+    let (labels, source) = match from {
+        None => (format!("  labels: {{ {LABEL}: {GROUP} }}\n"), String::new()),
+        Some(snapshot) => (
+            String::new(),
+            format!(
+                "  dataSource: {{ apiGroup: snapshot.storage.k8s.io, kind: VolumeSnapshot, name: {snapshot} }}\n"
+            ),
+        ),
+    };
+    format!(
+        r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: {name}
+  namespace: {NS}
+{labels}spec:
+  storageClassName: {CLASS}
+  accessModes: [ReadWriteOnce]
+  resources:
+    requests:
+      storage: {CLAIM_SIZE}
+{source}"#
+    )
+}
+
+/// Files of the driver on the node (volume and snapshot images).
+fn driver_files() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(VOLUMES_DIR)
+        .map(|dir| {
+            dir.filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+async fn api_of(client: &Client, group: &str, kind: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(group, "v1", kind);
+    let (resource, _) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .unwrap_or_else(|e| panic!("{group}/v1 {kind} is not served: {e}"));
+    Api::namespaced_with(client.clone(), NS, &resource)
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster"]
+async fn sparse_file_group_snapshot_restores_each_member_and_deletes_them() {
+    let client = cluster().await;
+    let started = Instant::now();
+    reset(&client, NS, DRIVER).await.unwrap();
+    sparse_file::uninstall(&client, &FILES).await;
+    namespace(&client, NS).await.unwrap();
+    let files_before = driver_files();
+    sparse_file::install(&client, &FILES).await;
+
+    // "mounted" stays mounted by a running pod through the group snapshot;
+    // "idle" was written by a pod that has finished.
+    for name in ["mounted", "idle"] {
+        apply(&client, &claim(name, None)).await.unwrap();
+    }
+    sparse_file::run_client(
+        &client,
+        NS,
+        "write-idle",
+        "idle",
+        "echo token-idle > /data/token && sync",
+    )
+    .await;
+    let writer = sparse_file::client_pod(
+        NS,
+        "writer",
+        "mounted",
+        "echo token-mounted > /data/token; sleep 100000",
+    );
+    apply(&client, &writer).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let running = wait_for(&pods, "writer", STEP, "Running", |p| {
+        pod_phase(p) == "Running"
+    })
+    .await;
+    if let Err(e) = running {
+        panic!(
+            "{e}; events: {:#?}",
+            event_lines(&client, NS, "writer").await
+        );
+    }
+    // The token is written once the container runs; give the shell its
+    // moment by waiting for the file through a second reader of the log-free
+    // kind: the writer never exits, so poll its mounted file with exec-free
+    // means, i.e. wait for the pod's start and then a few seconds.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // The group snapshot.
+    let group_yaml = format!(
+        r#"
+apiVersion: groupsnapshot.storage.k8s.io/v1
+kind: VolumeGroupSnapshot
+metadata:
+  name: {GROUP}
+  namespace: {NS}
+spec:
+  volumeGroupSnapshotClassName: sparse-file
+  source:
+    selector:
+      matchLabels: {{ {LABEL}: {GROUP} }}
+"#
+    );
+    apply(&client, &group_yaml).await.unwrap();
+    let groups = api_of(&client, "groupsnapshot.storage.k8s.io", "VolumeGroupSnapshot").await;
+    let ready = wait_for(&groups, GROUP, STEP, "readyToUse", |g| {
+        g.data["status"]["readyToUse"] == true
+    })
+    .await;
+    if let Err(e) = ready {
+        panic!("{e}; events: {:#?}", event_lines(&client, NS, GROUP).await);
+    }
+
+    // One member VolumeSnapshot per claim, each naming the group.
+    let snapshots = api_of(&client, "snapshot.storage.k8s.io", "VolumeSnapshot").await;
+    let members = wait_until("two ready member VolumeSnapshots", STEP, || async {
+        let list = snapshots.list(&ListParams::default()).await?;
+        let members: Vec<String> = list
+            .items
+            .iter()
+            .filter(|s| {
+                s.data["status"]["volumeGroupSnapshotName"] == GROUP
+                    && s.data["status"]["readyToUse"] == true
+            })
+            .filter_map(|s| s.metadata.name.clone())
+            .collect();
+        Ok((members.len() == 2).then_some(members))
+    })
+    .await
+    .unwrap();
+
+    // Each member restores into a claim holding its own claim's token.
+    let mut tokens = BTreeSet::new();
+    for (i, member) in members.iter().enumerate() {
+        let restored = format!("restored-{i}");
+        apply(&client, &claim(&restored, Some(member)))
+            .await
+            .unwrap();
+        let read = sparse_file::run_client(
+            &client,
+            NS,
+            &format!("read-{i}"),
+            &restored,
+            "cat /data/token",
+        )
+        .await;
+        tokens.insert(read.trim().to_string());
+    }
+    assert_eq!(
+        tokens,
+        BTreeSet::from(["token-idle".to_string(), "token-mounted".to_string()]),
+        "each member holds its claim's data"
+    );
+
+    // Deleting the group deletes its members (deletionPolicy Delete).
+    delete_and_wait(&groups, GROUP, STEP).await.unwrap();
+    for member in &members {
+        wait_gone(&snapshots, member, STEP).await.unwrap();
+    }
+
+    delete_and_wait(&pods, "writer", STEP).await.unwrap();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    for name in ["mounted", "idle", "restored-0", "restored-1"] {
+        delete_and_wait(&claims, name, STEP).await.unwrap();
+    }
+    wait_until("the images and snapshot copies to go", STEP, || async {
+        Ok((driver_files() == files_before).then_some(()))
+    })
+    .await
+    .unwrap();
+    sparse_file::uninstall(&client, &FILES).await;
+    assert_no_leaks(&client, DRIVER, Duration::from_secs(120)).await;
+    eprintln!(
+        "sparse_file_group_snapshot_restores_each_member_and_deletes_them: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
