@@ -19,6 +19,7 @@
 //! | [`Expand`] | `ControllerExpandVolume` | a bound claim's request grows (external-resizer) | yes: claims cannot grow |
 //! | [`Modify`], [`CreateRequest::mutable_parameters`] | `ControllerModifyVolume`; `CreateVolume.mutable_parameters` | a claim's VolumeAttributesClass (`volumeAttributesClassName`) at creation and when it changes (external-resizer) | yes: `MODIFY_VOLUME` not advertised, classes refused |
 //! | [`Capacity`] | `GetCapacity` | CSIStorageCapacity objects the scheduler places `WaitForFirstConsumer` claims by (external-provisioner `--enable-capacity`) | yes: the scheduler ignores space |
+//! | [`Health`] | `ControllerGetVolume`, `ListVolumes`' and `NodeGetVolumeStats`' `volume_condition` | kubelet's `kubelet_volume_stats_health_status_abnormal` metric (feature gate `CSIVolumeHealth`), external-health-monitor's events on the claim | yes: healthy unless Stats or List say otherwise |
 //! | [`List`] | `ListVolumes` | the external-health-monitor's volume conditions; reconciling COs | yes |
 //! | [`Snapshot`] | `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` | VolumeSnapshot (csi-snapshotter sidecar, snapshot-controller) | yes |
 //! | [`Provisioner::keep_records`] | `CreateVolume` (repeats), `DeleteVolume` (unknown ids), `ListVolumes`, `GetCapacity`, `ListSnapshots` | idempotency across restarts, volume listing, CSIStorageCapacity from a budget | yes: the provisioner keeps its own records |
@@ -436,6 +437,7 @@
 #![deny(clippy::disallowed_methods)]
 
 mod error;
+mod health;
 mod provisioner;
 pub mod records;
 // Not an API: what the `provisioner!` macro expands to.
@@ -446,6 +448,7 @@ mod volume_id;
 
 pub use async_trait::async_trait;
 pub use error::{Error, Result};
+pub use health::{Health, HealthRequest};
 pub use provisioner::{
     Capacity, Create, Delete, Expand, Expansion, List, Modify, NodeExpand, Provisioner, Snapshot,
     Stage, Stats, Unstage, Validate,

@@ -17,6 +17,7 @@ use async_trait::async_trait;
 
 use crate::Result;
 use crate::VolumeId;
+use crate::health::Health;
 use crate::records::{RecordKeeper, Records, Wrapped};
 use crate::types::{
     AccessMode, AvailableCapacity, CapacityRequest, CreateRequest, DeleteRequest,
@@ -210,8 +211,9 @@ pub trait Stats: Send + Sync {
     ///
     /// **CSI call:** `NodeGetVolumeStats`, from kubelet, periodically for
     /// its volume metrics (`kubelet_volume_stats_*`) and, as pav-csi then
-    /// advertises `VOLUME_CONDITION`, for volume health: an abnormal
-    /// condition becomes an event on the pod.
+    /// advertises `VOLUME_CONDITION`, for volume health (see
+    /// [`Health`](crate::Health)): a condition left `None` is
+    /// [`Health`](crate::Health)'s answer, or healthy without it.
     ///
     /// **Codes:** [`NotFound`](crate::Error::NotFound) when the volume does
     /// not exist; any error only means no numbers this round: kubelet logs
@@ -421,9 +423,10 @@ pub enum Expansion {
 /// | `with_validate` | runs before `CreateVolume` and for `ValidateVolumeCapabilities` |
 /// | `with_stage` | `STAGE_UNSTAGE_VOLUME` node capability, node service can be served |
 /// | `with_unstage` | `NodeUnstageVolume` calls it after unmounting |
-/// | `with_stats` | `NodeGetVolumeStats` calls it; `VOLUME_CONDITION` node capability |
+/// | `with_stats` | `NodeGetVolumeStats` calls it; `VOLUME_CONDITION` node capability (a missing condition is [`Health`]'s, or healthy) |
 /// | `with_expand` | `EXPAND_VOLUME` controller capability, `ControllerExpandVolume` served; `VolumeExpansion` plugin capability (`ONLINE`, or [`offline_expansion`](Provisioner::offline_expansion)) |
 /// | `with_modify` | `MODIFY_VOLUME` controller capability, `ControllerModifyVolume` served; `CreateVolume` with `mutable_parameters` accepted |
+/// | `with_health` | `GET_VOLUME` and `VOLUME_CONDITION` controller capabilities (with a listing: [`List`] or records), `ControllerGetVolume` served, `ListVolumes` entries without a condition asked; `VOLUME_CONDITION` node capability, `NodeGetVolumeStats` asks it when [`Stats`] gave no condition |
 /// | `with_capacity` | `GET_CAPACITY` controller capability, `GetCapacity` served |
 /// | `with_list` | `LIST_VOLUMES` controller capability (and `VOLUME_CONDITION` when [`List::reports_condition`]), `ListVolumes` served |
 /// | `with_snapshot` | `CREATE_DELETE_SNAPSHOT` and `LIST_SNAPSHOTS` controller capabilities; `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` served; `CreateVolume` from a snapshot accepted |
@@ -453,6 +456,7 @@ pub struct Provisioner<P = ()> {
     stats: Option<Arc<dyn Stats>>,
     expand: Option<Arc<dyn Expand>>,
     modify: Option<Arc<dyn Modify>>,
+    health: Option<Arc<dyn Health>>,
     node_expand: Option<Arc<dyn NodeExpand>>,
     expansion: Expansion,
     capacity: Option<Arc<dyn Capacity>>,
@@ -484,6 +488,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             stats: None,
             expand: None,
             modify: None,
+            health: None,
             node_expand: None,
             expansion: Expansion::Online,
             capacity: None,
@@ -576,6 +581,15 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
     {
         self.modify = Some(self.inner.clone());
         self.rewrap_records();
+        self
+    }
+
+    /// Adds the [`Health`] touch point.
+    pub fn with_health(mut self) -> Self
+    where
+        P: Health,
+    {
+        self.health = Some(self.inner.clone());
         self
     }
 
@@ -724,6 +738,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             stats: self.stats,
             expand: self.expand,
             modify: self.modify,
+            health: self.health,
             node_expand: self.node_expand,
             expansion: self.expansion,
             capacity: self.capacity,
@@ -794,6 +809,11 @@ impl<P> Provisioner<P> {
             }
             _ => self.modify.as_deref(),
         }
+    }
+
+    /// The Health touch point, if implemented.
+    pub fn health(&self) -> Option<&dyn Health> {
+        self.health.as_deref()
     }
 
     /// The NodeExpand touch point, if implemented.
@@ -878,6 +898,7 @@ impl<P> fmt::Debug for Provisioner<P> {
             .field("stats", &self.stats.is_some())
             .field("expand", &self.expand.is_some())
             .field("modify", &self.modify.is_some())
+            .field("health", &self.health.is_some())
             .field("node_expand", &self.node_expand.is_some())
             .field("expansion", &self.expansion)
             .field("capacity", &self.capacity.is_some())

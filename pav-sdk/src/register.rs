@@ -13,6 +13,7 @@
 
 use std::marker::PhantomData;
 
+use crate::health::Health;
 use crate::provisioner::{
     Capacity, Create, Delete, Expand, List, Modify, NodeExpand, Provisioner, Snapshot, Stage,
     Stats, Unstage, Validate,
@@ -71,6 +72,7 @@ probes! {
     Stats: FoundStats, MissingStats, add_stats, with_stats;
     Expand: FoundExpand, MissingExpand, add_expand, with_expand;
     Modify: FoundModify, MissingModify, add_modify, with_modify;
+    Health: FoundHealth, MissingHealth, add_health, with_health;
     NodeExpand: FoundNodeExpand, MissingNodeExpand, add_node_expand, with_node_expand;
     Capacity: FoundCapacity, MissingCapacity, add_capacity, with_capacity;
     List: FoundList, MissingList, add_list, with_list;
@@ -82,7 +84,7 @@ probes! {
 /// [`Create`](crate::Create), [`Delete`](crate::Delete),
 /// [`Stage`](crate::Stage), [`Unstage`](crate::Unstage),
 /// [`Stats`](crate::Stats), [`Expand`](crate::Expand),
-/// [`Modify`](crate::Modify), [`NodeExpand`](crate::NodeExpand),
+/// [`Modify`](crate::Modify), [`Health`](crate::Health), [`NodeExpand`](crate::NodeExpand),
 /// [`Capacity`](crate::Capacity),
 /// [`List`](crate::List) and [`Snapshot`](crate::Snapshot). Implementing
 /// a trait is registering it: none can be forgotten. The options that are
@@ -125,11 +127,12 @@ macro_rules! provisioner {
         #[allow(unused_imports)]
         use $crate::register::{
             FoundCapacity as _, FoundCreate as _, FoundDelete as _, FoundExpand as _,
-            FoundList as _, FoundModify as _, FoundNodeExpand as _, FoundSnapshot as _,
-            FoundStage as _, FoundStats as _, FoundUnstage as _, FoundValidate as _,
-            MissingCapacity as _, MissingCreate as _, MissingDelete as _, MissingExpand as _,
-            MissingList as _, MissingModify as _, MissingNodeExpand as _, MissingSnapshot as _,
-            MissingStage as _, MissingStats as _, MissingUnstage as _, MissingValidate as _,
+            FoundHealth as _, FoundList as _, FoundModify as _, FoundNodeExpand as _,
+            FoundSnapshot as _, FoundStage as _, FoundStats as _, FoundUnstage as _,
+            FoundValidate as _, MissingCapacity as _, MissingCreate as _, MissingDelete as _,
+            MissingExpand as _, MissingHealth as _, MissingList as _, MissingModify as _,
+            MissingNodeExpand as _, MissingSnapshot as _, MissingStage as _, MissingStats as _,
+            MissingUnstage as _, MissingValidate as _,
         };
         let provisioner = $crate::Provisioner::new($value);
         let probe = $crate::register::Probe::of(&provisioner);
@@ -141,6 +144,7 @@ macro_rules! provisioner {
         let provisioner = (&probe).add_stats(provisioner);
         let provisioner = (&probe).add_expand(provisioner);
         let provisioner = (&probe).add_modify(provisioner);
+        let provisioner = (&probe).add_health(provisioner);
         let provisioner = (&probe).add_node_expand(provisioner);
         let provisioner = (&probe).add_capacity(provisioner);
         let provisioner = (&probe).add_list(provisioner);
@@ -187,6 +191,7 @@ mod tests {
         assert!(provisioner.delete().is_none());
         assert!(provisioner.expand().is_none());
         assert!(provisioner.modify().is_none());
+        assert!(provisioner.health().is_none());
         assert!(provisioner.node_expand().is_none());
         assert!(provisioner.capacity().is_none());
         assert!(provisioner.list().is_none());
@@ -215,6 +220,23 @@ mod tests {
         let provisioner = crate::provisioner!(Modifiable);
         assert!(provisioner.create().is_some() && provisioner.modify().is_some());
         assert!(provisioner.expand().is_none() && provisioner.stage().is_none());
+    }
+
+    /// Reports health only.
+    struct Checked;
+
+    #[async_trait]
+    impl Health for Checked {
+        async fn condition(&self, _: HealthRequest) -> Result<VolumeCondition> {
+            Ok(VolumeCondition::healthy())
+        }
+    }
+
+    #[test]
+    fn health_is_registered_when_implemented() {
+        let provisioner = crate::provisioner!(Checked);
+        assert!(provisioner.health().is_some());
+        assert!(provisioner.stats().is_none() && provisioner.list().is_none());
     }
 
     #[test]
