@@ -85,7 +85,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(node_id) = &cli.node_id {
         files = files.on_node(&topology_key, node_id);
     }
-    // Every touch point SparseFiles implements (all twelve), and cloning.
+    // Every touch point SparseFiles implements (all thirteen), and cloning.
     let provisioner = pav_sdk::provisioner!(files)
         .clones_volumes()
         .volume_modes([VolumeMode::Filesystem, VolumeMode::Block]);
