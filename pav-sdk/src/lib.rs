@@ -25,6 +25,7 @@
 //! | [`Provisioner::keep_records`] | `CreateVolume` (repeats), `DeleteVolume` (unknown ids), `ListVolumes`, `GetCapacity`, `ListSnapshots` | idempotency across restarts, volume listing, CSIStorageCapacity from a budget | yes: the provisioner keeps its own records |
 //! | [`CreateRequest::source`], [`Provisioner::clones_volumes`] | `CreateVolume.volume_content_source` | a claim's `dataSource`: a VolumeSnapshot (restore) or a claim (clone) | yes: refused |
 //! | [`NodeExpand`] | `NodeExpandVolume` | kubelet grows the filesystem where the volume is published | yes: nothing to grow on the node |
+//! | [`Provisioner::ephemeral`] | `NodePublishVolume` with `csi.storage.k8s.io/ephemeral` creates and stages, `NodeUnpublishVolume` unstages and deletes | CSI ephemeral inline volumes (a pod's `csi:` volume; CSIDriver `volumeLifecycleModes: [Persistent, Ephemeral]`) | yes: refused |
 //! | [`Provisioner::stage_on_publish`] | `NodePublishVolume` / `NodeUnpublishVolume` run Stage / Unstage | staging per client pod ([`PodInfo`]) | yes: default is per node |
 //! | [`CreateRequest::name`] | `CreateVolumeRequest.name` | `pvc-<uid>` | idempotency key |
 //! | [`Volume::handle`] | `volume_id` | `pv.spec.csi.volumeHandle` | |
@@ -436,6 +437,7 @@
 // The pav image holds no programs to run (clippy.toml).
 #![deny(clippy::disallowed_methods)]
 
+pub mod ephemeral;
 mod error;
 mod health;
 mod provisioner;

@@ -432,6 +432,7 @@ pub enum Expansion {
 /// | `with_snapshot` | `CREATE_DELETE_SNAPSHOT` and `LIST_SNAPSHOTS` controller capabilities; `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` served; `CreateVolume` from a snapshot accepted |
 /// | `clones_volumes` | `CLONE_VOLUME` controller capability; `CreateVolume` from a volume accepted |
 /// | `with_node_expand` | `EXPAND_VOLUME` node capability, `NodeExpandVolume` served |
+/// | `ephemeral` | CSI ephemeral inline volumes: `NodePublishVolume` creates and stages, `NodeUnpublishVolume` unstages and deletes (see [`ephemeral`](Provisioner::ephemeral)) |
 /// | `stage_on_publish` | no `STAGE_UNSTAGE_VOLUME`; Stage/Unstage run in `NodePublishVolume`/`NodeUnpublishVolume` |
 ///
 /// ```
@@ -449,9 +450,9 @@ pub enum Expansion {
 pub struct Provisioner<P = ()> {
     inner: Arc<P>,
     validate: Option<Arc<dyn Validate>>,
-    create: Option<Arc<dyn Create>>,
-    delete: Option<Arc<dyn Delete>>,
-    stage: Option<Arc<dyn Stage>>,
+    pub(crate) create: Option<Arc<dyn Create>>,
+    pub(crate) delete: Option<Arc<dyn Delete>>,
+    pub(crate) stage: Option<Arc<dyn Stage>>,
     unstage: Option<Arc<dyn Unstage>>,
     stats: Option<Arc<dyn Stats>>,
     expand: Option<Arc<dyn Expand>>,
@@ -466,6 +467,8 @@ pub struct Provisioner<P = ()> {
     volume_modes: BTreeSet<VolumeMode>,
     access_modes: BTreeSet<AccessMode>,
     stage_on_publish: bool,
+    /// Serves CSI ephemeral inline volumes (crate::ephemeral).
+    pub(crate) ephemeral: bool,
     /// Records kept by pav-sdk, and the touch points serving from them.
     records: Option<(Records, Arc<RecordKeeper>)>,
 }
@@ -498,6 +501,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             volume_modes: BTreeSet::from([VolumeMode::Filesystem]),
             access_modes: AccessMode::SINGLE_NODE.into_iter().collect(),
             stage_on_publish: false,
+            ephemeral: false,
             records: None,
         }
     }
@@ -748,6 +752,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             volume_modes: self.volume_modes,
             access_modes: self.access_modes,
             stage_on_publish: self.stage_on_publish,
+            ephemeral: self.ephemeral,
             records: self.records,
         }
     }
@@ -908,6 +913,7 @@ impl<P> fmt::Debug for Provisioner<P> {
             .field("volume_modes", &self.volume_modes)
             .field("access_modes", &self.access_modes)
             .field("stage_on_publish", &self.stage_on_publish)
+            .field("ephemeral", &self.ephemeral)
             .finish()
     }
 }
