@@ -132,6 +132,7 @@
 //! | Claim | `CreateVolume` | [`pav_sdk::Claim`] from external-provisioner's `--extra-create-metadata` parameters; with the `kube` cargo feature and `DriverBuilder::claim_lookup`, also the claim's labels, annotations and selected node, read from the API server |
 //! | Idempotency | `CreateVolume`, `CreateSnapshot` | the 1024 most recent answers of each cached by name; an incompatible repeat is `ALREADY_EXISTS` |
 //! | Idempotency | `DeleteVolume`, `NodeUnstageVolume`, `NodeUnpublishVolume` | what is gone is success; checked against `/proc/self/mountinfo` |
+//! | Ephemeral inline volumes | `NodePublishVolume`, `NodeUnpublishVolume` | with [`pav_sdk::Provisioner::ephemeral`]: a publish with `csi.storage.k8s.io/ephemeral: "true"` (checked as every publish; a `size` attribute that is no quantity `INVALID_ARGUMENT`) is recorded in the state directory, created (name: the volume id; Validate first), staged at the target and bound; a final failure undoes it; the unpublish of a recorded volume unmounts, unstages, deletes and forgets it, also after a restart; without the option such a publish is `INVALID_ARGUMENT` naming the key |
 //! | Publishing | `NodePublishVolume` | bind mount of the staged directory (Filesystem) or device (Block, onto a file), read-only when asked |
 //! | Usage | `NodeGetVolumeStats` | the provisioner's [`pav_sdk::Stats`] answer when it has one (then `VOLUME_CONDITION` is advertised and a missing condition is [`pav_sdk::Health`]'s, or healthy); otherwise, and as [`pav_sdk::StatsRequest::measured`], `statvfs` for filesystems, device size for blocks |
 //! | Sizes answered | `CreateVolume`, `ControllerExpandVolume`, `NodeExpandVolume`, `GetCapacity`, snapshots, stats | a size or count that does not fit CSI's int64 is `INTERNAL` naming the field and value, never clamped; a created volume outside the requested range (0, "unknown", aside) is deleted and answered `INTERNAL` |
@@ -169,6 +170,7 @@ mod controller;
 mod convert;
 mod create_cache;
 mod driver;
+mod ephemeral;
 mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]

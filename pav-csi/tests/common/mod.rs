@@ -470,6 +470,8 @@ pub struct Options {
     pub modify: bool,
     /// Health.
     pub health: bool,
+    /// CSI ephemeral inline volumes.
+    pub ephemeral: bool,
 }
 
 impl Default for Options {
@@ -489,6 +491,7 @@ impl Default for Options {
             snapshots: false,
             modify: false,
             health: false,
+            ephemeral: false,
         }
     }
 }
@@ -544,6 +547,9 @@ impl Harness {
         if options.health {
             provisioner = provisioner.with_health();
         }
+        if options.ephemeral {
+            provisioner = provisioner.ephemeral();
+        }
         if options.capacity {
             provisioner = provisioner.with_capacity();
         }
@@ -577,6 +583,16 @@ impl Harness {
     pub async fn stop_server(mut self) -> pav_csi::testing::Harness {
         self.inner.stop_driver().await.unwrap();
         self.inner
+    }
+
+    /// Restarts the driver on the same socket and directories (the
+    /// provisioner's storage, here its memory, stays), as after a crash of
+    /// its process, and connects the clients again.
+    pub async fn restart(&mut self) {
+        self.inner.restart().await.unwrap();
+        self.identity = self.inner.identity.clone();
+        self.controller = self.inner.controller.clone();
+        self.node = self.inner.node.clone();
     }
 
     /// A path in the kubelet directory.
