@@ -21,12 +21,15 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
     /// ```
     ///
     /// is created for the pod on its node and deleted with it. The
-    /// CSIDriver object must list the mode:
-    /// `volumeLifecycleModes: [Persistent, Ephemeral]` (and
-    /// `podInfoOnMount: true` for [`StageRequest::pod`](crate::StageRequest::pod)).
-    /// No sidecar is involved: the kubelet calls `NodePublishVolume` with
-    /// `csi.storage.k8s.io/ephemeral: "true"` in the volume context and no
-    /// staging path, and `NodeUnpublishVolume` when the pod goes.
+    /// CSIDriver object must list the mode,
+    /// `volumeLifecycleModes: [Persistent, Ephemeral]`, and have
+    /// `podInfoOnMount: true`: only then does the kubelet (v1.34
+    /// `csi_mounter.go`) put `csi.storage.k8s.io/ephemeral: "true"` in the
+    /// volume context, which is how pav-csi tells an inline volume from a
+    /// persistent one; the pod comes with it
+    /// ([`StageRequest::pod`](crate::StageRequest::pod)). No sidecar is
+    /// involved: the kubelet calls `NodePublishVolume` with no staging
+    /// path, and `NodeUnpublishVolume` when the pod goes.
     ///
     /// pav-csi then runs, in `NodePublishVolume`: [`Create`] (the name is
     /// the volume id the kubelet made up; the size is the

@@ -86,7 +86,10 @@ async fn main() -> anyhow::Result<()> {
         files = files.on_node(&topology_key, node_id);
     }
     // Every touch point SparseFiles implements (all thirteen), and cloning.
+    // Ephemeral inline volumes: the node plugin creates each in its
+    // node-local directory, beside the node's persistent volumes.
     let provisioner = pav_sdk::provisioner!(files)
+        .ephemeral()
         .clones_volumes()
         .volume_modes([VolumeMode::Filesystem, VolumeMode::Block]);
     let mut driver = pav_csi::Driver::builder(cli.driver_name)

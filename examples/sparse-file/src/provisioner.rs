@@ -14,6 +14,8 @@ use pav_sdk::{
 use pav_sdk::{DeleteSnapshotRequest, Snapshot, SnapshotInfo, SnapshotRequest};
 use tokio::process::Command;
 
+#[cfg(test)]
+mod ephemeral_tests;
 mod health;
 
 /// Size of a volume whose claim requests none.
@@ -1832,7 +1834,7 @@ mod tests {
     }
 
     /// Unmounts and detaches what a test staged, also when it panics.
-    struct Staging<'a>(&'a Path, PathBuf);
+    pub(super) struct Staging<'a>(pub(super) &'a Path, pub(super) PathBuf);
 
     impl Drop for Staging<'_> {
         fn drop(&mut self) {
