@@ -1226,6 +1226,10 @@ mod tests {
                 .clones_volumes()
                 .volume_modes([VolumeMode::Filesystem, VolumeMode::Block])
         })
+        .mutable_parameters([(PROVISIONING, "thick")])
+        // An image recorded as ext4 without ext4's superblock: what a
+        // formatted image overwritten at its start looks like.
+        .damage(|dir, id| health::record_filesystem(&dir.join(format!("{id}.img")), "ext4"))
         .controller_only();
         let report = checks.run_all().await.unwrap();
         assert_eq!(
@@ -1235,7 +1239,9 @@ mod tests {
                 Check::DeleteUnknownVolume,
                 Check::Expand,
                 Check::SnapshotRoundTrip,
-                Check::HostileIdsAndPaths
+                Check::HostileIdsAndPaths,
+                Check::Modify,
+                Check::Health
             ],
             "{report}"
         );

@@ -154,6 +154,7 @@
 //! ```
 
 mod checks;
+mod checks_modify_health;
 mod conformance;
 mod harness;
 
