@@ -23,8 +23,10 @@
 //!   [`stage_unstage_repeats`](Conformance::stage_unstage_repeats),
 //!   [`publish_unpublish_repeats`](Conformance::publish_unpublish_repeats),
 //!   [`expand`](Conformance::expand),
-//!   [`snapshot_round_trip`](Conformance::snapshot_round_trip) and
-//!   [`hostile_ids_and_paths`](Conformance::hostile_ids_and_paths). Each
+//!   [`snapshot_round_trip`](Conformance::snapshot_round_trip),
+//!   [`hostile_ids_and_paths`](Conformance::hostile_ids_and_paths),
+//!   [`modify`](Conformance::modify) and
+//!   [`health`](Conformance::health). Each
 //!   asserts what csi-sanity asserts for the same cases (codes,
 //!   idempotency), and checks the provisioner's own answers where pav-csi
 //!   would otherwise answer for it (a repeated `CreateVolume` is answered
