@@ -7,7 +7,9 @@
 //!
 //! - healthy: the gauge is 0 for the claim;
 //! - the image's ext4 superblock magic overwritten on the node (what a
-//!   stray write or a truncation does): the gauge turns 1;
+//!   stray write or a truncation does): the gauge turns 1, and the
+//!   kubelet records a `VolumeConditionAbnormal` Warning event on the pod
+//!   whose message names the image;
 //! - the magic written back: 0 again, and the pod unmounts cleanly;
 //!
 //! then the claim is deleted and nothing is left. external-health-monitor
@@ -169,6 +171,9 @@ async fn sparse_file_reports_a_damaged_image_as_abnormal() {
         "the kubelet to report the volume abnormal",
     )
     .await;
+    let needles = ["VolumeConditionAbnormal", &image, "no ext4 superblock"];
+    let event = wait_event(&client, NS, POD, &needles, STEP).await;
+    event.unwrap_or_else(|e| panic!("{e}"));
     write_magic(&image, EXT4_MAGIC);
     wait_gauge(
         &client,

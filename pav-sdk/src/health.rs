@@ -67,7 +67,9 @@ impl HealthRequest {
 ///   configuration), calls `NodeGetVolumeStats` for every mounted volume
 ///   at each metrics collection and exports the condition as the gauge
 ///   `kubelet_volume_stats_health_status_abnormal{namespace,
-///   persistentvolumeclaim}` (1 when abnormal, 0 when not). pav-csi
+///   persistentvolumeclaim}` (1 when abnormal, 0 when not), and records
+///   each abnormal answer as a `VolumeConditionAbnormal` Warning event on
+///   the pod ("Volume <name>: <message>"). pav-csi
 ///   advertises the node's `VOLUME_CONDITION` capability when the
 ///   provisioner has this trait (or [`Stats`](crate::Stats)), without
 ///   which kubelet ignores conditions.
