@@ -69,7 +69,7 @@ impl HealthRequest {
 ///   `kubelet_volume_stats_health_status_abnormal{namespace,
 ///   persistentvolumeclaim}` (1 when abnormal, 0 when not), and records
 ///   each abnormal answer as a `VolumeConditionAbnormal` Warning event on
-///   the pod ("Volume <name>: <message>"). pav-csi
+///   the pod (`Volume <name>: <message>`). pav-csi
 ///   advertises the node's `VOLUME_CONDITION` capability when the
 ///   provisioner has this trait (or [`Stats`](crate::Stats)), without
 ///   which kubelet ignores conditions.
