@@ -90,11 +90,16 @@
 //!     // harness, again after each restart, next to the decoys the
 //!     // hostile-id check watches.
 //!     let report = Conformance::with_storage(hostdir).run_all().await.unwrap();
-//!     // HostDir grows no volume and takes no snapshot: those checks are
-//!     // skipped, and no other.
+//!     // HostDir grows, modifies and checks the health of no volume and
+//!     // takes no snapshot: those checks are skipped, and no other.
 //!     assert_eq!(
 //!         report.skipped(),
-//!         [Check::Expand, Check::SnapshotRoundTrip],
+//!         [
+//!             Check::Expand,
+//!             Check::SnapshotRoundTrip,
+//!             Check::Modify,
+//!             Check::Health
+//!         ],
 //!         "{report}"
 //!     );
 //! }
