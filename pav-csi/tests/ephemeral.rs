@@ -237,3 +237,35 @@ async fn failed_stages_leave_nothing_behind() {
         .unwrap();
     h.stop().await;
 }
+
+/// The kubelet asks NodeGetVolumeStats of an inline volume by the id it
+/// made up: pav-csi asks the provisioner by the handle Create answered.
+#[tokio::test]
+#[ignore = "needs root (mounts): .ci/run runs it as root"]
+async fn stats_of_an_ephemeral_volume_reach_the_provisioner_by_its_handle() {
+    let mut h = Harness::start_with(Options {
+        ephemeral: true,
+        health: true,
+        ..Default::default()
+    })
+    .await;
+    let publish = inline_publish(&h, "csi-sick", "p", &[("handle", "eph-broken")]);
+    h.node.node_publish_volume(publish).await.unwrap();
+    let stats = csi::NodeGetVolumeStatsRequest {
+        volume_id: "csi-sick".into(),
+        volume_path: target(&h, "p").to_string_lossy().into(),
+        staging_target_path: String::new(),
+    };
+    let answer = h.node.node_get_volume_stats(stats).await.unwrap();
+    let condition = answer.into_inner().volume_condition.unwrap();
+    assert!(condition.abnormal, "{condition:?}");
+    assert!(
+        condition.message.starts_with("volume eph-broken is broken"),
+        "{condition:?}"
+    );
+    (h.node
+        .node_unpublish_volume(unpublish(&h, "csi-sick", "p"))
+        .await)
+        .unwrap();
+    h.stop().await;
+}

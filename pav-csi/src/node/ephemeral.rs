@@ -221,6 +221,17 @@ impl NodeService {
         Store(Records::new(&self.node.paths.state_dir))
     }
 
+    /// The provisioner's handle of the volume the kubelet calls
+    /// `volume_id`: an ephemeral volume's is the handle Create answered
+    /// (the kubelet knows only the id it made up); any other volume's is
+    /// its id.
+    pub(crate) async fn provisioner_handle(&self, volume_id: &str) -> Result<String, Status> {
+        let record = self.ephemeral_records().get(volume_id).await?;
+        Ok(record
+            .and_then(|r| r.handle)
+            .unwrap_or_else(|| volume_id.to_owned()))
+    }
+
     /// The record of `volume_id` when it is an ephemeral volume published
     /// at `target` on this node.
     pub(crate) async fn ephemeral_at(

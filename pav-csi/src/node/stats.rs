@@ -60,6 +60,7 @@ pub(crate) async fn run(
     })
     .await?;
     let provisioner = &service.shared.provisioner;
+    let volume_id = service.provisioner_handle(&volume_id).await?;
     let mut stats = match provisioner.stats() {
         None => measured.map_err(|e| internal("reading usage", e))?,
         Some(provisioner) => {

@@ -1,7 +1,8 @@
 //! sparse-file serving a CSI ephemeral inline volume through pav-csi, as
 //! the kubelet asks for one: created in the node's directory, an ext4
-//! staged at the pod's target, deleted with the pod, also across a
-//! restart of the driver. Needs root, loop devices and e2fsprogs; every
+//! staged at the pod's target (its health reported through
+//! NodeGetVolumeStats, abnormal once its superblock is overwritten),
+//! deleted with the pod, also across a restart of the driver. Needs root, loop devices and e2fsprogs; every
 //! path it touches is in the harness's temporary directory.
 
 use std::collections::HashMap;
@@ -86,6 +87,31 @@ async fn ephemeral_inline_volumes_are_made_staged_and_deleted_with_the_pod() {
     );
     assert!(pav_csi::mount::is_mounted(&target).unwrap());
     std::fs::write(target.join("token"), "kept").unwrap();
+
+    // Health through NodeGetVolumeStats: the ext4 Stage made is intact;
+    // its superblock magic overwritten in the image, abnormal, naming it.
+    let stats = csi::NodeGetVolumeStatsRequest {
+        volume_id: "csi-0123abcd".into(),
+        volume_path: target.to_string_lossy().into(),
+        staging_target_path: String::new(),
+    };
+    let condition = |answer: csi::NodeGetVolumeStatsResponse| answer.volume_condition.unwrap();
+    let healthy = h.node.node_get_volume_stats(stats.clone()).await.unwrap();
+    assert!(!condition(healthy.into_inner()).abnormal);
+    let writable = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&image)
+        .unwrap();
+    use std::os::unix::fs::FileExt as _;
+    writable.write_all_at(&[0, 0], 1080).unwrap();
+    let damaged = h.node.node_get_volume_stats(stats.clone()).await.unwrap();
+    let damaged = condition(damaged.into_inner());
+    assert!(damaged.abnormal, "{damaged:?}");
+    let named = format!("image {} has no ext4 superblock", image.display());
+    assert!(damaged.message.starts_with(&named), "{damaged:?}");
+    writable.write_all_at(&[0x53, 0xEF], 1080).unwrap();
+    let repaired = h.node.node_get_volume_stats(stats).await.unwrap();
+    assert!(!condition(repaired.into_inner()).abnormal);
 
     // A restart of the driver: the repeated publish finds the volume,
     // the unpublish deletes it.
