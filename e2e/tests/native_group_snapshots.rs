@@ -148,7 +148,12 @@ spec:
 "#
     );
     apply(&client, &group_yaml).await.unwrap();
-    let groups = api_of(&client, "groupsnapshot.storage.k8s.io", "VolumeGroupSnapshot").await;
+    let groups = api_of(
+        &client,
+        "groupsnapshot.storage.k8s.io",
+        "VolumeGroupSnapshot",
+    )
+    .await;
     let ready = wait_for(&groups, GROUP, STEP, "readyToUse", |g| {
         g.data["status"]["readyToUse"] == true
     })

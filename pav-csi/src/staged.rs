@@ -127,7 +127,7 @@ impl Records {
 
 /// FNV-1a, 128 bits: a stable file name for any volume id (ids may be 128
 /// bytes of anything; the record itself holds the id and is checked).
-fn fnv1a_128(bytes: &[u8]) -> u128 {
+pub(crate) fn fnv1a_128(bytes: &[u8]) -> u128 {
     const BASIS: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
     const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
     bytes
@@ -136,7 +136,7 @@ fn fnv1a_128(bytes: &[u8]) -> u128 {
 }
 
 /// Percent-escapes every byte outside printable ASCII, `%` and space.
-fn escape(bytes: &[u8]) -> String {
+pub(crate) fn escape(bytes: &[u8]) -> String {
     bytes
         .iter()
         .map(|&b| match b {
@@ -146,7 +146,7 @@ fn escape(bytes: &[u8]) -> String {
         .collect()
 }
 
-fn unescape(text: &str) -> Option<Vec<u8>> {
+pub(crate) fn unescape(text: &str) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(text.len());
     let mut bytes = text.bytes();
     while let Some(b) = bytes.next() {

@@ -1034,3 +1034,131 @@ async fn controller_modify_checks_holds_and_modifies() {
     assert_eq!(h.provisioner.count("create"), creates + 1);
     h.stop().await;
 }
+
+fn get_volume(id: &str) -> csi::ControllerGetVolumeRequest {
+    csi::ControllerGetVolumeRequest {
+        volume_id: id.into(),
+    }
+}
+
+/// The condition in a `ControllerGetVolume` answer.
+fn condition_of(answer: &csi::ControllerGetVolumeResponse) -> csi::VolumeCondition {
+    let status = answer.status.as_ref().expect("a status with GET_VOLUME");
+    status.volume_condition.clone().expect("a condition")
+}
+
+/// `GET_VOLUME` and the controller's `VOLUME_CONDITION` only with Health
+/// and a listing (ControllerGetVolume finds the volume in it): without
+/// them `UNIMPLEMENTED`, naming the capability.
+#[tokio::test]
+async fn health_is_advertised_only_when_implemented() {
+    use csi::controller_service_capability::rpc::Type as Controller;
+    use csi::node_service_capability::rpc::Type as Node;
+    let get_volume_rpc = Controller::GetVolume as i32;
+    for (list, health) in [(false, false), (true, false), (false, true)] {
+        let mut h = Harness::start_with(Options {
+            list,
+            health,
+            ..Default::default()
+        })
+        .await;
+        let rpcs = common::controller_rpcs(&mut h).await;
+        assert!(
+            !rpcs.contains(&get_volume_rpc),
+            "list {list}, health {health}"
+        );
+        let refused = (h
+            .controller
+            .controller_get_volume(get_volume("vol-1"))
+            .await)
+            .unwrap_err();
+        assert_eq!(refused.code(), Code::Unimplemented);
+        assert!(refused.message().contains("GET_VOLUME"), "{refused:?}");
+        // The node's VOLUME_CONDITION needs Health (or Stats) alone.
+        let node = node_rpcs(&mut h).await;
+        assert_eq!(node.contains(&(Node::VolumeCondition as i32)), health);
+        h.stop().await;
+    }
+    let mut h = Harness::start_with(Options {
+        list: true,
+        health: true,
+        ..Default::default()
+    })
+    .await;
+    let rpcs = common::controller_rpcs(&mut h).await;
+    assert!(rpcs.contains(&get_volume_rpc));
+    assert!(rpcs.contains(&(Controller::VolumeCondition as i32)));
+    h.stop().await;
+}
+
+/// ControllerGetVolume: the volume id required, an unknown volume
+/// NOT_FOUND, the volume as listed with the listing's condition when it
+/// has one, else Health's; ListVolumes asks Health for the entries the
+/// listing left without one.
+#[tokio::test]
+async fn controller_get_volume_answers_the_volume_and_its_condition() {
+    let mut h = Harness::start_with(Options {
+        list: true,
+        health: true,
+        ..Default::default()
+    })
+    .await;
+    for handle in ["sick-1", "quiet-fine", "quiet-broken"] {
+        let mut create = create_request(&format!("pvc-{handle}"));
+        create.parameters.insert("handle".into(), handle.into());
+        h.controller.create_volume(create).await.unwrap();
+    }
+    let missing = (h.controller.controller_get_volume(get_volume("")).await).unwrap_err();
+    assert_eq!(missing.code(), Code::InvalidArgument);
+    assert!(missing.message().contains("volume_id"), "{missing:?}");
+    let long = h
+        .controller
+        .controller_get_volume(get_volume(&"v".repeat(129)));
+    assert_eq!(long.await.unwrap_err().code(), Code::InvalidArgument);
+    let unknown = (h.controller.controller_get_volume(get_volume("nope")).await).unwrap_err();
+    assert_eq!(unknown.code(), Code::NotFound, "{unknown:?}");
+    assert!(unknown.message().contains("nope"), "{unknown:?}");
+    let asked = h.provisioner.count("condition");
+
+    let sick = h.controller.controller_get_volume(get_volume("sick-1"));
+    let sick = sick.await.unwrap().into_inner();
+    assert_eq!(sick.volume.as_ref().unwrap().volume_id, "sick-1");
+    assert_eq!(sick.volume.as_ref().unwrap().capacity_bytes, 1 << 20);
+    assert!(condition_of(&sick).abnormal, "the listing's condition");
+    assert_eq!(h.provisioner.count("condition"), asked, "not asked again");
+
+    let fine = h.controller.controller_get_volume(get_volume("quiet-fine"));
+    let fine = fine.await.unwrap().into_inner();
+    assert!(!condition_of(&fine).abnormal);
+    let broken = h
+        .controller
+        .controller_get_volume(get_volume("quiet-broken"));
+    let broken = condition_of(&broken.await.unwrap().into_inner());
+    assert!(broken.abnormal);
+    assert_eq!(broken.message, "volume quiet-broken is broken");
+    assert_eq!(h.provisioner.count("condition"), asked + 2);
+
+    let listed = h
+        .controller
+        .list_volumes(csi::ListVolumesRequest::default());
+    let listed = listed.await.unwrap().into_inner();
+    let conditions: Vec<(String, bool)> = (listed.entries.iter())
+        .map(|e| {
+            let status = e.status.as_ref().expect("every entry has a condition");
+            let condition = status.volume_condition.as_ref().unwrap();
+            (
+                e.volume.as_ref().unwrap().volume_id.clone(),
+                condition.abnormal,
+            )
+        })
+        .collect();
+    assert_eq!(
+        conditions,
+        [
+            ("quiet-broken".to_owned(), true),
+            ("quiet-fine".to_owned(), false),
+            ("sick-1".to_owned(), true)
+        ]
+    );
+    h.stop().await;
+}

@@ -501,3 +501,54 @@ async fn a_volume_staged_before_single_node_multi_writer_stages_again_after() {
     assert_eq!(other.unwrap_err().code(), Code::AlreadyExists);
     h.stop().await;
 }
+
+/// With Health, NodeGetVolumeStats asks it (with the published path) when
+/// Stats gave no condition, or when there is no Stats at all; a condition
+/// from Stats stands. The node's VOLUME_CONDITION is advertised either way.
+#[tokio::test]
+#[ignore = "needs root (mounts): .ci/run runs it as root"]
+async fn node_stats_carry_the_condition_health_reports() {
+    for stats in [false, true] {
+        let mut h = Harness::start_with(common::Options {
+            stats,
+            health: true,
+            ..Default::default()
+        })
+        .await;
+        for (id, abnormal) in [("fine", false), ("broken", true), ("sick", stats)] {
+            h.node
+                .node_stage_volume(stage_request(&h, id, VolumeMode::Filesystem))
+                .await
+                .unwrap();
+            let target = format!("pods/{id}/target");
+            let publish = publish_request(&h, id, VolumeMode::Filesystem, &target);
+            h.node.node_publish_volume(publish).await.unwrap();
+            let asked = h.provisioner.count("condition");
+            let answer = h
+                .node
+                .node_get_volume_stats(csi::NodeGetVolumeStatsRequest {
+                    volume_id: id.into(),
+                    volume_path: h.path(&target).to_string_lossy().into(),
+                    staging_target_path: "".into(),
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            let condition = answer.volume_condition.expect("a condition");
+            assert_eq!(condition.abnormal, abnormal, "{id}, stats {stats}");
+            if id == "broken" {
+                let published = h.path(&target);
+                let expected = format!("volume broken is broken at {}", published.display());
+                assert_eq!(condition.message, expected);
+            }
+            // Stats' own condition (`sick`) is not asked about again.
+            let asked_health = h.provisioner.count("condition") > asked;
+            assert_eq!(
+                asked_health,
+                !(stats && id == "sick"),
+                "{id}, stats {stats}"
+            );
+        }
+        h.stop().await;
+    }
+}

@@ -15,9 +15,10 @@ use pav_sdk::{Attach, AttachRequest, Attached, DetachRequest};
 use pav_sdk::{
     ContentSource, Create, CreateRequest, Delete, DeleteGroupSnapshotRequest, DeleteRequest,
     DeleteSnapshotRequest, Error, Expand, ExpandRequest, Expanded, GetGroupSnapshotRequest,
-    GroupSnapshot, GroupSnapshotInfo, GroupSnapshotRequest, NodeExpand, NodeExpandRequest,
-    Provisioner, Result, Snapshot, SnapshotInfo, SnapshotRequest, Stage, StageRequest, Staged,
-    Volume, VolumeId, async_trait,
+    GroupSnapshot, GroupSnapshotInfo, GroupSnapshotRequest, Health, HealthRequest, List,
+    ListedVolume, Modify, ModifyRequest, NodeExpand, NodeExpandRequest, Parameters, Provisioner,
+    Result, Snapshot, SnapshotInfo, SnapshotRequest, Stage, StageRequest, Staged, Volume,
+    VolumeCondition, VolumeId, async_trait,
 };
 
 /// The mistakes [`Dirs`] can make, each one an author's.
@@ -41,6 +42,10 @@ struct Faults {
     fresh_group_per_create: bool,
     /// Attach attaches anew each time, to a new device.
     attach_anew_each_time: bool,
+    /// Modify keeps the new parameters in memory only: a restart forgets them.
+    modify_in_memory: bool,
+    /// Health says every volume is healthy, without looking.
+    health_never_looks: bool,
 }
 
 /// The temporary directory of the harness whose storage directory is
@@ -70,6 +75,8 @@ fn fenced(root: &Path, path: &Path) -> Option<PathBuf> {
 struct Dirs {
     root: PathBuf,
     faults: Faults,
+    /// With `modify_in_memory`: each volume's parameters as modified.
+    modified: std::sync::Mutex<std::collections::HashMap<String, Parameters>>,
 }
 
 impl Dirs {
@@ -99,6 +106,26 @@ impl Dirs {
             }
         }
         Ok(())
+    }
+
+    /// The mutable parameters recorded in `dir` (one `key=value` a line).
+    fn attributes(dir: &Path) -> Result<Parameters> {
+        let text = match std::fs::read_to_string(dir.join("attributes")) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(e.into()),
+        };
+        Ok((text.lines())
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect())
+    }
+
+    fn write_attributes(dir: &Path, attributes: &Parameters) -> Result<()> {
+        let text: String = (attributes.iter())
+            .map(|(k, v)| format!("{k}={v}\n"))
+            .collect();
+        Ok(std::fs::write(dir.join("attributes"), text)?)
     }
 
     fn read_snapshot(dir: &Path, handle: &str) -> Result<SnapshotInfo> {
@@ -173,6 +200,9 @@ impl Create for Dirs {
             }
         }
         if let Some(size) = Self::size(&dir)? {
+            if Self::attributes(&dir)? != req.mutable_parameters {
+                return Err(Error::AlreadyExists(format!("{id} has other attributes")));
+            }
             return match req.capacity.contains(size) || self.faults.create_ignores_request {
                 true => Ok(Volume::new(id, size)),
                 false => Err(Error::AlreadyExists(format!("{id} has {size} bytes"))),
@@ -183,6 +213,7 @@ impl Create for Dirs {
         if let Some(ContentSource::Snapshot(snapshot)) = &req.source {
             Self::copy_data(&self.snapshot(snapshot)?, &dir)?;
         }
+        Self::write_attributes(&dir, &req.mutable_parameters)?;
         std::fs::write(dir.join("size"), size.to_string())?;
         Ok(Volume::new(id, size))
     }
@@ -253,6 +284,62 @@ impl NodeExpand for Dirs {
     async fn node_expand(&self, req: NodeExpandRequest) -> Result<u64> {
         Ok(Self::size(&self.volume(&req.handle)?)?.unwrap_or(0))
     }
+}
+
+#[async_trait]
+impl Modify for Dirs {
+    async fn modify(&self, req: ModifyRequest) -> Result<()> {
+        let dir = self.volume(&req.handle)?;
+        if self.faults.modify_in_memory {
+            let mut modified = self.modified.lock().unwrap();
+            let attributes = modified.entry(req.handle.to_string()).or_default();
+            attributes.extend(req.mutable_parameters);
+            return Ok(());
+        }
+        let mut attributes = Self::attributes(&dir)?;
+        attributes.extend(req.mutable_parameters);
+        Self::write_attributes(&dir, &attributes)
+    }
+}
+
+#[async_trait]
+impl List for Dirs {
+    async fn list(&self) -> Result<Vec<ListedVolume>> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(self.root.join("volumes"))? {
+            let entry = entry?;
+            if let Some(size) = Self::size(&entry.path())? {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                found.push(ListedVolume::new(Volume::new(name, size)));
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// A volume whose directory holds a `broken` file (what [`damage`]
+/// leaves) is abnormal.
+#[async_trait]
+impl Health for Dirs {
+    async fn condition(&self, req: HealthRequest) -> Result<VolumeCondition> {
+        let dir = self.volume(&req.handle)?;
+        if Self::size(&dir)?.is_none() {
+            return Err(Error::NotFound(format!("no volume {}", req.handle)));
+        }
+        if dir.join("broken").exists() && !self.faults.health_never_looks {
+            return Ok(VolumeCondition::abnormal(format!(
+                "volume {} is broken",
+                req.handle
+            )));
+        }
+        Ok(VolumeCondition::healthy())
+    }
+}
+
+/// Breaks volume `id` of the storage at `root` the way [`Dirs`]' Health
+/// notices.
+fn damage(root: &Path, id: &str) -> std::io::Result<()> {
+    std::fs::write(root.join("volumes").join(id).join("broken"), "")
 }
 
 #[async_trait]
@@ -366,7 +453,7 @@ impl GroupSnapshot for Dirs {
     }
 }
 
-/// [`Dirs`] on `root` with `faults`, every touch point but Capacity and List.
+/// [`Dirs`] on `root` with `faults`, every touch point but Capacity and Stats.
 /// Its `volumes` directory is made at once, as a provisioner's would be
 /// (a raw id's `volumes/../x` leads somewhere only once it exists).
 fn dirs(root: &Path, faults: Faults) -> Provisioner<Dirs> {
@@ -374,8 +461,12 @@ fn dirs(root: &Path, faults: Faults) -> Provisioner<Dirs> {
     let dirs = Dirs {
         root: root.to_owned(),
         faults,
+        modified: Default::default(),
     };
     Provisioner::new(dirs)
+        .with_modify()
+        .with_list()
+        .with_health()
         .with_create()
         .with_delete()
         .with_stage()
@@ -388,7 +479,10 @@ fn dirs(root: &Path, faults: Faults) -> Provisioner<Dirs> {
 
 /// The checks of `dirs` with `faults`, built on each harness's storage.
 fn checks(faults: Faults) -> Conformance {
-    Conformance::with_storage(move |root| dirs(root, faults)).volume_size(1 << 20)
+    Conformance::with_storage(move |root| dirs(root, faults))
+        .volume_size(1 << 20)
+        .mutable_parameters([("tier", "gold")])
+        .damage(damage)
 }
 
 #[tokio::test]
@@ -413,7 +507,8 @@ async fn a_conforming_provisioner_passes_the_controller_checks() {
             Check::Expand,
             Check::SnapshotRoundTrip,
             Check::GroupSnapshotRoundTrip,
-            Check::HostileIdsAndPaths
+            Check::HostileIdsAndPaths,
+            Check::Health
         ],
         "what needs the node service is said not to have run: {report}"
     );
@@ -646,6 +741,7 @@ async fn a_check_without_its_capability_is_skipped() {
     let provisioner = Provisioner::new(Dirs {
         root: root.path().to_owned(),
         faults: Faults::default(),
+        modified: Default::default(),
     })
     .with_stage();
     let checks = Conformance::new(provisioner).controller_only();
@@ -702,4 +798,70 @@ async fn a_restart_serves_again_with_empty_caches() {
     assert!(storage.join("volumes/pvc-1.2").is_dir());
     h.shutdown().await.unwrap();
     assert!(!socket.exists(), "socket removed");
+}
+
+#[tokio::test]
+async fn a_modify_that_keeps_parameters_in_memory_fails_modify() {
+    let faults = Faults {
+        modify_in_memory: true,
+        ..Faults::default()
+    };
+    // Every answer before the restart is right: only the restarted
+    // provisioner shows that it forgot.
+    let message = failure(faults, Check::Modify).await;
+    assert!(
+        message.starts_with(
+            "CreateVolume repeated after a driver restart, with the mutable parameters"
+        ) && message.contains("expected OK, got ALREADY_EXISTS"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_health_that_never_looks_fails_health() {
+    let faults = Faults {
+        health_never_looks: true,
+        ..Faults::default()
+    };
+    let message = failure(faults, Check::Health).await;
+    assert!(
+        message.starts_with("ControllerGetVolume of a volume Conformance::damage damaged: healthy"),
+        "{message}"
+    );
+}
+
+/// Without Modify and Health the two checks are skipped, never passed;
+/// without mutable parameters or a way to damage a volume they run in part.
+#[tokio::test]
+async fn modify_and_health_say_what_did_not_apply() {
+    let plain = Conformance::with_storage(|root| {
+        std::fs::create_dir_all(root.join("volumes")).unwrap();
+        let dirs = Dirs {
+            root: root.to_owned(),
+            faults: Faults::default(),
+            modified: Default::default(),
+        };
+        Provisioner::new(dirs).with_create().with_delete()
+    })
+    .controller_only();
+    for check in [Check::Modify, Check::Health] {
+        let outcome = plain.run(check).await.unwrap();
+        assert!(
+            matches!(outcome, Outcome::Skipped(_)),
+            "{check}: {outcome:?}"
+        );
+    }
+    let bare = Conformance::with_storage(move |root| dirs(root, Faults::default()))
+        .volume_size(1 << 20)
+        .controller_only();
+    let modify = bare.modify().await.unwrap();
+    assert!(
+        matches!(&modify, Outcome::Partly(why) if why.contains("mutable_parameters")),
+        "{modify:?}"
+    );
+    let health = bare.health().await.unwrap();
+    assert!(
+        matches!(&health, Outcome::Partly(why) if why.contains("Conformance::damage")),
+        "{health:?}"
+    );
 }

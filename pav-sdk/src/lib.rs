@@ -20,12 +20,14 @@
 //! | [`Modify`], [`CreateRequest::mutable_parameters`] | `ControllerModifyVolume`; `CreateVolume.mutable_parameters` | a claim's VolumeAttributesClass (`volumeAttributesClassName`) at creation and when it changes (external-resizer) | yes: `MODIFY_VOLUME` not advertised, classes refused |
 //! | [`Attach`], [`Provisioner::max_volumes_per_node`] | `ControllerPublishVolume`, `ControllerUnpublishVolume`; `NodeGetInfo.max_volumes_per_node`; [`StageRequest::publish_context`] | VolumeAttachment (external-attacher): a disk attached to the node before it is staged | yes: nothing to attach |
 //! | [`Capacity`] | `GetCapacity` | CSIStorageCapacity objects the scheduler places `WaitForFirstConsumer` claims by (external-provisioner `--enable-capacity`) | yes: the scheduler ignores space |
+//! | [`Health`] | `ControllerGetVolume`, `ListVolumes`' and `NodeGetVolumeStats`' `volume_condition` | kubelet's `kubelet_volume_stats_health_status_abnormal` metric (feature gate `CSIVolumeHealth`), external-health-monitor's events on the claim | yes: healthy unless Stats or List say otherwise |
 //! | [`List`] | `ListVolumes` | the external-health-monitor's volume conditions; reconciling COs | yes |
 //! | [`Snapshot`] | `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` | VolumeSnapshot (csi-snapshotter sidecar, snapshot-controller) | yes |
 //! | [`GroupSnapshot`] | `CreateVolumeGroupSnapshot`, `DeleteVolumeGroupSnapshot`, `GetVolumeGroupSnapshot` (GroupController service) | VolumeGroupSnapshot (csi-snapshotter and snapshot-controller with `CSIVolumeGroupSnapshot=true`) | yes |
 //! | [`Provisioner::keep_records`] | `CreateVolume` (repeats), `DeleteVolume` (unknown ids), `ListVolumes`, `GetCapacity`, `ListSnapshots` | idempotency across restarts, volume listing, CSIStorageCapacity from a budget | yes: the provisioner keeps its own records |
 //! | [`CreateRequest::source`], [`Provisioner::clones_volumes`] | `CreateVolume.volume_content_source` | a claim's `dataSource`: a VolumeSnapshot (restore) or a claim (clone) | yes: refused |
 //! | [`NodeExpand`] | `NodeExpandVolume` | kubelet grows the filesystem where the volume is published | yes: nothing to grow on the node |
+//! | [`Provisioner::ephemeral`] | `NodePublishVolume` with `csi.storage.k8s.io/ephemeral` creates and stages, `NodeUnpublishVolume` unstages and deletes | CSI ephemeral inline volumes (a pod's `csi:` volume; CSIDriver `volumeLifecycleModes: [Persistent, Ephemeral]`) | yes: refused |
 //! | [`Provisioner::stage_on_publish`] | `NodePublishVolume` / `NodeUnpublishVolume` run Stage / Unstage | staging per client pod ([`PodInfo`]) | yes: default is per node |
 //! | [`CreateRequest::name`] | `CreateVolumeRequest.name` | `pvc-<uid>` | idempotency key |
 //! | [`Volume::handle`] | `volume_id` | `pv.spec.csi.volumeHandle` | |
@@ -438,8 +440,10 @@
 #![deny(clippy::disallowed_methods)]
 
 mod attach;
+pub mod ephemeral;
 mod error;
 pub mod group_snapshot;
+mod health;
 mod provisioner;
 pub mod records;
 // Not an API: what the `provisioner!` macro expands to.
@@ -455,6 +459,7 @@ pub use group_snapshot::{
     DeleteGroupSnapshotRequest, GetGroupSnapshotRequest, GroupSnapshot, GroupSnapshotInfo,
     GroupSnapshotRequest,
 };
+pub use health::{Health, HealthRequest};
 pub use provisioner::{
     Capacity, Create, Delete, Expand, Expansion, List, Modify, NodeExpand, Provisioner, Snapshot,
     Stage, Stats, Unstage, Validate,

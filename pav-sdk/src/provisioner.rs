@@ -20,6 +20,7 @@ use crate::Result;
 use crate::VolumeId;
 use crate::attach::Attach;
 use crate::group_snapshot::GroupSnapshot;
+use crate::health::Health;
 use crate::records::{RecordKeeper, Records, Wrapped};
 use crate::types::{
     AccessMode, AvailableCapacity, CapacityRequest, CreateRequest, DeleteRequest,
@@ -213,8 +214,9 @@ pub trait Stats: Send + Sync {
     ///
     /// **CSI call:** `NodeGetVolumeStats`, from kubelet, periodically for
     /// its volume metrics (`kubelet_volume_stats_*`) and, as pav-csi then
-    /// advertises `VOLUME_CONDITION`, for volume health: an abnormal
-    /// condition becomes an event on the pod.
+    /// advertises `VOLUME_CONDITION`, for volume health (see
+    /// [`Health`](crate::Health)): a condition left `None` is
+    /// [`Health`](crate::Health)'s answer, or healthy without it.
     ///
     /// **Codes:** [`NotFound`](crate::Error::NotFound) when the volume does
     /// not exist; any error only means no numbers this round: kubelet logs
@@ -424,17 +426,19 @@ pub enum Expansion {
 /// | `with_validate` | runs before `CreateVolume` and for `ValidateVolumeCapabilities` |
 /// | `with_stage` | `STAGE_UNSTAGE_VOLUME` node capability, node service can be served |
 /// | `with_unstage` | `NodeUnstageVolume` calls it after unmounting |
-/// | `with_stats` | `NodeGetVolumeStats` calls it; `VOLUME_CONDITION` node capability |
+/// | `with_stats` | `NodeGetVolumeStats` calls it; `VOLUME_CONDITION` node capability (a missing condition is [`Health`]'s, or healthy) |
 /// | `with_expand` | `EXPAND_VOLUME` controller capability, `ControllerExpandVolume` served; `VolumeExpansion` plugin capability (`ONLINE`, or [`offline_expansion`](Provisioner::offline_expansion)) |
 /// | `with_modify` | `MODIFY_VOLUME` controller capability, `ControllerModifyVolume` served; `CreateVolume` with `mutable_parameters` accepted |
 /// | `with_attach` | `PUBLISH_UNPUBLISH_VOLUME` controller capability (and `PUBLISH_READONLY` when [`Attach::attaches_read_only`]), `ControllerPublishVolume` and `ControllerUnpublishVolume` served; `NodeStageVolume`'s `publish_context` passed to Stage |
 /// | `max_volumes_per_node` | `NodeGetInfo.max_volumes_per_node`; with records, an attach past it `RESOURCE_EXHAUSTED` |
+/// | `with_health` | `GET_VOLUME` and `VOLUME_CONDITION` controller capabilities (with a listing: [`List`] or records), `ControllerGetVolume` served, `ListVolumes` entries without a condition asked; `VOLUME_CONDITION` node capability, `NodeGetVolumeStats` asks it when [`Stats`] gave no condition |
 /// | `with_capacity` | `GET_CAPACITY` controller capability, `GetCapacity` served |
 /// | `with_list` | `LIST_VOLUMES` controller capability (and `VOLUME_CONDITION` when [`List::reports_condition`]), `ListVolumes` served |
 /// | `with_snapshot` | `CREATE_DELETE_SNAPSHOT` and `LIST_SNAPSHOTS` controller capabilities; `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` served; `CreateVolume` from a snapshot accepted |
 /// | `with_group_snapshot` | `GROUP_CONTROLLER_SERVICE` plugin capability and `CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT`; `CreateVolumeGroupSnapshot`, `DeleteVolumeGroupSnapshot`, `GetVolumeGroupSnapshot` served |
 /// | `clones_volumes` | `CLONE_VOLUME` controller capability; `CreateVolume` from a volume accepted |
 /// | `with_node_expand` | `EXPAND_VOLUME` node capability, `NodeExpandVolume` served |
+/// | `ephemeral` | CSI ephemeral inline volumes: `NodePublishVolume` creates and stages, `NodeUnpublishVolume` unstages and deletes (see [`ephemeral`](Provisioner::ephemeral)) |
 /// | `stage_on_publish` | no `STAGE_UNSTAGE_VOLUME`; Stage/Unstage run in `NodePublishVolume`/`NodeUnpublishVolume` |
 ///
 /// ```
@@ -452,15 +456,16 @@ pub enum Expansion {
 pub struct Provisioner<P = ()> {
     inner: Arc<P>,
     validate: Option<Arc<dyn Validate>>,
-    create: Option<Arc<dyn Create>>,
-    delete: Option<Arc<dyn Delete>>,
-    stage: Option<Arc<dyn Stage>>,
+    pub(crate) create: Option<Arc<dyn Create>>,
+    pub(crate) delete: Option<Arc<dyn Delete>>,
+    pub(crate) stage: Option<Arc<dyn Stage>>,
     unstage: Option<Arc<dyn Unstage>>,
     stats: Option<Arc<dyn Stats>>,
     expand: Option<Arc<dyn Expand>>,
     modify: Option<Arc<dyn Modify>>,
     attach: Option<Arc<dyn Attach>>,
     max_volumes_per_node: Option<u32>,
+    health: Option<Arc<dyn Health>>,
     node_expand: Option<Arc<dyn NodeExpand>>,
     expansion: Expansion,
     capacity: Option<Arc<dyn Capacity>>,
@@ -471,6 +476,8 @@ pub struct Provisioner<P = ()> {
     volume_modes: BTreeSet<VolumeMode>,
     access_modes: BTreeSet<AccessMode>,
     stage_on_publish: bool,
+    /// Serves CSI ephemeral inline volumes (crate::ephemeral).
+    pub(crate) ephemeral: bool,
     /// Records kept by pav-sdk, and the touch points serving from them.
     records: Option<(Records, Arc<RecordKeeper>)>,
 }
@@ -495,6 +502,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             modify: None,
             attach: None,
             max_volumes_per_node: None,
+            health: None,
             node_expand: None,
             expansion: Expansion::Online,
             capacity: None,
@@ -505,6 +513,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             volume_modes: BTreeSet::from([VolumeMode::Filesystem]),
             access_modes: AccessMode::SINGLE_NODE.into_iter().collect(),
             stage_on_publish: false,
+            ephemeral: false,
             records: None,
         }
     }
@@ -614,6 +623,15 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
     pub fn max_volumes_per_node(mut self, max: u32) -> Self {
         self.max_volumes_per_node = (max > 0).then_some(max);
         self.rewrap_records();
+        self
+    }
+
+    /// Adds the [`Health`] touch point.
+    pub fn with_health(mut self) -> Self
+    where
+        P: Health,
+    {
+        self.health = Some(self.inner.clone());
         self
     }
 
@@ -779,6 +797,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             modify: self.modify,
             attach: self.attach,
             max_volumes_per_node: self.max_volumes_per_node,
+            health: self.health,
             node_expand: self.node_expand,
             expansion: self.expansion,
             capacity: self.capacity,
@@ -789,6 +808,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
             volume_modes: self.volume_modes,
             access_modes: self.access_modes,
             stage_on_publish: self.stage_on_publish,
+            ephemeral: self.ephemeral,
             records: self.records,
         }
     }
@@ -866,6 +886,11 @@ impl<P> Provisioner<P> {
     /// [`max_volumes_per_node`](Provisioner::max_volumes_per_node).
     pub fn volumes_per_node_limit(&self) -> Option<u32> {
         self.max_volumes_per_node
+    }
+
+    /// The Health touch point, if implemented.
+    pub fn health(&self) -> Option<&dyn Health> {
+        self.health.as_deref()
     }
 
     /// The NodeExpand touch point, if implemented.
@@ -960,6 +985,7 @@ impl<P> fmt::Debug for Provisioner<P> {
             .field("modify", &self.modify.is_some())
             .field("attach", &self.attach.is_some())
             .field("max_volumes_per_node", &self.max_volumes_per_node)
+            .field("health", &self.health.is_some())
             .field("node_expand", &self.node_expand.is_some())
             .field("expansion", &self.expansion)
             .field("capacity", &self.capacity.is_some())
@@ -970,6 +996,7 @@ impl<P> fmt::Debug for Provisioner<P> {
             .field("volume_modes", &self.volume_modes)
             .field("access_modes", &self.access_modes)
             .field("stage_on_publish", &self.stage_on_publish)
+            .field("ephemeral", &self.ephemeral)
             .finish()
     }
 }

@@ -15,6 +15,7 @@ use std::marker::PhantomData;
 
 use crate::attach::Attach;
 use crate::group_snapshot::GroupSnapshot;
+use crate::health::Health;
 use crate::provisioner::{
     Capacity, Create, Delete, Expand, List, Modify, NodeExpand, Provisioner, Snapshot, Stage,
     Stats, Unstage, Validate,
@@ -74,6 +75,7 @@ probes! {
     Expand: FoundExpand, MissingExpand, add_expand, with_expand;
     Modify: FoundModify, MissingModify, add_modify, with_modify;
     Attach: FoundAttach, MissingAttach, add_attach, with_attach;
+    Health: FoundHealth, MissingHealth, add_health, with_health;
     NodeExpand: FoundNodeExpand, MissingNodeExpand, add_node_expand, with_node_expand;
     Capacity: FoundCapacity, MissingCapacity, add_capacity, with_capacity;
     List: FoundList, MissingList, add_list, with_list;
@@ -86,7 +88,7 @@ probes! {
 /// [`Create`](crate::Create), [`Delete`](crate::Delete),
 /// [`Stage`](crate::Stage), [`Unstage`](crate::Unstage),
 /// [`Stats`](crate::Stats), [`Expand`](crate::Expand),
-/// [`Modify`](crate::Modify), [`Attach`](crate::Attach),
+/// [`Modify`](crate::Modify), [`Attach`](crate::Attach), [`Health`](crate::Health),
 /// [`NodeExpand`](crate::NodeExpand),
 /// [`Capacity`](crate::Capacity),
 /// [`List`](crate::List), [`Snapshot`](crate::Snapshot) and
@@ -133,12 +135,12 @@ macro_rules! provisioner {
         #[allow(unused_imports)]
         use $crate::register::{
             FoundCapacity as _, FoundCreate as _, FoundDelete as _, FoundExpand as _,
-            FoundGroupSnapshot as _, FoundList as _, FoundModify as _, FoundNodeExpand as _,
-            FoundSnapshot as _, FoundStage as _, FoundStats as _, FoundUnstage as _,
-            FoundValidate as _, MissingCapacity as _, MissingCreate as _, MissingDelete as _,
-            MissingExpand as _, MissingGroupSnapshot as _, MissingList as _, MissingModify as _,
-            MissingNodeExpand as _, MissingSnapshot as _, MissingStage as _, MissingStats as _,
-            MissingUnstage as _, MissingValidate as _,
+            FoundGroupSnapshot as _, FoundHealth as _, FoundList as _, FoundModify as _,
+            FoundNodeExpand as _, FoundSnapshot as _, FoundStage as _, FoundStats as _,
+            FoundUnstage as _, FoundValidate as _, MissingCapacity as _, MissingCreate as _,
+            MissingDelete as _, MissingExpand as _, MissingGroupSnapshot as _, MissingHealth as _,
+            MissingList as _, MissingModify as _, MissingNodeExpand as _, MissingSnapshot as _,
+            MissingStage as _, MissingStats as _, MissingUnstage as _, MissingValidate as _,
         };
         let provisioner = $crate::Provisioner::new($value);
         let probe = $crate::register::Probe::of(&provisioner);
@@ -151,6 +153,7 @@ macro_rules! provisioner {
         let provisioner = (&probe).add_expand(provisioner);
         let provisioner = (&probe).add_modify(provisioner);
         let provisioner = (&probe).add_attach(provisioner);
+        let provisioner = (&probe).add_health(provisioner);
         let provisioner = (&probe).add_node_expand(provisioner);
         let provisioner = (&probe).add_capacity(provisioner);
         let provisioner = (&probe).add_list(provisioner);
@@ -199,6 +202,7 @@ mod tests {
         assert!(provisioner.expand().is_none());
         assert!(provisioner.modify().is_none());
         assert!(provisioner.attach().is_none());
+        assert!(provisioner.health().is_none());
         assert!(provisioner.node_expand().is_none());
         assert!(provisioner.capacity().is_none());
         assert!(provisioner.list().is_none());
@@ -289,6 +293,23 @@ mod tests {
         assert!(provisioner.volumes_per_node_limit().is_none());
         let limited = crate::provisioner!(Attachable).max_volumes_per_node(8);
         assert_eq!(limited.volumes_per_node_limit(), Some(8));
+    }
+
+    /// Reports health only.
+    struct Checked;
+
+    #[async_trait]
+    impl Health for Checked {
+        async fn condition(&self, _: HealthRequest) -> Result<VolumeCondition> {
+            Ok(VolumeCondition::healthy())
+        }
+    }
+
+    #[test]
+    fn health_is_registered_when_implemented() {
+        let provisioner = crate::provisioner!(Checked);
+        assert!(provisioner.health().is_some());
+        assert!(provisioner.stats().is_none() && provisioner.list().is_none());
     }
 
     #[test]

@@ -583,7 +583,8 @@ pub struct VolumeStats {
     pub bytes: Option<Usage>,
     /// Inodes, when the volume has them.
     pub inodes: Option<Usage>,
-    /// Health; `None` is reported as healthy.
+    /// Health; `None` is [`Health`](crate::Health)'s answer, or healthy
+    /// without it.
     pub condition: Option<VolumeCondition>,
 }
 

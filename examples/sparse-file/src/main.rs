@@ -94,9 +94,12 @@ async fn main() -> anyhow::Result<()> {
     if let Some(node_id) = &cli.node_id {
         files = files.on_node(&topology_key, node_id);
     }
-    // Every touch point SparseFiles implements (all thirteen), and cloning.
+    // Every touch point SparseFiles implements (all fifteen), and cloning.
+    // Ephemeral inline volumes: the node plugin creates each in its
+    // node-local directory, beside the node's persistent volumes.
     let provisioner = pav_sdk::provisioner!(files)
         .max_volumes_per_node(cli.max_volumes_per_node)
+        .ephemeral()
         .clones_volumes()
         .volume_modes([VolumeMode::Filesystem, VolumeMode::Block]);
     let mut driver = pav_csi::Driver::builder(cli.driver_name)

@@ -14,7 +14,10 @@ use pav_sdk::{
 use pav_sdk::{DeleteSnapshotRequest, Snapshot, SnapshotInfo, SnapshotRequest};
 use tokio::process::Command;
 
+#[cfg(test)]
+mod ephemeral_tests;
 mod group;
+mod health;
 
 /// Size of a volume whose claim requests none.
 const DEFAULT_SIZE: u64 = 1 << 30;
@@ -844,6 +847,11 @@ impl Stage for SparseFiles {
             let [quiet, force] = mkfs_args(fs);
             run(&format!("mkfs.{fs}"), &[quiet, force, &device]).await?;
         }
+        // What health checks the image for from now on.
+        let on_image = found.as_deref().unwrap_or(fs);
+        if let Err(e) = health::record_filesystem(&image, on_image) {
+            tracing::warn!(handle = %req.handle, error = %e, "recording the filesystem failed");
+        }
         // An ext filesystem grows before it is mounted; xfs can only grow
         // mounted (below).
         if let Some(ext) = found.as_deref().filter(|fs| fs.starts_with("ext"))
@@ -1115,11 +1123,20 @@ impl Unstage for SparseFiles {
 #[async_trait]
 impl Stats for SparseFiles {
     async fn stats(&self, req: StatsRequest) -> Result<VolumeStats> {
-        let image = self.existing_image(&req.handle)?;
-        let meta = std::fs::metadata(&image)?;
-        let (allocated, unbacked) = backing(&meta);
-        let condition = self.condition(unbacked)?;
+        let image = self.image(&req.handle)?;
         let mut stats = req.measured.unwrap_or_default();
+        let meta = match std::fs::metadata(&image) {
+            Ok(meta) => meta,
+            // Published, but its image is gone: abnormal rather than an
+            // error, so that kubelet reports it.
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                stats.condition = Some(health::missing(&image));
+                return Ok(stats);
+            }
+            Err(e) => return Err(io_error("reading", &image, e)),
+        };
+        let (allocated, unbacked) = backing(&meta);
+        let condition = self.image_condition(&image, unbacked)?;
         if req.volume_mode == VolumeMode::Block {
             stats.bytes = Some(Usage {
                 total: meta.len(),
@@ -1155,7 +1172,8 @@ impl SparseFiles {
 }
 
 /// Every `sparse-<hex>.img` of the directory, with its condition (one
-/// `stat` per image and one `statvfs`: cheap).
+/// `stat`, one extended attribute and a few bytes read per image, and one
+/// `statvfs`: cheap).
 #[async_trait]
 impl List for SparseFiles {
     async fn list(&self) -> Result<Vec<ListedVolume>> {
@@ -1178,7 +1196,8 @@ impl List for SparseFiles {
             };
             let (_, unbacked) = backing(&meta);
             let volume = Self::volume(handle.to_owned(), meta.len(), self.node_topology());
-            volumes.push(ListedVolume::new(volume).with_condition(self.condition(unbacked)?));
+            let condition = self.image_condition(&entry.path(), unbacked)?;
+            volumes.push(ListedVolume::new(volume).with_condition(condition));
         }
         Ok(volumes)
     }
@@ -1240,7 +1259,12 @@ mod tests {
     #[tokio::test]
     async fn controller_conformance() {
         use pav_csi::testing::{Check, Conformance, Outcome};
-        let checks = Conformance::with_storage(conformant).controller_only();
+        let checks = Conformance::with_storage(conformant)
+            .mutable_parameters([(PROVISIONING, "thick")])
+            // An image recorded as ext4 without ext4's superblock: what a
+            // formatted image overwritten at its start looks like.
+            .damage(|dir, id| health::record_filesystem(&dir.join(format!("{id}.img")), "ext4"))
+            .controller_only();
         let mut passed = Vec::new();
         for check in Check::ALL
             .into_iter()
@@ -1259,7 +1283,9 @@ mod tests {
                 Check::Expand,
                 Check::SnapshotRoundTrip,
                 Check::GroupSnapshotRoundTrip,
-                Check::HostileIdsAndPaths
+                Check::HostileIdsAndPaths,
+                Check::Modify,
+                Check::Health
             ]
         );
     }
@@ -1869,7 +1895,7 @@ mod tests {
     }
 
     /// Unmounts and detaches what a test staged, also when it panics.
-    struct Staging<'a>(&'a Path, PathBuf);
+    pub(super) struct Staging<'a>(pub(super) &'a Path, pub(super) PathBuf);
 
     impl Drop for Staging<'_> {
         fn drop(&mut self) {

@@ -38,7 +38,12 @@ pub(crate) fn answer(shared: &Shared) -> csi::ControllerGetCapabilitiesResponse 
     }
     if let Some(lister) = provisioner.list() {
         rpcs.push(RpcType::ListVolumes);
-        if lister.reports_condition() {
+        // ControllerGetVolume finds the volume in the listing.
+        let checks_health = provisioner.health().is_some();
+        if checks_health {
+            rpcs.push(RpcType::GetVolume);
+        }
+        if lister.reports_condition() || checks_health {
             rpcs.push(RpcType::VolumeCondition);
         }
     }

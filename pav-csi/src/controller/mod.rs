@@ -14,6 +14,7 @@ pub(crate) mod create_volume;
 mod delete_snapshot;
 pub(crate) mod delete_volume;
 mod expand;
+mod get_volume;
 mod list_snapshots;
 mod list_volumes;
 mod modify_volume;
@@ -257,7 +258,26 @@ impl csi::controller_server::Controller for ControllerService {
             ));
         };
         let checked = list_volumes::check(request.get_ref());
-        list_volumes::run(lister, checked).await.map(Response::new)
+        let health = self.shared.provisioner.health();
+        list_volumes::run(lister, health, checked)
+            .await
+            .map(Response::new)
+    }
+
+    async fn controller_get_volume(
+        &self,
+        request: Request<csi::ControllerGetVolumeRequest>,
+    ) -> Result<Response<csi::ControllerGetVolumeResponse>, Status> {
+        let provisioner = &self.shared.provisioner;
+        let (Some(lister), Some(health)) = (provisioner.list(), provisioner.health()) else {
+            return Err(Status::unimplemented(
+                "this provisioner does not report volume health (GET_VOLUME is not advertised)",
+            ));
+        };
+        let checked = get_volume::check(request.get_ref())?;
+        get_volume::run(lister, health, checked)
+            .await
+            .map(Response::new)
     }
 
     async fn create_snapshot(

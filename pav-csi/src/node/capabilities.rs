@@ -9,7 +9,7 @@ use crate::shared::Shared;
 pub(crate) fn answer(shared: &Shared) -> csi::NodeGetCapabilitiesResponse {
     let provisioner = &shared.provisioner;
     let mut rpcs = vec![RpcType::GetVolumeStats];
-    if provisioner.stats().is_some() {
+    if provisioner.stats().is_some() || provisioner.health().is_some() {
         rpcs.push(RpcType::VolumeCondition);
     }
     if provisioner.stage().is_some() && !provisioner.stages_on_publish() {

@@ -9,6 +9,7 @@
 
 mod binds;
 mod capabilities;
+mod ephemeral;
 mod expand;
 mod info;
 mod publish;

@@ -8,6 +8,7 @@ use pav_sdk::{AccessMode, VolumeMode};
 use tonic::Status;
 
 use super::binds::{STAGED_DEVICE, bind_once, blocking, check_published_nowhere, published};
+use super::ephemeral;
 use super::{
     NodeConfig, NodeService, check_capability, required_capability, stage_request, stages_per_node,
 };
@@ -26,6 +27,8 @@ pub(crate) enum Checked {
     /// A provisioner that stages on publish: its Stage, at the target path
     /// with the client pod.
     StageOnPublish(Box<pav_sdk::StageRequest>),
+    /// An ephemeral inline volume: created, then staged at the target.
+    Ephemeral(Box<ephemeral::Checked>),
     /// A bind of the volume's staging path.
     Bind {
         volume_id: String,
@@ -53,6 +56,14 @@ pub(crate) fn check(
     let secrets = convert::secrets(&req.secrets)?;
     check_capability(shared, &capability)?;
     let read_only = req.readonly || capability.access_mode.is_read_only();
+    if ephemeral::is_ephemeral(&req.volume_context) {
+        let serves = shared.provisioner.serves_ephemeral();
+        let context = &req.volume_context;
+        let checked = ephemeral::check(
+            serves, volume_id, target, capability, read_only, context, secrets,
+        )?;
+        return Ok(Checked::Ephemeral(Box::new(checked)));
+    }
     if shared.provisioner.stages_on_publish() {
         // staging_target_path is not ours to use: STAGE_UNSTAGE_VOLUME
         // is not advertised, so the CO leaves it unset.
@@ -98,6 +109,10 @@ pub(crate) async fn run(
 ) -> Result<csi::NodePublishVolumeResponse, Status> {
     let (volume_id, target, staging, capability, read_only) = match checked {
         Checked::StageOnPublish(stage) => return stage_and_publish(service, *stage).await,
+        Checked::Ephemeral(checked) => {
+            ephemeral::publish(service, *checked).await?;
+            return Ok(csi::NodePublishVolumeResponse {});
+        }
         Checked::Bind {
             volume_id,
             target,

@@ -35,7 +35,8 @@ pub(crate) fn check(req: &csi::NodeGetVolumeStatsRequest) -> Result<Checked, Sta
 
 /// Finds the volume mounted at the path (`NOT_FOUND` when none is, or the
 /// path lies outside the kubelet directory), measures it and asks the
-/// provisioner's Stats, if it has one.
+/// provisioner's Stats, if it has one, then its Health when it has one
+/// and Stats gave no condition.
 pub(crate) async fn run(
     service: &NodeService,
     checked: Checked,
@@ -59,10 +60,11 @@ pub(crate) async fn run(
     })
     .await?;
     let provisioner = &service.shared.provisioner;
-    let stats = match provisioner.stats() {
+    let volume_id = service.provisioner_handle(&volume_id).await?;
+    let mut stats = match provisioner.stats() {
         None => measured.map_err(|e| internal("reading usage", e))?,
         Some(provisioner) => {
-            let mut ask = pav_sdk::build::stats(volume_id.as_str(), path, mode);
+            let mut ask = pav_sdk::build::stats(volume_id.as_str(), path.clone(), mode);
             ask.staging_path = staging_path;
             ask.measured = measured.ok();
             provisioner.stats(ask).await.map_err(|e| {
@@ -71,7 +73,16 @@ pub(crate) async fn run(
             })?
         }
     };
-    csi_stats(stats, provisioner.stats().is_some())
+    if let (None, Some(health)) = (&stats.condition, provisioner.health()) {
+        let ask = pav_sdk::HealthRequest::node(volume_id.as_str(), path, mode);
+        let condition = health.condition(ask).await.map_err(|e| {
+            tracing::warn!(volume_id, error = e.message(), "checking health failed");
+            status(e)
+        })?;
+        stats.condition = Some(condition);
+    }
+    let condition_advertised = provisioner.stats().is_some() || provisioner.health().is_some();
+    csi_stats(stats, condition_advertised)
 }
 
 /// What pav-csi measures of the volume at `path` itself: `statvfs` (bytes

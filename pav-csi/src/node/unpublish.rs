@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use tonic::Status;
 
 use super::binds::{blocking, unmount_and_remove};
+use super::ephemeral;
 use super::{NodeConfig, NodeService};
 use crate::csi;
 use crate::error::status;
@@ -34,7 +35,9 @@ pub(crate) fn check(
 }
 
 /// Holds the volume, unmounts and removes the target (gone already is
-/// success), and runs the Unstage of a provisioner that stages on publish.
+/// success), and runs the Unstage of a provisioner that stages on publish;
+/// an ephemeral inline volume recorded at the target is unstaged and
+/// deleted too.
 pub(crate) async fn run(
     service: &NodeService,
     checked: Checked,
@@ -43,6 +46,13 @@ pub(crate) async fn run(
     let volume_id = volume_id.as_str();
     let shared = &service.shared;
     let _guard = shared.in_flight.claim(Key::Volume(volume_id.to_owned()))?;
+    // Looked up whether or not the option is on: a volume recorded before
+    // it was turned off is still deleted.
+    if let Some(record) = service.ephemeral_at(volume_id, &target).await? {
+        tracing::info!(volume_id, target = ?target, "NodeUnpublishVolume: ephemeral volume");
+        ephemeral::unpublish(service, record).await?;
+        return Ok(csi::NodeUnpublishVolumeResponse {});
+    }
     tracing::info!(volume_id, target = ?target, "NodeUnpublishVolume");
     let path = target.clone();
     blocking(move || unmount_and_remove(&path)).await?;

@@ -26,7 +26,7 @@ const MARKER: &str = "pav-testing-marker";
 /// What the marker holds; for a Block volume, its first bytes.
 const MARKER_TEXT: &[u8] = b"written by pav-csi's conformance checks\n";
 /// An id that names no volume and no snapshot.
-const UNKNOWN: &str = "pav-testing-never-created";
+pub(super) const UNKNOWN: &str = "pav-testing-never-created";
 /// csi-sanity's invalid volume and snapshot ids.
 const FAKE_VOLUME: &str = "reallyfakevolumeid";
 const FAKE_SNAPSHOT: &str = "reallyfakesnapshotid";
@@ -34,7 +34,7 @@ const FAKE_SNAPSHOT: &str = "reallyfakesnapshotid";
 const MAX_NAME: usize = 128;
 
 /// A step's result: its value, or what went wrong.
-type Step<T> = Result<T, String>;
+pub(super) type Step<T> = Result<T, String>;
 
 /// Runs `check` against a fresh harness, removes what it left and stops
 /// the driver.
@@ -51,6 +51,8 @@ pub(crate) async fn run(conf: &Conformance, check: Check) -> Result<Outcome, Str
         Check::SnapshotRoundTrip => snapshot_round_trip(&mut ctx).await,
         Check::GroupSnapshotRoundTrip => group::group_snapshot_round_trip(&mut ctx).await,
         Check::HostileIdsAndPaths => hostile_ids_and_paths(&mut ctx).await,
+        Check::Modify => super::checks_modify_health::modify(&mut ctx).await,
+        Check::Health => super::checks_modify_health::health(&mut ctx).await,
     };
     ctx.clean_up().await;
     let stopped = ctx.h.shutdown().await;
@@ -72,9 +74,13 @@ fn is_root() -> bool {
 
 /// What the driver advertises, read through CSI as csi-sanity reads it.
 #[derive(Debug, Default)]
-struct Caps {
+pub(super) struct Caps {
     /// Controller `CREATE_DELETE_VOLUME`.
-    create: bool,
+    pub(super) create: bool,
+    /// Controller `MODIFY_VOLUME`.
+    pub(super) modify: bool,
+    /// Controller `GET_VOLUME`.
+    pub(super) get_volume: bool,
     /// Controller `EXPAND_VOLUME`.
     controller_expand: bool,
     /// Controller `CREATE_DELETE_SNAPSHOT`.
@@ -82,7 +88,7 @@ struct Caps {
     /// Controller `LIST_SNAPSHOTS`.
     list_snapshots: bool,
     /// The node service is served.
-    node: bool,
+    pub(super) node: bool,
     /// Node `STAGE_UNSTAGE_VOLUME`.
     stage_unstage: bool,
     /// Node `EXPAND_VOLUME`.
@@ -92,17 +98,17 @@ struct Caps {
 }
 
 /// Why a check needing a volume is skipped without Create.
-const NO_CREATE: &str = "the controller does not advertise CREATE_DELETE_VOLUME \
+pub(super) const NO_CREATE: &str = "the controller does not advertise CREATE_DELETE_VOLUME \
                          (no Create): the check needs a volume it creates";
 
 /// One check's harness, what the driver advertises, and what the check
 /// created, staged and published (removed at its end, also on failure).
-struct Ctx<'a> {
-    h: Harness,
-    conf: &'a Conformance,
+pub(super) struct Ctx<'a> {
+    pub(super) h: Harness,
+    pub(super) conf: &'a Conformance,
     mode: VolumeMode,
     access: AccessMode,
-    caps: Caps,
+    pub(super) caps: Caps,
     /// The node's topology, asked for in CreateVolume as csi-sanity does.
     topology: Option<csi::Topology>,
     volumes: Vec<String>,
@@ -115,7 +121,9 @@ struct Ctx<'a> {
 }
 
 /// Waits at most [`CALL_TIMEOUT`] for `call`'s answer.
-async fn call<T>(call: impl Future<Output = Result<Response<T>, Status>>) -> Result<T, Status> {
+pub(super) async fn call<T>(
+    call: impl Future<Output = Result<Response<T>, Status>>,
+) -> Result<T, Status> {
     match tokio::time::timeout(CALL_TIMEOUT, call).await {
         Ok(answer) => answer.map(Response::into_inner),
         Err(_) => Err(Status::deadline_exceeded(format!(
@@ -153,7 +161,7 @@ fn answered(status: &Status) -> String {
 }
 
 /// The answer of a call that must succeed.
-fn expect_ok<T>(what: impl Display, answer: Result<T, Status>) -> Step<T> {
+pub(super) fn expect_ok<T>(what: impl Display, answer: Result<T, Status>) -> Step<T> {
     answer.map_err(|status| format!("{what}: expected OK, got {}", answered(&status)))
 }
 
@@ -166,7 +174,11 @@ fn code_names(codes: &[Code]) -> String {
 /// Checks that a call was refused with one of `codes` (`OK` among them
 /// counts as success too); the answer of a call that succeeded, for the
 /// caller to clean up after, otherwise.
-fn expect_codes<T>(what: impl Display, answer: Result<T, Status>, codes: &[Code]) -> Step<()> {
+pub(super) fn expect_codes<T>(
+    what: impl Display,
+    answer: Result<T, Status>,
+    codes: &[Code],
+) -> Step<()> {
     match answer {
         Err(status) if codes.contains(&status.code()) => Ok(()),
         Ok(_) if codes.contains(&Code::Ok) => Ok(()),
@@ -185,7 +197,7 @@ fn int64(bytes: u64) -> i64 {
 }
 
 /// A path as a CSI request carries it.
-fn text(path: &Path) -> String {
+pub(super) fn text(path: &Path) -> String {
     path.to_string_lossy().into_owned()
 }
 
@@ -227,6 +239,8 @@ impl<'a> Ctx<'a> {
                 ControllerRpc::CreateDeleteSnapshot => caps.snapshots = true,
                 ControllerRpc::ListSnapshots => caps.list_snapshots = true,
                 ControllerRpc::PublishUnpublishVolume => caps.attach = true,
+                ControllerRpc::ModifyVolume => caps.modify = true,
+                ControllerRpc::GetVolume => caps.get_volume = true,
                 _ => {}
             }
         }
@@ -279,7 +293,7 @@ impl<'a> Ctx<'a> {
         crate::convert::csi_capability(self.mode, self.access)
     }
 
-    fn size(&self) -> u64 {
+    pub(super) fn size(&self) -> u64 {
         self.conf.volume_size
     }
 
@@ -288,7 +302,12 @@ impl<'a> Ctx<'a> {
     }
 
     /// A CreateVolume request for `name` (`limit` 0: none).
-    fn create_request(&self, name: &str, required: u64, limit: u64) -> csi::CreateVolumeRequest {
+    pub(super) fn create_request(
+        &self,
+        name: &str,
+        required: u64,
+        limit: u64,
+    ) -> csi::CreateVolumeRequest {
         csi::CreateVolumeRequest {
             name: name.to_owned(),
             capacity_range: Some(csi::CapacityRange {
@@ -315,7 +334,7 @@ impl<'a> Ctx<'a> {
 
     /// CreateVolume that must succeed with a volume of at least the
     /// required size (or 0, unknown).
-    async fn create_with(
+    pub(super) async fn create_with(
         &mut self,
         what: &str,
         req: csi::CreateVolumeRequest,
@@ -337,14 +356,14 @@ impl<'a> Ctx<'a> {
     }
 
     /// Creates `name` with the volume size required.
-    async fn create(&mut self, name: &str) -> Step<csi::Volume> {
+    pub(super) async fn create(&mut self, name: &str) -> Step<csi::Volume> {
         let req = self.create_request(name, self.size(), 0);
         self.create_with(&format!("CreateVolume {name:?}"), req)
             .await
     }
 
     /// DeleteVolume that must succeed.
-    async fn delete(&mut self, what: impl Display, id: &str) -> Step<()> {
+    pub(super) async fn delete(&mut self, what: impl Display, id: &str) -> Step<()> {
         let req = csi::DeleteVolumeRequest {
             volume_id: id.to_owned(),
             ..Default::default()
@@ -452,7 +471,11 @@ impl<'a> Ctx<'a> {
     /// pod: staged (when the node stages per node) and published. Returns
     /// the staging path (if staged), the target path, and where the
     /// volume's data is reachable (the target).
-    async fn mount_for_pod(&mut self, id: &str, label: &str) -> Step<(Option<PathBuf>, PathBuf)> {
+    pub(super) async fn mount_for_pod(
+        &mut self,
+        id: &str,
+        label: &str,
+    ) -> Step<(Option<PathBuf>, PathBuf)> {
         let staging = match self.caps.stage_unstage {
             true => {
                 let staging = self.h.staging_path(label);
@@ -474,7 +497,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// Undoes [`mount_for_pod`](Self::mount_for_pod).
-    async fn unmount_for_pod(
+    pub(super) async fn unmount_for_pod(
         &mut self,
         id: &str,
         label: &str,
@@ -490,7 +513,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// Stops the driver and serves again (pav-csi's caches emptied).
-    async fn restart(&mut self) -> Step<()> {
+    pub(super) async fn restart(&mut self) -> Step<()> {
         (self.h.restart().await).map_err(|e| format!("restarting the driver: {e}"))
     }
 

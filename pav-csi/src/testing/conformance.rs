@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
 use pav_sdk::{Provisioner, Topology, VolumeMode};
 
@@ -31,11 +32,15 @@ pub enum Check {
     GroupSnapshotRoundTrip,
     /// [`Conformance::hostile_ids_and_paths`].
     HostileIdsAndPaths,
+    /// [`Conformance::modify`].
+    Modify,
+    /// [`Conformance::health`].
+    Health,
 }
 
 impl Check {
     /// Every check, in the order [`Conformance::run_all`] runs them.
-    pub const ALL: [Check; 9] = [
+    pub const ALL: [Check; 11] = [
         Check::RepeatedCreate,
         Check::DeleteUnknownVolume,
         Check::StageUnstageRepeats,
@@ -45,6 +50,8 @@ impl Check {
         Check::SnapshotRoundTrip,
         Check::GroupSnapshotRoundTrip,
         Check::HostileIdsAndPaths,
+        Check::Modify,
+        Check::Health,
     ];
 
     /// The check's name: the name of its [`Conformance`] method.
@@ -59,6 +66,8 @@ impl Check {
             Check::SnapshotRoundTrip => "snapshot_round_trip",
             Check::GroupSnapshotRoundTrip => "group_snapshot_round_trip",
             Check::HostileIdsAndPaths => "hostile_ids_and_paths",
+            Check::Modify => "modify",
+            Check::Health => "health",
         }
     }
 }
@@ -217,7 +226,13 @@ pub struct Conformance {
     pub(crate) volume_size: u64,
     pub(crate) expanded_size: Option<u64>,
     pub(crate) parameters: HashMap<String, String>,
+    pub(crate) mutable_parameters: HashMap<String, String>,
+    pub(crate) damage: Option<Damage>,
 }
+
+/// How [`Conformance::damage`] damages a volume: given the storage
+/// directory and the volume id.
+pub(crate) type Damage = Arc<dyn Fn(&Path, &str) -> std::io::Result<()> + Send + Sync>;
 
 impl fmt::Debug for Conformance {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -267,6 +282,8 @@ impl Conformance {
             volume_size: 64 << 20,
             expanded_size: None,
             parameters: HashMap::new(),
+            mutable_parameters: HashMap::new(),
+            damage: None,
         }
     }
 
@@ -319,6 +336,34 @@ impl Conformance {
         self.parameters = (parameters.into_iter())
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
+        self
+    }
+
+    /// VolumeAttributesClass parameters [`modify`](Self::modify) sets on
+    /// a volume (csi-sanity's `--csi.testvolumemutableparameters`);
+    /// without them it only checks that an unknown volume is `NOT_FOUND`.
+    pub fn mutable_parameters<K: Into<String>, V: Into<String>>(
+        mut self,
+        parameters: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        self.mutable_parameters = (parameters.into_iter())
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        self
+    }
+
+    /// How to damage a volume, for [`health`](Self::health): `damage`
+    /// gets the storage directory ([`Harness::storage_dir`]) and the
+    /// volume id, and breaks the volume the way the provisioner's
+    /// [`Health`](pav_sdk::Health) must notice (a corrupt file, not a
+    /// missing volume: the controller answers `NOT_FOUND` for that). It
+    /// runs while the volume is published, when the node service is
+    /// served.
+    pub fn damage<F>(mut self, damage: F) -> Self
+    where
+        F: Fn(&Path, &str) -> std::io::Result<()> + Send + Sync + 'static,
+    {
+        self.damage = Some(Arc::new(damage));
         self
     }
 
@@ -492,6 +537,38 @@ impl Conformance {
     /// listed.
     pub async fn group_snapshot_round_trip(&self) -> Result<Outcome, Failure> {
         self.run(Check::GroupSnapshotRoundTrip).await
+    }
+
+    /// ControllerModifyVolume applies a volume attributes class, answers
+    /// repeats, refuses unknown volumes, and what it set survives a restart.
+    ///
+    /// Needs `MODIFY_VOLUME` (the provisioner has
+    /// [`Modify`](pav_sdk::Modify)) and `CREATE_DELETE_VOLUME`.
+    /// `ControllerModifyVolume` of a volume never created: `NOT_FOUND`
+    /// (csi-sanity: "should fail when the volume does not exist"). With
+    /// [`mutable_parameters`](Self::mutable_parameters): creates a volume
+    /// without them; modifies it: `OK`, twice (a retry); restarts the
+    /// driver and repeats `CreateVolume` with the mutable parameters it
+    /// was modified to: `OK`, the same volume (a provisioner that kept the
+    /// new parameters in memory only answers `ALREADY_EXISTS`: the repeat
+    /// is compared with what it was created with); modifies it again
+    /// after the restart: `OK`; deletes it.
+    pub async fn modify(&self) -> Result<Outcome, Failure> {
+        self.run(Check::Modify).await
+    }
+
+    /// What the controller and the node say of a volume's condition.
+    ///
+    /// Needs [`Health`](pav_sdk::Health) and `CREATE_DELETE_VOLUME`.
+    /// Creates a volume. With `GET_VOLUME`: `ControllerGetVolume` without
+    /// an id: `INVALID_ARGUMENT`; of an unknown volume: `NOT_FOUND`; of the
+    /// volume: `OK`, that volume, a condition, not abnormal. With the node
+    /// service: stages and publishes it; `NodeGetVolumeStats`: a
+    /// condition, not abnormal. With [`damage`](Self::damage): damages the
+    /// volume; both then answer abnormal, with a message. Unpublishes,
+    /// unstages and deletes it.
+    pub async fn health(&self) -> Result<Outcome, Failure> {
+        self.run(Check::Health).await
     }
 
     /// Ids and paths a client crafts reach nothing outside the driver's

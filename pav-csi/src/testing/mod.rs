@@ -25,8 +25,10 @@
 //!   [`attach_detach_repeats`](Conformance::attach_detach_repeats),
 //!   [`expand`](Conformance::expand),
 //!   [`snapshot_round_trip`](Conformance::snapshot_round_trip),
-//!   [`group_snapshot_round_trip`](Conformance::group_snapshot_round_trip) and
-//!   [`hostile_ids_and_paths`](Conformance::hostile_ids_and_paths). Each
+//!   [`group_snapshot_round_trip`](Conformance::group_snapshot_round_trip),
+//!   [`hostile_ids_and_paths`](Conformance::hostile_ids_and_paths),
+//!   [`modify`](Conformance::modify) and
+//!   [`health`](Conformance::health). Each
 //!   asserts what csi-sanity asserts for the same cases (codes,
 //!   idempotency), and checks the provisioner's own answers where pav-csi
 //!   would otherwise answer for it (a repeated `CreateVolume` is answered
@@ -90,15 +92,18 @@
 //!     // harness, again after each restart, next to the decoys the
 //!     // hostile-id check watches.
 //!     let report = Conformance::with_storage(hostdir).run_all().await.unwrap();
-//!     // HostDir attaches nothing, grows no volume and takes no snapshot:
-//!     // those checks are skipped, and no other.
+//!     // HostDir attaches, grows, modifies and checks the health of no
+//!     // volume and takes no snapshot: those checks are skipped, and no
+//!     // other.
 //!     assert_eq!(
 //!         report.skipped(),
 //!         [
 //!             Check::AttachDetachRepeats,
 //!             Check::Expand,
 //!             Check::SnapshotRoundTrip,
-//!             Check::GroupSnapshotRoundTrip
+//!             Check::GroupSnapshotRoundTrip,
+//!             Check::Modify,
+//!             Check::Health
 //!         ],
 //!         "{report}"
 //!     );
@@ -161,6 +166,7 @@
 //! ```
 
 mod checks;
+mod checks_modify_health;
 mod conformance;
 mod harness;
 

@@ -11,10 +11,11 @@ use std::time::Duration;
 use pav_csi::csi;
 use pav_sdk::{
     AccessMode, AvailableCapacity, Capacity, CapacityRequest, Create, CreateRequest, Delete,
-    DeleteRequest, Error, Expand, ExpandRequest, Expanded, List, ListedVolume, Modify,
-    ModifyRequest, NodeExpand, NodeExpandRequest, Parameters, Provisioner, Result, Stage,
-    StageRequest, Staged, Stats, StatsRequest, Unstage, UnstageRequest, Usage, Validate,
-    ValidateRequest, Volume, VolumeCondition, VolumeId, VolumeMode, VolumeStats, async_trait,
+    DeleteRequest, Error, Expand, ExpandRequest, Expanded, Health, HealthRequest, List,
+    ListedVolume, Modify, ModifyRequest, NodeExpand, NodeExpandRequest, Parameters, Provisioner,
+    Result, Stage, StageRequest, Staged, Stats, StatsRequest, Unstage, UnstageRequest, Usage,
+    Validate, ValidateRequest, Volume, VolumeCondition, VolumeId, VolumeMode, VolumeStats,
+    async_trait,
 };
 use pav_sdk::{DeleteSnapshotRequest, Snapshot, SnapshotInfo, SnapshotRequest};
 use tonic::transport::Channel;
@@ -331,17 +332,44 @@ impl List for Memory {
         Ok(volumes
             .values()
             .map(|v| {
+                let listed = ListedVolume::new(v.clone());
+                // The listing knows nothing of `quiet` volumes: Health does.
+                if v.handle.starts_with("quiet") {
+                    return listed;
+                }
                 let condition = match v.handle.starts_with("sick") {
                     true => VolumeCondition::abnormal("test says so"),
                     false => VolumeCondition::healthy(),
                 };
-                ListedVolume::new(v.clone()).with_condition(condition)
+                listed.with_condition(condition)
             })
             .collect())
     }
 
     fn reports_condition(&self) -> bool {
         true
+    }
+}
+
+#[async_trait]
+impl Health for Memory {
+    /// A volume whose handle contains `broken` is abnormal, with a message
+    /// naming it and, on the node, the path it was asked at. The
+    /// controller's question about an unknown volume is NOT_FOUND (on the
+    /// node a published volume is there, whatever the store says).
+    async fn condition(&self, req: HealthRequest) -> Result<VolumeCondition> {
+        self.record("condition");
+        let known = (self.volumes.lock().unwrap().values()).any(|v| v.handle == req.handle);
+        if !known && !req.on_node() {
+            return Err(Error::NotFound(format!("no volume {}", req.handle)));
+        }
+        if !req.handle.as_str().contains("broken") {
+            return Ok(VolumeCondition::healthy());
+        }
+        Ok(VolumeCondition::abnormal(match &req.volume_path {
+            Some(path) => format!("volume {} is broken at {}", req.handle, path.display()),
+            None => format!("volume {} is broken", req.handle),
+        }))
     }
 }
 
@@ -440,6 +468,10 @@ pub struct Options {
     pub snapshots: bool,
     /// Modify.
     pub modify: bool,
+    /// Health.
+    pub health: bool,
+    /// CSI ephemeral inline volumes.
+    pub ephemeral: bool,
 }
 
 impl Default for Options {
@@ -458,6 +490,8 @@ impl Default for Options {
             list: false,
             snapshots: false,
             modify: false,
+            health: false,
+            ephemeral: false,
         }
     }
 }
@@ -510,6 +544,12 @@ impl Harness {
         if options.modify {
             provisioner = provisioner.with_modify();
         }
+        if options.health {
+            provisioner = provisioner.with_health();
+        }
+        if options.ephemeral {
+            provisioner = provisioner.ephemeral();
+        }
         if options.capacity {
             provisioner = provisioner.with_capacity();
         }
@@ -543,6 +583,16 @@ impl Harness {
     pub async fn stop_server(mut self) -> pav_csi::testing::Harness {
         self.inner.stop_driver().await.unwrap();
         self.inner
+    }
+
+    /// Restarts the driver on the same socket and directories (the
+    /// provisioner's storage, here its memory, stays), as after a crash of
+    /// its process, and connects the clients again.
+    pub async fn restart(&mut self) {
+        self.inner.restart().await.unwrap();
+        self.identity = self.inner.identity.clone();
+        self.controller = self.inner.controller.clone();
+        self.node = self.inner.node.clone();
     }
 
     /// A path in the kubelet directory.

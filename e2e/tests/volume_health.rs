@@ -1,0 +1,200 @@
+//! Scenario: volume health on a real cluster. examples/sparse-file (whose
+//! pav-sdk `Health` checks an image's filesystem superblock) serves an
+//! ext4 claim to a running pod; the kubelet, with its `CSIVolumeHealth`
+//! feature gate (scripts/cluster-up turns it on), asks NodeGetVolumeStats
+//! for the condition and exports it as
+//! `kubelet_volume_stats_health_status_abnormal`:
+//!
+//! - healthy: the gauge is 0 for the claim;
+//! - the image's ext4 superblock magic overwritten on the node (what a
+//!   stray write or a truncation does): the gauge turns 1, and the
+//!   kubelet records a `VolumeConditionAbnormal` Warning event on the pod
+//!   whose message names the image;
+//! - the magic written back: 0 again, and the pod unmounts cleanly;
+//!
+//! then the claim is deleted and nothing is left. external-health-monitor
+//! (events on the claim) is not deployed here: its module is not to be
+//! had on this machine, so the kubelet's metric is the proof.
+
+use std::os::unix::fs::FileExt as _;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::{Api, Client};
+use pav_e2e::sparse_file::{self, DRIVER, VOLUMES_DIR};
+use pav_e2e::*;
+
+const NS: &str = "e2e-volume-health";
+const CLAIM: &str = "data";
+const POD: &str = "user";
+const FILES: [&str; 2] = ["driver.yaml", "storageclass.yaml"];
+/// ext4's superblock magic (0xEF53, little-endian) and where it is in the
+/// image: byte 56 of the superblock at 1024.
+const EXT4_MAGIC: [u8; 2] = [0x53, 0xEF];
+const MAGIC_OFFSET: u64 = 1024 + 56;
+/// The kubelet measures volumes every volumeStatsAggPeriod (1 minute by
+/// default) and the metric shows the last measure: allow a few rounds.
+const HEALTH_ROUNDS: Duration = Duration::from_secs(240);
+
+fn claim() -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: {CLAIM}
+  namespace: {NS}
+spec:
+  storageClassName: sparse-file
+  accessModes: [ReadWriteOnce]
+  resources:
+    requests:
+      storage: 64Mi
+"#
+    )
+}
+
+/// The kubelet's `kubelet_volume_stats_health_status_abnormal` for the
+/// claim on `node` (1 abnormal, 0 not), once it reports one.
+async fn abnormal_gauge(client: &Client, node: &str) -> Option<u64> {
+    let request = http::Request::get(format!("/api/v1/nodes/{node}/proxy/metrics"))
+        .body(Vec::new())
+        .unwrap();
+    let metrics = client.request_text(request).await.ok()?;
+    let labels = [
+        format!("namespace=\"{NS}\""),
+        format!("persistentvolumeclaim=\"{CLAIM}\""),
+    ];
+    metrics
+        .lines()
+        .filter(|line| line.starts_with("kubelet_volume_stats_health_status_abnormal{"))
+        .find(|line| labels.iter().all(|label| line.contains(label.as_str())))
+        .and_then(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|value| value as u64)
+}
+
+/// Waits until the gauge reads `want`.
+async fn wait_gauge(client: &Client, node: &str, want: u64, what: &str) {
+    let seen = wait_until(what, HEALTH_ROUNDS, || async {
+        Ok((abnormal_gauge(client, node).await == Some(want)).then_some(()))
+    })
+    .await;
+    if let Err(e) = seen {
+        let driver_logs = sparse_file_node_logs(client).await;
+        panic!(
+            "{e}; gauge now {:?}; node plugin log tail:\n{driver_logs}",
+            abnormal_gauge(client, node).await
+        );
+    }
+}
+
+/// The last lines of the sparse-file node plugins' logs, for a failure.
+async fn sparse_file_node_logs(client: &Client) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), sparse_file::DRIVER_NS);
+    let mut tail = String::new();
+    for pod in pods
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        let name = pod.metadata.name.unwrap_or_default();
+        let log = logs(client, sparse_file::DRIVER_NS, &name)
+            .await
+            .unwrap_or_default();
+        let lines: Vec<&str> = log.lines().rev().take(20).collect();
+        tail.push_str(&format!("--- {name}\n"));
+        for line in lines.into_iter().rev() {
+            tail.push_str(line);
+            tail.push('\n');
+        }
+    }
+    tail
+}
+
+/// Writes `bytes` at the magic's offset of `image`, returning what was there.
+fn write_magic(image: &str, bytes: [u8; 2]) -> [u8; 2] {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(image)
+        .unwrap_or_else(|e| panic!("{image}: {e}"));
+    let mut was = [0u8; 2];
+    file.read_exact_at(&mut was, MAGIC_OFFSET).unwrap();
+    file.write_all_at(&bytes, MAGIC_OFFSET).unwrap();
+    file.sync_all().unwrap();
+    was
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster"]
+async fn sparse_file_reports_a_damaged_image_as_abnormal() {
+    let client = cluster().await;
+    let started = Instant::now();
+    reset(&client, NS, DRIVER).await.unwrap();
+    sparse_file::uninstall(&client, &FILES).await;
+    namespace(&client, NS).await.unwrap();
+    sparse_file::install(&client, &FILES).await;
+
+    apply(&client, &claim()).await.unwrap();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    let bound = wait_for(&claims, CLAIM, STEP, "Bound", |c| claim_phase(c) == "Bound").await;
+    let bound = bound.unwrap_or_else(|e| panic!("{e}"));
+    let volume = volume_name(&bound).expect("a bound claim names its volume");
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let pv = pvs.get(&volume).await.unwrap();
+    let handle = (pv.spec.and_then(|s| s.csi).map(|csi| csi.volume_handle)).expect("a CSI volume");
+    let image = format!("{VOLUMES_DIR}/{handle}.img");
+
+    let script = "echo token > /data/token && sync && sleep 3600";
+    apply(&client, &sparse_file::client_pod(NS, POD, CLAIM, script))
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let running = wait_for(&pods, POD, STEP, "Running", |p| pod_phase(p) == "Running").await;
+    let running = running.unwrap_or_else(|e| panic!("{e}"));
+    let node = (running.spec.and_then(|s| s.node_name)).expect("a running pod has a node");
+
+    wait_gauge(
+        &client,
+        &node,
+        0,
+        "the kubelet to report the volume healthy",
+    )
+    .await;
+    let was = write_magic(&image, [0, 0]);
+    assert_eq!(was, EXT4_MAGIC, "{image} held ext4 where health looks");
+    wait_gauge(
+        &client,
+        &node,
+        1,
+        "the kubelet to report the volume abnormal",
+    )
+    .await;
+    let needles = ["VolumeConditionAbnormal", &image, "no ext4 superblock"];
+    let event = wait_event(&client, NS, POD, &needles, STEP).await;
+    event.unwrap_or_else(|e| panic!("{e}"));
+    write_magic(&image, EXT4_MAGIC);
+    wait_gauge(
+        &client,
+        &node,
+        0,
+        "the kubelet to report the repaired volume healthy",
+    )
+    .await;
+
+    delete_and_wait(&pods, POD, STEP).await.unwrap();
+    delete_and_wait(&claims, CLAIM, STEP).await.unwrap();
+    wait_gone(&pvs, &volume, STEP).await.unwrap();
+    wait_until("the image to go", STEP, || async {
+        Ok((!std::path::Path::new(&image).exists()).then_some(()))
+    })
+    .await
+    .unwrap();
+    sparse_file::uninstall(&client, &FILES).await;
+    assert_no_leaks(&client, DRIVER, Duration::from_secs(120)).await;
+    eprintln!(
+        "sparse_file_reports_a_damaged_image_as_abnormal: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
