@@ -50,13 +50,13 @@ pub const DEFAULT_POD_SECURITY: &str = "privileged";
 /// Label of the Pod Security level a namespace enforces.
 pub const LABEL_POD_SECURITY_ENFORCE: &str = "pod-security.kubernetes.io/enforce";
 /// Default external-provisioner sidecar image.
-pub const DEFAULT_PROVISIONER_IMAGE: &str = "registry.k8s.io/sig-storage/csi-provisioner:v5.3.0";
+pub const DEFAULT_PROVISIONER_IMAGE: &str = "registry.k8s.io/sig-storage/csi-provisioner:v6.4.0";
 /// Default external-resizer sidecar image (deployed for provisioners with
 /// `volumeExpansion`).
-pub const DEFAULT_RESIZER_IMAGE: &str = "registry.k8s.io/sig-storage/csi-resizer:v1.14.0";
+pub const DEFAULT_RESIZER_IMAGE: &str = "registry.k8s.io/sig-storage/csi-resizer:v2.3.0";
 /// Default csi-snapshotter sidecar image (external-snapshotter; deployed for
 /// provisioners with `snapshotCreation`).
-pub const DEFAULT_SNAPSHOTTER_IMAGE: &str = "registry.k8s.io/sig-storage/csi-snapshotter:v8.3.0";
+pub const DEFAULT_SNAPSHOTTER_IMAGE: &str = "registry.k8s.io/sig-storage/csi-snapshotter:v8.7.0";
 /// Default node-driver-registrar sidecar image.
 pub const DEFAULT_REGISTRAR_IMAGE: &str =
     "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.15.0";

@@ -1464,6 +1464,11 @@ fn versions_are_the_pinned_ones() {
             pin("CSI_RESIZER_VERSION", &versions),
         ),
         (
+            &["external-attacher ", "csi-attacher ", "csi-attacher:"],
+            true,
+            pin("CSI_ATTACHER_VERSION", &versions),
+        ),
+        (
             &[
                 "csi-snapshotter ",
                 "csi-snapshotter:",

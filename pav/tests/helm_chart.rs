@@ -211,13 +211,13 @@ sidecars:
   # Helm merges values into the defaults: cpu replaces the default's,
   # its memory stays; null takes the defaults out.
   provisioner:
-    image: mirror.example.com/csi-provisioner:v5.3.0
+    image: mirror.example.com/csi-provisioner:v6.4.0
     resources: {requests: {cpu: 1m}}
   resizer:
-    image: mirror.example.com/csi-resizer:v1.14.0
+    image: mirror.example.com/csi-resizer:v2.3.0
     resources: null
   snapshotter:
-    image: mirror.example.com/csi-snapshotter:v8.3.0
+    image: mirror.example.com/csi-snapshotter:v8.7.0
     resources: {limits: {memory: 64Mi}}
   registrar:
     image: mirror.example.com/csi-node-driver-registrar:v2.15.0
@@ -248,11 +248,11 @@ const CHANGED_FLAGS: &[&str] = &[
     r#"--node-plugin-node-selector={"storage":"true"}"#,
     r#"--node-plugin-tolerations=[{"key":"storage","operator":"Equal","value":"dedicated","effect":"NoExecute","tolerationSeconds":300}]"#,
     "--node-plugin-affinity={}",
-    "--provisioner-image=mirror.example.com/csi-provisioner:v5.3.0",
+    "--provisioner-image=mirror.example.com/csi-provisioner:v6.4.0",
     r#"--provisioner-resources={"requests":{"cpu":"1m","memory":"32Mi"}}"#,
-    "--resizer-image=mirror.example.com/csi-resizer:v1.14.0",
+    "--resizer-image=mirror.example.com/csi-resizer:v2.3.0",
     "--resizer-resources={}",
-    "--snapshotter-image=mirror.example.com/csi-snapshotter:v8.3.0",
+    "--snapshotter-image=mirror.example.com/csi-snapshotter:v8.7.0",
     r#"--snapshotter-resources={"limits":{"memory":"64Mi"},"requests":{"cpu":"10m","memory":"32Mi"}}"#,
     "--registrar-image=mirror.example.com/csi-node-driver-registrar:v2.15.0",
     r#"--registrar-resources={"requests":{"cpu":"2m","memory":"8Mi"}}"#,

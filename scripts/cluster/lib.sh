@@ -18,6 +18,7 @@ K8S_BIN="$CACHE/bin/kubernetes-$KUBERNETES_VERSION"
 ETCD_BIN="$CACHE/bin/etcd-$ETCD_VERSION"
 CSI_PROVISIONER_BIN="$CACHE/bin/csi-provisioner-$CSI_PROVISIONER_VERSION"
 CSI_RESIZER_BIN="$CACHE/bin/csi-resizer-$CSI_RESIZER_VERSION"
+CSI_ATTACHER_BIN="$CACHE/bin/csi-attacher-$CSI_ATTACHER_VERSION"
 # csi-snapshotter and snapshot-controller, built together from one module.
 CSI_SNAPSHOTTER_BIN="$CACHE/bin/external-snapshotter-$CSI_SNAPSHOTTER_VERSION"
 REGISTRAR_SRC_HASH="$(cat "$CLUSTER_DIR"/node-driver-registrar/{main.go,go.mod,go.sum,fakecsi/main.go} | sha256sum | cut -c1-12)"
@@ -47,6 +48,7 @@ busybox_image_tar() {
 }
 provisioner_image_tar() { echo "$IMAGES_DIR/csi-provisioner-$CSI_PROVISIONER_VERSION.tar"; }
 resizer_image_tar() { echo "$IMAGES_DIR/csi-resizer-$CSI_RESIZER_VERSION.tar"; }
+attacher_image_tar() { echo "$IMAGES_DIR/csi-attacher-$CSI_ATTACHER_VERSION.tar"; }
 snapshotter_image_tar() { echo "$IMAGES_DIR/csi-snapshotter-$CSI_SNAPSHOTTER_VERSION.tar"; }
 snapshot_controller_image_tar() { echo "$IMAGES_DIR/snapshot-controller-$CSI_SNAPSHOTTER_VERSION.tar"; }
 fakecsi_image_tar() { echo "$IMAGES_DIR/fakecsi-$REGISTRAR_SRC_HASH.tar"; }
@@ -231,6 +233,11 @@ serializeImagePulls: false
 volumeStatsAggPeriod: 10s
 rotateCertificates: false
 serverTLSBootstrap: false
+featureGates:
+  # Alpha: the kubelet asks the CSI node plugin for each volume's
+  # VolumeCondition (NodeGetVolumeStats) and publishes
+  # kubelet_volume_stats_health_status_abnormal.
+  CSIVolumeHealth: true
 YAML
 }
 
@@ -239,7 +246,7 @@ YAML
 import_images() {
   local tarball
   for tarball in "$(pause_image_tar)" "$(busybox_image_tar)" "$(provisioner_image_tar)" "$(registrar_image_tar)" "$(fakecsi_image_tar)" \
-      "$(resizer_image_tar)" "$(snapshotter_image_tar)" "$(snapshot_controller_image_tar)"; do
+      "$(resizer_image_tar)" "$(attacher_image_tar)" "$(snapshotter_image_tar)" "$(snapshot_controller_image_tar)"; do
     ctr "$@" -n k8s.io images import "$tarball" >/dev/null 2>"$LOGS/ctr-import.log" ||
       { cat "$LOGS/ctr-import.log" >&2; die "ctr import $tarball failed"; }
   done

@@ -175,7 +175,7 @@ pub const CSI_LEADER_ELECTION_ROLE: &str = "pav-csi-leader-election";
 
 /// Names of the Leases the sidecars of `provisioner`'s CSI controller hold
 /// in the pav namespace: external-provisioner's (the driver name),
-/// external-resizer v1.14's (`external-resizer-<driver>`) and
+/// external-resizer v2's (`external-resizer-<driver>`) and
 /// csi-snapshotter v8's (`external-snapshotter-leader-<driver>`), each
 /// sanitized by csi-lib-utils.
 ///
@@ -430,9 +430,13 @@ impl<'a> Builder<'a> {
                     // topology (crate::csi::TOPOLOGY_KEY); with the gate the
                     // sidecar passes it (the selected node's first) to
                     // CreateVolume. The gate is GA and on by default in
-                    // v5.3.0: stated so pav's topology does not rest on a
+                    // v6.4.0: stated so pav's topology does not rest on a
                     // sidecar default. A release that drops the gate
                     // refuses the flag (exits): take it out then.
+                    // (VolumeAttributesClass, GA and on by default too,
+                    // needs nothing: pav's drivers do not advertise
+                    // MODIFY_VOLUME, and the sidecar reads a claim's class
+                    // with a GET only.)
                     "--feature-gates=Topology=true",
                 ],
             ),
@@ -440,17 +444,30 @@ impl<'a> Builder<'a> {
         if self.expands {
             // Defaults otherwise: --handle-volume-inuse-error stays on, so
             // a claim whose expansion the driver refused while in use
-            // (FailedPrecondition) is retried once no pod uses it.
+            // (FailedPrecondition) is retried once no pod uses it. The
+            // explicit --timeout is also external-resizer v2's timeout of
+            // each ControllerExpandVolume (--resize-timeout, 10 s by
+            // default, is ignored then). Its VolumeAttributesClass
+            // controller never starts: pav's drivers do not advertise
+            // MODIFY_VOLUME.
             containers.push(self.sidecar(RESIZER, &s.resizer_image, &s.resources.resizer, &[]));
         }
         if self.snapshots {
             // The VolumeSnapshot's and VolumeSnapshotContent's names reach
-            // CreateSnapshot as parameters.
+            // CreateSnapshot as parameters. Group snapshots are GA and on
+            // by default in csi-snapshotter v8.7: pav's drivers have no
+            // GroupController service and their role no group snapshot
+            // objects, so the gate is turned off rather than left to fail
+            // (a forbidden list and a warning at every start). A release
+            // that drops the gate refuses the flag: take it out then.
             containers.push(self.sidecar(
                 SNAPSHOTTER,
                 &s.snapshotter_image,
                 &s.resources.snapshotter,
-                &["--extra-create-metadata"],
+                &[
+                    "--extra-create-metadata",
+                    "--feature-gates=CSIVolumeGroupSnapshot=false",
+                ],
             ));
         }
         let mut spec = json!({
@@ -615,9 +632,10 @@ fn shared_role_meta(name: &str, component: &str) -> Value {
 }
 
 /// What every CSI controller may do cluster-wide: exactly the calls of its
-/// sidecars with pav's flags (external-provisioner v5 with topology and
-/// snapshot or claim data sources, external-resizer v1.14 and
-/// csi-snapshotter v8 without their gated features, none with
+/// sidecars with pav's flags (external-provisioner v6 with topology and
+/// snapshot or claim data sources, external-resizer v2 without
+/// volume attributes classes and csi-snapshotter v8 without group
+/// snapshots, none with
 /// ControllerPublish, capacity tracking or secrets) and those of `pav
 /// csi-controller` (its pods, in whatever namespace a template names;
 /// claims and classes for the creation context; its PavProvisioner; the
@@ -901,7 +919,14 @@ mod tests {
         let snapshotter = &all[2];
         assert_eq!(snapshotter.image.as_deref(), Some("example/snapshotter:1"));
         let mut expected = common.clone();
-        expected.extend(["--http-endpoint=:8083", "--extra-create-metadata"].map(String::from));
+        expected.extend(
+            [
+                "--http-endpoint=:8083",
+                "--extra-create-metadata",
+                "--feature-gates=CSIVolumeGroupSnapshot=false",
+            ]
+            .map(String::from),
+        );
         assert_eq!(snapshotter.args.as_deref().unwrap(), expected);
         for sidecar in &all {
             assert_eq!(sidecar.image_pull_policy.as_deref(), Some("IfNotPresent"));
@@ -1328,8 +1353,9 @@ mod tests {
                 "controller lacks {verb} {group}/{resource}"
             );
         }
-        // external-resizer v1.14 (deploy/kubernetes/rbac.yaml, without the
-        // VolumeAttributesClass feature it runs without).
+        // external-resizer v2 (deploy/kubernetes/rbac.yaml, without the
+        // VolumeAttributesClass controller, which it runs only for a
+        // driver with MODIFY_VOLUME).
         for (group, resource, verb) in [
             ("", "persistentvolumes", "get"),
             ("", "persistentvolumes", "list"),
