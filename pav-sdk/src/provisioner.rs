@@ -18,6 +18,8 @@ use async_trait::async_trait;
 use crate::Result;
 use crate::VolumeId;
 use crate::records::{RecordKeeper, Records, Wrapped};
+
+mod switched_off;
 use crate::types::{
     AccessMode, AvailableCapacity, CapacityRequest, CreateRequest, DeleteRequest,
     DeleteSnapshotRequest, ExpandRequest, Expanded, ListedVolume, ModifyRequest, NodeExpandRequest,
