@@ -108,8 +108,8 @@ impl Phase {
                 "timeout",
                 "cacheFor",
             ],
+            Phase::Modification => &["refusal", "podTemplate", "timeout"],
             Phase::Deletion
-            | Phase::Modification
             | Phase::Staging
             | Phase::Unstaging
             | Phase::NodeExpansion
@@ -282,6 +282,26 @@ pub struct CapacityPhase {
         serialize_with = "serialize_timeout"
     )]
     pub cache_for: Option<Duration>,
+}
+
+/// Evaluated `spec.volumeModification`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModificationPhase {
+    /// Why the new parameters are refused, when the `refusal` template
+    /// says so (a non-empty message): nothing changes, and the driver
+    /// answers `INVALID_ARGUMENT` with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
+    /// The modification pod, run to completion.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodTemplateSpec>,
+    /// How long this phase's pod may take; the runner's default when absent.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_timeout"
+    )]
+    pub timeout: Option<Duration>,
 }
 
 /// How long a capacity pod's answer is reused when `cacheFor` is not

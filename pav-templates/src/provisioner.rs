@@ -21,8 +21,8 @@ use crate::engine::{self, MAX_PHASE_OUTPUT_BYTES};
 use crate::error::{Error, Location, Result};
 use crate::model::{AccessMode, DataSourceKind, PavProvisioner, ProvisioningMode, VolumeMode};
 use crate::phase::{
-    CapacityPhase, CreationPhase, ExpansionPhase, OptionalPodPhase, Phase, SnapshotCreationPhase,
-    StagingPhase, ValidationPhase,
+    CapacityPhase, CreationPhase, ExpansionPhase, ModificationPhase, OptionalPodPhase, Phase,
+    SnapshotCreationPhase, StagingPhase, ValidationPhase,
 };
 use crate::yaml::yaml_to_json;
 
@@ -438,10 +438,19 @@ impl CompiledProvisioner {
         })
     }
 
-    /// Renders `spec.volumeModification`: a template that fails refuses
-    /// the new parameters before anything changed.
-    pub fn render_modification(&self, context: &ModificationContext) -> Result<OptionalPodPhase> {
-        self.render_optional_pod(Phase::Modification, context.value())
+    /// Renders `spec.volumeModification`: a `refusal` (or a template
+    /// that fails) refuses the new parameters before anything changed.
+    pub fn render_modification(&self, context: &ModificationContext) -> Result<ModificationPhase> {
+        let mut fields = self.rendered_fields(Phase::Modification, context.value())?;
+        let refusal = fields.message("refusal")?;
+        let pod_template = fields.pod_template()?;
+        let timeout = fields.timeout()?;
+        fields.finish()?;
+        Ok(ModificationPhase {
+            refusal,
+            pod_template,
+            timeout,
+        })
     }
 
     fn render_optional_pod(&self, phase: Phase, context: &Value) -> Result<OptionalPodPhase> {

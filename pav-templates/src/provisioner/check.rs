@@ -352,6 +352,10 @@ impl Checker {
                     &format!("must be a quantity, not {}", describe_json(other)),
                 ),
             },
+            Some(Kind::Message) if !value.is_string() => self.problem_schema(
+                path,
+                &format!("must be a string, not {}", describe_json(value)),
+            ),
             Some(Kind::Handle) => {
                 if value.as_str() == Some("") {
                     self.problem_schema(path, "must not be empty");

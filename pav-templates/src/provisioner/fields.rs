@@ -124,6 +124,21 @@ impl Fields<'_> {
         }
     }
 
+    /// A message key (`refusal`): `None` when absent or empty.
+    pub(super) fn message(&mut self, key: &str) -> Result<Option<String>> {
+        match self.take(key) {
+            None => Ok(None),
+            Some(Json::String(text)) => {
+                let text = text.trim();
+                Ok((!text.is_empty()).then(|| text.to_owned()))
+            }
+            Some(other) => Err(self.evaluated(
+                key,
+                format!("must evaluate to a string, not {}", describe_json(&other)),
+            )),
+        }
+    }
+
     /// The `topology` key, if present: the node names it gives.
     pub(super) fn topology(&mut self) -> Result<Option<Vec<String>>> {
         match self.take("topology") {
@@ -289,6 +304,8 @@ pub(super) enum Kind {
     Bytes,
     /// A non-empty string.
     Handle,
+    /// A message, empty for none.
+    Message,
     /// Node names: one, or a non-empty list ([`crate::phase::topology_nodes`]).
     Topology,
     /// A duration such as `5m`.
@@ -305,7 +322,7 @@ fn is<T: serde::de::DeserializeOwned>(value: &Json) -> bool {
 /// Every key of every phase and what it holds: the one table `pav check`
 /// (a literal value) and rendering (the evaluated one) both read. Which
 /// phase has which keys is [`Phase::keys`].
-const KEYS: [(&str, Kind); 13] = [
+const KEYS: [(&str, Kind); 14] = [
     (
         "volumeModes",
         Kind::EnumList {
@@ -333,6 +350,7 @@ const KEYS: [(&str, Kind); 13] = [
     ("availableCapacity", Kind::Bytes),
     ("maximumVolumeSize", Kind::Capacity(Rounding::Down)),
     ("cacheFor", Kind::Timeout),
+    ("refusal", Kind::Message),
 ];
 
 /// What `key` holds ([`KEYS`]); `None` for a key no phase has.

@@ -41,6 +41,16 @@ enum ModifyError {
     /// the parameters).
     #[error(transparent)]
     Plan(PlanError),
+    /// The `refusal` template refused the parameters.
+    #[error("PavProvisioner {provisioner} refuses the mutable parameters {requested:?}: {refusal}")]
+    Refused {
+        /// Its name.
+        provisioner: String,
+        /// What the class asks for.
+        requested: std::collections::BTreeMap<String, String>,
+        /// The evaluated `refusal`.
+        refusal: String,
+    },
     /// The modification pod failed or did not finish.
     #[error(transparent)]
     ModificationPod(PhaseError),
@@ -51,6 +61,7 @@ enum ModifyError {
 
 impl From<ModifyError> for Error {
     /// An unknown volume is `NOT_FOUND`; templates refusing the parameters
+    /// (a `refusal`, or a failing template)
     /// `INVALID_ARGUMENT` (nothing changed: external-resizer marks the
     /// class infeasible); a section gone `FAILED_PRECONDITION`; a
     /// context the volume's records cannot make or a failed pod
@@ -60,6 +71,7 @@ impl From<ModifyError> for Error {
         let message = error.to_string();
         match error {
             ModifyError::NoVolume { .. } => Error::NotFound(message),
+            ModifyError::Refused { .. } => Error::InvalidArgument(message),
             ModifyError::NoSection { .. } => Error::FailedPrecondition(message),
             ModifyError::Plan(PlanError::Context(_))
             | ModifyError::ModificationPod(PhaseError::Failed(_)) => Error::Internal(message),
@@ -104,6 +116,13 @@ impl PodController {
             .blocking(move |p| p.modification(&volume, claim.as_ref(), &requested))
             .await
             .map_err(ModifyError::Plan)?;
+        if let Some(refusal) = modification.plan.evaluated.refusal {
+            return Err(ModifyError::Refused {
+                provisioner: provisioner.clone(),
+                requested: req.mutable_parameters.clone(),
+                refusal,
+            });
+        }
         // Events go to the claim, whose class changed.
         let regarding = match &pvc {
             Some(pvc) => pvc.object_ref(&()),

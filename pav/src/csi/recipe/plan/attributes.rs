@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use pav_templates::{CapacityContext, CapacityPhase, ModificationContext, OptionalPodPhase, Phase};
+use pav_templates::{
+    CapacityContext, CapacityPhase, ModificationContext, ModificationPhase, Phase,
+};
 
 use super::{Plan, PlanError, Planner, Result};
 
@@ -32,7 +34,7 @@ impl CapacityFor<'_> {
 #[derive(Debug, Clone)]
 pub struct ModificationPlan {
     /// Evaluated `spec.volumeModification` and its pod.
-    pub plan: Plan<OptionalPodPhase>,
+    pub plan: Plan<ModificationPhase>,
     /// The recorded parameters with the class's on top.
     pub after: BTreeMap<String, String>,
 }
