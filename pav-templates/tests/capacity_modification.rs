@@ -123,7 +123,7 @@ fn capacity_sees_the_segment_and_class_and_evaluates_its_fields() {
 #[test]
 fn hostile_capacity_templates_get_the_bounded_errors_of_every_phase() {
     let provisioner = compiled(
-        "storageCapacity:\n  availableCapacity: \"{% for i in range(100000000) %}{{ i }}{% endfor %}\"\n",
+        "storageCapacity:\n  availableCapacity: \"{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}\"\n",
     );
     let context = samples::capacity_context();
     let error = provisioner
@@ -193,9 +193,10 @@ fn modification_sees_the_parameters_before_and_after_and_may_refuse() {
 
 #[test]
 fn mutable_parameters_are_recorded_at_creation_then_on_the_volume_and_hidden_from_params() {
-    let provisioner = compiled(
-        "volumeStaging:\n  podTemplate:\n    metadata:\n      labels: {mode: \"{{ mutableParams.mode | default('none') }}\", keys: \"{{ params | length }}\"}\n",
-    );
+    let provisioner = provisioner(
+        "provisioningModes: [Dynamic]\nvolumeCreation: {capacity: 1Gi}\nvolumeStaging:\n  podTemplate:\n    metadata:\n      labels: {mode: \"{{ mutableParams.mode | default('none') }}\", keys: \"{{ params | length }}\"}\n",
+    )
+    .unwrap();
     let mode_and_keys = |pv: &PersistentVolume| {
         let context = StagingContext::new(&samples::pvc(), pv, &samples::node(), false).unwrap();
         let labels = provisioner
@@ -236,9 +237,10 @@ fn mutable_parameters_are_recorded_at_creation_then_on_the_volume_and_hidden_fro
     );
     assert_eq!(mode_and_keys(&pv), ("ro".to_owned(), params));
 
-    let creation = compiled(
-        "volumeCreation:\n  capacity: 1Gi\n  handle: \"h-{{ mutableParams.mode | default('none') }}\"\n",
-    );
+    let creation = self::provisioner(
+        "provisioningModes: [Dynamic]\nvolumeStaging: {podTemplate: {}}\nvolumeCreation:\n  capacity: 1Gi\n  handle: \"h-{{ mutableParams.mode | default('none') }}\"\n",
+    )
+    .unwrap();
     let context = CreationContext::new(&samples::pvc(), &samples::storage_class()).unwrap();
     assert_eq!(
         creation
