@@ -124,7 +124,7 @@ pub struct PavProvisionerSpec {
 
     /// pav: how a volume's mutable parameters change when its claim moves
     /// to another VolumeAttributesClass of this driver: an optional
-    /// modification `podTemplate` (templates alone may refuse parameters);
+    /// modification `podTemplate` and a `refusal` message that refuses them;
     /// on success the new parameters are recorded on the volume, and
     /// staging sees them as `mutableParams`. Without it, claims naming a
     /// VolumeAttributesClass are refused.
