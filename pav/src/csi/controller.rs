@@ -443,6 +443,8 @@ fn topology_nodes(requirement: &pav_sdk::TopologyRequirement) -> Vec<String> {
 }
 
 #[cfg(test)]
+mod attribute_scenarios;
+#[cfg(test)]
 mod scenarios;
 
 #[cfg(test)]
