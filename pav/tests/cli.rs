@@ -351,7 +351,11 @@ fn render_prints_the_capacity_pod_and_the_modification_refusal() {
         "--phase",
         "modification",
     ]);
-    assert_eq!(accepted["evaluated"], serde_json::json!({}), "mode ro is known");
+    assert_eq!(
+        accepted["evaluated"],
+        serde_json::json!({}),
+        "mode ro is known"
+    );
     assert_eq!(accepted["pods"], serde_json::json!([]));
     let dir = tempfile::tempdir().unwrap();
     let vac = dir.path().join("vac.yaml");
