@@ -44,6 +44,8 @@ pub fn render_every_phase(provisioner: &CompiledProvisioner) {
             Phase::Expansion => contexts.expansion.value(),
             Phase::SnapshotCreation => contexts.snapshot_creation.value(),
             Phase::SnapshotDeletion => contexts.snapshot_deletion.value(),
+            Phase::Capacity => contexts.capacity.value(),
+            Phase::Modification => contexts.modification.value(),
         };
         if let Ok(raw) = provisioner.render_raw(phase, value) {
             assert_within_limits(&raw);
@@ -58,6 +60,8 @@ pub fn render_every_phase(provisioner: &CompiledProvisioner) {
     }
     let _ = provisioner.render_deletion(&contexts.creation);
     let _ = provisioner.render_staging(&contexts.staging);
+    let _ = provisioner.render_capacity(&contexts.capacity);
+    let _ = provisioner.render_modification(&contexts.modification);
     let _ = provisioner.render_unstaging(&contexts.staging);
     let _ = provisioner.render_expansion(&contexts.expansion);
     let _ = provisioner.render_node_expansion(&contexts.staging);

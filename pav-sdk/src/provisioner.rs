@@ -22,6 +22,8 @@ use crate::attach::Attach;
 use crate::group_snapshot::GroupSnapshot;
 use crate::health::Health;
 use crate::records::{RecordKeeper, Records, Wrapped};
+
+mod switched_off;
 use crate::types::{
     AccessMode, AvailableCapacity, CapacityRequest, CreateRequest, DeleteRequest,
     DeleteSnapshotRequest, ExpandRequest, Expanded, ListedVolume, ModifyRequest, NodeExpandRequest,

@@ -14,6 +14,12 @@
 //! | node expansion | [`StagingContext::new`] then [`StagingContext::expanded_to`] | the staging variables, `capacity` being the new one |
 //! | snapshot creation | [`SnapshotContext::creation`] | `snapshotName`, `defaultHandle`, `params` (the VolumeSnapshotClass's), `sourceHandle`, `sourceCapacity`, `pv`, `pvc` (none without a claim) |
 //! | snapshot deletion | [`SnapshotContext::deletion`] | `snapshotHandle`, `sourceHandle` (none when unknown) |
+//! | storage capacity | [`CapacityContext::new`] | `topology` (the segment's labels, none for all the storage), `nodeName` (the segment's node, none without one), `params` (the StorageClass's) |
+//! | volume modification | [`ModificationContext::new`] | `handle`, `capacity`, `volumeMode`, `params`, `mutableParams` (after the change), `previousMutableParams`, `requestedMutableParams` (the class's), `pv`, `pvc` (none without a claim) |
+//!
+//! The creation and deletion contexts and the staging ones also have
+//! `mutableParams`: the VolumeAttributesClass parameters the volume is
+//! created with, or has as recorded ([`recorded_mutable_parameters`]).
 //!
 //! The creation and deletion contexts also have `selectedNode` (the node
 //! the scheduler picked for a `WaitForFirstConsumer` claim, none
@@ -493,6 +499,7 @@ impl CreationContext {
         );
         vars.set("source", Value::from(()));
         vars.set("topologyNodes", Value::from(Vec::<Value>::new()));
+        vars.set("mutableParams", string_map(None));
         let value = vars.to_value();
         Ok(CreationContext {
             vars,
@@ -518,6 +525,16 @@ impl CreationContext {
     /// The volume is created from `source` (the templates' `source`).
     pub fn with_source(mut self, source: &Source) -> Self {
         self.vars.replace("source", to_value(source));
+        self.value = self.vars.to_value();
+        self
+    }
+
+    /// The claim's VolumeAttributesClass parameters the volume is created
+    /// with (the templates' `mutableParams`, a pav extension; empty
+    /// otherwise).
+    pub fn with_mutable_parameters(mut self, parameters: &BTreeMap<String, String>) -> Self {
+        self.vars
+            .replace("mutableParams", string_map(Some(parameters)));
         self.value = self.vars.to_value();
         self
     }
@@ -576,7 +593,7 @@ impl ExpansionContext {
             max.map_or(Value::from(()), Value::from),
         );
         vars.set("volumeMode", Value::from(volume_mode(pv)));
-        vars.set("params", string_map(csi.volume_attributes.as_ref()));
+        vars.set("params", volume_params(csi));
         vars.set("pv", object_value(pv));
         vars.set("pvc", pvc.map_or(Value::from(()), object_value));
         let value = vars.to_value();
@@ -664,7 +681,11 @@ impl StagingContext {
             ),
         );
         vars.set("capacity", Value::from(capacity));
-        vars.set("params", string_map(csi.volume_attributes.as_ref()));
+        vars.set("params", volume_params(csi));
+        vars.set(
+            "mutableParams",
+            string_map(Some(&recorded_mutable_parameters(pv))),
+        );
         vars.set("handle", Value::from(csi.volume_handle.as_str()));
         vars.set("readOnly", Value::from(read_only));
         vars.set("pvc", object_value(pvc));
@@ -689,3 +710,57 @@ fn volume_mode(pv: &PersistentVolume) -> String {
         .and_then(|s| s.volume_mode.clone())
         .unwrap_or_else(|| "Filesystem".to_owned())
 }
+
+/// Where a volume's VolumeAttributesClass parameters are recorded: as this
+/// key of its volume context (`spec.csi.volumeAttributes`) at creation,
+/// and as this annotation of its PersistentVolume once modified (the
+/// volume context is immutable); both hold a JSON object of strings. The
+/// templates' `params` never show the key.
+pub const MUTABLE_PARAMETERS_KEY: &str = "pav.albertofaria.github.io/mutable-parameters";
+
+/// The volume's StorageClass parameters, as its volume context keeps
+/// them, without the record of [`MUTABLE_PARAMETERS_KEY`].
+fn volume_params(csi: &k8s_openapi::api::core::v1::CSIPersistentVolumeSource) -> Value {
+    Value::from_pairs(
+        csi.volume_attributes
+            .iter()
+            .flatten()
+            .filter(|(k, _)| k.as_str() != MUTABLE_PARAMETERS_KEY)
+            .map(|(k, v)| (k.clone(), v.clone())),
+    )
+}
+
+/// The mutable parameters a volume has: those its last modification
+/// recorded on the PersistentVolume, else those it was created with, else
+/// none. A record that is not a JSON object of strings counts as none.
+///
+/// ```
+/// use pav_templates::context::{MUTABLE_PARAMETERS_KEY, recorded_mutable_parameters};
+/// let mut pv = k8s_openapi::api::core::v1::PersistentVolume::default();
+/// assert!(recorded_mutable_parameters(&pv).is_empty());
+/// pv.metadata.annotations = Some([(MUTABLE_PARAMETERS_KEY.to_owned(), r#"{"mode":"ro"}"#.to_owned())].into());
+/// assert_eq!(recorded_mutable_parameters(&pv)["mode"], "ro");
+/// ```
+pub fn recorded_mutable_parameters(pv: &PersistentVolume) -> BTreeMap<String, String> {
+    let modified = pv
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(MUTABLE_PARAMETERS_KEY));
+    let created = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.csi.as_ref())
+        .and_then(|c| c.volume_attributes.as_ref())
+        .and_then(|a| a.get(MUTABLE_PARAMETERS_KEY));
+    modified
+        .or(created)
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default()
+}
+
+mod capacity;
+mod modification;
+
+pub use self::capacity::CapacityContext;
+pub use self::modification::ModificationContext;

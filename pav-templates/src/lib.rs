@@ -70,8 +70,8 @@ pub mod samples;
 pub mod yaml;
 
 pub use context::{
-    CreationContext, ExpansionContext, PvcLookup, PvcMap, SnapshotContext, Source, StagingContext,
-    ValidationContext,
+    CapacityContext, CreationContext, ExpansionContext, ModificationContext, PvcLookup, PvcMap,
+    SnapshotContext, Source, StagingContext, ValidationContext,
 };
 pub use error::{Error, Location, Result};
 pub use model::{
@@ -79,7 +79,7 @@ pub use model::{
     ProvisioningMode, VolumeMode,
 };
 pub use phase::{
-    CreationPhase, ExpansionPhase, OptionalPodPhase, Phase, SnapshotCreationPhase, StagingPhase,
-    ValidationPhase,
+    CapacityPhase, CreationPhase, ExpansionPhase, ModificationPhase, OptionalPodPhase, Phase,
+    SnapshotCreationPhase, StagingPhase, ValidationPhase,
 };
 pub use provisioner::{CompiledProvisioner, Problems};

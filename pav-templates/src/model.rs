@@ -112,6 +112,25 @@ pub struct PavProvisionerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot_deletion: Option<TemplateTree>,
 
+    /// pav: how much room for new volumes each topology segment (each
+    /// node) has, published as CSIStorageCapacity so the scheduler places
+    /// `WaitForFirstConsumer` claims where they fit: `availableCapacity`
+    /// (and `maximumVolumeSize`) from templates, or an optional capacity
+    /// `podTemplate` run on the segment's node that writes
+    /// `/pav/capacity`; its answer is reused for `cacheFor` (default 5m).
+    /// Dynamic provisioning only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_capacity: Option<TemplateTree>,
+
+    /// pav: how a volume's mutable parameters change when its claim moves
+    /// to another VolumeAttributesClass of this driver: an optional
+    /// modification `podTemplate` and a `refusal` message that refuses them;
+    /// on success the new parameters are recorded on the volume, and
+    /// staging sees them as `mutableParams`. Without it, claims naming a
+    /// VolumeAttributesClass are refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_modification: Option<TemplateTree>,
+
     /// pav: what a new volume may be created from, besides nothing: a
     /// claim's `dataSource` of kind `VolumeSnapshot` (restore; needs
     /// snapshotCreation) or `PersistentVolumeClaim` (clone). The creation

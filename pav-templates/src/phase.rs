@@ -29,11 +29,17 @@ pub enum Phase {
     SnapshotCreation,
     /// `spec.snapshotDeletion` (pav): a snapshot is deleted.
     SnapshotDeletion,
+    /// `spec.storageCapacity` (pav): the room for new volumes in one
+    /// topology segment (a node), published as CSIStorageCapacity.
+    Capacity,
+    /// `spec.volumeModification` (pav): a volume's mutable parameters
+    /// change when its claim moves to another VolumeAttributesClass.
+    Modification,
 }
 
 impl Phase {
     /// All phases: the original PaV's in lifecycle order, then pav's.
-    pub const ALL: [Phase; 9] = [
+    pub const ALL: [Phase; 11] = [
         Phase::Validation,
         Phase::Creation,
         Phase::Deletion,
@@ -43,6 +49,8 @@ impl Phase {
         Phase::NodeExpansion,
         Phase::SnapshotCreation,
         Phase::SnapshotDeletion,
+        Phase::Capacity,
+        Phase::Modification,
     ];
 
     /// The spec field holding this phase (`volumeStaging`).
@@ -57,6 +65,8 @@ impl Phase {
             Phase::NodeExpansion => "volumeNodeExpansion",
             Phase::SnapshotCreation => "snapshotCreation",
             Phase::SnapshotDeletion => "snapshotDeletion",
+            Phase::Capacity => "storageCapacity",
+            Phase::Modification => "volumeModification",
         }
     }
 
@@ -72,6 +82,8 @@ impl Phase {
             Phase::NodeExpansion => "node-expansion",
             Phase::SnapshotCreation => "snapshot-creation",
             Phase::SnapshotDeletion => "snapshot-deletion",
+            Phase::Capacity => "capacity",
+            Phase::Modification => "modification",
         }
     }
 
@@ -89,6 +101,14 @@ impl Phase {
             Phase::Creation => &["handle", "capacity", "topology", "podTemplate", "timeout"],
             Phase::Expansion => &["capacity", "podTemplate", "timeout"],
             Phase::SnapshotCreation => &["handle", "size", "podTemplate", "timeout"],
+            Phase::Capacity => &[
+                "availableCapacity",
+                "maximumVolumeSize",
+                "podTemplate",
+                "timeout",
+                "cacheFor",
+            ],
+            Phase::Modification => &["refusal", "podTemplate", "timeout"],
             Phase::Deletion
             | Phase::Staging
             | Phase::Unstaging
@@ -233,6 +253,61 @@ pub struct SnapshotCreationPhase {
     )]
     pub timeout: Option<Duration>,
 }
+
+/// Evaluated `spec.storageCapacity`: the room in one topology segment.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityPhase {
+    /// Bytes available for new volumes, if the spec gives them; otherwise
+    /// the pod's `/pav/capacity`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub available_capacity: Option<u64>,
+    /// The largest volume that could be created now, when it is less than
+    /// the room (CSI `maximum_volume_size`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub maximum_volume_size: Option<u64>,
+    /// The capacity pod, run to completion on the segment's node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodTemplateSpec>,
+    /// How long this phase's pod may take; the runner's default when absent.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_timeout"
+    )]
+    pub timeout: Option<Duration>,
+    /// How long a pod's answer is reused before another pod runs
+    /// ([`DEFAULT_CAPACITY_CACHE`] when absent).
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_timeout"
+    )]
+    pub cache_for: Option<Duration>,
+}
+
+/// Evaluated `spec.volumeModification`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModificationPhase {
+    /// Why the new parameters are refused, when the `refusal` template
+    /// says so (a non-empty message): nothing changes, and the driver
+    /// answers `INVALID_ARGUMENT` with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
+    /// The modification pod, run to completion.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodTemplateSpec>,
+    /// How long this phase's pod may take; the runner's default when absent.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_timeout"
+    )]
+    pub timeout: Option<Duration>,
+}
+
+/// How long a capacity pod's answer is reused when `cacheFor` is not
+/// given: external-provisioner asks every minute per class and segment,
+/// and a pod per node each minute would be most of a small cluster's work.
+pub const DEFAULT_CAPACITY_CACHE: Duration = Duration::from_secs(300);
 
 /// Evaluated `spec.volumeStaging` (or `spec.volumeNodeExpansion`, whose
 /// pod is mandatory too).

@@ -14,15 +14,15 @@ use minijinja::value::Value;
 use serde_json::{Map, Value as Json};
 
 use crate::context::{
-    CreationContext, ExpansionContext, GET_PVC_NAMESPACES_GLOBAL, SnapshotContext, StagingContext,
-    ValidationContext,
+    CapacityContext, CreationContext, ExpansionContext, GET_PVC_NAMESPACES_GLOBAL,
+    ModificationContext, SnapshotContext, StagingContext, ValidationContext,
 };
 use crate::engine::{self, MAX_PHASE_OUTPUT_BYTES};
 use crate::error::{Error, Location, Result};
 use crate::model::{AccessMode, DataSourceKind, PavProvisioner, ProvisioningMode, VolumeMode};
 use crate::phase::{
-    CreationPhase, ExpansionPhase, OptionalPodPhase, Phase, SnapshotCreationPhase, StagingPhase,
-    ValidationPhase,
+    CapacityPhase, CreationPhase, ExpansionPhase, ModificationPhase, OptionalPodPhase, Phase,
+    SnapshotCreationPhase, StagingPhase, ValidationPhase,
 };
 use crate::yaml::yaml_to_json;
 
@@ -405,6 +405,52 @@ impl CompiledProvisioner {
     /// Renders `spec.snapshotDeletion`.
     pub fn render_snapshot_deletion(&self, context: &SnapshotContext) -> Result<OptionalPodPhase> {
         self.render_optional_pod(Phase::SnapshotDeletion, context.value())
+    }
+
+    /// Renders `spec.storageCapacity`: `availableCapacity` or a pod (or
+    /// both) must be given.
+    pub fn render_capacity(&self, context: &CapacityContext) -> Result<CapacityPhase> {
+        let mut fields = self.rendered_fields(Phase::Capacity, context.value())?;
+        let available_capacity = match fields.take("availableCapacity") {
+            None => None,
+            Some(value) => Some(fields.bytes("availableCapacity", value)?),
+        };
+        let maximum_volume_size = match fields.take("maximumVolumeSize") {
+            None => None,
+            Some(value) => Some(fields.capacity("maximumVolumeSize", value)?),
+        };
+        let pod_template = fields.pod_template()?;
+        if available_capacity.is_none() && pod_template.is_none() {
+            return Err(Error::Rule {
+                at: fields.location_of_phase(),
+                message: "must specify availableCapacity or podTemplate (or both)".into(),
+            });
+        }
+        let timeout = fields.timeout()?;
+        let cache_for = fields.duration("cacheFor")?;
+        fields.finish()?;
+        Ok(CapacityPhase {
+            available_capacity,
+            maximum_volume_size,
+            pod_template,
+            timeout,
+            cache_for,
+        })
+    }
+
+    /// Renders `spec.volumeModification`: a `refusal` (or a template
+    /// that fails) refuses the new parameters before anything changed.
+    pub fn render_modification(&self, context: &ModificationContext) -> Result<ModificationPhase> {
+        let mut fields = self.rendered_fields(Phase::Modification, context.value())?;
+        let refusal = fields.message("refusal")?;
+        let pod_template = fields.pod_template()?;
+        let timeout = fields.timeout()?;
+        fields.finish()?;
+        Ok(ModificationPhase {
+            refusal,
+            pod_template,
+            timeout,
+        })
     }
 
     fn render_optional_pod(&self, phase: Phase, context: &Value) -> Result<OptionalPodPhase> {

@@ -77,6 +77,34 @@ pub struct Contexts {
     pub snapshot_creation: crate::SnapshotContext,
     /// A snapshot of the sample volume being deleted.
     pub snapshot_deletion: crate::SnapshotContext,
+    /// The room on the sample node for volumes of the sample class.
+    pub capacity: crate::CapacityContext,
+    /// The sample volume moving to a class with `mode: ro`.
+    pub modification: crate::ModificationContext,
+}
+
+/// The topology key of pav's drivers, as the sample segment has it.
+pub const SAMPLE_TOPOLOGY_KEY: &str = "topology.pav.albertofaria.github.io/node";
+
+/// The room on the sample node for volumes of the sample class.
+pub fn capacity_context() -> crate::CapacityContext {
+    let node = node();
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let topology =
+        std::collections::BTreeMap::from([(SAMPLE_TOPOLOGY_KEY.to_owned(), name.clone())]);
+    crate::CapacityContext::new(
+        Some(&topology),
+        Some(&name),
+        &storage_class().parameters.unwrap_or_default(),
+    )
+}
+
+/// The sample volume, bound to the sample claim, moving to a
+/// VolumeAttributesClass whose parameters are `mode: ro`.
+pub fn modification_context() -> crate::ModificationContext {
+    let requested = std::collections::BTreeMap::from([("mode".to_owned(), "ro".to_owned())]);
+    crate::ModificationContext::new(&pv(), Some(&pvc()), &requested)
+        .expect("samples are consistent")
 }
 
 /// Expansion of the sample volume, bound to the sample claim, to twice its
@@ -135,6 +163,8 @@ pub fn contexts(lookup: Arc<PvcMap>) -> Contexts {
         staging: staging_context().with_pvc_lookup(lookup.clone()),
         expansion: expansion_context().with_pvc_lookup(lookup.clone()),
         snapshot_creation: snapshot_creation_context().with_pvc_lookup(lookup.clone()),
-        snapshot_deletion: snapshot_deletion_context().with_pvc_lookup(lookup),
+        snapshot_deletion: snapshot_deletion_context().with_pvc_lookup(lookup.clone()),
+        capacity: capacity_context().with_pvc_lookup(lookup.clone()),
+        modification: modification_context().with_pvc_lookup(lookup),
     }
 }

@@ -1,5 +1,6 @@
 //! `pav check`, `pav render` and `pav crd`: the commands that need no cluster.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -8,12 +9,12 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use k8s_openapi::Resource as _;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use pav_templates::{CompiledProvisioner, Phase, PvcMap, samples};
 use serde::Serialize;
 
-use crate::csi::recipe::{Plan, PlanError, Planner, StagingFor};
+use crate::csi::recipe::{CapacityFor, Plan, PlanError, Planner, StagingFor};
 use crate::pods::PodTarget;
 
 /// Pods-as-Volumes: volume provisioners written as pod templates.
@@ -53,9 +54,15 @@ pub enum Command {
         /// The PersistentVolume (default: the sample claim's volume).
         #[arg(long)]
         pv: Option<PathBuf>,
-        /// The Node (default: `sample-node`).
+        /// The Node (default: `sample-node`); storage capacity is evaluated
+        /// for its topology segment.
         #[arg(long)]
         node: Option<PathBuf>,
+        /// The VolumeAttributesClass whose `parameters` the claim asks
+        /// for: `mutableParams` at creation, and the parameters a
+        /// modification sets (default: none; `mode: ro` for modification).
+        #[arg(long)]
+        vac: Option<PathBuf>,
         /// Evaluate validation for static provisioning (from --pv) rather
         /// than dynamic (implied when the provisioner is Static only).
         #[arg(long = "static")]
@@ -107,6 +114,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             sc,
             pv,
             node,
+            vac,
             static_provisioning,
             read_only,
             claims,
@@ -120,6 +128,13 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
                 pv: load_or(pv.as_deref(), samples::pv)?,
                 node: load_or(node.as_deref(), samples::node)?,
                 client_pod: load_or(client_pod.as_deref(), sample_client_pod)?,
+                mutable_parameters: match vac.as_deref() {
+                    Some(path) => load_or(Some(path), VolumeAttributesClass::default)?
+                        .parameters
+                        .unwrap_or_default(),
+                    None => Default::default(),
+                },
+                vac_given: vac.is_some(),
                 target_path,
                 claims: claims
                     .iter()
@@ -242,6 +257,10 @@ struct Objects {
     client_pod: Pod,
     /// The kubelet target path (`None`: kubelet's for the client pod).
     target_path: Option<String>,
+    /// The `parameters` of `--vac` (none without it).
+    mutable_parameters: BTreeMap<String, String>,
+    /// Whether `--vac` was given.
+    vac_given: bool,
     claims: Vec<PersistentVolumeClaim>,
     /// Where each of the four came from, to label errors about them.
     origins: Origins,
@@ -561,8 +580,31 @@ fn render(
             to_yaml(&name, phase, planned(plan, objects)?)?
         }
         Phase::Creation => {
-            let plan = planned(planner.creation(pvc, sc, &[], None), objects)?.plan;
-            to_yaml(&name, phase, plan)?
+            let plan = planner.creation(pvc, sc, &[], None, &objects.mutable_parameters);
+            to_yaml(&name, phase, planned(plan, objects)?.plan)?
+        }
+        Phase::Capacity => {
+            // The node's segment, as its node plugin reports it, for the
+            // class's volumes.
+            let topology =
+                BTreeMap::from([(crate::csi::TOPOLOGY_KEY.to_owned(), node_name.clone())]);
+            let params = sc.parameters.clone().unwrap_or_default();
+            let segment = CapacityFor {
+                topology: Some(&topology),
+                node: Some(&node_name),
+                params: &params,
+            };
+            to_yaml(&name, phase, planned(planner.capacity(&segment), objects)?)?
+        }
+        Phase::Modification => {
+            let sample = BTreeMap::from([("mode".to_owned(), "ro".to_owned())]);
+            let requested = if objects.vac_given {
+                &objects.mutable_parameters
+            } else {
+                &sample
+            };
+            let plan = planner.modification(pv, Some(pvc), requested);
+            to_yaml(&name, phase, planned(plan, objects)?.plan)?
         }
         Phase::Deletion => {
             // As DeleteVolume: the volume exists, its handle is known.

@@ -154,6 +154,29 @@ pub fn controller_provisioner(
         .access_modes(access_modes())
 }
 
+/// `provisioner` serving what `spec` has when the driver starts:
+/// GetCapacity only with `spec.storageCapacity`, ControllerModifyVolume
+/// (and claims with a VolumeAttributesClass) only with
+/// `spec.volumeModification`. The driver's manifests enable
+/// external-provisioner's capacity tracking and external-resizer's
+/// VolumeAttributesClass support exactly then, so adding or removing
+/// either section rolls the controller and this is read again.
+pub fn served_sections(
+    provisioner: pav_sdk::Provisioner<controller::PodController>,
+    spec: Option<&pav_templates::PavProvisionerSpec>,
+) -> pav_sdk::Provisioner<controller::PodController> {
+    let provisioner = if spec.is_some_and(|s| s.storage_capacity.is_some()) {
+        provisioner
+    } else {
+        provisioner.without_capacity()
+    };
+    if spec.is_some_and(|s| s.volume_modification.is_some()) {
+        provisioner
+    } else {
+        provisioner.without_modify()
+    }
+}
+
 /// The CSI access modes a PaV driver accepts: all of them, as each
 /// PavProvisioner checks its claims' modes itself
 /// (`volumeValidation.accessModes`, the guide's three by default;
@@ -173,7 +196,11 @@ pub async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
     driver.start_provisioner_watch();
     tokio::spawn(controller::sweep(driver.clone()));
     tokio::spawn(deleted_nodes::release_periodically(driver.clone()));
-    let provisioner = controller_provisioner(driver);
+    let object = driver.provisioner_object().await?;
+    let provisioner = served_sections(
+        controller_provisioner(driver),
+        object.as_ref().map(|p| &p.spec),
+    );
     pav_csi::Driver::builder(args.common.provisioner.clone())
         .version(env!("CARGO_PKG_VERSION"))
         .provisioner(provisioner)

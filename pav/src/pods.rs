@@ -440,6 +440,63 @@ impl<'a> PodOrigin<'a> {
         )
     }
 
+    /// The capacity pod measuring the room on `node` (when the segment
+    /// names one: it runs there) for the segment and class `key` stands
+    /// for.
+    pub fn capacity_pod(
+        &self,
+        template: &PodTemplateSpec,
+        timeout: Option<std::time::Duration>,
+        node: Option<&str>,
+        key: &str,
+    ) -> Pod {
+        build_pod(
+            template,
+            &PodParams {
+                target: PodTarget {
+                    provisioner: self.provisioner,
+                    phase: Phase::Capacity,
+                    volume: key,
+                    node,
+                },
+                owner: self.owner,
+                default_namespace: self.default_namespace,
+                timeout,
+                annotations: Vec::new(),
+                finalizers: Vec::new(),
+                staged_volume: None,
+            },
+        )
+    }
+
+    /// The modification pod giving the volume `handle` (PersistentVolume
+    /// `pv`) the mutable parameters `key` stands for.
+    pub fn modification_pod(
+        &self,
+        template: &PodTemplateSpec,
+        timeout: Option<std::time::Duration>,
+        key: &str,
+        pv: &str,
+    ) -> Pod {
+        build_pod(
+            template,
+            &PodParams {
+                target: PodTarget {
+                    provisioner: self.provisioner,
+                    phase: Phase::Modification,
+                    volume: key,
+                    node: None,
+                },
+                owner: self.owner,
+                default_namespace: self.default_namespace,
+                timeout,
+                annotations: vec![(ANNOTATION_PV, pv.to_owned())],
+                finalizers: Vec::new(),
+                staged_volume: None,
+            },
+        )
+    }
+
     /// The staging pod of `publication`. It records what unstaging needs
     /// when the claim or volume is gone by then: the `unstaging` phase as
     /// rendered now (when it rendered), claim, volume, client pod, target

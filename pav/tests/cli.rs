@@ -327,3 +327,50 @@ fn crd_is_printed_from_the_types() {
     assert_eq!(crd.spec.names.plural, "pavprovisioners");
     assert_eq!(crd.spec.versions[0].name, "v1alpha1");
 }
+
+/// examples/local-volumes' capacity pod runs on the node given, the
+/// script's `capacity` step; its modification is templates only, and
+/// refuses what the example does not know.
+#[test]
+fn render_prints_the_capacity_pod_and_the_modification_refusal() {
+    let capacity = render(&[
+        "examples/local-volumes/provisioner.yaml",
+        "--phase",
+        "capacity",
+    ]);
+    assert_eq!(capacity["evaluated"]["cacheFor"], "120s");
+    let pod: Pod = serde_json::from_value(capacity["pods"][0].clone()).unwrap();
+    assert_eq!(
+        pod.spec.as_ref().unwrap().node_name.as_deref(),
+        Some("sample-node")
+    );
+    assert_eq!(step_and_env(&pod, "NODE").0, "capacity");
+
+    let accepted = render(&[
+        "examples/local-volumes/provisioner.yaml",
+        "--phase",
+        "modification",
+    ]);
+    assert_eq!(
+        accepted["evaluated"],
+        serde_json::json!({}),
+        "mode ro is known"
+    );
+    assert_eq!(accepted["pods"], serde_json::json!([]));
+    let dir = tempfile::tempdir().unwrap();
+    let vac = dir.path().join("vac.yaml");
+    std::fs::write(
+        &vac,
+        "apiVersion: storage.k8s.io/v1\nkind: VolumeAttributesClass\nmetadata: {name: x}\ndriverName: local-volumes\nparameters: {speed: fast}\n",
+    )
+    .unwrap();
+    let refused = render(&[
+        "examples/local-volumes/provisioner.yaml",
+        "--phase",
+        "modification",
+        "--vac",
+        vac.to_str().unwrap(),
+    ]);
+    let refusal = refused["evaluated"]["refusal"].as_str().unwrap();
+    assert!(refusal.contains("unknown parameter \"speed\""), "{refusal}");
+}

@@ -213,6 +213,14 @@ impl Checker {
                 "may only be specified together with spec.snapshotCreation",
             );
         }
+        if has(Phase::Capacity)
+            && modes.is_some_and(|modes| !modes.contains(&ProvisioningMode::Dynamic))
+        {
+            self.problem_rule(
+                "spec.storageCapacity",
+                "may only be specified if spec.provisioningModes contains Dynamic (capacity places new volumes)",
+            );
+        }
         if data_sources.is_empty() {
             return;
         }
@@ -247,6 +255,15 @@ impl Checker {
                 && !map.contains_key("podTemplate")
             {
                 self.problem_schema(&format!("{path}.podTemplate"), "is required");
+            }
+            if phase == Phase::Capacity
+                && !map.contains_key("availableCapacity")
+                && !map.contains_key("podTemplate")
+            {
+                self.problem_rule(
+                    path,
+                    "must specify availableCapacity or podTemplate (or both)",
+                );
             }
             if phase == Phase::Validation
                 && let (Some(min), Some(max)) = (map.get("minCapacity"), map.get("maxCapacity"))
@@ -323,6 +340,22 @@ impl Checker {
                     ),
                 }
             }
+            Some(Kind::Bytes) => match value {
+                Json::String(text) => {
+                    if let Err(err) = parse_bytes(text, Rounding::Down) {
+                        self.problem_schema(path, &err.to_string());
+                    }
+                }
+                Json::Number(n) if number_bytes(n, Rounding::Down).is_some() => {}
+                other => self.problem_schema(
+                    path,
+                    &format!("must be a quantity, not {}", describe_json(other)),
+                ),
+            },
+            Some(Kind::Message) if !value.is_string() => self.problem_schema(
+                path,
+                &format!("must be a string, not {}", describe_json(value)),
+            ),
             Some(Kind::Handle) => {
                 if value.as_str() == Some("") {
                     self.problem_schema(path, "must not be empty");

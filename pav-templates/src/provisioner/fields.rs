@@ -72,7 +72,19 @@ impl Fields<'_> {
     }
 
     pub(super) fn capacity(&self, key: &str, value: Json) -> Result<u64> {
-        let rounding = capacity_rounding(key);
+        let bytes = self.bytes(key, value)?;
+        if bytes == 0 {
+            return Err(self.evaluated(key, "must be a positive capacity, not 0 bytes".into()));
+        }
+        Ok(bytes)
+    }
+
+    /// A quantity of bytes, 0 allowed (room that is used up).
+    pub(super) fn bytes(&self, key: &str, value: Json) -> Result<u64> {
+        let rounding = match kind(key) {
+            Some(Kind::Bytes) => Rounding::Down,
+            _ => capacity_rounding(key),
+        };
         let bytes = match &value {
             Json::String(text) => {
                 parse_bytes(text, rounding).map_err(|err| self.evaluated(key, err.to_string()))?
@@ -94,9 +106,6 @@ impl Fields<'_> {
                 ));
             }
         };
-        if bytes == 0 {
-            return Err(self.evaluated(key, "must be a positive capacity, not 0 bytes".into()));
-        }
         Ok(bytes)
     }
 
@@ -111,6 +120,21 @@ impl Fields<'_> {
                     "must evaluate to a non-empty string, not {}",
                     describe_json(&other)
                 ),
+            )),
+        }
+    }
+
+    /// A message key (`refusal`): `None` when absent or empty.
+    pub(super) fn message(&mut self, key: &str) -> Result<Option<String>> {
+        match self.take(key) {
+            None => Ok(None),
+            Some(Json::String(text)) => {
+                let text = text.trim();
+                Ok((!text.is_empty()).then(|| text.to_owned()))
+            }
+            Some(other) => Err(self.evaluated(
+                key,
+                format!("must evaluate to a string, not {}", describe_json(&other)),
             )),
         }
     }
@@ -142,16 +166,21 @@ impl Fields<'_> {
     }
 
     pub(super) fn timeout(&mut self) -> Result<Option<std::time::Duration>> {
-        match self.take("timeout") {
+        self.duration("timeout")
+    }
+
+    /// A duration key (`timeout`, `cacheFor`), if present.
+    pub(super) fn duration(&mut self, key: &str) -> Result<Option<std::time::Duration>> {
+        match self.take(key) {
             None => Ok(None),
             Some(Json::String(text)) => parse_timeout(&text)
                 .map(Some)
-                .map_err(|message| self.evaluated("timeout", message)),
+                .map_err(|message| self.evaluated(key, message)),
             Some(Json::Number(n)) => parse_timeout(&n.to_string())
                 .map(Some)
-                .map_err(|message| self.evaluated("timeout", message)),
+                .map_err(|message| self.evaluated(key, message)),
             Some(other) => Err(self.evaluated(
-                "timeout",
+                key,
                 format!(
                     "must evaluate to a duration such as 5m, not {}",
                     describe_json(&other)
@@ -271,8 +300,12 @@ pub(super) enum Kind {
     /// volume's least and given capacity down, its greatest up, so that
     /// rounding never asks for more than the claim allows.
     Capacity(Rounding),
+    /// A quantity of bytes that may be 0 (free room), rounded down.
+    Bytes,
     /// A non-empty string.
     Handle,
+    /// A message, empty for none.
+    Message,
     /// Node names: one, or a non-empty list ([`crate::phase::topology_nodes`]).
     Topology,
     /// A duration such as `5m`.
@@ -289,7 +322,7 @@ fn is<T: serde::de::DeserializeOwned>(value: &Json) -> bool {
 /// Every key of every phase and what it holds: the one table `pav check`
 /// (a literal value) and rendering (the evaluated one) both read. Which
 /// phase has which keys is [`Phase::keys`].
-const KEYS: [(&str, Kind); 10] = [
+const KEYS: [(&str, Kind); 14] = [
     (
         "volumeModes",
         Kind::EnumList {
@@ -313,6 +346,11 @@ const KEYS: [(&str, Kind); 10] = [
     ("topology", Kind::Topology),
     ("timeout", Kind::Timeout),
     ("podTemplate", Kind::PodTemplate),
+    // Free room may be none; a volume never.
+    ("availableCapacity", Kind::Bytes),
+    ("maximumVolumeSize", Kind::Capacity(Rounding::Down)),
+    ("cacheFor", Kind::Timeout),
+    ("refusal", Kind::Message),
 ];
 
 /// What `key` holds ([`KEYS`]); `None` for a key no phase has.

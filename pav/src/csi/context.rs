@@ -197,6 +197,17 @@ impl DriverContext {
         }
     }
 
+    /// The PavProvisioner as its watch last saw it, valid or not (`None`
+    /// when there is none): what the driver's manifests were made from.
+    pub async fn provisioner_object(
+        &self,
+    ) -> Result<Option<Arc<pav_templates::PavProvisioner>>, DriverError> {
+        self.start_provisioner_watch();
+        let cache = self.provisioner_cache.get().expect("started above");
+        cache.ready(READY_TIMEOUT.min(self.timeout)).await?;
+        Ok(cache.object())
+    }
+
     /// How many times this driver compiled its PavProvisioner.
     pub fn compilations(&self) -> usize {
         self.provisioner_cache
@@ -428,6 +439,8 @@ pub fn event_reason(phase: Phase) -> &'static str {
         Phase::NodeExpansion => "NodeExpansionFailed",
         Phase::SnapshotCreation => "SnapshotCreationFailed",
         Phase::SnapshotDeletion => "SnapshotDeletionFailed",
+        Phase::Capacity => "CapacityFailed",
+        Phase::Modification => "ModificationFailed",
     }
 }
 

@@ -7,6 +7,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::Store;
 use kube::{Api, Resource, ResourceExt};
 use pav_sdk::{ContentSource, Create, CreateRequest, Error, Result, Volume};
+use pav_templates::context::MUTABLE_PARAMETERS_KEY;
 use pav_templates::{CompiledProvisioner, DataSourceKind, Phase, Source};
 
 use self::deleted::Deleted;
@@ -14,11 +15,13 @@ use super::context::{DriverContext, api_error};
 use super::recipe::{CreationPlan, Plan, Planner, PodFiles};
 use crate::pods::results;
 
+mod capacity;
 mod cleanup;
 mod delete;
 pub mod deleted;
 mod error;
 mod expand;
+mod modify;
 mod snapshot;
 
 pub use self::cleanup::sweep;
@@ -31,6 +34,7 @@ pub struct PodController {
     driver: Arc<DriverContext>,
     volumes: Store<PersistentVolume>,
     deleted: Deleted,
+    capacities: capacity::Answers,
 }
 
 /// One claim being provisioned, with the live objects its contexts need.
@@ -49,6 +53,7 @@ impl PodController {
             driver,
             volumes,
             deleted: Deleted::default(),
+            capacities: capacity::Answers::default(),
         }
     }
 
@@ -105,8 +110,9 @@ impl PodController {
         };
         let (pvc, sc) = (claim.pvc.clone(), claim.sc.clone());
         let nodes = topology_nodes(&req.topology);
+        let mutable = req.mutable_parameters.clone();
         let creation = planner
-            .blocking(move |p| p.creation(&pvc, &sc, &nodes, source.as_ref()))
+            .blocking(move |p| p.creation(&pvc, &sc, &nodes, source.as_ref(), &mutable))
             .await
             .map_err(CreateError::Plan)?;
 
@@ -360,12 +366,20 @@ impl PodController {
 }
 
 /// The volume answered to CreateVolume: its volume context is the
-/// StorageClass parameters (the guide's `params` when staging); its
+/// StorageClass parameters (the guide's `params` when staging) and the
+/// claim's VolumeAttributesClass parameters, when it has some, as JSON
+/// under [`MUTABLE_PARAMETERS_KEY`] (staging's `mutableParams`); its
 /// topology the nodes it is accessible from, as the node plugins report
 /// theirs ([`super::node_topology`]).
 fn volume(created: results::Created, req: &CreateRequest) -> Volume {
     let mut volume = Volume::new(created.handle, created.capacity);
     volume.context = req.parameters.clone();
+    if !req.mutable_parameters.is_empty() {
+        volume.context.insert(
+            MUTABLE_PARAMETERS_KEY.to_owned(),
+            serde_json::to_string(&req.mutable_parameters).unwrap_or_default(),
+        );
+    }
     for node in &created.topology {
         volume = volume.accessible_from(super::node_topology(node));
     }
@@ -428,6 +442,8 @@ fn topology_nodes(requirement: &pav_sdk::TopologyRequirement) -> Vec<String> {
         .collect()
 }
 
+#[cfg(test)]
+mod attribute_scenarios;
 #[cfg(test)]
 mod scenarios;
 

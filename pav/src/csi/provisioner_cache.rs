@@ -99,6 +99,11 @@ impl ProvisionerCache {
         }
     }
 
+    /// The object as the watch last saw it, not compiled.
+    pub(super) fn object(&self) -> Option<Arc<PavProvisioner>> {
+        self.store.get(&ObjectRef::new(&self.name))
+    }
+
     /// The object's current generation, compiled now if it is new.
     pub(super) fn current(&self) -> Result<Arc<Generation>, DriverError> {
         let Some(object) = self.store.get(&ObjectRef::new(&self.name)) else {

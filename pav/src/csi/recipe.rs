@@ -9,5 +9,7 @@
 pub mod plan;
 pub mod run;
 
-pub use self::plan::{CreationPlan, Plan, PlanError, Planner, StagingFor};
+pub use self::plan::{
+    CapacityFor, CreationPlan, ModificationPlan, Plan, PlanError, Planner, StagingFor,
+};
 pub use self::run::{PhaseError, PodFiles, Ran};

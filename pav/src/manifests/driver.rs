@@ -35,6 +35,8 @@ use crate::operator::leader;
 use crate::pods::HOST_POD_DIR;
 use crate::telemetry::LogFormat;
 
+mod attributes;
+
 /// How long the CSI controller's sidecars (external-provisioner,
 /// external-resizer, csi-snapshotter) wait for a call to `pav
 /// csi-controller`: it answers CreateVolume, DeleteVolume,
@@ -273,6 +275,12 @@ struct Builder<'a> {
     /// The provisioner has `snapshotCreation`: the CSI controller gets
     /// csi-snapshotter.
     snapshots: bool,
+    /// The provisioner has `storageCapacity`: external-provisioner
+    /// publishes CSIStorageCapacity objects.
+    capacity: bool,
+    /// The provisioner has `volumeModification`: the CSI controller gets
+    /// external-resizer with its VolumeAttributesClass support.
+    modifies: bool,
 }
 
 fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Value {
@@ -292,6 +300,8 @@ impl<'a> Builder<'a> {
             settings,
             expands: provisioner.spec.volume_expansion.is_some(),
             snapshots: provisioner.spec.snapshot_creation.is_some(),
+            capacity: provisioner.spec.storage_capacity.is_some(),
+            modifies: provisioner.spec.volume_modification.is_some(),
         }
     }
 
@@ -348,7 +358,9 @@ impl<'a> Builder<'a> {
                 // fsType nor always RWO).
                 "fsGroupPolicy": "File",
                 "requiresRepublish": false,
-                "storageCapacity": false,
+                // The scheduler checks CSIStorageCapacity objects only
+                // when set (spec.storageCapacity publishes them).
+                "storageCapacity": self.capacity,
             },
         }))
     }
@@ -441,16 +453,27 @@ impl<'a> Builder<'a> {
                 ],
             ),
         ];
-        if self.expands {
+        if self.capacity {
+            let provisioner = &mut containers[1];
+            let args = provisioner["args"].as_array_mut().expect("args are a list");
+            args.extend(attributes::CAPACITY_ARGS.map(Value::from));
+            provisioner["env"] = attributes::capacity_env();
+        }
+        if self.expands || self.modifies {
             // Defaults otherwise: --handle-volume-inuse-error stays on, so
             // a claim whose expansion the driver refused while in use
             // (FailedPrecondition) is retried once no pod uses it. The
             // explicit --timeout is also external-resizer v2's timeout of
-            // each ControllerExpandVolume (--resize-timeout, 10 s by
-            // default, is ignored then). Its VolumeAttributesClass
-            // controller never starts: pav's drivers do not advertise
-            // MODIFY_VOLUME.
-            containers.push(self.sidecar(RESIZER, &s.resizer_image, &s.resources.resizer, &[]));
+            // each ControllerExpandVolume and ControllerModifyVolume
+            // (--resize-timeout and --modify-timeout, 10 s by default, are
+            // ignored then). Its VolumeAttributesClass controller runs for
+            // drivers with spec.volumeModification (MODIFY_VOLUME).
+            let extra: &[&str] = if self.modifies {
+                &attributes::MODIFICATION_ARGS
+            } else {
+                &[]
+            };
+            containers.push(self.sidecar(RESIZER, &s.resizer_image, &s.resources.resizer, extra));
         }
         if self.snapshots {
             // The VolumeSnapshot's and VolumeSnapshotContent's names reach
@@ -668,7 +691,9 @@ pub fn csi_controller_role() -> ClusterRole {
             // the CSINodes naming the drivers' topology keys).
             rule(&[""], &["nodes"], &["get", "list", "watch"]),
             rule(&["storage.k8s.io"], &["csinodes"], &["list", "watch"]),
-            rule(&["storage.k8s.io"], &["volumeattributesclasses"], &["get"]),
+            // get: external-provisioner's class of a new claim; list,
+            // watch: external-resizer's informer (spec.volumeModification).
+            rule(&["storage.k8s.io"], &["volumeattributesclasses"], &["get", "list", "watch"]),
             // patch: the finalizer of a staging pod whose node was deleted
             // (csi/deleted_nodes.rs); list, watch: also external-resizer's
             // pod informer (claims in use).
@@ -711,15 +736,19 @@ pub fn csi_node_role() -> ClusterRole {
 }
 
 /// The leader election of the CSI controller's sidecars (csi-lib-utils, on
-/// client-go's LeaseLock: get, create, update), bound in the pav namespace
-/// only.
+/// client-go's LeaseLock: get, create, update), and external-provisioner's
+/// CSIStorageCapacity objects with the owner lookup they need (drivers
+/// with `storageCapacity`), bound in the pav namespace only.
 pub fn csi_leader_election_role() -> ClusterRole {
+    let [capacities, replica_sets] = attributes::capacity_rules();
     typed(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": shared_role_meta(CSI_LEADER_ELECTION_ROLE, "csi-controller"),
         "rules": [
             rule(&["coordination.k8s.io"], &["leases"], &["get", "create", "update"]),
+            capacities,
+            replica_sets,
         ],
     }))
 }

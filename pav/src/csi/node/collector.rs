@@ -75,13 +75,15 @@ pub async fn sweep_dirs(driver: Arc<DriverContext>, node: String, pods_dir: Path
 
 /// The phases whose pods' `/pav` files the node plugin collects (and whose
 /// directories, named after the pods, it removes).
-pub(super) const COLLECTED_PHASES: [Phase; 6] = [
+pub(super) const COLLECTED_PHASES: [Phase; 8] = [
     Phase::Validation,
     Phase::Creation,
     Phase::Deletion,
     Phase::Expansion,
     Phase::SnapshotCreation,
     Phase::SnapshotDeletion,
+    Phase::Capacity,
+    Phase::Modification,
 ];
 
 /// Whether `pod` is a pod of one of the [`COLLECTED_PHASES`].

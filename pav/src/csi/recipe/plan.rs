@@ -17,6 +17,10 @@ use pav_templates::{
 };
 
 use crate::csi::context::DriverError;
+
+mod attributes;
+
+pub use self::attributes::{CapacityFor, ModificationPlan};
 use crate::pods::{PodOrigin, Publication, claim_name};
 
 /// What every plan of one PavProvisioner starts from: its compiled
@@ -251,18 +255,21 @@ impl Planner {
     }
 
     /// The creation of claim `pvc`'s volume, of class `sc`, on one of
-    /// `topology_nodes` (preferred first), from `source` if any.
+    /// `topology_nodes` (preferred first), from `source` if any, with the
+    /// claim's VolumeAttributesClass parameters `mutable`.
     pub fn creation(
         &self,
         pvc: &PersistentVolumeClaim,
         sc: &StorageClass,
         topology_nodes: &[String],
         source: Option<&Source>,
+        mutable: &std::collections::BTreeMap<String, String>,
     ) -> Result<CreationPlan> {
         self.require_dynamic(Phase::Creation)?;
         let mut context = CreationContext::new(pvc, sc)
             .map_err(PlanError::Context)?
             .with_topology_nodes(topology_nodes)
+            .with_mutable_parameters(mutable)
             .with_pvc_lookup(self.lookup.clone());
         if let Some(source) = source {
             context = context.with_source(source);

@@ -1,0 +1,251 @@
+//! Scenarios of GetCapacity and ControllerModifyVolume against the fake
+//! API server ([`fixtures`](super::super::fixtures)), through pav-csi's
+//! gRPC service as external-provisioner and external-resizer call it:
+//! advertised only with their sections, templates evaluated, refusals
+//! `INVALID_ARGUMENT` with nothing changed, new parameters recorded.
+
+use std::time::Duration;
+
+use crate::csi::fixtures::{ApiServer, Logged, list};
+use http::Method;
+use kube::Client;
+use pav_csi::csi;
+use serde_json::json;
+
+const PROVISIONERS: &str = "/apis/pav.albertofaria.github.io/v1alpha1/pavprovisioners";
+const PV: &str = "/api/v1/persistentvolumes/pv-1";
+const MUTABLE: &str = "pav.albertofaria.github.io/mutable-parameters";
+
+fn volume() -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": "pv-1", "uid": "u-pv", "resourceVersion": "1",
+                     "annotations": {MUTABLE: "{\"mode\":\"rw\",\"tier\":\"gold\"}"}},
+        "spec": {"capacity": {"storage": "1Mi"}, "accessModes": ["ReadWriteOnce"],
+                 "csi": {"driver": "p", "volumeHandle": "h-1"}},
+    })
+}
+
+/// The fake, answering for provisioner `p` with `spec`, one volume
+/// (`h-1`, without a claim) and no pods; PATCHes of the volume echo it.
+fn scenario(spec: serde_json::Value) -> (ApiServer, Client) {
+    let (server, client) = ApiServer::start();
+    let provisioner = json!({
+        "apiVersion": "pav.albertofaria.github.io/v1alpha1", "kind": "PavProvisioner",
+        "metadata": {"name": "p", "uid": "u-p", "generation": 1, "resourceVersion": "1"},
+        "spec": spec,
+    });
+    server.route(
+        Method::GET,
+        PROVISIONERS,
+        list("PavProvisioner", vec![provisioner]),
+    );
+    server.route(
+        Method::GET,
+        "/api/v1/persistentvolumes",
+        list("PersistentVolume", vec![volume()]),
+    );
+    server.route(Method::GET, "/api/v1/pods", list("Pod", vec![]));
+    server.route(Method::PATCH, PV, (200, volume()));
+    server.on(|r: &Logged| {
+        (r.method == Method::POST && r.path.ends_with("/events"))
+            .then(|| (201, r.body.clone().unwrap_or_default()))
+    });
+    (server, client)
+}
+
+/// Serves the CSI controller of `p` as `pav csi-controller` does (its
+/// sections read from the spec at start) while `calls` runs.
+async fn with_controller<T>(
+    client: Client,
+    calls: impl AsyncFnOnce(csi::controller_client::ControllerClient<tonic::transport::Channel>) -> T,
+) -> T {
+    let driver = std::sync::Arc::new(crate::csi::fixtures::driver_context(client));
+    let object = driver.provisioner_object().await.unwrap();
+    let provisioner = crate::csi::served_sections(
+        crate::csi::controller_provisioner(driver),
+        object.as_ref().map(|p| &p.spec),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("csi.sock");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = pav_csi::Driver::builder("p")
+        .provisioner(provisioner)
+        .serve_controller(&socket)
+        .run_until(async {
+            let _ = stopped.await;
+        });
+    let server = tokio::spawn(serving);
+    for _ in 0..100 {
+        if socket.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let channel = pav_csi::client::connect(&socket).await.unwrap();
+    let answer = calls(csi::controller_client::ControllerClient::new(channel)).await;
+    let _ = stop.send(());
+    let _ = server.await;
+    answer
+}
+
+fn base() -> serde_json::Value {
+    json!({
+        "provisioningModes": ["Dynamic"],
+        "volumeCreation": {"capacity": "1Mi"},
+        "volumeStaging": {"podTemplate": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
+    })
+}
+
+fn with(sections: serde_json::Value) -> serde_json::Value {
+    let mut spec = base();
+    crate::csi::fixtures::merge(&mut spec, &sections);
+    spec
+}
+
+type Rpc = csi::controller_service_capability::rpc::Type;
+
+async fn advertised(spec: serde_json::Value) -> Vec<Rpc> {
+    let (_server, client) = scenario(spec);
+    with_controller(client, async |mut c| {
+        c.controller_get_capabilities(csi::ControllerGetCapabilitiesRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .capabilities
+            .into_iter()
+            .filter_map(|c| match c.r#type {
+                Some(csi::controller_service_capability::Type::Rpc(rpc)) => {
+                    Rpc::try_from(rpc.r#type).ok()
+                }
+                _ => None,
+            })
+            .collect()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn capacity_and_modification_are_advertised_exactly_with_their_sections() {
+    let plain = advertised(base()).await;
+    assert!(!plain.contains(&Rpc::GetCapacity) && !plain.contains(&Rpc::ModifyVolume));
+    let both = advertised(with(json!({
+        "storageCapacity": {"availableCapacity": "1Gi"},
+        "volumeModification": {},
+    })))
+    .await;
+    assert!(both.contains(&Rpc::GetCapacity) && both.contains(&Rpc::ModifyVolume));
+}
+
+fn capacity_request(node: &str, room: &str) -> csi::GetCapacityRequest {
+    csi::GetCapacityRequest {
+        parameters: [("room".to_owned(), room.to_owned())].into(),
+        accessible_topology: Some(csi::Topology {
+            segments: [(crate::csi::TOPOLOGY_KEY.to_owned(), node.to_owned())].into(),
+        }),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn capacity_is_evaluated_per_segment_and_class() {
+    let (_server, client) = scenario(with(json!({"storageCapacity": {
+        "availableCapacity": "{{ params.room }}",
+        "maximumVolumeSize": "{{ '1Gi' if nodeName == 'n1' else '2Gi' }}",
+    }})));
+    let answers = with_controller(client, async |mut c| {
+        let mut answers = Vec::new();
+        for (node, room) in [("n1", "3Gi"), ("n2", "0")] {
+            let answer = c
+                .get_capacity(capacity_request(node, room))
+                .await
+                .unwrap()
+                .into_inner();
+            answers.push((answer.available_capacity, answer.maximum_volume_size));
+        }
+        answers
+    })
+    .await;
+    // The largest volume is never more than the room.
+    assert_eq!(answers, [(3 << 30, Some(1 << 30)), (0, Some(0))]);
+}
+
+#[tokio::test]
+async fn a_hostile_capacity_template_is_a_bounded_error() {
+    let (_server, client) = scenario(with(json!({"storageCapacity": {
+        "availableCapacity": "{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}",
+    }})));
+    let status = with_controller(client, async |mut c| {
+        c.get_capacity(capacity_request("n1", "1Gi"))
+            .await
+            .unwrap_err()
+    })
+    .await;
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("spec.storageCapacity.availableCapacity")
+            && status.message().len() < 4096,
+        "{}",
+        status.message()
+    );
+}
+
+fn modify_request(mode: &str) -> csi::ControllerModifyVolumeRequest {
+    csi::ControllerModifyVolumeRequest {
+        volume_id: "h-1".into(),
+        mutable_parameters: [("mode".to_owned(), mode.to_owned())].into(),
+        ..Default::default()
+    }
+}
+
+fn modification() -> serde_json::Value {
+    with(json!({"volumeModification": {
+        "refusal": "{% if requestedMutableParams.mode not in ['rw', 'ro'] %}mode {{ requestedMutableParams.mode }} is not rw or ro{% endif %}",
+    }}))
+}
+
+#[tokio::test]
+async fn a_modification_records_the_parameters_on_the_volume() {
+    let (server, client) = scenario(modification());
+    with_controller(client, async |mut c| {
+        c.controller_modify_volume(modify_request("ro"))
+            .await
+            .unwrap();
+    })
+    .await;
+    let patches: Vec<Logged> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == Method::PATCH && r.path == PV)
+        .collect();
+    assert_eq!(patches.len(), 1, "{patches:#?}");
+    let body = patches[0].body.clone().unwrap_or_default();
+    let recorded: serde_json::Value =
+        serde_json::from_str(body["metadata"]["annotations"][MUTABLE].as_str().unwrap()).unwrap();
+    // Keys the class does not name keep their values.
+    assert_eq!(recorded, json!({"mode": "ro", "tier": "gold"}));
+}
+
+#[tokio::test]
+async fn a_refused_modification_is_invalid_and_changes_nothing() {
+    let (server, client) = scenario(modification());
+    let status = with_controller(client, async |mut c| {
+        c.controller_modify_volume(modify_request("rx"))
+            .await
+            .unwrap_err()
+    })
+    .await;
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().contains("mode rx is not rw or ro"),
+        "{}",
+        status.message()
+    );
+    assert!(
+        !server.requests().iter().any(|r| r.method == Method::PATCH
+            || (r.method == Method::POST && r.path.ends_with("/pods"))),
+        "nothing changed"
+    );
+}
