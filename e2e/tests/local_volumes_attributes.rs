@@ -287,7 +287,10 @@ async fn recorded_mode(client: &Client, claims: &Api<PersistentVolumeClaim>, nam
 }
 
 /// A pod's script: reads the token, then tries to write.
-const READ_AND_WRITE: &str = "cat /data/token; if echo more > /data/more 2>/tmp/err; \
+/// The write's redirection runs in a subshell whose stderr is /tmp/err:
+/// the shell reports a redirection it cannot open on its own stderr,
+/// before any redirection that follows it.
+const READ_AND_WRITE: &str = "cat /data/token; if (echo more > /data/more) 2>/tmp/err; \
      then echo write=ok; else echo write=refused; cat /tmp/err; fi";
 
 #[tokio::test]
