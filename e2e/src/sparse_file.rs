@@ -19,6 +19,19 @@ pub const DRIVER_NS: &str = "sparse-file";
 /// Where the driver keeps volume and snapshot images on the node.
 pub const VOLUMES_DIR: &str = "/var/lib/sparse-file";
 
+/// The names of the driver's files on the node (volume and snapshot
+/// images, group manifests), sorted.
+pub fn files_on_node() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(VOLUMES_DIR)
+        .map(|dir| {
+            dir.filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
 /// One file of examples/sparse-file/deploy/.
 pub fn deploy_file(file: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))

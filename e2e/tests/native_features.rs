@@ -24,7 +24,7 @@ use k8s_openapi::api::storage::v1::CSIStorageCapacity;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::{Api, Client};
-use pav_e2e::sparse_file::{self, DRIVER, DRIVER_NS, VOLUMES_DIR};
+use pav_e2e::sparse_file::{self, DRIVER, DRIVER_NS};
 use pav_e2e::*;
 
 const NS: &str = "e2e-native-features";
@@ -73,18 +73,6 @@ async fn run_pod(client: &Client, name: &str, claim: &str, script: &str) -> Stri
     sparse_file::run_client(client, NS, name, claim, script).await
 }
 
-/// Files of the driver on the node (volume and snapshot images).
-fn driver_files() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(VOLUMES_DIR)
-        .map(|dir| {
-            dir.filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
-
 #[tokio::test]
 #[ignore = "needs a cluster"]
 async fn sparse_file_grows_snapshots_clones_and_reports_capacity_and_stats() {
@@ -93,7 +81,7 @@ async fn sparse_file_grows_snapshots_clones_and_reports_capacity_and_stats() {
     reset(&client, NS, DRIVER).await.unwrap();
     sparse_file::uninstall(&client, &FILES).await;
     namespace(&client, NS).await.unwrap();
-    let files_before = driver_files();
+    let files_before = sparse_file::files_on_node();
     sparse_file::install(&client, &FILES).await;
 
     // Capacity: external-provisioner asks GetCapacity for the node's
@@ -299,7 +287,7 @@ spec:
     .await
     .unwrap();
     wait_until("the images and snapshot copies to go", STEP, || async {
-        Ok((driver_files() == files_before).then_some(()))
+        Ok((sparse_file::files_on_node() == files_before).then_some(()))
     })
     .await
     .unwrap();

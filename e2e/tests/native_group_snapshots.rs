@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
 use kube::{Api, Client};
-use pav_e2e::sparse_file::{self, DRIVER, VOLUMES_DIR};
+use pav_e2e::sparse_file::{self, DRIVER};
 use pav_e2e::*;
 
 const NS: &str = "e2e-group-snapshots";
@@ -64,18 +64,6 @@ metadata:
     )
 }
 
-/// Files of the driver on the node (volume and snapshot images).
-fn driver_files() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(VOLUMES_DIR)
-        .map(|dir| {
-            dir.filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
-
 async fn api_of(client: &Client, group: &str, kind: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk(group, "v1", kind);
     let (resource, _) = kube::discovery::pinned_kind(client, &gvk)
@@ -92,7 +80,7 @@ async fn sparse_file_group_snapshot_restores_each_member_and_deletes_them() {
     reset(&client, NS, DRIVER).await.unwrap();
     sparse_file::uninstall(&client, &FILES).await;
     namespace(&client, NS).await.unwrap();
-    let files_before = driver_files();
+    let files_before = sparse_file::files_on_node();
     sparse_file::install(&client, &FILES).await;
 
     // "mounted" stays mounted by a running pod through the group snapshot;
@@ -215,7 +203,7 @@ spec:
         delete_and_wait(&claims, name, STEP).await.unwrap();
     }
     wait_until("the images and snapshot copies to go", STEP, || async {
-        Ok((driver_files() == files_before).then_some(()))
+        Ok((sparse_file::files_on_node() == files_before).then_some(()))
     })
     .await
     .unwrap();
