@@ -1,10 +1,12 @@
 //! Attach over records: the CSI spec's answers to repeats, conflicts and
 //! the per-node limit, without asking the author.
 
-use std::sync::Mutex;
+mod common;
 
 use pav_sdk::records::{DirStore, RecordStore, Records};
 use pav_sdk::*;
+
+use common::Calls;
 
 const MIB: u64 = 1 << 20;
 
@@ -12,16 +14,7 @@ const MIB: u64 = 1 << 20;
 /// records must keep it from being asked.
 #[derive(Default)]
 struct Disks {
-    calls: Mutex<Vec<String>>,
-}
-
-impl Disks {
-    fn calls(&self) -> Vec<String> {
-        self.calls.lock().unwrap().clone()
-    }
-    fn called(&self, call: String) {
-        self.calls.lock().unwrap().push(call);
-    }
+    calls: Calls,
 }
 
 #[async_trait]
@@ -34,7 +27,7 @@ impl Create for Disks {
 #[async_trait]
 impl Delete for Disks {
     async fn delete(&self, req: DeleteRequest) -> Result<()> {
-        self.called(format!("delete {}", req.handle.as_str()));
+        self.calls.record(format!("delete {}", req.handle.as_str()));
         Ok(())
     }
 }
@@ -43,7 +36,7 @@ impl Delete for Disks {
 impl Attach for Disks {
     async fn attach(&self, req: AttachRequest) -> Result<Attached> {
         let call = format!("attach {} {}", req.handle.as_str(), req.node_id);
-        self.called(call);
+        self.calls.record(call);
         if req.node_id == "broken" {
             return Err(Error::Internal("the node does not answer".into()));
         }
@@ -56,7 +49,8 @@ impl Attach for Disks {
 
     async fn detach(&self, req: DetachRequest) -> Result<()> {
         let node = req.node_id.unwrap_or_else(|| "every node".into());
-        self.called(format!("detach {} {node}", req.handle.as_str()));
+        self.calls
+            .record(format!("detach {} {node}", req.handle.as_str()));
         Ok(())
     }
 }
@@ -123,7 +117,7 @@ async fn repeats_and_conflicts_are_answered_from_the_records() {
             .unwrap();
     }
     assert_eq!(
-        p.inner().calls(),
+        p.inner().calls.all(),
         ["attach vol-a n1", "attach vol-b n1", "attach vol-b n2"]
     );
 
@@ -133,7 +127,7 @@ async fn repeats_and_conflicts_are_answered_from_the_records() {
         .await
         .unwrap();
     assert_eq!(repeat, first);
-    assert!(restarted.inner().calls().is_empty());
+    assert!(restarted.inner().calls.all().is_empty());
     let recorded = DirStore::new(dir.path()).load().await.unwrap().volumes;
     let b = recorded.iter().find(|v| v.handle == "vol-b").unwrap();
     assert_eq!(b.attachments.len(), 2);
@@ -151,7 +145,7 @@ async fn detach_and_delete_follow_the_attachments() {
         let req = build::detach(handle, Some("n1".into()));
         attacher.detach(req).await.unwrap();
     }
-    assert!(p.inner().calls().is_empty());
+    assert!(p.inner().calls.all().is_empty());
 
     for node in ["n1", "n2"] {
         let req = attach("vol-a", node, AccessMode::MultiNodeMultiWriter);
@@ -170,7 +164,7 @@ async fn detach_and_delete_follow_the_attachments() {
         .await
         .unwrap();
     assert_eq!(
-        p.inner().calls(),
+        p.inner().calls.all(),
         [
             "attach vol-a n1",
             "attach vol-a n2",

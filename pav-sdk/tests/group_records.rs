@@ -1,27 +1,21 @@
 //! Group snapshots over records kept by pav-sdk: repeats, deletes and gets
 //! answered without the author, members listed with their group.
 
-use std::sync::Mutex;
+mod common;
+
 use std::time::SystemTime;
 
 use pav_sdk::group_snapshot::build;
 use pav_sdk::records::Records;
 use pav_sdk::*;
 
+use common::Calls;
+
 /// Storage that remembers nothing: every call is counted, and taking a
 /// group twice would take it twice.
 #[derive(Default)]
 struct Forgetful {
-    calls: Mutex<Vec<String>>,
-}
-
-impl Forgetful {
-    fn calls(&self) -> Vec<String> {
-        self.calls.lock().unwrap().clone()
-    }
-    fn called(&self, call: String) {
-        self.calls.lock().unwrap().push(call);
-    }
+    calls: Calls,
 }
 
 #[async_trait]
@@ -43,7 +37,8 @@ impl Snapshot for Forgetful {
     }
 
     async fn delete_snapshot(&self, req: DeleteSnapshotRequest) -> Result<()> {
-        self.called(format!("delete snapshot {}", req.handle.as_str()));
+        self.calls
+            .record(format!("delete snapshot {}", req.handle.as_str()));
         Ok(())
     }
 }
@@ -51,7 +46,7 @@ impl Snapshot for Forgetful {
 #[async_trait]
 impl GroupSnapshot for Forgetful {
     async fn create_group_snapshot(&self, req: GroupSnapshotRequest) -> Result<GroupSnapshotInfo> {
-        self.called(format!("group {}", req.name));
+        self.calls.record(format!("group {}", req.name));
         let members = (req.sources.iter()).map(|source| {
             SnapshotInfo::new(
                 format!("member-{}-{}", req.name, source.as_str()),
@@ -68,7 +63,8 @@ impl GroupSnapshot for Forgetful {
     }
 
     async fn delete_group_snapshot(&self, req: DeleteGroupSnapshotRequest) -> Result<()> {
-        self.called(format!("delete group {}", req.handle.as_str()));
+        self.calls
+            .record(format!("delete group {}", req.handle.as_str()));
         Ok(())
     }
 }
@@ -93,14 +89,14 @@ async fn a_repeated_group_is_answered_from_the_records_even_after_a_restart() {
         groups.create_group_snapshot(reordered).await.unwrap(),
         taken
     );
-    assert_eq!(provisioner.inner().calls(), ["group gs-1"]);
+    assert_eq!(provisioner.inner().calls.all(), ["group gs-1"]);
 
     let restarted = recorded(dir.path());
     let again = restarted.group_snapshot().unwrap();
     let repeat = build::group_snapshot("gs-1", ["vol-a", "vol-b"]);
     assert_eq!(again.create_group_snapshot(repeat).await.unwrap(), taken);
     assert!(
-        restarted.inner().calls().is_empty(),
+        restarted.inner().calls.all().is_empty(),
         "answered from records"
     );
     let got = again
@@ -133,7 +129,7 @@ async fn other_sources_or_parameters_under_the_same_name_already_exist() {
             "{refused:?}: {answer:?}"
         );
     }
-    assert_eq!(provisioner.inner().calls(), ["group gs-1"]);
+    assert_eq!(provisioner.inner().calls.all(), ["group gs-1"]);
 }
 
 #[tokio::test]
@@ -183,7 +179,7 @@ async fn members_are_listed_with_their_group_and_deleted_only_with_it() {
     let never = build::delete_group_snapshot("group-never", Vec::<String>::new());
     groups.delete_group_snapshot(never).await.unwrap();
     assert_eq!(
-        provisioner.inner().calls(),
+        provisioner.inner().calls.all(),
         ["group gs-1", "delete group group-gs-1"]
     );
     // Nothing recorded is left after a restart either.

@@ -1,9 +1,11 @@
 //! Records kept by pav-sdk: what the author no longer writes.
 
-use std::sync::Mutex;
+mod common;
 
 use pav_sdk::records::{DirStore, RecordStore, Recorded, Records, SnapshotRecord, VolumeRecord};
 use pav_sdk::*;
+
+use common::Calls;
 
 const MIB: u64 = 1 << 20;
 
@@ -11,22 +13,13 @@ const MIB: u64 = 1 << 20;
 /// name twice would make a second volume.
 #[derive(Default)]
 struct Forgetful {
-    calls: Mutex<Vec<String>>,
-}
-
-impl Forgetful {
-    fn calls(&self) -> Vec<String> {
-        self.calls.lock().unwrap().clone()
-    }
-    fn called(&self, call: String) {
-        self.calls.lock().unwrap().push(call);
-    }
+    calls: Calls,
 }
 
 #[async_trait]
 impl Create for Forgetful {
     async fn create(&self, req: CreateRequest) -> Result<Volume> {
-        self.called(format!("create {}", req.name));
+        self.calls.record(format!("create {}", req.name));
         let size = req.capacity.choose(MIB, MIB)?;
         Ok(Volume::new(format!("vol-{}", req.name), size))
     }
@@ -35,7 +28,7 @@ impl Create for Forgetful {
 #[async_trait]
 impl Delete for Forgetful {
     async fn delete(&self, req: DeleteRequest) -> Result<()> {
-        self.called(format!("delete {}", req.handle.as_str()));
+        self.calls.record(format!("delete {}", req.handle.as_str()));
         Ok(())
     }
 }
@@ -43,7 +36,7 @@ impl Delete for Forgetful {
 #[async_trait]
 impl Expand for Forgetful {
     async fn expand(&self, req: ExpandRequest) -> Result<Expanded> {
-        self.called(format!("expand {}", req.handle.as_str()));
+        self.calls.record(format!("expand {}", req.handle.as_str()));
         Ok(Expanded::new(req.capacity.min_bytes.unwrap_or(0)))
     }
 }
@@ -51,7 +44,7 @@ impl Expand for Forgetful {
 #[async_trait]
 impl Modify for Forgetful {
     async fn modify(&self, req: ModifyRequest) -> Result<()> {
-        self.called(format!("modify {}", req.handle.as_str()));
+        self.calls.record(format!("modify {}", req.handle.as_str()));
         if req.mutable_parameters.contains_key("refused") {
             return Err(Error::InvalidArgument("refused by test".into()));
         }
@@ -62,7 +55,7 @@ impl Modify for Forgetful {
 #[async_trait]
 impl Snapshot for Forgetful {
     async fn create_snapshot(&self, req: SnapshotRequest) -> Result<SnapshotInfo> {
-        self.called(format!("snapshot {}", req.name));
+        self.calls.record(format!("snapshot {}", req.name));
         Ok(SnapshotInfo::new(
             format!("snap-{}", req.name),
             req.source.as_str(),
@@ -72,7 +65,8 @@ impl Snapshot for Forgetful {
     }
 
     async fn delete_snapshot(&self, req: DeleteSnapshotRequest) -> Result<()> {
-        self.called(format!("delete snapshot {}", req.handle.as_str()));
+        self.calls
+            .record(format!("delete snapshot {}", req.handle.as_str()));
         Ok(())
     }
 }
@@ -101,7 +95,7 @@ async fn a_repeated_create_is_answered_from_the_records_even_after_a_restart() {
     params.parameters.insert("tier".into(), "fast".into());
     let other = create.create(params).await.unwrap_err();
     assert!(matches!(other, Error::AlreadyExists(_)), "{other:?}");
-    assert_eq!(author(&p).calls(), ["create pvc-1"]);
+    assert_eq!(author(&p).calls.all(), ["create pvc-1"]);
 
     let restarted = provisioner!(Forgetful::default()).keep_records(keep());
     let again = restarted.create().unwrap();
@@ -112,7 +106,7 @@ async fn a_repeated_create_is_answered_from_the_records_even_after_a_restart() {
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].volume, volume);
     assert!(
-        author(&restarted).calls().is_empty(),
+        author(&restarted).calls.all().is_empty(),
         "the author was asked"
     );
 }
@@ -123,7 +117,7 @@ async fn deleting_an_unknown_volume_asks_nobody_and_a_deleted_one_is_forgotten()
     let p = provisioner!(Forgetful::default()).keep_records(Records::in_dir(dir.path()));
     let delete = p.delete().unwrap();
     delete.delete(build::delete("vol-never")).await.unwrap();
-    assert!(author(&p).calls().is_empty());
+    assert!(author(&p).calls.all().is_empty());
     p.create()
         .unwrap()
         .create(request("pvc-1", MIB))
@@ -131,7 +125,7 @@ async fn deleting_an_unknown_volume_asks_nobody_and_a_deleted_one_is_forgotten()
         .unwrap();
     delete.delete(build::delete("vol-pvc-1")).await.unwrap();
     delete.delete(build::delete("vol-pvc-1")).await.unwrap();
-    assert_eq!(author(&p).calls(), ["create pvc-1", "delete vol-pvc-1"]);
+    assert_eq!(author(&p).calls.all(), ["create pvc-1", "delete vol-pvc-1"]);
     assert!(p.list().unwrap().list().await.unwrap().is_empty());
     assert_eq!(
         DirStore::new(dir.path()).load().await.unwrap(),
@@ -181,7 +175,7 @@ async fn the_budget_bounds_creation_and_growth_and_is_the_capacity() {
     let full = p.expand().unwrap().expand(grow).await.unwrap_err();
     assert!(matches!(full, Error::ResourceExhausted(_)), "{full:?}");
     assert_eq!(
-        author(&p).calls(),
+        author(&p).calls.all(),
         ["create pvc-1", "expand vol-pvc-1"],
         "refused calls reached the author"
     );
@@ -222,7 +216,7 @@ async fn a_volume_that_cannot_be_recorded_is_deleted_not_leaked() {
         matches!(&error, Error::Unavailable(m) if m.contains("no space left") && m.contains("it was deleted")),
         "{error:?}"
     );
-    assert_eq!(author(&p).calls(), ["create pvc-1", "delete vol-pvc-1"]);
+    assert_eq!(author(&p).calls.all(), ["create pvc-1", "delete vol-pvc-1"]);
 }
 
 #[tokio::test]
@@ -253,7 +247,7 @@ async fn snapshots_are_recorded_by_name() {
         .unwrap();
     assert!(snapshots.list_snapshots().await.unwrap().is_empty());
     assert_eq!(
-        author(&p).calls(),
+        author(&p).calls.all(),
         ["snapshot snapshot-1", "delete snapshot snap-snapshot-1"]
     );
 }
@@ -274,7 +268,7 @@ async fn records_wrap_touch_points_added_after_them() {
         .create(request("pvc-1", MIB))
         .await
         .unwrap();
-    assert_eq!(author(&p).calls(), ["create pvc-1"]);
+    assert_eq!(author(&p).calls.all(), ["create pvc-1"]);
 }
 
 fn params(pairs: &[(&str, &str)]) -> Parameters {
@@ -311,7 +305,7 @@ async fn mutable_parameters_are_recorded_and_modified() {
         .await
         .unwrap();
     assert_eq!(
-        author(&p).calls(),
+        author(&p).calls.all(),
         ["create pvc-1", "modify vol-pvc-1", "modify vol-pvc-1"]
     );
 
@@ -327,7 +321,7 @@ async fn mutable_parameters_are_recorded_and_modified() {
         recorded[0].mutable_parameters,
         params(&[("tier", "silver"), ("iops", "100")])
     );
-    assert!(author(&restarted).calls().is_empty());
+    assert!(author(&restarted).calls.all().is_empty());
 }
 
 #[tokio::test]
