@@ -96,29 +96,28 @@ async fn sparse_file_group_snapshot_restores_each_member_and_deletes_them() {
         "echo token-idle > /data/token && sync",
     )
     .await;
+    // The writer's token is in its page cache, not necessarily on the
+    // image yet: the group snapshot must freeze the mounted filesystem to
+    // copy it.
     let writer = sparse_file::client_pod(
         NS,
         "writer",
         "mounted",
-        "echo token-mounted > /data/token; sleep 100000",
+        "echo token-mounted > /data/token && echo written; sleep 100000",
     );
     apply(&client, &writer).await.unwrap();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let running = wait_for(&pods, "writer", STEP, "Running", |p| {
-        pod_phase(p) == "Running"
+    let written = wait_until("the writer to write its token", STEP, || async {
+        let output = logs(&client, NS, "writer").await.unwrap_or_default();
+        Ok(output.contains("written").then_some(()))
     })
     .await;
-    if let Err(e) = running {
+    if let Err(e) = written {
         panic!(
             "{e}; events: {:#?}",
             event_lines(&client, NS, "writer").await
         );
     }
-    // The token is written once the container runs; give the shell its
-    // moment by waiting for the file through a second reader of the log-free
-    // kind: the writer never exits, so poll its mounted file with exec-free
-    // means, i.e. wait for the pod's start and then a few seconds.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
 
     // The group snapshot.
     let group_yaml = format!(
