@@ -222,10 +222,19 @@ fn write_manifest(manifest: &Path, members: &[Member]) -> Result<()> {
     })
 }
 
+/// The one group class parameter accepted (and ignored): see
+/// `create_group_snapshot`.
+const IGNORED_PARAMETER: &str = "deletionPolicy";
+
 #[async_trait]
 impl GroupSnapshot for SparseFiles {
     async fn create_group_snapshot(&self, req: GroupSnapshotRequest) -> Result<GroupSnapshotInfo> {
-        if let Some(key) = req.parameters.keys().next() {
+        // Groups take no parameters. `deletionPolicy` is the class's own
+        // field, which Kubernetes' storage e2e suite (v1.37,
+        // test/e2e/storage/utils/volume_group_snapshot.go) also copies into
+        // the class's parameters: accepted and ignored, so that its
+        // volumegroupsnapshottable specs run.
+        if let Some(key) = (req.parameters.keys()).find(|key| *key != IGNORED_PARAMETER) {
             return Err(Error::InvalidArgument(format!("unknown parameter {key:?}")));
         }
         let members = (req.sources.iter())
@@ -403,6 +412,25 @@ mod tests {
                 "{unknown}: {answer:?}"
             );
         }
+    }
+
+    /// No parameter is taken but the class's `deletionPolicy`, which
+    /// Kubernetes' storage e2e suite copies into the parameters.
+    #[tokio::test]
+    async fn only_the_deletion_policy_parameter_is_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = SparseFiles::new(dir.path().into());
+        let [a, b] = two_volumes(&files).await;
+        let mut unknown = build::group_snapshot("group-1", [a.as_str(), b.as_str()]);
+        unknown.parameters = [("tier".to_owned(), "gold".to_owned())].into();
+        let answer = files.create_group_snapshot(unknown).await;
+        assert!(
+            matches!(&answer, Err(Error::InvalidArgument(m)) if m.contains("tier")),
+            "{answer:?}"
+        );
+        let mut policy = build::group_snapshot("group-1", [a.as_str(), b.as_str()]);
+        policy.parameters = [("deletionPolicy".to_owned(), "Delete".to_owned())].into();
+        files.create_group_snapshot(policy).await.unwrap();
     }
 
     #[tokio::test]
