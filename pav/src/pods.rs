@@ -318,6 +318,37 @@ pub fn claim_name(pvc: &PersistentVolumeClaim) -> String {
 }
 
 impl<'a> PodOrigin<'a> {
+    /// A pod of `phase` for `volume` (on `node`, when given) with PaV's
+    /// `annotations`, no finalizer and nothing staged: the shape of every
+    /// pod but staging's, unstaging's and node expansion's.
+    fn phase_pod(
+        &self,
+        template: &PodTemplateSpec,
+        timeout: Option<std::time::Duration>,
+        phase: Phase,
+        volume: &str,
+        node: Option<&str>,
+        annotations: Vec<(&'static str, String)>,
+    ) -> Pod {
+        build_pod(
+            template,
+            &PodParams {
+                target: PodTarget {
+                    provisioner: self.provisioner,
+                    phase,
+                    volume,
+                    node,
+                },
+                owner: self.owner,
+                default_namespace: self.default_namespace,
+                timeout,
+                annotations,
+                finalizers: Vec::new(),
+                staged_volume: None,
+            },
+        )
+    }
+
     /// The validation, creation or deletion pod of claim `pvc`.
     pub fn claim_pod(
         &self,
@@ -327,22 +358,13 @@ impl<'a> PodOrigin<'a> {
         pvc: &PersistentVolumeClaim,
     ) -> Pod {
         let uid = pvc.metadata.uid.as_deref().unwrap_or_default();
-        build_pod(
+        self.phase_pod(
             template,
-            &PodParams {
-                target: PodTarget {
-                    provisioner: self.provisioner,
-                    phase,
-                    volume: uid,
-                    node: None,
-                },
-                owner: self.owner,
-                default_namespace: self.default_namespace,
-                timeout,
-                annotations: vec![(ANNOTATION_CLAIM, claim_name(pvc))],
-                finalizers: Vec::new(),
-                staged_volume: None,
-            },
+            timeout,
+            phase,
+            uid,
+            None,
+            vec![(ANNOTATION_CLAIM, claim_name(pvc))],
         )
     }
 
@@ -359,22 +381,13 @@ impl<'a> PodOrigin<'a> {
         // Named after the size too: a pod left by an earlier growth (its
         // deletion interrupted) is not this one.
         let key = format!("{handle}\n{requested}");
-        build_pod(
+        self.phase_pod(
             template,
-            &PodParams {
-                target: PodTarget {
-                    provisioner: self.provisioner,
-                    phase: Phase::Expansion,
-                    volume: &key,
-                    node: None,
-                },
-                owner: self.owner,
-                default_namespace: self.default_namespace,
-                timeout,
-                annotations: vec![(ANNOTATION_PV, pv.to_owned())],
-                finalizers: Vec::new(),
-                staged_volume: None,
-            },
+            timeout,
+            Phase::Expansion,
+            &key,
+            None,
+            vec![(ANNOTATION_PV, pv.to_owned())],
         )
     }
 
@@ -421,22 +434,13 @@ impl<'a> PodOrigin<'a> {
         timeout: Option<std::time::Duration>,
         name: &str,
     ) -> Pod {
-        build_pod(
+        self.phase_pod(
             template,
-            &PodParams {
-                target: PodTarget {
-                    provisioner: self.provisioner,
-                    phase,
-                    volume: name,
-                    node: None,
-                },
-                owner: self.owner,
-                default_namespace: self.default_namespace,
-                timeout,
-                annotations: vec![(ANNOTATION_SNAPSHOT, name.to_owned())],
-                finalizers: Vec::new(),
-                staged_volume: None,
-            },
+            timeout,
+            phase,
+            name,
+            None,
+            vec![(ANNOTATION_SNAPSHOT, name.to_owned())],
         )
     }
 
@@ -450,23 +454,7 @@ impl<'a> PodOrigin<'a> {
         node: Option<&str>,
         key: &str,
     ) -> Pod {
-        build_pod(
-            template,
-            &PodParams {
-                target: PodTarget {
-                    provisioner: self.provisioner,
-                    phase: Phase::Capacity,
-                    volume: key,
-                    node,
-                },
-                owner: self.owner,
-                default_namespace: self.default_namespace,
-                timeout,
-                annotations: Vec::new(),
-                finalizers: Vec::new(),
-                staged_volume: None,
-            },
-        )
+        self.phase_pod(template, timeout, Phase::Capacity, key, node, Vec::new())
     }
 
     /// The modification pod giving the volume `handle` (PersistentVolume
@@ -478,22 +466,13 @@ impl<'a> PodOrigin<'a> {
         key: &str,
         pv: &str,
     ) -> Pod {
-        build_pod(
+        self.phase_pod(
             template,
-            &PodParams {
-                target: PodTarget {
-                    provisioner: self.provisioner,
-                    phase: Phase::Modification,
-                    volume: key,
-                    node: None,
-                },
-                owner: self.owner,
-                default_namespace: self.default_namespace,
-                timeout,
-                annotations: vec![(ANNOTATION_PV, pv.to_owned())],
-                finalizers: Vec::new(),
-                staged_volume: None,
-            },
+            timeout,
+            Phase::Modification,
+            key,
+            None,
+            vec![(ANNOTATION_PV, pv.to_owned())],
         )
     }
 
