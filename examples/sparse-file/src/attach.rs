@@ -131,6 +131,33 @@ pub async fn loop_device(image: &Path, read_only_wanted: bool, attach: bool) -> 
     Ok(device)
 }
 
+/// How long [`detach`] waits for the kernel to let a device go.
+const DETACH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Detaches loop `device` from `image` and returns once the kernel has
+/// let it go. `losetup --detach` of a device another process still holds
+/// open (udev probing it after the unmount) only marks it to be cleared
+/// at the last close, and succeeds; Delete, or the next Stage, would then
+/// find the image still attached. Past [`DETACH_WAIT`] it is
+/// `UNAVAILABLE`, naming the device, so that the caller's retry finishes.
+pub async fn detach(device: &str, image: &Path) -> Result<()> {
+    run("losetup", &["--detach", device]).await?;
+    let deadline = tokio::time::Instant::now() + DETACH_WAIT;
+    let mut pause = std::time::Duration::from_millis(5);
+    while backs(device, image)? {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Error::Unavailable(format!(
+                "loop device {device} still backs {} {}s after it was detached: another process holds it open",
+                image.display(),
+                DETACH_WAIT.as_secs()
+            )));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_millis(500));
+    }
+    Ok(())
+}
+
 /// The loop device Attach attached for `image`, which Unstage leaves.
 pub fn attached_by_controller(image: &Path) -> Result<Option<String>> {
     let file = std::fs::File::open(image).map_err(|e| io_error("opening", image, e))?;
@@ -266,7 +293,7 @@ impl Attach for SparseFiles {
         // Only the device still backed by this image: a device number is
         // reused once detached, and may back another volume by now.
         if backs(&device, &image)? {
-            run("losetup", &["--detach", &device]).await?;
+            detach(&device, &image).await?;
             tracing::info!(handle = %req.handle, device, "detached");
         }
         record_device(&locked, None).map_err(|e| io_error("recording", &image, e))?;

@@ -1107,7 +1107,7 @@ impl Unstage for SparseFiles {
         let controllers = crate::attach::attached_by_controller(&image)?;
         for device in loop_devices(&image).await? {
             if Some(&device) != controllers.as_ref() {
-                run("losetup", &["--detach", &device]).await?;
+                crate::attach::detach(&device, &image).await?;
             }
         }
         Ok(())
@@ -1528,6 +1528,39 @@ mod tests {
         assert_eq!(recorded(&files, handle), Recorded::Thin);
         assert!(allocated(&files, handle) < 1 << 20);
         files.unstage(unstage).await.unwrap();
+    }
+
+    /// CI failed deleting an ephemeral volume just unstaged, "still
+    /// staged": udev still held the loop device open after the unmount,
+    /// so `losetup --detach` only marked it, and Unstage returned with the
+    /// image attached. Here a process holds the device open a moment past
+    /// Unstage's detach: Unstage returns once it is gone, and Delete
+    /// succeeds.
+    #[tokio::test]
+    #[ignore = "needs root and loop devices: .ci/run runs it as root"]
+    async fn unstage_returns_once_the_device_is_detached_even_while_held_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = SparseFiles::new(dir.path().join("volumes"));
+        std::fs::create_dir(dir.path().join("volumes")).unwrap();
+        let mut req = create_request(8 << 20);
+        req.volume_mode = VolumeMode::Block;
+        let volume = files.create(req).await.unwrap();
+        let handle = volume.handle.as_str();
+        let image = files.existing_image(handle).unwrap();
+        let target = dir.path().join("staging");
+        let _cleanup = Staging(&target, image.clone());
+        let stage = pav_sdk::build::stage(handle, "n1", &target, VolumeMode::Block);
+        let device = files.stage(stage).await.unwrap().path;
+        let holder = std::fs::File::open(&device).unwrap();
+        let released = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            drop(holder);
+        });
+        let unstage = pav_sdk::build::unstage(handle, "n1", &target);
+        files.unstage(unstage).await.unwrap();
+        assert_eq!(loop_devices(&image).await.unwrap(), Vec::<String>::new());
+        files.delete(pav_sdk::build::delete(handle)).await.unwrap();
+        released.join().unwrap();
     }
 
     /// Images were 0644: any local user could read every volume's data.
