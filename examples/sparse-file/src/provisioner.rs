@@ -557,6 +557,26 @@ impl Validate for SparseFiles {
     }
 }
 
+/// The smallest filesystem mkfs.xfs makes (xfsprogs 5.19 and later).
+const XFS_MINIMUM: u64 = 300 << 20;
+
+/// The size of a new empty volume: the range's choice, raised to the
+/// smallest size its filesystem can be made at, which CSI allows when the
+/// limit is higher. Kubernetes' storage suite asks for 1 MiB claims, and
+/// an xfs volume of 1 MiB could never be staged. `OUT_OF_RANGE` when the
+/// limit is below that smallest size.
+fn new_size(req: &CreateRequest) -> Result<u64> {
+    let xfs =
+        req.volume_mode == VolumeMode::Filesystem && req.mount.fs_type.as_deref() == Some("xfs");
+    let minimum = if xfs { XFS_MINIMUM } else { GRANULARITY };
+    if let Some(max) = req.capacity.max_bytes.filter(|max| *max < minimum) {
+        return Err(Error::OutOfRange(format!(
+            "an xfs volume needs at least {minimum} bytes, and the limit is {max} bytes"
+        )));
+    }
+    Ok(req.capacity.choose(DEFAULT_SIZE, GRANULARITY)?.max(minimum))
+}
+
 #[async_trait]
 impl Create for SparseFiles {
     async fn create(&self, req: CreateRequest) -> Result<Volume> {
@@ -586,7 +606,7 @@ impl Create for SparseFiles {
         }
         let partial = self.dir.join(format!("{handle}.partial"));
         let Some(source) = &req.source else {
-            let size = req.capacity.choose(DEFAULT_SIZE, GRANULARITY)?;
+            let size = new_size(&req)?;
             self.check_space(size)?;
             make_image(&partial, &image, size, provisioning)?;
             tracing::info!(name = %req.name, %handle, size, ?provisioning, "created sparse file");
@@ -1619,6 +1639,49 @@ mod tests {
             assert!(error.to_string().starts_with(category), "{what}: {error}");
             assert_eq!(entries(&dir), Vec::<String>::new(), "{what}");
         }
+    }
+
+    /// The storage suite's 1 MiB claims made 1 MiB xfs images, which
+    /// mkfs.xfs refuses at Stage: xfs volumes are raised to its minimum,
+    /// unless the limit is lower; other filesystems keep the size asked.
+    #[tokio::test]
+    async fn xfs_volumes_are_at_least_the_size_mkfs_xfs_makes() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = SparseFiles::new(dir.path().into());
+        let request = |name: &str, fs_type: Option<&str>, max_bytes: Option<u64>| {
+            let mut req = create_request(1 << 20);
+            req.name = name.into();
+            req.mount.fs_type = fs_type.map(str::to_owned);
+            req.capacity.max_bytes = max_bytes;
+            req
+        };
+        let size = |volume: Volume| volume.capacity_bytes;
+        let xfs = files.create(request("pvc-x", Some("xfs"), None)).await;
+        assert_eq!(size(xfs.unwrap()), XFS_MINIMUM);
+        let again = files.create(request("pvc-x", Some("xfs"), None)).await;
+        assert_eq!(
+            size(again.unwrap()),
+            XFS_MINIMUM,
+            "a repeat is the same volume"
+        );
+        let ext4 = files.create(request("pvc-e", Some("ext4"), None)).await;
+        assert_eq!(size(ext4.unwrap()), 1 << 20);
+        let limited = files
+            .create(request("pvc-l", Some("xfs"), Some(2 << 20)))
+            .await;
+        let error = limited.unwrap_err();
+        assert!(matches!(error, Error::OutOfRange(_)), "{error}");
+        assert!(
+            error.to_string().contains(
+                "an xfs volume needs at least 314572800 bytes, and the limit is 2097152 bytes"
+            ),
+            "{error}"
+        );
+        assert_eq!(
+            entries(dir.path()).len(),
+            2,
+            "nothing made for the refused one"
+        );
     }
 
     /// A create that fails once the partial file exists removes it.
