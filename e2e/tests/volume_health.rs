@@ -12,9 +12,12 @@
 //!   whose message names the image;
 //! - the magic written back: 0 again, and the pod unmounts cleanly;
 //!
-//! then the claim is deleted and nothing is left. external-health-monitor
-//! (events on the claim) is not deployed here: its module is not to be
-//! had on this machine, so the kubelet's metric is the proof.
+//! then the claim is deleted and nothing is left. examples/local-volumes
+//! (PaV `spec.volumeHealth`: a pod on the node checks the staged image
+//! every minute and writes `/pav/condition`) goes through the same steps.
+//! external-health-monitor (events on the claim) is not deployed here:
+//! its module is not to be had on this machine, so the kubelet's metric
+//! is the proof.
 
 use std::os::unix::fs::FileExt as _;
 use std::time::{Duration, Instant};
@@ -36,16 +39,17 @@ const MAGIC_OFFSET: u64 = 1024 + 56;
 /// default) and the metric shows the last measure: allow a few rounds.
 const HEALTH_ROUNDS: Duration = Duration::from_secs(240);
 
-fn claim() -> String {
+/// A 64 MiB claim [`CLAIM`] of class `class` in namespace `ns`.
+fn claim(ns: &str, class: &str) -> String {
     format!(
         r#"
 apiVersion: v1
 kind: PersistentVolumeClaim
 metadata:
   name: {CLAIM}
-  namespace: {NS}
+  namespace: {ns}
 spec:
-  storageClassName: sparse-file
+  storageClassName: {class}
   accessModes: [ReadWriteOnce]
   resources:
     requests:
@@ -54,15 +58,16 @@ spec:
     )
 }
 
-/// The kubelet's `kubelet_volume_stats_health_status_abnormal` for the
-/// claim on `node` (1 abnormal, 0 not), once it reports one.
-async fn abnormal_gauge(client: &Client, node: &str) -> Option<u64> {
+/// The kubelet's `kubelet_volume_stats_health_status_abnormal` for claim
+/// [`CLAIM`] of namespace `ns` on `node` (1 abnormal, 0 not), once it
+/// reports one.
+async fn abnormal_gauge(client: &Client, ns: &str, node: &str) -> Option<u64> {
     let request = http::Request::get(format!("/api/v1/nodes/{node}/proxy/metrics"))
         .body(Vec::new())
         .unwrap();
     let metrics = client.request_text(request).await.ok()?;
     let labels = [
-        format!("namespace=\"{NS}\""),
+        format!("namespace=\"{ns}\""),
         format!("persistentvolumeclaim=\"{CLAIM}\""),
     ];
     metrics
@@ -73,17 +78,24 @@ async fn abnormal_gauge(client: &Client, node: &str) -> Option<u64> {
         .map(|value| value as u64)
 }
 
-/// Waits until the gauge reads `want`.
-async fn wait_gauge(client: &Client, node: &str, want: u64, what: &str) {
+/// Waits until the gauge of namespace `ns` reads `want`; on a timeout,
+/// panics with `diagnose`'s account.
+async fn wait_gauge<D: std::future::Future<Output = String>>(
+    client: &Client,
+    (ns, node): (&str, &str),
+    want: u64,
+    what: &str,
+    diagnose: impl FnOnce() -> D,
+) {
     let seen = wait_until(what, HEALTH_ROUNDS, || async {
-        Ok((abnormal_gauge(client, node).await == Some(want)).then_some(()))
+        Ok((abnormal_gauge(client, ns, node).await == Some(want)).then_some(()))
     })
     .await;
     if let Err(e) = seen {
-        let driver_logs = sparse_file_node_logs(client).await;
+        let account = diagnose().await;
         panic!(
-            "{e}; gauge now {:?}; node plugin log tail:\n{driver_logs}",
-            abnormal_gauge(client, node).await
+            "{e}; gauge now {:?}; {account}",
+            abnormal_gauge(client, ns, node).await
         );
     }
 }
@@ -91,7 +103,7 @@ async fn wait_gauge(client: &Client, node: &str, want: u64, what: &str) {
 /// The last lines of the sparse-file node plugins' logs, for a failure.
 async fn sparse_file_node_logs(client: &Client) -> String {
     let pods: Api<Pod> = Api::namespaced(client.clone(), sparse_file::DRIVER_NS);
-    let mut tail = String::new();
+    let mut tail = String::from("node plugin log tail:\n");
     for pod in pods
         .list(&Default::default())
         .await
@@ -126,6 +138,30 @@ fn write_magic(image: &str, bytes: [u8; 2]) -> [u8; 2] {
     was
 }
 
+/// The health steps on a running pod's volume: healthy; its image's ext4
+/// magic overwritten: abnormal, and the kubelet's event on the pod naming
+/// the image and `damage`; written back: healthy again.
+async fn damaged_and_repaired<D: std::future::Future<Output = String>>(
+    client: &Client,
+    (ns, node): (&str, &str),
+    image: &str,
+    damage: &str,
+    diagnose: impl Fn() -> D,
+) {
+    let healthy = "the kubelet to report the volume healthy";
+    wait_gauge(client, (ns, node), 0, healthy, &diagnose).await;
+    let was = write_magic(image, [0, 0]);
+    assert_eq!(was, EXT4_MAGIC, "{image} held ext4 where health looks");
+    let abnormal = "the kubelet to report the volume abnormal";
+    wait_gauge(client, (ns, node), 1, abnormal, &diagnose).await;
+    let needles = ["VolumeConditionAbnormal", image, damage];
+    let event = wait_event(client, ns, POD, &needles, STEP).await;
+    event.unwrap_or_else(|e| panic!("{e}"));
+    write_magic(image, EXT4_MAGIC);
+    let repaired = "the kubelet to report the repaired volume healthy";
+    wait_gauge(client, (ns, node), 0, repaired, &diagnose).await;
+}
+
 #[tokio::test]
 #[ignore = "needs a cluster"]
 async fn sparse_file_reports_a_damaged_image_as_abnormal() {
@@ -136,7 +172,7 @@ async fn sparse_file_reports_a_damaged_image_as_abnormal() {
     namespace(&client, NS).await.unwrap();
     sparse_file::install(&client, &FILES).await;
 
-    apply(&client, &claim()).await.unwrap();
+    apply(&client, &claim(NS, "sparse-file")).await.unwrap();
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
     let bound = wait_for(&claims, CLAIM, STEP, "Bound", |c| claim_phase(c) == "Bound").await;
     let bound = bound.unwrap_or_else(|e| panic!("{e}"));
@@ -155,33 +191,9 @@ async fn sparse_file_reports_a_damaged_image_as_abnormal() {
     let running = running.unwrap_or_else(|e| panic!("{e}"));
     let node = (running.spec.and_then(|s| s.node_name)).expect("a running pod has a node");
 
-    wait_gauge(
-        &client,
-        &node,
-        0,
-        "the kubelet to report the volume healthy",
-    )
-    .await;
-    let was = write_magic(&image, [0, 0]);
-    assert_eq!(was, EXT4_MAGIC, "{image} held ext4 where health looks");
-    wait_gauge(
-        &client,
-        &node,
-        1,
-        "the kubelet to report the volume abnormal",
-    )
-    .await;
-    let needles = ["VolumeConditionAbnormal", &image, "no ext4 superblock"];
-    let event = wait_event(&client, NS, POD, &needles, STEP).await;
-    event.unwrap_or_else(|e| panic!("{e}"));
-    write_magic(&image, EXT4_MAGIC);
-    wait_gauge(
-        &client,
-        &node,
-        0,
-        "the kubelet to report the repaired volume healthy",
-    )
-    .await;
+    let logs = || sparse_file_node_logs(&client);
+    let damage = "no ext4 superblock";
+    damaged_and_repaired(&client, (NS, &node), &image, damage, logs).await;
 
     delete_and_wait(&pods, POD, STEP).await.unwrap();
     delete_and_wait(&claims, CLAIM, STEP).await.unwrap();
@@ -195,6 +207,61 @@ async fn sparse_file_reports_a_damaged_image_as_abnormal() {
     assert_no_leaks(&client, DRIVER, Duration::from_secs(120)).await;
     eprintln!(
         "sparse_file_reports_a_damaged_image_as_abnormal: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// examples/local-volumes as shipped: provisioner and class.
+fn local_volumes_objects() -> String {
+    let example = |file: &str| {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/local-volumes")
+            .join(file);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    [example("provisioner.yaml"), example("storageclass.yaml")].join("\n---\n")
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster"]
+async fn local_volumes_report_a_damaged_image_as_abnormal() {
+    const NS: &str = "e2e-local-health";
+    const NAME: &str = "local-volumes";
+    let client = cluster().await;
+    let started = Instant::now();
+    let objects = local_volumes_objects();
+    let _observer = start_scenario(&client, NS, NAME, &objects).await;
+
+    apply(&client, &claim(NS, NAME)).await.unwrap();
+    let script = "echo token > /data/token && sync && sleep 3600";
+    apply(&client, &sparse_file::client_pod(NS, POD, CLAIM, script))
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let running = wait_for(&pods, POD, STEP, "Running", |p| pod_phase(p) == "Running").await;
+    let running = running.unwrap_or_else(|e| panic!("{e}"));
+    let node = (running.spec.and_then(|s| s.node_name)).expect("a running pod has a node");
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    let volume = volume_name(&claims.get(CLAIM).await.unwrap()).expect("bound");
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let pv = pvs.get(&volume).await.unwrap();
+    let handle = (pv.spec.and_then(|s| s.csi).map(|csi| csi.volume_handle)).expect("a CSI volume");
+    let image = format!("/var/lib/pav-local-volumes/{handle}.img");
+
+    let events = || async { format!("pod events: {:#?}", event_lines(&client, NS, POD).await) };
+    let damage = "has no ext4 or xfs superblock";
+    damaged_and_repaired(&client, (NS, &node), &image, damage, events).await;
+
+    delete_and_wait(&pods, POD, STEP).await.unwrap();
+    delete_and_wait(&claims, CLAIM, STEP).await.unwrap();
+    wait_gone(&pvs, &volume, STEP).await.unwrap();
+    assert!(!std::path::Path::new(&image).exists(), "{image} deleted");
+    wait_no_pav_pods(&client, NAME, STEP).await.unwrap();
+    delete(&client, &objects).await.unwrap();
+    delete_provisioner(&client, NAME, STEP).await.unwrap();
+    assert_no_leaks(&client, NAME, Duration::from_secs(120)).await;
+    eprintln!(
+        "local_volumes_report_a_damaged_image_as_abnormal: {:.1}s",
         started.elapsed().as_secs_f64()
     );
 }

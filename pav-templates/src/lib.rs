@@ -79,7 +79,7 @@ pub use model::{
     ProvisioningMode, VolumeMode,
 };
 pub use phase::{
-    CapacityPhase, CreationPhase, ExpansionPhase, ModificationPhase, OptionalPodPhase, Phase,
-    SnapshotCreationPhase, StagingPhase, ValidationPhase,
+    CapacityPhase, CreationPhase, ExpansionPhase, HealthPhase, ModificationPhase, OptionalPodPhase,
+    Phase, SnapshotCreationPhase, StagingPhase, ValidationPhase,
 };
 pub use provisioner::{CompiledProvisioner, Problems};

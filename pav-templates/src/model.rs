@@ -131,6 +131,15 @@ pub struct PavProvisionerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_modification: Option<TemplateTree>,
 
+    /// pav: how a staged volume's health is checked: a health check
+    /// `podTemplate` run on each node where the volume is staged, with the
+    /// volume at `/pav/volume`, every `every` (default 5m); it writes
+    /// `/pav/condition`, which the kubelet reports (NodeGetVolumeStats).
+    /// Without it, a staging pod that keeps running may write
+    /// `/pav/condition` itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_health: Option<TemplateTree>,
+
     /// pav: what a new volume may be created from, besides nothing: a
     /// claim's `dataSource` of kind `VolumeSnapshot` (restore; needs
     /// snapshotCreation) or `PersistentVolumeClaim` (clone). The creation

@@ -35,11 +35,14 @@ pub enum Phase {
     /// `spec.volumeModification` (pav): a volume's mutable parameters
     /// change when its claim moves to another VolumeAttributesClass.
     Modification,
+    /// `spec.volumeHealth` (pav): a staged volume's periodic check, whose
+    /// `/pav/condition` the kubelet reports.
+    Health,
 }
 
 impl Phase {
     /// All phases: the original PaV's in lifecycle order, then pav's.
-    pub const ALL: [Phase; 11] = [
+    pub const ALL: [Phase; 12] = [
         Phase::Validation,
         Phase::Creation,
         Phase::Deletion,
@@ -51,6 +54,7 @@ impl Phase {
         Phase::SnapshotDeletion,
         Phase::Capacity,
         Phase::Modification,
+        Phase::Health,
     ];
 
     /// The spec field holding this phase (`volumeStaging`).
@@ -67,6 +71,7 @@ impl Phase {
             Phase::SnapshotDeletion => "snapshotDeletion",
             Phase::Capacity => "storageCapacity",
             Phase::Modification => "volumeModification",
+            Phase::Health => "volumeHealth",
         }
     }
 
@@ -84,6 +89,7 @@ impl Phase {
             Phase::SnapshotDeletion => "snapshot-deletion",
             Phase::Capacity => "capacity",
             Phase::Modification => "modification",
+            Phase::Health => "health",
         }
     }
 
@@ -109,6 +115,7 @@ impl Phase {
                 "cacheFor",
             ],
             Phase::Modification => &["refusal", "podTemplate", "timeout"],
+            Phase::Health => &["podTemplate", "timeout", "every"],
             Phase::Deletion
             | Phase::Staging
             | Phase::Unstaging
@@ -308,6 +315,33 @@ pub struct ModificationPhase {
 /// given: external-provisioner asks every minute per class and segment,
 /// and a pod per node each minute would be most of a small cluster's work.
 pub const DEFAULT_CAPACITY_CACHE: Duration = Duration::from_secs(300);
+
+/// How often a staged volume is checked when `every` is not given: the
+/// kubelet asks for its condition each minute, and a pod per volume each
+/// minute would be most of a node's work.
+pub const DEFAULT_HEALTH_CHECK_EVERY: Duration = Duration::from_secs(300);
+
+/// Evaluated `spec.volumeHealth`: a staged volume's check.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthPhase {
+    /// The health check pod, run to completion on the volume's node with
+    /// the staged volume at `/pav/volume`; it writes `/pav/condition`.
+    pub pod_template: PodTemplateSpec,
+    /// How long this phase's pod may take; the runner's default when absent.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_timeout"
+    )]
+    pub timeout: Option<Duration>,
+    /// How long a check's answer stands before the next check runs
+    /// ([`DEFAULT_HEALTH_CHECK_EVERY`] when absent).
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_timeout"
+    )]
+    pub every: Option<Duration>,
+}
 
 /// Evaluated `spec.volumeStaging` (or `spec.volumeNodeExpansion`, whose
 /// pod is mandatory too).

@@ -21,8 +21,8 @@ use crate::engine::{self, MAX_PHASE_OUTPUT_BYTES};
 use crate::error::{Error, Location, Result};
 use crate::model::{AccessMode, DataSourceKind, PavProvisioner, ProvisioningMode, VolumeMode};
 use crate::phase::{
-    CapacityPhase, CreationPhase, ExpansionPhase, ModificationPhase, OptionalPodPhase, Phase,
-    SnapshotCreationPhase, StagingPhase, ValidationPhase,
+    CapacityPhase, CreationPhase, ExpansionPhase, HealthPhase, ModificationPhase, OptionalPodPhase,
+    Phase, SnapshotCreationPhase, StagingPhase, ValidationPhase,
 };
 use crate::yaml::yaml_to_json;
 
@@ -450,6 +450,24 @@ impl CompiledProvisioner {
             refusal,
             pod_template,
             timeout,
+        })
+    }
+
+    /// Renders `spec.volumeHealth`, with the staging context of the
+    /// volume checked: its pod is mandatory.
+    pub fn render_health(&self, context: &StagingContext) -> Result<HealthPhase> {
+        let mut fields = self.rendered_fields(Phase::Health, context.value())?;
+        let pod_template = fields.pod_template()?.ok_or_else(|| Error::Evaluated {
+            at: fields.location("podTemplate"),
+            message: "is required".into(),
+        })?;
+        let timeout = fields.timeout()?;
+        let every = fields.duration("every")?;
+        fields.finish()?;
+        Ok(HealthPhase {
+            pod_template,
+            timeout,
+            every,
         })
     }
 

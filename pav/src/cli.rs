@@ -640,14 +640,13 @@ fn render(
             // The claim's request is the size the volume grew to.
             let (capacity, _) = pav_templates::context::requested_capacity(pvc)
                 .map_err(|e| objects.origins.label(e))?;
-            let staging = PodTarget {
-                provisioner: &name,
-                phase: Phase::Staging,
-                volume: &crate::pods::staging_key(&handle, &target_path),
-                node: Some(&node_name),
-            }
-            .pod_name();
+            let staging = staging_pod_name(&name, &handle, &target_path, &node_name);
             let plan = planner.node_expansion(pvc, pv, node, read_only, &staging, capacity);
+            to_yaml(&name, phase, planned(plan, objects)?.optional())?
+        }
+        Phase::Health => {
+            let staging = staging_pod_name(&name, &handle, &target_path, &node_name);
+            let plan = planner.health(pvc, pv, node, read_only, &staging, std::time::UNIX_EPOCH);
             to_yaml(&name, phase, planned(plan, objects)?.optional())?
         }
         Phase::SnapshotCreation => {
@@ -664,6 +663,17 @@ fn render(
     };
     out.write_all(yaml.as_bytes())?;
     Ok(())
+}
+
+/// The name of the staging pod of `handle` at `target_path` on `node`.
+fn staging_pod_name(provisioner: &str, handle: &str, target_path: &str, node: &str) -> String {
+    PodTarget {
+        provisioner,
+        phase: Phase::Staging,
+        volume: &crate::pods::staging_key(handle, target_path),
+        node: Some(node),
+    }
+    .pod_name()
 }
 
 /// A plan's error as `pav render` prints it: a context error names the

@@ -11,6 +11,7 @@
 //! | [`recipe`] | every phase's recipe: a pure plan (context, evaluated fields, pod), then the pod's run (create, wait, collect, interpret) |
 //! | [`metrics`] | Prometheus `/metrics` and `/healthz` |
 
+mod answers;
 pub mod context;
 pub mod controller;
 pub mod deleted_nodes;

@@ -406,18 +406,63 @@ impl<'a> PodOrigin<'a> {
         // Named after the size too: a pod left by an earlier growth (its
         // deletion interrupted) is not this one.
         let key = format!("{staging_pod}\n{capacity}");
-        build_pod(
+        let target = (Phase::NodeExpansion, key.as_str(), node);
+        self.staged_volume_pod(
             &phase.pod_template,
+            phase.timeout,
+            target,
+            staging_pod,
+            claim,
+        )
+    }
+
+    /// The health check pod of the volume staged by the staging pod
+    /// `staging_pod` on `node`, for `claim` (`namespace/name`): it runs on
+    /// that node and sees the staged volume at `/pav/volume`. `round`
+    /// numbers the check, so that a pod left by an earlier one (its
+    /// deletion interrupted) is not this one, and the calls of one round
+    /// share its pod.
+    pub fn health_pod(
+        &self,
+        phase: &pav_templates::HealthPhase,
+        staging_pod: &str,
+        round: u64,
+        node: &str,
+        claim: &str,
+    ) -> Pod {
+        let key = format!("{staging_pod}\n{round}");
+        let target = (Phase::Health, key.as_str(), node);
+        self.staged_volume_pod(
+            &phase.pod_template,
+            phase.timeout,
+            target,
+            staging_pod,
+            claim,
+        )
+    }
+
+    /// A pod of `phase` for the volume staged by `staging_pod`, named
+    /// after `key`, on `node`, with the staged volume at `/pav/volume`.
+    fn staged_volume_pod(
+        &self,
+        template: &PodTemplateSpec,
+        timeout: Option<std::time::Duration>,
+        (phase, key, node): (Phase, &str, &str),
+        staging_pod: &str,
+        claim: &str,
+    ) -> Pod {
+        build_pod(
+            template,
             &PodParams {
                 target: PodTarget {
                     provisioner: self.provisioner,
-                    phase: Phase::NodeExpansion,
-                    volume: &key,
+                    phase,
+                    volume: key,
                     node: Some(node),
                 },
                 owner: self.owner,
                 default_namespace: self.default_namespace,
-                timeout: phase.timeout,
+                timeout,
                 annotations: vec![(ANNOTATION_CLAIM, claim.to_owned())],
                 finalizers: Vec::new(),
                 staged_volume: Some(format!("{HOST_POD_DIR}/{staging_pod}/volume")),

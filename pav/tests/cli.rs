@@ -210,6 +210,7 @@ fn render_places_the_local_volumes_pods_on_the_volumes_node() {
         ("staging", "stage", "HANDLE"),
         ("unstaging", "unstage", "HANDLE"),
         ("node-expansion", "node-expand", "HANDLE"),
+        ("health", "health", "HANDLE"),
     ] {
         let pod = local_volumes_pod(phase);
         assert_eq!(

@@ -251,7 +251,7 @@ impl Checker {
                 }
                 self.check_literal(key, &item_path, item);
             }
-            if matches!(phase, Phase::Staging | Phase::NodeExpansion)
+            if matches!(phase, Phase::Staging | Phase::NodeExpansion | Phase::Health)
                 && !map.contains_key("podTemplate")
             {
                 self.problem_schema(&format!("{path}.podTemplate"), "is required");

@@ -322,7 +322,7 @@ fn is<T: serde::de::DeserializeOwned>(value: &Json) -> bool {
 /// Every key of every phase and what it holds: the one table `pav check`
 /// (a literal value) and rendering (the evaluated one) both read. Which
 /// phase has which keys is [`Phase::keys`].
-const KEYS: [(&str, Kind); 14] = [
+const KEYS: [(&str, Kind); 15] = [
     (
         "volumeModes",
         Kind::EnumList {
@@ -350,6 +350,7 @@ const KEYS: [(&str, Kind); 14] = [
     ("availableCapacity", Kind::Bytes),
     ("maximumVolumeSize", Kind::Capacity(Rounding::Down)),
     ("cacheFor", Kind::Timeout),
+    ("every", Kind::Timeout),
     ("refusal", Kind::Message),
 ];
 

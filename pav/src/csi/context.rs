@@ -441,6 +441,7 @@ pub fn event_reason(phase: Phase) -> &'static str {
         Phase::SnapshotDeletion => "SnapshotDeletionFailed",
         Phase::Capacity => "CapacityFailed",
         Phase::Modification => "ModificationFailed",
+        Phase::Health => "HealthCheckFailed",
     }
 }
 

@@ -34,7 +34,7 @@ pub struct PodController {
     driver: Arc<DriverContext>,
     volumes: Store<PersistentVolume>,
     deleted: Deleted,
-    capacities: capacity::Answers,
+    capacities: crate::csi::answers::Answers<u64>,
 }
 
 /// One claim being provisioned, with the live objects its contexts need.
@@ -53,7 +53,7 @@ impl PodController {
             driver,
             volumes,
             deleted: Deleted::default(),
-            capacities: capacity::Answers::default(),
+            capacities: Default::default(),
         }
     }
 

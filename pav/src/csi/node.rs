@@ -39,6 +39,8 @@ pub struct PodNode {
     node: String,
     pods_dir: PathBuf,
     unmount_failures: ReportedMounts,
+    /// The health checks' answers, per staging pod.
+    conditions: crate::csi::answers::Answers<pav_sdk::VolumeCondition>,
 }
 
 impl PodNode {
@@ -50,6 +52,7 @@ impl PodNode {
             node,
             pods_dir,
             unmount_failures: ReportedMounts::default(),
+            conditions: Default::default(),
         }
     }
 

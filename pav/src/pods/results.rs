@@ -144,6 +144,10 @@ pub struct Collected {
     pub topology: Option<String>,
     /// `/pav/error`, trimmed.
     pub error: Option<String>,
+    /// `/pav/condition`, trimmed: read from the pod's directory only (the
+    /// health check pods that write it run on the node plugin's node), so
+    /// never copied into annotations.
+    pub condition: Option<String>,
 }
 
 impl Collected {
@@ -165,6 +169,7 @@ impl Collected {
             size: get(ANNOTATION_SIZE),
             topology: get(ANNOTATION_TOPOLOGY),
             error: get(ANNOTATION_ERROR),
+            condition: None,
         })
     }
 
@@ -177,6 +182,7 @@ impl Collected {
             size: read_exported(dir, "size"),
             topology: read_exported(dir, "topology"),
             error: read_exported(dir, "error"),
+            condition: read_exported(dir, "condition"),
         }
     }
 
@@ -322,6 +328,32 @@ pub fn parse_stats(text: &str) -> Result<pav_sdk::Usage, String> {
         available,
         used,
     })
+}
+
+/// A `/pav/condition`: a YAML map of `abnormal` (a boolean) and an
+/// optional `message`, as CSI's VolumeCondition.
+pub fn parse_condition(text: &str) -> Result<pav_sdk::VolumeCondition, String> {
+    let value = pav_templates::yaml::yaml_to_json(text)?;
+    let Some(map) = value.as_object() else {
+        return Err("must be a map of abnormal (true or false) and message".into());
+    };
+    if let Some(key) = map
+        .keys()
+        .find(|k| !["abnormal", "message"].contains(&k.as_str()))
+    {
+        return Err(format!("unknown key {key:?} (allowed: abnormal, message)"));
+    }
+    let abnormal = match map.get("abnormal") {
+        Some(serde_json::Value::Bool(abnormal)) => *abnormal,
+        Some(other) => return Err(format!("abnormal: {other} is not true or false")),
+        None => return Err("abnormal is missing".into()),
+    };
+    let message = match map.get("message") {
+        None | Some(serde_json::Value::Null) => String::new(),
+        Some(serde_json::Value::String(text)) => text.clone(),
+        Some(other) => return Err(format!("message: {other} is not a string")),
+    };
+    Ok(pav_sdk::VolumeCondition { abnormal, message })
 }
 
 /// The message a user sees when a phase's pod fails: phase, pod, and what
@@ -552,6 +584,27 @@ mod tests {
                 .contains("free")
         );
         assert!(parse_stats("[1, 2]").is_err());
+    }
+
+    #[test]
+    fn condition_files() {
+        let abnormal = parse_condition("abnormal: true\nmessage: 'e2fsck: 3 errors'").unwrap();
+        assert!(abnormal.abnormal);
+        assert_eq!(abnormal.message, "e2fsck: 3 errors");
+        assert_eq!(
+            parse_condition("abnormal: false"),
+            Ok(pav_sdk::VolumeCondition::healthy())
+        );
+        for (text, wrong) in [
+            ("abnormal: yes please", "is not true or false"),
+            ("message: gone", "abnormal is missing"),
+            ("abnormal: true\nmessage: [1]", "is not a string"),
+            ("abnormal: true\nreason: x", "unknown key \"reason\""),
+            ("true", "must be a map"),
+        ] {
+            let error = parse_condition(text).unwrap_err();
+            assert!(error.contains(wrong), "{text}: {error}");
+        }
     }
 
     #[test]

@@ -2,10 +2,6 @@
 //! pod on the segment's node, whose answer is reused for `cacheFor` so
 //! that external-provisioner's polling does not start a pod each time.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
-
 use kube::ResourceExt;
 use pav_sdk::{AvailableCapacity, Capacity, CapacityRequest, Error, Result};
 use pav_templates::Phase;
@@ -67,30 +63,6 @@ impl From<CapacityError> for Error {
     }
 }
 
-/// Capacity pods' answers, per segment and class ([`CapacityFor::key`]),
-/// with when they were measured.
-#[derive(Debug, Default)]
-pub(super) struct Answers(Mutex<HashMap<String, (Instant, u64)>>);
-
-impl Answers {
-    /// The answer for `key` measured less than `max_age` ago.
-    fn fresh(&self, key: &str, max_age: Duration) -> Option<u64> {
-        let answers = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        answers
-            .get(key)
-            .filter(|(at, _)| at.elapsed() < max_age)
-            .map(|(_, bytes)| *bytes)
-    }
-
-    /// Records `bytes` for `key`, dropping answers older than `max_age`
-    /// (segments of deleted nodes, classes that are gone).
-    fn record(&self, key: String, bytes: u64, max_age: Duration) {
-        let mut answers = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        answers.retain(|_, (at, _)| at.elapsed() < max_age);
-        answers.insert(key, (Instant::now(), bytes));
-    }
-}
-
 #[pav_sdk::async_trait]
 impl Capacity for PodController {
     async fn capacity(&self, req: CapacityRequest) -> Result<AvailableCapacity> {
@@ -129,17 +101,15 @@ impl PodController {
         let available = match (plan.evaluated.available_capacity, &plan.pod) {
             (Some(bytes), _) => bytes,
             (None, None) => unreachable!("rendering requires availableCapacity or podTemplate"),
-            (None, Some(pod)) => {
-                let max_age = plan.evaluated.cache_for.unwrap_or(DEFAULT_CAPACITY_CACHE);
-                match self.capacities.fresh(&key, max_age) {
-                    Some(bytes) => bytes,
-                    None => {
-                        let bytes = self.measure(pod).await?;
-                        self.capacities.record(key, bytes, max_age);
-                        bytes
-                    }
+            (None, Some(pod)) => match self.capacities.fresh(&key) {
+                Some(bytes) => bytes,
+                None => {
+                    let bytes = self.measure(pod).await?;
+                    let stands_for = plan.evaluated.cache_for.unwrap_or(DEFAULT_CAPACITY_CACHE);
+                    self.capacities.record(key, bytes, stands_for);
+                    bytes
                 }
-            }
+            },
         };
         let answer = AvailableCapacity::new(available);
         Ok(match plan.evaluated.maximum_volume_size {
@@ -164,24 +134,5 @@ impl PodController {
             .ok_or_else(|| CapacityError::NoResult { pod: name.clone() })?;
         parse_bytes(&text, Rounding::Down)
             .map_err(|source| CapacityError::Quantity { pod: name, source })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn answers_are_reused_until_they_are_older_than_asked() {
-        let answers = Answers::default();
-        assert_eq!(answers.fresh("a", Duration::from_secs(60)), None);
-        answers.record("a".into(), 42, Duration::from_secs(60));
-        assert_eq!(answers.fresh("a", Duration::from_secs(60)), Some(42));
-        assert_eq!(answers.fresh("b", Duration::from_secs(60)), None);
-        assert_eq!(answers.fresh("a", Duration::ZERO), None);
-        // Recording drops the answers older than the age given.
-        answers.record("b".into(), 7, Duration::ZERO);
-        assert_eq!(answers.fresh("a", Duration::from_secs(60)), None);
-        assert_eq!(answers.fresh("b", Duration::from_secs(60)), Some(7));
     }
 }

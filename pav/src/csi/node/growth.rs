@@ -1,15 +1,20 @@
 //! NodeExpandVolume and NodeGetVolumeStats of a staged volume: the node
-//! expansion pod (`spec.volumeNodeExpansion`) and the staging pod's
-//! `/pav/stats`. Both find the volume's staging pod by its handle and the
-//! path kubelet published it at.
+//! expansion pod (`spec.volumeNodeExpansion`), the staging pod's
+//! `/pav/stats`, and the volume's condition from the health check pod
+//! (`spec.volumeHealth`) or the staging pod's `/pav/condition`. All find
+//! the volume's staging pod by its handle and the path kubelet published
+//! it at.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::{Api, ResourceExt};
-use pav_sdk::{Error, NodeExpand, NodeExpandRequest, Result, Stats, StatsRequest, VolumeStats};
+use pav_sdk::{
+    Error, NodeExpand, NodeExpandRequest, Result, Stats, StatsRequest, VolumeCondition, VolumeStats,
+};
 use pav_templates::Phase;
+use pav_templates::phase::DEFAULT_HEALTH_CHECK_EVERY;
 
 use super::PodNode;
 use crate::csi::context::{DriverError, api_error, core_ref, pod_ref};
@@ -38,7 +43,7 @@ enum GrowthError {
         /// This node.
         node: String,
     },
-    /// Planning the node expansion phase.
+    /// Planning the node expansion or the health check.
     #[error(transparent)]
     Plan(PlanError),
     /// The staging pod does not record its claim or volume.
@@ -69,6 +74,18 @@ enum GrowthError {
     /// Nothing measured the volume.
     #[error("volume {0:?}: its filesystem cannot be measured")]
     Unmeasured(String),
+    /// The health check pod could not be run, or did not end: no verdict
+    /// on the volume (a pod that failed is one: the volume is abnormal).
+    #[error(transparent)]
+    HealthCheckPod(DriverError),
+    /// A `/pav/condition` that is not `abnormal` and `message`.
+    #[error("{pod}: /pav/condition: {message}")]
+    Condition {
+        /// The pod that wrote it, `namespace/name`.
+        pod: String,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 impl From<GrowthError> for Error {
@@ -85,11 +102,13 @@ impl From<GrowthError> for Error {
             | GrowthError::Capacity(_)
             | GrowthError::NodeExpansionPod(PhaseError::Failed(_))
             | GrowthError::Stats { .. }
-            | GrowthError::Unmeasured(_) => Error::Internal(message),
+            | GrowthError::Unmeasured(_)
+            | GrowthError::Condition { .. } => Error::Internal(message),
             GrowthError::Plan(e) => e.into(),
             GrowthError::ListStagingPods(e)
             | GrowthError::ReadObjects(e)
-            | GrowthError::NodeExpansionPod(PhaseError::Run(e)) => e.into(),
+            | GrowthError::NodeExpansionPod(PhaseError::Run(e))
+            | GrowthError::HealthCheckPod(e) => e.into(),
         }
     }
 }
@@ -106,6 +125,14 @@ impl Stats for PodNode {
     async fn stats(&self, req: StatsRequest) -> Result<VolumeStats> {
         self.usage(&req).await.map_err(Error::from)
     }
+}
+
+/// `pod`'s `/pav/condition`, `text`.
+fn parse_condition(pod: &Pod, text: &str) -> std::result::Result<VolumeCondition, GrowthError> {
+    results::parse_condition(text).map_err(|message| GrowthError::Condition {
+        pod: pod_name(pod),
+        message,
+    })
 }
 
 fn pod_name(pod: &Pod) -> String {
@@ -232,11 +259,23 @@ impl PodNode {
         Ok((pvc, pv, node))
     }
 
+    /// The volume's usage and condition: see [`measured`](Self::measured)
+    /// and [`condition`](Self::condition).
+    async fn usage(&self, req: &StatsRequest) -> std::result::Result<VolumeStats, GrowthError> {
+        let staging = self.staging_pod_at(&req.handle, &req.volume_path).await?;
+        let mut stats = self.measured(&staging, req)?;
+        stats.condition = self.condition(&staging).await?;
+        Ok(stats)
+    }
+
     /// The volume's usage: the staging pod's `/pav/stats` when it wrote
     /// one, else what pav-csi measured of the filesystem at `/pav/volume`
     /// (bind-mounted at the published path).
-    async fn usage(&self, req: &StatsRequest) -> std::result::Result<VolumeStats, GrowthError> {
-        let staging = self.staging_pod_at(&req.handle, &req.volume_path).await?;
+    fn measured(
+        &self,
+        staging: &Pod,
+        req: &StatsRequest,
+    ) -> std::result::Result<VolumeStats, GrowthError> {
         let written = results::read_exported(&self.dir(&staging.name_any()), "stats");
         let Some(text) = written else {
             return req
@@ -245,7 +284,7 @@ impl PodNode {
                 .ok_or_else(|| GrowthError::Unmeasured(req.handle.to_string()));
         };
         let usage = results::parse_stats(&text).map_err(|message| GrowthError::Stats {
-            pod: pod_name(&staging),
+            pod: pod_name(staging),
             message,
         })?;
         let mut stats = VolumeStats::bytes(usage);
@@ -253,5 +292,62 @@ impl PodNode {
             stats = stats.with_inodes(inodes);
         }
         Ok(stats)
+    }
+
+    /// The staged volume's condition. With `spec.volumeHealth`, its health
+    /// check pod's: run when the last answer for this staging no longer
+    /// stands (`every`), which costs no request in between; a pod that
+    /// failed makes the volume abnormal with its message, one that wrote
+    /// no `/pav/condition` healthy. Without it, the staging pod's own
+    /// `/pav/condition` (a pod that keeps running may keep it current),
+    /// else none: pav-csi answers healthy.
+    async fn condition(
+        &self,
+        staging: &Pod,
+    ) -> std::result::Result<Option<VolumeCondition>, GrowthError> {
+        let staging_name = staging.name_any();
+        let planner = (self.driver.planner().await).map_err(GrowthError::Plan)?;
+        if !planner.compiled().has_phase(Phase::Health) {
+            let written = results::read_exported(&self.dir(&staging_name), "condition");
+            return (written.as_deref())
+                .map(|text| parse_condition(staging, text))
+                .transpose();
+        }
+        if let Some(condition) = self.conditions.fresh(&staging_name) {
+            return Ok(Some(condition));
+        }
+        let (pvc, pv, node) = self.staged_objects(staging).await?;
+        let read_only = staging
+            .annotations()
+            .get(ANNOTATION_READ_ONLY)
+            .map(String::as_str)
+            == Some("true");
+        let name = staging_name.clone();
+        let now = std::time::SystemTime::now();
+        let plan = planner
+            .blocking(move |p| p.health(&pvc, &pv, &node, read_only, &name, now))
+            .await
+            .map_err(GrowthError::Plan)?;
+        let pod = plan.pod;
+        let dir = self.dir(&pod.name_any());
+        let ran = self
+            .driver
+            .run_phase_exporting(Phase::Health, &pod, PodFiles::Local(&dir))
+            .await;
+        let condition = match ran {
+            Ok(files) => match files.and_then(|f| f.condition) {
+                Some(text) => parse_condition(&pod, &text)?,
+                None => VolumeCondition::healthy(),
+            },
+            Err(PhaseError::Failed(message)) => VolumeCondition::abnormal(message),
+            Err(PhaseError::Run(e)) => return Err(GrowthError::HealthCheckPod(e)),
+        };
+        if condition.abnormal {
+            tracing::warn!(staging = %staging_name, message = %condition.message, "volume abnormal");
+        }
+        let every = plan.evaluated.every.unwrap_or(DEFAULT_HEALTH_CHECK_EVERY);
+        self.conditions
+            .record(staging_name, condition.clone(), every);
+        Ok(Some(condition))
     }
 }

@@ -31,11 +31,11 @@ fn spec() -> Value {
     })
 }
 
-fn provisioner() -> Value {
+fn provisioner(spec: Value) -> Value {
     json!({
         "apiVersion": "pav.albertofaria.github.io/v1alpha1", "kind": "PavProvisioner",
         "metadata": {"name": "p", "uid": "u-p", "generation": 1, "resourceVersion": "1"},
-        "spec": spec(),
+        "spec": spec,
     })
 }
 
@@ -89,11 +89,25 @@ type Pods = fn(&Path) -> Vec<Value>;
 /// The fake with the objects above, pods served by `staging` and
 /// `unstaging`, and a node plugin of `p` on node `n1`.
 fn scenario(staging: Pods, unstaging: Pods) -> (ApiServer, PodNode, tempfile::TempDir) {
+    scenario_of(spec(), move |phase, dir| match phase {
+        "staging" => staging(dir),
+        "unstaging" => unstaging(dir),
+        other => panic!("a {other:?} pod on the node"),
+    })
+}
+
+/// The fake with the objects above and a node plugin on node `n1` of `p`
+/// with `spec`, whose pods `pods` serves, given their phase and `/pav`
+/// directory.
+fn scenario_of(
+    spec: Value,
+    pods: impl Fn(&str, &Path) -> Vec<Value> + Send + 'static,
+) -> (ApiServer, PodNode, tempfile::TempDir) {
     let (server, client) = ApiServer::start();
     server.route(
         Method::GET,
         PROVISIONERS,
-        list("PavProvisioner", vec![provisioner()]),
+        list("PavProvisioner", vec![provisioner(spec)]),
     );
     server.route(Method::GET, CLAIM, (200, claim()));
     server.route(Method::GET, PV, (200, volume()));
@@ -106,12 +120,8 @@ fn scenario(staging: Pods, unstaging: Pods) -> (ApiServer, PodNode, tempfile::Te
     let dir = pods_dir.path().to_owned();
     server.serve_pods(move |pod| {
         let name = pod["metadata"]["name"].as_str().unwrap();
-        let pod_dir = dir.join(name);
-        match pod["metadata"]["labels"][LABEL_PHASE].as_str() {
-            Some("staging") => staging(&pod_dir),
-            Some("unstaging") => unstaging(&pod_dir),
-            other => panic!("a {other:?} pod on the node"),
-        }
+        let phase = pod["metadata"]["labels"][LABEL_PHASE].as_str();
+        pods(phase.unwrap_or_default(), &dir.join(name))
     });
     server.put_pod(client_pod());
     let driver = Arc::new(crate::csi::fixtures::driver_context(client));
@@ -532,4 +542,160 @@ async fn a_client_deleted_mid_staging_has_its_staging_torn_down() {
     assert_eq!(left, ["client"], "the staging pod is let go");
     assert_eq!(std::fs::read_dir(pods_dir.path()).unwrap().count(), 0);
     assert!(reads.load(std::sync::atomic::Ordering::SeqCst) >= 2);
+}
+
+/// The scenario's spec with a health check every `every`.
+fn checked_spec(every: &str) -> Value {
+    let mut spec = spec();
+    spec["volumeHealth"] = json!({
+        "every": every,
+        "podTemplate": {"spec": {"containers": [{
+            "name": "check", "image": "checker:1",
+            "args": ["{{ handle }}", "{{ mutableParams | tojson }}"],
+        }]}},
+    });
+    spec
+}
+
+/// A health check pod that writes `condition` and completes.
+fn checked(dir: &Path, condition: &str) -> Vec<Value> {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("condition"), condition).unwrap();
+    done(dir)
+}
+
+/// The condition NodeGetVolumeStats reports of the scenario's volume.
+async fn condition(node: &PodNode) -> Result<Option<pav_sdk::VolumeCondition>, Error> {
+    let mut req = pav_sdk::build::stats("vol-1", TARGET, pav_sdk::VolumeMode::Filesystem);
+    req.measured = Some(pav_sdk::VolumeStats::default());
+    pav_sdk::Stats::stats(node, req)
+        .await
+        .map(|stats| stats.condition)
+}
+
+#[tokio::test]
+async fn a_staged_volume_is_checked_by_a_pod_on_its_node_at_most_every_interval() {
+    let (server, node, pods_dir) = scenario_of(checked_spec("1h"), |phase, dir| match phase {
+        "staging" => ready(dir),
+        "health" => checked(dir, "abnormal: true\nmessage: 3 blocks unreadable\n"),
+        other => panic!("a {other:?} pod on the node"),
+    });
+    node.stage_for(&staging_request(), &client_info())
+        .await
+        .expect("staging");
+    let staging = server.created_pods()[0].clone();
+    let abnormal = condition(&node).await.unwrap().unwrap();
+    assert!(abnormal.abnormal);
+    assert_eq!(abnormal.message, "3 blocks unreadable");
+    let created = server.created_pods();
+    assert_eq!(created.len(), 2);
+    let check = &created[1];
+    assert_eq!(check["metadata"]["labels"][LABEL_PHASE], "health");
+    assert_eq!(check["spec"]["nodeName"], "n1");
+    assert_eq!(
+        check["spec"]["containers"][0]["args"],
+        json!(["vol-1", "{}"])
+    );
+    // The staged volume is at /pav/volume, from the staging pod's directory.
+    let staged = format!(
+        "/var/lib/pav/pods/{}/volume",
+        staging["metadata"]["name"].as_str().unwrap()
+    );
+    let volumes = check["spec"]["volumes"].as_array().unwrap();
+    assert!(
+        volumes.iter().any(|v| v["hostPath"]["path"] == staged),
+        "{volumes:#?}"
+    );
+    // The pod and its directory are gone; the answer stands for an hour:
+    // asked again, no pod and no request.
+    assert!(
+        server
+            .pods()
+            .iter()
+            .all(|p| p["metadata"]["name"] != check["metadata"]["name"])
+    );
+    let check_dir = pods_dir
+        .path()
+        .join(check["metadata"]["name"].as_str().unwrap());
+    assert!(!check_dir.exists());
+    let before = asked(&server).len();
+    assert_eq!(condition(&node).await.unwrap(), Some(abnormal));
+    assert_eq!(server.created_pods().len(), 2);
+    assert_eq!(
+        asked(&server).len(),
+        before,
+        "{:#?}",
+        &asked(&server)[before..]
+    );
+}
+
+#[tokio::test]
+async fn a_failed_check_is_abnormal_with_its_message_and_a_silent_one_healthy() {
+    let (_server, node, _dir) = scenario_of(checked_spec("1h"), |phase, dir| match phase {
+        "staging" => ready(dir),
+        "health" => refused(dir),
+        other => panic!("a {other:?} pod on the node"),
+    });
+    node.stage_for(&staging_request(), &client_info())
+        .await
+        .expect("staging");
+    let failed = condition(&node).await.unwrap().unwrap();
+    assert!(failed.abnormal);
+    assert!(
+        failed.message.starts_with("health pod pav/"),
+        "{}",
+        failed.message
+    );
+    assert!(
+        failed.message.ends_with("export /data is not shared"),
+        "{}",
+        failed.message
+    );
+
+    let (_server, node, _dir) = scenario_of(checked_spec("1h"), |phase, dir| match phase {
+        "staging" => ready(dir),
+        "health" => done(dir),
+        other => panic!("a {other:?} pod on the node"),
+    });
+    node.stage_for(&staging_request(), &client_info())
+        .await
+        .expect("staging");
+    let condition = condition(&node).await.unwrap();
+    assert_eq!(condition, Some(pav_sdk::VolumeCondition::healthy()));
+}
+
+#[tokio::test]
+async fn without_a_health_check_the_staging_pod_reports_the_condition() {
+    let (server, node, pods_dir) = scenario(ready, done);
+    node.stage_for(&staging_request(), &client_info())
+        .await
+        .expect("staging");
+    assert_eq!(
+        condition(&node).await.unwrap(),
+        None,
+        "pav-csi answers healthy"
+    );
+    let staging = server.created_pods()[0].clone();
+    let dir = pods_dir
+        .path()
+        .join(staging["metadata"]["name"].as_str().unwrap());
+    std::fs::write(
+        dir.join("condition"),
+        "abnormal: true\nmessage: FUSE daemon lost its server",
+    )
+    .unwrap();
+    let written = condition(&node).await.unwrap().unwrap();
+    assert!(written.abnormal);
+    assert_eq!(written.message, "FUSE daemon lost its server");
+    std::fs::write(dir.join("condition"), "abnormal: maybe").unwrap();
+    let error = condition(&node).await.unwrap_err();
+    assert!(matches!(error, Error::Internal(_)), "{error}");
+    let pod = format!("pav/{}", staging["metadata"]["name"].as_str().unwrap());
+    assert!(
+        error.to_string().contains(&format!(
+            "{pod}: /pav/condition: abnormal: \"maybe\" is not true or false"
+        )),
+        "{error}"
+    );
+    assert_eq!(server.created_pods().len(), 1, "no health check pod");
 }

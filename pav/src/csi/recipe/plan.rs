@@ -10,10 +10,12 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use pav_templates::phase::DEFAULT_HEALTH_CHECK_EVERY;
 use pav_templates::{
     CompiledProvisioner, CreationContext, CreationPhase, ExpansionContext, ExpansionPhase,
-    OptionalPodPhase, Phase, ProvisioningMode, PvcLookup, SnapshotContext, SnapshotCreationPhase,
-    Source, StagingContext, StagingPhase, ValidationContext, ValidationPhase,
+    HealthPhase, OptionalPodPhase, Phase, ProvisioningMode, PvcLookup, SnapshotContext,
+    SnapshotCreationPhase, Source, StagingContext, StagingPhase, ValidationContext,
+    ValidationPhase,
 };
 
 use crate::csi::context::DriverError;
@@ -431,6 +433,36 @@ impl Planner {
             &evaluated,
             staging_pod,
             capacity,
+            node.metadata.name.as_deref().unwrap_or_default(),
+            &claim_name(pvc),
+        );
+        Ok(Plan { evaluated, pod })
+    }
+
+    /// The health check of claim `pvc`'s volume `pv`, staged on `node` by
+    /// the pod named `staging_pod`, at `now`: its pod is named after the
+    /// check's round (`now` in units of `every`), which the calls of one
+    /// round share.
+    pub fn health(
+        &self,
+        pvc: &PersistentVolumeClaim,
+        pv: &PersistentVolume,
+        node: &Node,
+        read_only: bool,
+        staging_pod: &str,
+        now: std::time::SystemTime,
+    ) -> Result<Plan<HealthPhase, Pod>> {
+        let context = self.staging_context(pvc, pv, node, read_only)?;
+        let evaluated = self.render(Phase::Health, |c| c.render_health(&context))?;
+        let every = evaluated.every.unwrap_or(DEFAULT_HEALTH_CHECK_EVERY);
+        let since_epoch = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let round = since_epoch.as_secs() / every.as_secs().max(1);
+        let pod = self.origin().health_pod(
+            &evaluated,
+            staging_pod,
+            round,
             node.metadata.name.as_deref().unwrap_or_default(),
             &claim_name(pvc),
         );

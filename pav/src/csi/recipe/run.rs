@@ -110,7 +110,7 @@ impl DriverContext {
     }
 
     /// [`run_phase`](Self::run_phase), returning the `/pav` files the pod
-    /// exported (for [`PodFiles::Collected`]).
+    /// exported.
     pub async fn run_phase_exporting(
         &self,
         phase: Phase,
@@ -123,7 +123,12 @@ impl DriverContext {
                 failure: Some(message),
                 ..
             }) => Err(PhaseError::Failed(message)),
-            Ok(ran) => Ok(ran.collected),
+            // A pod on this node: its files are read before its
+            // directory goes with it.
+            Ok(ran) => Ok(match files {
+                PodFiles::Collected => ran.collected,
+                PodFiles::Local(dir) => Some(Collected::read(dir)),
+            }),
             Err(e) => Err(PhaseError::Run(e)),
         };
         op.finish(&result);
