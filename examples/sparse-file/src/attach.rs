@@ -158,6 +158,31 @@ pub async fn detach(device: &str, image: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Loop devices still backed by `image` after it was deleted: the kernel
+/// names their backing file `<image> (deleted)`, and they hold its blocks
+/// until detached.
+pub fn devices_of_deleted(image: &Path) -> Result<Vec<String>> {
+    let (Some(dir), Some(name)) = (image.parent(), image.file_name()) else {
+        return Ok(Vec::new());
+    };
+    let dir = std::fs::canonicalize(dir).map_err(|e| io_error("resolving", dir, e))?;
+    let mut deleted = dir.join(name).into_os_string();
+    deleted.push(" (deleted)");
+    let entries =
+        std::fs::read_dir(SYS_BLOCK).map_err(|e| Error::Internal(format!("{SYS_BLOCK}: {e}")))?;
+    let mut devices = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str().filter(|n| n.starts_with("loop")) else {
+            continue;
+        };
+        if backing_file(name)?.is_some_and(|file| file.as_os_str() == deleted) {
+            devices.push(format!("/dev/{name}"));
+        }
+    }
+    Ok(devices)
+}
+
 /// The loop device Attach attached for `image`, which Unstage leaves.
 pub fn attached_by_controller(image: &Path) -> Result<Option<String>> {
     let file = std::fs::File::open(image).map_err(|e| io_error("opening", image, e))?;

@@ -1121,7 +1121,13 @@ impl Unstage for SparseFiles {
             run("umount", &[&req.target_path.to_string_lossy()]).await?;
         }
         let Ok(image) = self.existing_image(&req.handle) else {
-            return Ok(()); // nothing left to detach
+            // Deleted while staged (not by Delete, which refuses): its
+            // loop device would hold the blocks for good.
+            for device in crate::attach::devices_of_deleted(&self.image(&req.handle)?)? {
+                run("losetup", &["--detach", &device]).await?;
+                tracing::warn!(handle = %req.handle, device, "detached the loop device of a deleted image");
+            }
+            return Ok(());
         };
         // The controller's device stays attached: it detaches it.
         let controllers = crate::attach::attached_by_controller(&image)?;
@@ -1581,6 +1587,35 @@ mod tests {
         assert_eq!(loop_devices(&image).await.unwrap(), Vec::<String>::new());
         files.delete(pav_sdk::build::delete(handle)).await.unwrap();
         released.join().unwrap();
+    }
+
+    /// An image deleted while staged left its loop device behind at
+    /// Unstage, holding the deleted file's blocks: Unstage detaches it.
+    #[tokio::test]
+    #[ignore = "needs root and loop devices: .ci/run runs it as root"]
+    async fn unstage_detaches_the_loop_device_of_a_deleted_image() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = SparseFiles::new(dir.path().join("volumes"));
+        std::fs::create_dir(dir.path().join("volumes")).unwrap();
+        let mut req = create_request(8 << 20);
+        req.volume_mode = VolumeMode::Block;
+        let volume = files.create(req).await.unwrap();
+        let handle = volume.handle.as_str();
+        let image = files.existing_image(handle).unwrap();
+        let target = dir.path().join("staging");
+        let _cleanup = Staging(&target, image.clone());
+        let stage = pav_sdk::build::stage(handle, "n1", &target, VolumeMode::Block);
+        let device = files.stage(stage).await.unwrap().path;
+        std::fs::remove_file(&image).unwrap();
+        let orphans = crate::attach::devices_of_deleted(&image).unwrap();
+        assert_eq!(orphans, [device.to_string_lossy().into_owned()]);
+        let unstage = pav_sdk::build::unstage(handle, "n1", &target);
+        files.unstage(unstage.clone()).await.unwrap();
+        assert_eq!(
+            crate::attach::devices_of_deleted(&image).unwrap(),
+            Vec::<String>::new()
+        );
+        files.unstage(unstage).await.unwrap();
     }
 
     /// Images were 0644: any local user could read every volume's data.
