@@ -9,9 +9,10 @@
 //! | validation (dynamic) | [`ValidationContext::dynamic`] | `requestedVolumeMode`, `requestedAccessModes`, `requestedMinCapacity`, `requestedMaxCapacity`, `params`, `sc`, `pvc` |
 //! | validation (static) | [`ValidationContext::static_pv`] | `requestedVolumeMode`, `requestedAccessModes`, `requestedMinCapacity`, `requestedMaxCapacity`, `params`, `handle`, `pv` |
 //! | creation, deletion | [`CreationContext::new`] | the dynamic validation variables and `defaultHandle` |
-//! | staging, unstaging | [`StagingContext::new`] | `volumeMode`, `accessModes`, `capacity`, `params`, `handle`, `readOnly`, `pvc`, `pv`, `node` |
+//! | staging, unstaging | [`StagingContext::new`] (staging: then [`StagingContext::attached_with`]) | `volumeMode`, `accessModes`, `capacity`, `params`, `mutableParams`, `handle`, `readOnly`, `publishContext`, `pvc`, `pv`, `node` |
 //! | expansion | [`ExpansionContext::new`] | `handle`, `capacity` (now), `requestedMinCapacity`, `requestedMaxCapacity`, `volumeMode`, `params`, `pv`, `pvc` (none without a claim) |
 //! | node expansion | [`StagingContext::new`] then [`StagingContext::expanded_to`] | the staging variables, `capacity` being the new one |
+//! | health, attach, detach | [`StagingContext::new`] | the staging variables |
 //! | snapshot creation | [`SnapshotContext::creation`] | `snapshotName`, `defaultHandle`, `params` (the VolumeSnapshotClass's), `sourceHandle`, `sourceCapacity`, `pv`, `pvc` (none without a claim) |
 //! | snapshot deletion | [`SnapshotContext::deletion`] | `snapshotHandle`, `sourceHandle` (none when unknown) |
 //! | storage capacity | [`CapacityContext::new`] | `topology` (the segment's labels, none for all the storage), `nodeName` (the segment's node, none without one), `params` (the StorageClass's) |
@@ -691,8 +692,18 @@ impl StagingContext {
         vars.set("pvc", object_value(pvc));
         vars.set("pv", object_value(pv));
         vars.set("node", object_value(node));
+        vars.set("publishContext", string_map(None));
         let value = vars.to_value();
         Ok(StagingContext { vars, value })
+    }
+
+    /// For `spec.volumeStaging` of an attached volume: `publishContext` is
+    /// what its attach pod wrote (`/pav/publish-context`).
+    pub fn attached_with(mut self, publish_context: &BTreeMap<String, String>) -> Self {
+        self.vars
+            .replace("publishContext", string_map(Some(publish_context)));
+        self.value = self.vars.to_value();
+        self
     }
 
     /// For `spec.volumeNodeExpansion`: `capacity` is the size the volume

@@ -140,6 +140,19 @@ pub struct PavProvisionerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_health: Option<TemplateTree>,
 
+    /// pav: how a volume is attached to a node before it is staged there
+    /// (Kubernetes VolumeAttachments; the CSIDriver then has
+    /// `attachRequired: true`): the mandatory attach `podTemplate`, whose
+    /// `/pav/publish-context` (a map of strings) staging sees as
+    /// `publishContext`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_attach: Option<TemplateTree>,
+
+    /// pav: how a volume is detached from a node once no pod there uses
+    /// it: an optional detach `podTemplate`. Needs volumeAttach.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_detach: Option<TemplateTree>,
+
     /// pav: what a new volume may be created from, besides nothing: a
     /// claim's `dataSource` of kind `VolumeSnapshot` (restore; needs
     /// snapshotCreation) or `PersistentVolumeClaim` (clone). The creation

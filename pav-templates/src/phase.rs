@@ -38,11 +38,17 @@ pub enum Phase {
     /// `spec.volumeHealth` (pav): a staged volume's periodic check, whose
     /// `/pav/condition` the kubelet reports.
     Health,
+    /// `spec.volumeAttach` (pav): a volume is attached to a node before it
+    /// is staged there; the pod's `/pav/publish-context` reaches staging.
+    Attach,
+    /// `spec.volumeDetach` (pav): a volume is detached from a node after
+    /// it was unstaged there.
+    Detach,
 }
 
 impl Phase {
     /// All phases: the original PaV's in lifecycle order, then pav's.
-    pub const ALL: [Phase; 12] = [
+    pub const ALL: [Phase; 14] = [
         Phase::Validation,
         Phase::Creation,
         Phase::Deletion,
@@ -55,6 +61,8 @@ impl Phase {
         Phase::Capacity,
         Phase::Modification,
         Phase::Health,
+        Phase::Attach,
+        Phase::Detach,
     ];
 
     /// The spec field holding this phase (`volumeStaging`).
@@ -72,6 +80,8 @@ impl Phase {
             Phase::Capacity => "storageCapacity",
             Phase::Modification => "volumeModification",
             Phase::Health => "volumeHealth",
+            Phase::Attach => "volumeAttach",
+            Phase::Detach => "volumeDetach",
         }
     }
 
@@ -90,6 +100,8 @@ impl Phase {
             Phase::Capacity => "capacity",
             Phase::Modification => "modification",
             Phase::Health => "health",
+            Phase::Attach => "attach",
+            Phase::Detach => "detach",
         }
     }
 
@@ -120,7 +132,9 @@ impl Phase {
             | Phase::Staging
             | Phase::Unstaging
             | Phase::NodeExpansion
-            | Phase::SnapshotDeletion => &["podTemplate", "timeout"],
+            | Phase::SnapshotDeletion
+            | Phase::Attach
+            | Phase::Detach => &["podTemplate", "timeout"],
         }
     }
 

@@ -453,6 +453,18 @@ impl CompiledProvisioner {
         })
     }
 
+    /// Renders `spec.volumeAttach`, with the staging context of the volume
+    /// and the node it is attached to: its pod is mandatory.
+    pub fn render_attach(&self, context: &StagingContext) -> Result<StagingPhase> {
+        self.render_mandatory_pod(Phase::Attach, context.value())
+    }
+
+    /// Renders `spec.volumeDetach`, with the staging context of the volume
+    /// and the node it is detached from.
+    pub fn render_detach(&self, context: &StagingContext) -> Result<OptionalPodPhase> {
+        self.render_optional_pod(Phase::Detach, context.value())
+    }
+
     /// Renders `spec.volumeHealth`, with the staging context of the
     /// volume checked: its pod is mandatory.
     pub fn render_health(&self, context: &StagingContext) -> Result<HealthPhase> {

@@ -618,6 +618,7 @@ fn render(
                 target_path: &target_path,
                 client,
                 read_only,
+                publish_context: &Default::default(),
             };
             let plan = planner.staging(pvc, pv, node, &staging);
             to_yaml(&name, phase, planned(plan, objects)?.optional())?
@@ -643,6 +644,14 @@ fn render(
             let staging = staging_pod_name(&name, &handle, &target_path, &node_name);
             let plan = planner.node_expansion(pvc, pv, node, read_only, &staging, capacity);
             to_yaml(&name, phase, planned(plan, objects)?.optional())?
+        }
+        Phase::Attach => {
+            let plan = planner.attach(pvc, pv, node, read_only);
+            to_yaml(&name, phase, planned(plan, objects)?.optional())?
+        }
+        Phase::Detach => {
+            let plan = planner.detach(pvc, pv, node);
+            to_yaml(&name, phase, planned(plan, objects)?)?
         }
         Phase::Health => {
             let staging = staging_pod_name(&name, &handle, &target_path, &node_name);

@@ -158,10 +158,12 @@ pub fn controller_provisioner(
 /// `provisioner` serving what `spec` has when the driver starts:
 /// GetCapacity only with `spec.storageCapacity`, ControllerModifyVolume
 /// (and claims with a VolumeAttributesClass) only with
-/// `spec.volumeModification`. The driver's manifests enable
-/// external-provisioner's capacity tracking and external-resizer's
-/// VolumeAttributesClass support exactly then, so adding or removing
-/// either section rolls the controller and this is read again.
+/// `spec.volumeModification`, ControllerPublishVolume only with
+/// `spec.volumeAttach`. The driver's manifests enable
+/// external-provisioner's capacity tracking, external-resizer's
+/// VolumeAttributesClass support and external-attacher exactly then, so
+/// adding or removing a section rolls the controller and this is read
+/// again.
 pub fn served_sections(
     provisioner: pav_sdk::Provisioner<controller::PodController>,
     spec: Option<&pav_templates::PavProvisionerSpec>,
@@ -171,10 +173,15 @@ pub fn served_sections(
     } else {
         provisioner.without_capacity()
     };
-    if spec.is_some_and(|s| s.volume_modification.is_some()) {
+    let provisioner = if spec.is_some_and(|s| s.volume_modification.is_some()) {
         provisioner
     } else {
         provisioner.without_modify()
+    };
+    if spec.is_some_and(|s| s.volume_attach.is_some()) {
+        provisioner
+    } else {
+        provisioner.without_attach()
     }
 }
 

@@ -57,6 +57,9 @@ pub const DEFAULT_RESIZER_IMAGE: &str = "registry.k8s.io/sig-storage/csi-resizer
 /// Default csi-snapshotter sidecar image (external-snapshotter; deployed for
 /// provisioners with `snapshotCreation`).
 pub const DEFAULT_SNAPSHOTTER_IMAGE: &str = "registry.k8s.io/sig-storage/csi-snapshotter:v8.7.0";
+/// Default external-attacher sidecar image (deployed for provisioners
+/// with `volumeAttach`).
+pub const DEFAULT_ATTACHER_IMAGE: &str = "registry.k8s.io/sig-storage/csi-attacher:v4.13.0";
 /// Default node-driver-registrar sidecar image.
 pub const DEFAULT_REGISTRAR_IMAGE: &str =
     "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.15.0";
@@ -92,6 +95,9 @@ pub struct Settings {
     /// The csi-snapshotter sidecar image (drivers with `snapshotCreation`).
     #[arg(long, env = "PAV_SNAPSHOTTER_IMAGE", default_value = DEFAULT_SNAPSHOTTER_IMAGE)]
     pub snapshotter_image: String,
+    /// The external-attacher sidecar image (drivers with `volumeAttach`).
+    #[arg(long, env = "PAV_ATTACHER_IMAGE", default_value = DEFAULT_ATTACHER_IMAGE)]
+    pub attacher_image: String,
     /// The node-driver-registrar sidecar image.
     #[arg(long, env = "PAV_REGISTRAR_IMAGE", default_value = DEFAULT_REGISTRAR_IMAGE)]
     pub registrar_image: String,
@@ -256,6 +262,10 @@ pub struct Resources {
     #[arg(long = "snapshotter-resources", id = "snapshotter_resources", env = "PAV_SNAPSHOTTER_RESOURCES",
           default_value = DEFAULT_DRIVER_RESOURCES, value_parser = Json::parser::<ResourceRequirements>)]
     pub snapshotter: Json,
+    /// external-attacher.
+    #[arg(long = "attacher-resources", id = "attacher_resources", env = "PAV_ATTACHER_RESOURCES",
+          default_value = DEFAULT_DRIVER_RESOURCES, value_parser = Json::parser::<ResourceRequirements>)]
+    pub attacher: Json,
     /// node-driver-registrar.
     #[arg(long = "registrar-resources", id = "registrar_resources", env = "PAV_REGISTRAR_RESOURCES",
           default_value = DEFAULT_REGISTRAR_RESOURCES, value_parser = Json::parser::<ResourceRequirements>)]
@@ -271,6 +281,7 @@ impl Default for Resources {
             provisioner: Json::default_of(DEFAULT_DRIVER_RESOURCES),
             resizer: Json::default_of(DEFAULT_DRIVER_RESOURCES),
             snapshotter: Json::default_of(DEFAULT_DRIVER_RESOURCES),
+            attacher: Json::default_of(DEFAULT_DRIVER_RESOURCES),
             registrar: Json::default_of(DEFAULT_REGISTRAR_RESOURCES),
         }
     }
@@ -339,6 +350,7 @@ impl Default for Settings {
             provisioner_image: DEFAULT_PROVISIONER_IMAGE.into(),
             resizer_image: DEFAULT_RESIZER_IMAGE.into(),
             snapshotter_image: DEFAULT_SNAPSHOTTER_IMAGE.into(),
+            attacher_image: DEFAULT_ATTACHER_IMAGE.into(),
             registrar_image: DEFAULT_REGISTRAR_IMAGE.into(),
             kubelet_dir: DEFAULT_KUBELET_DIR.into(),
             logging: Default::default(),
@@ -466,6 +478,7 @@ mod tests {
             (DEFAULT_PROVISIONER_IMAGE, "CSI_PROVISIONER_IMAGE"),
             (DEFAULT_RESIZER_IMAGE, "CSI_RESIZER_IMAGE"),
             (DEFAULT_SNAPSHOTTER_IMAGE, "CSI_SNAPSHOTTER_IMAGE"),
+            (DEFAULT_ATTACHER_IMAGE, "CSI_ATTACHER_IMAGE"),
             (DEFAULT_REGISTRAR_IMAGE, "CSI_NODE_DRIVER_REGISTRAR_IMAGE"),
         ] {
             assert_eq!(

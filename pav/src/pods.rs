@@ -95,6 +95,9 @@ pub const ANNOTATION_CAPACITY: &str = "pav.albertofaria.github.io/capacity";
 pub const ANNOTATION_SIZE: &str = "pav.albertofaria.github.io/size";
 /// Annotation with the node names a pod exported in `/pav/topology`.
 pub const ANNOTATION_TOPOLOGY: &str = "pav.albertofaria.github.io/topology";
+/// Annotation with the publish context an attach pod exported in
+/// `/pav/publish-context`.
+pub const ANNOTATION_PUBLISH_CONTEXT: &str = "pav.albertofaria.github.io/publish-context";
 /// Annotation with the message a pod exported in `/pav/error`.
 pub const ANNOTATION_ERROR: &str = "pav.albertofaria.github.io/error";
 /// Annotation set to `"true"` once the node plugin copied the files above.
@@ -414,6 +417,21 @@ impl<'a> PodOrigin<'a> {
             staging_pod,
             claim,
         )
+    }
+
+    /// The attach or detach pod (`phase`) of volume `handle` and node
+    /// `node`, for `claim` (`namespace/name`): placed by its template.
+    pub fn attachment_pod(
+        &self,
+        phase: Phase,
+        template: &PodTemplateSpec,
+        timeout: Option<std::time::Duration>,
+        (handle, node): (&str, &str),
+        claim: &str,
+    ) -> Pod {
+        let key = format!("{handle}\n{node}");
+        let annotations = vec![(ANNOTATION_CLAIM, claim.to_owned())];
+        self.phase_pod(template, timeout, phase, &key, None, annotations)
     }
 
     /// The health check pod of the volume staged by the staging pod

@@ -320,6 +320,28 @@ fn render_refuses_phases_a_static_provisioner_lacks() {
 }
 
 #[test]
+fn render_prints_the_attach_and_detach_pods() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("attaching.yaml");
+    std::fs::write(
+        &path,
+        "apiVersion: pav.albertofaria.github.io/v1alpha1\nkind: PavProvisioner\nmetadata: {name: disks}\nspec:\n  provisioningModes: [Dynamic]\n  volumeCreation: {capacity: 1Gi}\n  volumeStaging: {podTemplate: {}}\n  volumeAttach: {podTemplate: {spec: {nodeName: \"{{ node.metadata.name }}\", containers: [{name: attach, image: a, args: [\"{{ handle }}\"]}]}}}\n  volumeDetach: {}\n",
+    )
+    .unwrap();
+    let attach = render(&[path.to_str().unwrap(), "--phase", "attach"]);
+    let pod: Pod = serde_json::from_value(attach["pods"][0].clone()).unwrap();
+    let spec = pod.spec.unwrap();
+    assert_eq!(spec.node_name.as_deref(), Some("sample-node"));
+    assert_eq!(
+        spec.containers[0].args.as_deref(),
+        Some(&["pvc-6c1b1c5e-6f0e-4b7a-9d2e-5a1f3c0d8e21".to_owned()][..]),
+        "the sample volume's handle"
+    );
+    let detach = render(&[path.to_str().unwrap(), "--phase", "detach"]);
+    assert_eq!(detach["pods"], serde_json::json!([]), "no detach pod");
+}
+
+#[test]
 fn crd_is_printed_from_the_types() {
     let output = pav(&["crd"]);
     assert!(output.status.success());

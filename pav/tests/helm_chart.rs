@@ -219,6 +219,9 @@ sidecars:
   snapshotter:
     image: mirror.example.com/csi-snapshotter:v8.7.0
     resources: {limits: {memory: 64Mi}}
+  attacher:
+    image: mirror.example.com/csi-attacher:v4.13.0
+    resources: {requests: {cpu: 3m}}
   registrar:
     image: mirror.example.com/csi-node-driver-registrar:v2.15.0
     resources: {requests: {cpu: 2m, memory: 8Mi}}
@@ -254,6 +257,8 @@ const CHANGED_FLAGS: &[&str] = &[
     "--resizer-resources={}",
     "--snapshotter-image=mirror.example.com/csi-snapshotter:v8.7.0",
     r#"--snapshotter-resources={"limits":{"memory":"64Mi"},"requests":{"cpu":"10m","memory":"32Mi"}}"#,
+    "--attacher-image=mirror.example.com/csi-attacher:v4.13.0",
+    r#"--attacher-resources={"requests":{"cpu":"3m","memory":"32Mi"}}"#,
     "--registrar-image=mirror.example.com/csi-node-driver-registrar:v2.15.0",
     r#"--registrar-resources={"requests":{"cpu":"2m","memory":"8Mi"}}"#,
 ];

@@ -34,6 +34,16 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         self.rewrap_records();
         self
     }
+
+    /// Drops the [`Attach`](crate::Attach) touch point
+    /// [`provisioner!`](crate::provisioner!) added:
+    /// `PUBLISH_UNPUBLISH_VOLUME` is not advertised, and
+    /// `ControllerPublishVolume` answers `UNIMPLEMENTED`.
+    pub fn without_attach(mut self) -> Self {
+        self.attach = None;
+        self.rewrap_records();
+        self
+    }
 }
 
 #[cfg(test)]
@@ -47,6 +57,26 @@ mod tests {
         async fn modify(&self, _: ModifyRequest) -> Result<()> {
             Ok(())
         }
+    }
+
+    struct Attachable;
+
+    #[async_trait::async_trait]
+    impl Attach for Attachable {
+        async fn attach(&self, _: AttachRequest) -> Result<Attached> {
+            Ok(Attached::with_context(Parameters::new()))
+        }
+
+        async fn detach(&self, _: DetachRequest) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn attach_is_dropped_on_request() {
+        let provisioner = crate::provisioner!(Attachable);
+        assert!(provisioner.attach.is_some());
+        assert!(provisioner.without_attach().attach.is_none());
     }
 
     #[test]

@@ -207,6 +207,12 @@ impl Checker {
                 "may only be specified together with spec.volumeExpansion",
             );
         }
+        if has(Phase::Detach) && !has(Phase::Attach) {
+            self.problem_rule(
+                "spec.volumeDetach",
+                "may only be specified together with spec.volumeAttach",
+            );
+        }
         if has(Phase::SnapshotDeletion) && !has(Phase::SnapshotCreation) {
             self.problem_rule(
                 "spec.snapshotDeletion",
@@ -251,8 +257,10 @@ impl Checker {
                 }
                 self.check_literal(key, &item_path, item);
             }
-            if matches!(phase, Phase::Staging | Phase::NodeExpansion | Phase::Health)
-                && !map.contains_key("podTemplate")
+            if matches!(
+                phase,
+                Phase::Staging | Phase::NodeExpansion | Phase::Health | Phase::Attach
+            ) && !map.contains_key("podTemplate")
             {
                 self.problem_schema(&format!("{path}.podTemplate"), "is required");
             }

@@ -442,6 +442,8 @@ pub fn event_reason(phase: Phase) -> &'static str {
         Phase::Capacity => "CapacityFailed",
         Phase::Modification => "ModificationFailed",
         Phase::Health => "HealthCheckFailed",
+        Phase::Attach => "AttachFailed",
+        Phase::Detach => "DetachFailed",
     }
 }
 

@@ -15,6 +15,7 @@ use super::context::{DriverContext, api_error};
 use super::recipe::{CreationPlan, Plan, Planner, PodFiles};
 use crate::pods::results;
 
+mod attach;
 mod capacity;
 mod cleanup;
 mod delete;

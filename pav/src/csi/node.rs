@@ -148,7 +148,7 @@ impl PodNode {
             req.target_path.display().to_string(),
         );
         let client = (info.namespace.clone(), info.name.clone(), info.uid.clone());
-        let read_only = req.read_only;
+        let (read_only, publish_context) = (req.read_only, req.publish_context.clone());
         let pod = planner
             .blocking(move |p| {
                 let staging = StagingFor {
@@ -156,6 +156,7 @@ impl PodNode {
                     target_path: &target_path,
                     client: (&client.0, &client.1, &client.2),
                     read_only,
+                    publish_context: &publish_context,
                 };
                 p.staging(&pvc, &pv, &node, &staging)
             })
@@ -496,6 +497,8 @@ struct StagingRequest<'a> {
     read_only: bool,
     /// Block (else Filesystem) volume mode.
     block: bool,
+    /// What the volume's attach pod wrote, from its VolumeAttachment.
+    publish_context: &'a pav_sdk::Parameters,
 }
 
 impl<'a> StagingRequest<'a> {
@@ -505,6 +508,7 @@ impl<'a> StagingRequest<'a> {
             target_path: &req.target_path,
             read_only: req.read_only,
             block: req.volume_mode == pav_sdk::VolumeMode::Block,
+            publish_context: &req.publish_context,
         }
     }
 }

@@ -96,6 +96,12 @@ pub const RESIZER: Sidecar = Sidecar {
     http_port: 8082,
     port_name: "resizer-m",
 };
+/// external-attacher (provisioners with `volumeAttach`).
+pub const ATTACHER: Sidecar = Sidecar {
+    name: "csi-attacher",
+    http_port: 8084,
+    port_name: "attacher-m",
+};
 /// csi-snapshotter (provisioners with `snapshotCreation`).
 pub const SNAPSHOTTER: Sidecar = Sidecar {
     name: "csi-snapshotter",
@@ -281,6 +287,9 @@ struct Builder<'a> {
     /// The provisioner has `volumeModification`: the CSI controller gets
     /// external-resizer with its VolumeAttributesClass support.
     modifies: bool,
+    /// The provisioner has `volumeAttach`: the CSIDriver requires attaching
+    /// (VolumeAttachments) and the CSI controller gets external-attacher.
+    attaches: bool,
 }
 
 fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Value {
@@ -302,6 +311,7 @@ impl<'a> Builder<'a> {
             snapshots: provisioner.spec.snapshot_creation.is_some(),
             capacity: provisioner.spec.storage_capacity.is_some(),
             modifies: provisioner.spec.volume_modification.is_some(),
+            attaches: provisioner.spec.volume_attach.is_some(),
         }
     }
 
@@ -345,9 +355,10 @@ impl<'a> Builder<'a> {
             "kind": "CSIDriver",
             "metadata": self.cluster(&self.name, "csi-driver"),
             "spec": {
-                // No ControllerPublish: volumes are made available on a node
-                // by staging pods, so no VolumeAttachment is needed.
-                "attachRequired": false,
+                // VolumeAttachments (ControllerPublish by attach pods) only
+                // with spec.volumeAttach: otherwise volumes are made
+                // available on a node by staging pods alone.
+                "attachRequired": self.attaches,
                 // The node plugin needs the client pod (name, namespace,
                 // UID) for the staging context.
                 "podInfoOnMount": true,
@@ -492,6 +503,9 @@ impl<'a> Builder<'a> {
                     "--feature-gates=CSIVolumeGroupSnapshot=false",
                 ],
             ));
+        }
+        if self.attaches {
+            containers.push(self.sidecar(ATTACHER, &s.attacher_image, &s.resources.attacher, &[]));
         }
         let mut spec = json!({
             "serviceAccountName": self.controller,
@@ -711,6 +725,10 @@ pub fn csi_controller_role() -> ClusterRole {
             rule(&[SNAPSHOT_GROUP], &["volumesnapshotcontents/status"], &["update", "patch"]),
             // csi-snapshotter's class informer (a lister: never a GET).
             rule(&[SNAPSHOT_GROUP], &["volumesnapshotclasses"], &["list", "watch"]),
+            // external-attacher (spec.volumeAttach): its informer, and the
+            // attachment's finalizer and status (merge patches).
+            rule(&["storage.k8s.io"], &["volumeattachments"], &["list", "watch", "patch"]),
+            rule(&["storage.k8s.io"], &["volumeattachments/status"], &["patch"]),
         ],
     }))
 }
@@ -893,6 +911,35 @@ mod tests {
         for (k, v) in spec.selector.match_labels.unwrap() {
             assert_eq!(pod_labels[&k], v);
         }
+    }
+
+    #[test]
+    fn attaching_is_required_and_the_attacher_runs_exactly_with_volume_attach() {
+        let settings = Settings {
+            attacher_image: "example/attacher:1".into(),
+            ..Settings::default()
+        };
+        let attach = "  volumeAttach: { podTemplate: { spec: { containers: [] } } }\n";
+        let plain = objects(&provisioner(), &settings);
+        assert_eq!(plain.csi_driver.spec.attach_required, Some(false));
+        let names = |p: &PavProvisioner| -> Vec<String> {
+            sidecars(p, &settings).into_iter().map(|c| c.name).collect()
+        };
+        assert_eq!(names(&provisioner()), ["csi-provisioner"]);
+        let attached = with_sections(attach);
+        assert_eq!(
+            objects(&attached, &settings)
+                .csi_driver
+                .spec
+                .attach_required,
+            Some(true)
+        );
+        assert_eq!(names(&attached), ["csi-provisioner", "csi-attacher"]);
+        let attacher = &sidecars(&attached, &settings)[1];
+        assert_eq!(attacher.image.as_deref(), Some("example/attacher:1"));
+        let mut expected: Vec<String> = COMMON_SIDECAR_FLAGS.map(String::from).to_vec();
+        expected.push("--http-endpoint=:8084".to_owned());
+        assert_eq!(attacher.args.as_deref().unwrap(), expected);
     }
 
     #[test]
@@ -1422,9 +1469,22 @@ mod tests {
                 "csi-snapshotter lacks {verb} {resource}"
             );
         }
+        // external-attacher (spec.volumeAttach), as its v4.13.0 calls.
+        for (resource, verb) in [
+            ("volumeattachments", "list"),
+            ("volumeattachments", "watch"),
+            ("volumeattachments", "patch"),
+            ("volumeattachments/status", "patch"),
+        ] {
+            assert!(
+                allows(&controller, "storage.k8s.io", resource, verb),
+                "external-attacher lacks {verb} {resource}"
+            );
+        }
         for (group, resource, verb) in [
             ("", "secrets", "get"),
-            ("storage.k8s.io", "volumeattachments", "watch"),
+            ("storage.k8s.io", "volumeattachments", "create"),
+            ("storage.k8s.io", "volumeattachments", "delete"),
             ("", "persistentvolumeclaims/status", "update"),
             // The snapshot controller's, not a driver's.
             ("snapshot.storage.k8s.io", "volumesnapshots", "update"),

@@ -339,6 +339,7 @@ fn settings_args(settings: &Settings) -> Vec<String> {
         format!("--provisioner-image={}", s.provisioner_image),
         format!("--resizer-image={}", s.resizer_image),
         format!("--snapshotter-image={}", s.snapshotter_image),
+        format!("--attacher-image={}", s.attacher_image),
         format!("--registrar-image={}", s.registrar_image),
         format!("--kubelet-dir={}", s.kubelet_dir),
         format!("--log-format={}", s.logging.format),
@@ -365,6 +366,7 @@ fn settings_args(settings: &Settings) -> Vec<String> {
         format!("--provisioner-resources={}", s.resources.provisioner),
         format!("--resizer-resources={}", s.resources.resizer),
         format!("--snapshotter-resources={}", s.resources.snapshotter),
+        format!("--attacher-resources={}", s.resources.attacher),
         format!("--registrar-resources={}", s.resources.registrar),
     ];
     if !s.image_pull_secrets.is_empty() {
@@ -423,6 +425,7 @@ mod tests {
             provisioner_image: "example/provisioner:1".into(),
             resizer_image: "example/resizer:1".into(),
             snapshotter_image: "example/snapshotter:1".into(),
+            attacher_image: "example/attacher:1".into(),
             registrar_image: "example/registrar:1".into(),
             kubelet_dir: "/var/lib/k0s/kubelet".into(),
             logging: crate::telemetry::Logging {
@@ -455,6 +458,7 @@ mod tests {
                 resizer: resources("5m"),
                 snapshotter: resources("6m"),
                 registrar: resources("7m"),
+                attacher: resources("8m"),
             },
         };
         let args = Args {

@@ -9,7 +9,7 @@ use pav_templates::quantity::{Rounding, parse_bytes};
 
 use super::{
     ANNOTATION_CAPACITY, ANNOTATION_COLLECTED, ANNOTATION_ERROR, ANNOTATION_HANDLE,
-    ANNOTATION_SIZE, ANNOTATION_TOPOLOGY,
+    ANNOTATION_PUBLISH_CONTEXT, ANNOTATION_SIZE, ANNOTATION_TOPOLOGY,
 };
 
 /// Where a PaV pod is in its life.
@@ -144,6 +144,8 @@ pub struct Collected {
     pub topology: Option<String>,
     /// `/pav/error`, trimmed.
     pub error: Option<String>,
+    /// `/pav/publish-context`, trimmed (what an attach pod tells staging).
+    pub publish_context: Option<String>,
     /// `/pav/condition`, trimmed: read from the pod's directory only (the
     /// health check pods that write it run on the node plugin's node), so
     /// never copied into annotations.
@@ -169,6 +171,7 @@ impl Collected {
             size: get(ANNOTATION_SIZE),
             topology: get(ANNOTATION_TOPOLOGY),
             error: get(ANNOTATION_ERROR),
+            publish_context: get(ANNOTATION_PUBLISH_CONTEXT),
             condition: None,
         })
     }
@@ -182,6 +185,7 @@ impl Collected {
             size: read_exported(dir, "size"),
             topology: read_exported(dir, "topology"),
             error: read_exported(dir, "error"),
+            publish_context: read_exported(dir, "publish-context"),
             condition: read_exported(dir, "condition"),
         }
     }
@@ -194,6 +198,7 @@ impl Collected {
             ANNOTATION_SIZE: self.size,
             ANNOTATION_TOPOLOGY: self.topology,
             ANNOTATION_ERROR: self.error,
+            ANNOTATION_PUBLISH_CONTEXT: self.publish_context,
             ANNOTATION_COLLECTED: "true",
         })
     }
@@ -328,6 +333,25 @@ pub fn parse_stats(text: &str) -> Result<pav_sdk::Usage, String> {
         available,
         used,
     })
+}
+
+/// An attach pod's `/pav/publish-context`: a YAML map whose values are
+/// strings, numbers or booleans (each kept as its text). Its size is the
+/// file's, at most [`MAX_FILE`].
+pub fn parse_publish_context(text: &str) -> Result<pav_sdk::Parameters, String> {
+    let value = pav_templates::yaml::yaml_to_json(text)?;
+    let Some(map) = value.as_object() else {
+        return Err("must be a map of strings".into());
+    };
+    map.iter()
+        .map(|(key, value)| match value {
+            serde_json::Value::String(text) => Ok((key.clone(), text.clone())),
+            serde_json::Value::Number(_) | serde_json::Value::Bool(_) => {
+                Ok((key.clone(), value.to_string()))
+            }
+            other => Err(format!("{key}: {other} is not a string")),
+        })
+        .collect()
 }
 
 /// A `/pav/condition`: a YAML map of `abnormal` (a boolean) and an
@@ -584,6 +608,21 @@ mod tests {
                 .contains("free")
         );
         assert!(parse_stats("[1, 2]").is_err());
+    }
+
+    #[test]
+    fn publish_context_files() {
+        let context = parse_publish_context("devicePath: /dev/loop3\nlun: 7\nro: false").unwrap();
+        assert_eq!(context["devicePath"], "/dev/loop3");
+        assert_eq!(context["lun"], "7");
+        assert_eq!(context["ro"], "false");
+        assert!(
+            parse_publish_context("[a]")
+                .unwrap_err()
+                .contains("must be a map")
+        );
+        let nested = parse_publish_context("target: {portal: x}").unwrap_err();
+        assert!(nested.contains("target:"), "{nested}");
     }
 
     #[test]

@@ -1,8 +1,10 @@
-//! Scenarios of GetCapacity and ControllerModifyVolume against the fake
-//! API server ([`fixtures`](super::super::fixtures)), through pav-csi's
-//! gRPC service as external-provisioner and external-resizer call it:
-//! advertised only with their sections, templates evaluated, refusals
-//! `INVALID_ARGUMENT` with nothing changed, new parameters recorded.
+//! Scenarios of GetCapacity, ControllerModifyVolume and
+//! ControllerPublishVolume against the fake API server
+//! ([`fixtures`](super::super::fixtures)), through pav-csi's gRPC service
+//! as external-provisioner, external-resizer and external-attacher call
+//! it: advertised only with their sections, templates evaluated, refusals
+//! `INVALID_ARGUMENT` with nothing changed, new parameters recorded, the
+//! attach pod's publish context answered.
 
 use std::time::Duration;
 
@@ -247,5 +249,162 @@ async fn a_refused_modification_is_invalid_and_changes_nothing() {
         !server.requests().iter().any(|r| r.method == Method::PATCH
             || (r.method == Method::POST && r.path.ends_with("/pods"))),
         "nothing changed"
+    );
+}
+
+fn attachment() -> serde_json::Value {
+    with(json!({
+        "volumeAttach": {"podTemplate": {"spec": {
+            "nodeName": "{{ node.metadata.name }}",
+            "containers": [{"name": "attach", "image": "i", "args": ["{{ handle }}"]}],
+        }}},
+        "volumeDetach": {"podTemplate": {"spec": {
+            "containers": [{"name": "detach", "image": "i", "args": ["{{ node.metadata.name }}"]}],
+        }}},
+    }))
+}
+
+/// The kubelet and node plugin: each pod runs, then ends as `end` says
+/// for its phase label.
+fn pods_ending(
+    end: impl Fn(&str) -> serde_json::Value + Send + 'static,
+) -> impl Fn(&serde_json::Value) -> Vec<serde_json::Value> + Send + 'static {
+    move |pod| {
+        let phase = pod["metadata"]["labels"][crate::pods::LABEL_PHASE]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        vec![json!({"status": {"phase": "Running"}}), end(&phase)]
+    }
+}
+
+fn publish_request(node: &str) -> csi::ControllerPublishVolumeRequest {
+    csi::ControllerPublishVolumeRequest {
+        volume_id: "h-1".into(),
+        node_id: node.into(),
+        volume_capability: Some(csi::VolumeCapability {
+            access_type: Some(csi::volume_capability::AccessType::Mount(Default::default())),
+            access_mode: Some(csi::volume_capability::AccessMode {
+                mode: csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32,
+            }),
+        }),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn attach_is_advertised_exactly_with_its_section() {
+    assert!(
+        !advertised(base())
+            .await
+            .contains(&Rpc::PublishUnpublishVolume)
+    );
+    assert!(
+        advertised(attachment())
+            .await
+            .contains(&Rpc::PublishUnpublishVolume)
+    );
+}
+
+#[tokio::test]
+async fn the_attach_pod_runs_and_its_publish_context_is_the_answer() {
+    let (server, client) = scenario(attachment());
+    server.route(
+        Method::GET,
+        "/api/v1/nodes/n1",
+        (
+            200,
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}),
+        ),
+    );
+    server.route(
+        Method::GET,
+        "/api/v1/nodes/gone",
+        (
+            404,
+            json!({"kind": "Status", "code": 404, "reason": "NotFound"}),
+        ),
+    );
+    server.serve_pods(pods_ending(|phase| {
+        let files = crate::pods::results::Collected {
+            publish_context: (phase == "attach").then(|| "device: /dev/loop7\nlun: 3".into()),
+            ..Default::default()
+        };
+        json!({"metadata": {"annotations": files.annotations()}, "status": {"phase": "Succeeded"}})
+    }));
+    let (attached, unknown, detached, nodeless) = with_controller(client, async |mut c| {
+        let attached = c.controller_publish_volume(publish_request("n1")).await;
+        let unknown = c.controller_publish_volume(publish_request("gone")).await;
+        let unpublish = |node: &str| csi::ControllerUnpublishVolumeRequest {
+            volume_id: "h-1".into(),
+            node_id: node.into(),
+            ..Default::default()
+        };
+        let detached = c.controller_unpublish_volume(unpublish("gone")).await;
+        let nodeless = c.controller_unpublish_volume(unpublish("")).await;
+        (attached, unknown, detached, nodeless)
+    })
+    .await;
+    let context = attached.unwrap().into_inner().publish_context;
+    assert_eq!(
+        context,
+        [
+            ("device".to_owned(), "/dev/loop7".to_owned()),
+            ("lun".to_owned(), "3".to_owned())
+        ]
+        .into()
+    );
+    assert_eq!(unknown.unwrap_err().code(), tonic::Code::NotFound);
+    // A node that is gone is detached from all the same.
+    detached.unwrap();
+    let created = server.created_pods();
+    let phases: Vec<&str> = created
+        .iter()
+        .map(|p| {
+            p["metadata"]["labels"][crate::pods::LABEL_PHASE]
+                .as_str()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(phases, ["attach", "detach"]);
+    assert_eq!(created[0]["spec"]["nodeName"], "n1");
+    assert_eq!(created[0]["spec"]["containers"][0]["args"], json!(["h-1"]));
+    assert_eq!(created[1]["spec"]["containers"][0]["args"], json!(["gone"]));
+    // Without a node, pav cannot know where the volume is attached.
+    assert_eq!(nodeless.unwrap_err().code(), tonic::Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn a_failed_attach_pod_is_internal_with_its_message() {
+    let (server, client) = scenario(attachment());
+    server.route(
+        Method::GET,
+        "/api/v1/nodes/n1",
+        (
+            200,
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}),
+        ),
+    );
+    server.serve_pods(pods_ending(|_| {
+        let files = crate::pods::results::Collected {
+            error: Some("iSCSI login to 10.0.0.9 refused".into()),
+            ..Default::default()
+        };
+        json!({"metadata": {"annotations": files.annotations()}, "status": {"phase": "Failed"}})
+    }));
+    let status = with_controller(client, async |mut c| {
+        c.controller_publish_volume(publish_request("n1"))
+            .await
+            .unwrap_err()
+    })
+    .await;
+    assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+    assert!(
+        status.message().contains("attach pod pav/")
+            && status
+                .message()
+                .ends_with("iSCSI login to 10.0.0.9 refused"),
+        "{}",
+        status.message()
     );
 }

@@ -75,7 +75,7 @@ pub async fn sweep_dirs(driver: Arc<DriverContext>, node: String, pods_dir: Path
 
 /// The phases whose pods' `/pav` files the node plugin collects (and whose
 /// directories, named after the pods, it removes).
-pub(super) const COLLECTED_PHASES: [Phase; 8] = [
+pub(super) const COLLECTED_PHASES: [Phase; 10] = [
     Phase::Validation,
     Phase::Creation,
     Phase::Deletion,
@@ -84,6 +84,8 @@ pub(super) const COLLECTED_PHASES: [Phase; 8] = [
     Phase::SnapshotDeletion,
     Phase::Capacity,
     Phase::Modification,
+    Phase::Attach,
+    Phase::Detach,
 ];
 
 /// Whether `pod` is a pod of one of the [`COLLECTED_PHASES`].

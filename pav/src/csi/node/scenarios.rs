@@ -159,8 +159,12 @@ fn staging_request() -> StagingRequest<'static> {
         target_path: Path::new(TARGET),
         read_only: false,
         block: false,
+        publish_context: &NO_CONTEXT,
     }
 }
+
+/// The publish context of a volume no attach pod attached.
+static NO_CONTEXT: pav_sdk::Parameters = pav_sdk::Parameters::new();
 
 fn client_info() -> PodInfo {
     PodInfo {
@@ -698,4 +702,28 @@ async fn without_a_health_check_the_staging_pod_reports_the_condition() {
         "{error}"
     );
     assert_eq!(server.created_pods().len(), 1, "no health check pod");
+}
+
+#[tokio::test]
+async fn staging_sees_the_publish_context_of_the_attach_pod() {
+    let mut spec = spec();
+    spec["volumeStaging"]["podTemplate"]["spec"]["containers"][0]["args"] =
+        json!(["{{ publishContext.device | default('none') }}"]);
+    let (server, node, _dir) = scenario_of(spec, |phase, dir| match phase {
+        "staging" => ready(dir),
+        other => panic!("a {other:?} pod on the node"),
+    });
+    let context: pav_sdk::Parameters = [("device".to_owned(), "/dev/loop7".to_owned())].into();
+    let request = StagingRequest {
+        publish_context: &context,
+        ..staging_request()
+    };
+    node.stage_for(&request, &client_info())
+        .await
+        .expect("staging");
+    let staging = &server.created_pods()[0];
+    assert_eq!(
+        staging["spec"]["containers"][0]["args"],
+        json!(["/dev/loop7"])
+    );
 }

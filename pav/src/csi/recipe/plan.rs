@@ -86,6 +86,18 @@ pub struct StagingFor<'a> {
     pub client: (&'a str, &'a str, &'a str),
     /// Whether the volume is staged read-only.
     pub read_only: bool,
+    /// What the attach pod wrote (`publishContext`); empty without one.
+    pub publish_context: &'a std::collections::BTreeMap<String, String>,
+}
+
+/// The CSI volume handle of `pv` (empty for a volume of no CSI driver,
+/// which no phase is planned for).
+fn handle_of(pv: &PersistentVolume) -> &str {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.csi.as_ref())
+        .map(|c| c.volume_handle.as_str())
+        .unwrap_or_default()
 }
 
 /// Why a phase could not be planned. Each RPC's error enum carries it as
@@ -340,7 +352,9 @@ impl Planner {
         node: &Node,
         staging: &StagingFor<'_>,
     ) -> Result<Plan<StagingPhase, Pod>> {
-        let context = self.staging_context(pvc, pv, node, staging.read_only)?;
+        let context = self
+            .staging_context(pvc, pv, node, staging.read_only)?
+            .attached_with(staging.publish_context);
         let evaluated = self.render(Phase::Staging, |c| c.render_staging(&context))?;
         let unstaging = self.compiled.render_unstaging(&context).ok();
         let claim = claim_name(pvc);
@@ -396,17 +410,11 @@ impl Planner {
             .map_err(PlanError::Context)?
             .with_pvc_lookup(self.lookup.clone());
         let evaluated = self.render(Phase::Expansion, |c| c.render_expansion(&context))?;
-        let handle = pv
-            .spec
-            .as_ref()
-            .and_then(|s| s.csi.as_ref())
-            .map(|c| c.volume_handle.as_str())
-            .unwrap_or_default();
         let pod = evaluated.pod_template.as_ref().map(|template| {
             self.origin().expansion_pod(
                 template,
                 evaluated.timeout,
-                handle,
+                handle_of(pv),
                 requested,
                 pv.metadata.name.as_deref().unwrap_or_default(),
             )
@@ -436,6 +444,53 @@ impl Planner {
             node.metadata.name.as_deref().unwrap_or_default(),
             &claim_name(pvc),
         );
+        Ok(Plan { evaluated, pod })
+    }
+
+    /// The attachment of claim `pvc`'s volume `pv` to `node`.
+    pub fn attach(
+        &self,
+        pvc: &PersistentVolumeClaim,
+        pv: &PersistentVolume,
+        node: &Node,
+        read_only: bool,
+    ) -> Result<Plan<StagingPhase, Pod>> {
+        let context = self.staging_context(pvc, pv, node, read_only)?;
+        let evaluated = self.render(Phase::Attach, |c| c.render_attach(&context))?;
+        let pod = self.origin().attachment_pod(
+            Phase::Attach,
+            &evaluated.pod_template,
+            evaluated.timeout,
+            (
+                handle_of(pv),
+                node.metadata.name.as_deref().unwrap_or_default(),
+            ),
+            &claim_name(pvc),
+        );
+        Ok(Plan { evaluated, pod })
+    }
+
+    /// The detachment of claim `pvc`'s volume `pv` from `node`.
+    pub fn detach(
+        &self,
+        pvc: &PersistentVolumeClaim,
+        pv: &PersistentVolume,
+        node: &Node,
+    ) -> Result<Plan<OptionalPodPhase>> {
+        let context = self.staging_context(pvc, pv, node, false)?;
+        let evaluated = self.render(Phase::Detach, |c| c.render_detach(&context))?;
+        let pod = evaluated.pod_template.as_ref().map(|template| {
+            self.origin().attachment_pod(
+                Phase::Detach,
+                template,
+                evaluated.timeout,
+                (
+                    handle_of(pv),
+                    node.metadata.name.as_deref().unwrap_or_default(),
+                ),
+                &claim_name(pvc),
+            )
+        });
         Ok(Plan { evaluated, pod })
     }
 

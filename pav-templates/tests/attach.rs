@@ -1,0 +1,80 @@
+//! `spec.volumeAttach` and `spec.volumeDetach`: what `pav check` refuses,
+//! what they evaluate to, and staging's `publishContext`.
+
+use pav_templates::{CompiledProvisioner, samples};
+
+fn provisioner(spec_yaml: &str) -> Result<CompiledProvisioner, pav_templates::Problems> {
+    let mut yaml = String::from(
+        "apiVersion: pav.albertofaria.github.io/v1alpha1\nkind: PavProvisioner\nmetadata:\n  name: p\nspec:\n",
+    );
+    for line in spec_yaml.lines() {
+        yaml.push_str("  ");
+        yaml.push_str(line);
+        yaml.push('\n');
+    }
+    CompiledProvisioner::from_yaml(&yaml)
+}
+
+const BASE: &str = "provisioningModes: [Dynamic]\nvolumeCreation: {capacity: 1Gi}\n";
+
+fn problems(spec: &str) -> Vec<String> {
+    match provisioner(&format!("{BASE}{spec}")) {
+        Ok(_) => Vec::new(),
+        Err(problems) => problems.0.iter().map(ToString::to_string).collect(),
+    }
+}
+
+#[test]
+fn check_requires_the_attach_pod_and_attach_for_detach() {
+    let staging = "volumeStaging: {podTemplate: {}}\n";
+    assert_eq!(
+        problems(&format!("{staging}volumeAttach: {{timeout: 1m}}\n")),
+        ["provisioner \"p\", field spec.volumeAttach.podTemplate: is required"]
+    );
+    assert_eq!(
+        problems(&format!("{staging}volumeDetach: {{}}\n")),
+        [
+            "provisioner \"p\", field spec.volumeDetach: may only be specified together with spec.volumeAttach"
+        ]
+    );
+    assert_eq!(
+        problems(&format!(
+            "{staging}volumeAttach: {{podTemplate: {{}}, publishContext: {{}}}}\n"
+        )),
+        [
+            "provisioner \"p\", field spec.volumeAttach.publishContext: unknown field (allowed: podTemplate, timeout)"
+        ]
+    );
+    assert_eq!(
+        problems(&format!(
+            "{staging}volumeAttach: {{podTemplate: {{}}}}\nvolumeDetach: {{}}\n"
+        )),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn attach_and_detach_see_the_volume_and_node_and_staging_the_publish_context() {
+    let compiled = provisioner(&format!(
+        "{BASE}volumeStaging:\n  podTemplate:\n    spec:\n      containers: [{{name: s, image: s, args: [\"{{{{ publishContext.device | default('none') }}}}\"]}}]\nvolumeAttach:\n  podTemplate:\n    spec:\n      containers: [{{name: a, image: a, args: [\"{{{{ handle }}}}\", \"{{{{ node.metadata.name }}}}\"]}}]\nvolumeDetach: {{}}\n"
+    ))
+    .unwrap_or_else(|p| panic!("{p}"));
+    let context = samples::staging_context();
+    let attach = compiled.render_attach(&context).unwrap();
+    let args = attach.pod_template.spec.unwrap().containers[0].args.clone();
+    let handle = samples::pv().spec.unwrap().csi.unwrap().volume_handle;
+    let node = samples::node().metadata.name.unwrap();
+    assert_eq!(args, Some(vec![handle, node]));
+    assert_eq!(compiled.render_detach(&context).unwrap().pod_template, None);
+
+    let args = |context: &pav_templates::StagingContext| {
+        let staging = compiled.render_staging(context).unwrap();
+        staging.pod_template.spec.unwrap().containers[0]
+            .args
+            .clone()
+            .unwrap()
+    };
+    assert_eq!(args(&context), ["none"], "not attached: empty");
+    let published = [("device".to_owned(), "/dev/sdb".to_owned())].into();
+    assert_eq!(args(&context.attached_with(&published)), ["/dev/sdb"]);
+}
