@@ -1,27 +1,15 @@
 //! `spec.volumeAttach` and `spec.volumeDetach`: what `pav check` refuses,
 //! what they evaluate to, and staging's `publishContext`.
 
-use pav_templates::{CompiledProvisioner, samples};
+mod common;
+use common::provisioner;
 
-fn provisioner(spec_yaml: &str) -> Result<CompiledProvisioner, pav_templates::Problems> {
-    let mut yaml = String::from(
-        "apiVersion: pav.albertofaria.github.io/v1alpha1\nkind: PavProvisioner\nmetadata:\n  name: p\nspec:\n",
-    );
-    for line in spec_yaml.lines() {
-        yaml.push_str("  ");
-        yaml.push_str(line);
-        yaml.push('\n');
-    }
-    CompiledProvisioner::from_yaml(&yaml)
-}
+use pav_templates::samples;
 
 const BASE: &str = "provisioningModes: [Dynamic]\nvolumeCreation: {capacity: 1Gi}\n";
 
 fn problems(spec: &str) -> Vec<String> {
-    match provisioner(&format!("{BASE}{spec}")) {
-        Ok(_) => Vec::new(),
-        Err(problems) => problems.0.iter().map(ToString::to_string).collect(),
-    }
+    common::problems(&format!("{BASE}{spec}"))
 }
 
 #[test]

@@ -2,6 +2,9 @@
 //! changes: what `pav check` refuses, what each context holds, how each
 //! evaluates, and where a volume's mutable parameters are recorded.
 
+mod common;
+use common::provisioner;
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
@@ -11,25 +14,10 @@ use pav_templates::{
     samples,
 };
 
-fn provisioner(spec_yaml: &str) -> Result<CompiledProvisioner, pav_templates::Problems> {
-    let mut yaml = String::from(
-        "apiVersion: pav.albertofaria.github.io/v1alpha1\nkind: PavProvisioner\nmetadata:\n  name: p\nspec:\n",
-    );
-    for line in spec_yaml.lines() {
-        yaml.push_str("  ");
-        yaml.push_str(line);
-        yaml.push('\n');
-    }
-    CompiledProvisioner::from_yaml(&yaml)
-}
-
 const BASE: &str = "provisioningModes: [Dynamic]\nvolumeCreation: {capacity: 1Gi}\nvolumeStaging: {podTemplate: {}}\n";
 
 fn problems(spec: &str) -> Vec<String> {
-    match provisioner(spec) {
-        Ok(_) => Vec::new(),
-        Err(problems) => problems.0.iter().map(ToString::to_string).collect(),
-    }
+    common::problems(spec)
 }
 
 fn compiled(extra: &str) -> CompiledProvisioner {

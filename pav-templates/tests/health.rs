@@ -1,29 +1,17 @@
 //! `spec.volumeHealth`, the staged volume's periodic check: what `pav
 //! check` refuses, and what it evaluates to with the staging context.
 
+mod common;
+use common::provisioner;
+
 use std::time::Duration;
 
-use pav_templates::{CompiledProvisioner, samples};
-
-fn provisioner(spec_yaml: &str) -> Result<CompiledProvisioner, pav_templates::Problems> {
-    let mut yaml = String::from(
-        "apiVersion: pav.albertofaria.github.io/v1alpha1\nkind: PavProvisioner\nmetadata:\n  name: p\nspec:\n",
-    );
-    for line in spec_yaml.lines() {
-        yaml.push_str("  ");
-        yaml.push_str(line);
-        yaml.push('\n');
-    }
-    CompiledProvisioner::from_yaml(&yaml)
-}
+use pav_templates::samples;
 
 const BASE: &str = "provisioningModes: [Dynamic]\nvolumeCreation: {capacity: 1Gi}\nvolumeStaging: {podTemplate: {}}\n";
 
 fn problems(spec: &str) -> Vec<String> {
-    match provisioner(&format!("{BASE}{spec}")) {
-        Ok(_) => Vec::new(),
-        Err(problems) => problems.0.iter().map(ToString::to_string).collect(),
-    }
+    common::problems(&format!("{BASE}{spec}"))
 }
 
 #[test]

@@ -2,31 +2,18 @@
 //! data sources and topology: what `pav check` refuses, what each context
 //! holds, and how each phase evaluates.
 
+mod common;
+use common::provisioner;
+
 use pav_templates::{
     CompiledProvisioner, CreationContext, DataSourceKind, ExpansionContext, SnapshotContext,
     Source, StagingContext, samples,
 };
 
-/// A provisioner whose spec is `spec_yaml` (indented under `spec:`).
-fn provisioner(spec_yaml: &str) -> Result<CompiledProvisioner, pav_templates::Problems> {
-    let mut yaml = String::from(
-        "apiVersion: pav.albertofaria.github.io/v1alpha1\nkind: PavProvisioner\nmetadata:\n  name: p\nspec:\n",
-    );
-    for line in spec_yaml.lines() {
-        yaml.push_str("  ");
-        yaml.push_str(line);
-        yaml.push('\n');
-    }
-    CompiledProvisioner::from_yaml(&yaml)
-}
-
 const BASE: &str = "provisioningModes: [Dynamic]\nvolumeCreation: {capacity: 1Gi}\nvolumeStaging: {podTemplate: {}}\n";
 
 fn problems(extra: &str) -> Vec<String> {
-    match provisioner(&format!("{BASE}{extra}")) {
-        Ok(_) => Vec::new(),
-        Err(problems) => problems.0.iter().map(ToString::to_string).collect(),
-    }
+    common::problems(&format!("{BASE}{extra}"))
 }
 
 fn compiled(extra: &str) -> CompiledProvisioner {

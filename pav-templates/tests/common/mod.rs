@@ -1,6 +1,28 @@
-//! Helpers shared by the integration tests.
+//! Helpers shared by the integration tests (each test file uses some).
+#![allow(dead_code)]
 
 use pav_templates::{CompiledProvisioner, Phase, samples};
+
+/// A provisioner `p` whose spec is `spec_yaml` (indented under `spec:`).
+pub fn provisioner(spec_yaml: &str) -> Result<CompiledProvisioner, pav_templates::Problems> {
+    let mut yaml = String::from(
+        "apiVersion: pav.albertofaria.github.io/v1alpha1\nkind: PavProvisioner\nmetadata:\n  name: p\nspec:\n",
+    );
+    for line in spec_yaml.lines() {
+        yaml.push_str("  ");
+        yaml.push_str(line);
+        yaml.push('\n');
+    }
+    CompiledProvisioner::from_yaml(&yaml)
+}
+
+/// What `pav check` says of [`provisioner`]`(spec_yaml)`: none when valid.
+pub fn problems(spec_yaml: &str) -> Vec<String> {
+    match provisioner(spec_yaml) {
+        Ok(_) => Vec::new(),
+        Err(problems) => problems.0.iter().map(ToString::to_string).collect(),
+    }
+}
 
 /// Compiles `template` as one field (the staging pod's name) of a
 /// PavProvisioner named `provisioner` and renders it with the sample
