@@ -40,7 +40,12 @@ pub fn render_every_phase(provisioner: &CompiledProvisioner) {
         let value = match phase {
             Phase::Validation => contexts.validation.value(),
             Phase::Creation | Phase::Deletion => contexts.creation.value(),
-            Phase::Staging | Phase::Unstaging | Phase::NodeExpansion => contexts.staging.value(),
+            Phase::Staging
+            | Phase::Unstaging
+            | Phase::NodeExpansion
+            | Phase::Health
+            | Phase::Attach
+            | Phase::Detach => contexts.staging.value(),
             Phase::Expansion => contexts.expansion.value(),
             Phase::SnapshotCreation => contexts.snapshot_creation.value(),
             Phase::SnapshotDeletion => contexts.snapshot_deletion.value(),
@@ -65,6 +70,9 @@ pub fn render_every_phase(provisioner: &CompiledProvisioner) {
     let _ = provisioner.render_unstaging(&contexts.staging);
     let _ = provisioner.render_expansion(&contexts.expansion);
     let _ = provisioner.render_node_expansion(&contexts.staging);
+    let _ = provisioner.render_health(&contexts.staging);
+    let _ = provisioner.render_attach(&contexts.staging);
+    let _ = provisioner.render_detach(&contexts.staging);
     let _ = provisioner.render_snapshot_creation(&contexts.snapshot_creation);
     let _ = provisioner.render_snapshot_deletion(&contexts.snapshot_deletion);
 }

@@ -9,7 +9,7 @@
 //! | validation (dynamic) | [`ValidationContext::dynamic`] | `requestedVolumeMode`, `requestedAccessModes`, `requestedMinCapacity`, `requestedMaxCapacity`, `params`, `sc`, `pvc` |
 //! | validation (static) | [`ValidationContext::static_pv`] | `requestedVolumeMode`, `requestedAccessModes`, `requestedMinCapacity`, `requestedMaxCapacity`, `params`, `handle`, `pv` |
 //! | creation, deletion | [`CreationContext::new`] | the dynamic validation variables and `defaultHandle` |
-//! | staging, unstaging | [`StagingContext::new`] (staging: then [`StagingContext::attached_with`]) | `volumeMode`, `accessModes`, `capacity`, `params`, `mutableParams`, `handle`, `readOnly`, `publishContext`, `pvc`, `pv`, `node` |
+//! | staging, unstaging | [`StagingContext::new`] (staging: then [`StagingContext::attached_with`]), or [`StagingContext::ephemeral`] | `volumeMode`, `accessModes`, `capacity`, `params`, `mutableParams`, `handle`, `readOnly`, `publishContext`, `ephemeral`, `pvc`, `pv`, `node` |
 //! | expansion | [`ExpansionContext::new`] | `handle`, `capacity` (now), `requestedMinCapacity`, `requestedMaxCapacity`, `volumeMode`, `params`, `pv`, `pvc` (none without a claim) |
 //! | node expansion | [`StagingContext::new`] then [`StagingContext::expanded_to`] | the staging variables, `capacity` being the new one |
 //! | health, attach, detach | [`StagingContext::new`] | the staging variables |
@@ -693,8 +693,38 @@ impl StagingContext {
         vars.set("pv", object_value(pv));
         vars.set("node", object_value(node));
         vars.set("publishContext", string_map(None));
+        vars.set("ephemeral", Value::from(false));
         let value = vars.to_value();
         Ok(StagingContext { vars, value })
+    }
+
+    /// For a CSI ephemeral inline volume of a pod on `node`, which has no
+    /// claim and no PersistentVolume (`pvc` and `pv` are none): `handle`
+    /// is the volume id the kubelet made up, `params` the pod's
+    /// `volumeAttributes` (without `size`), `capacity` its `size` in bytes
+    /// (none without it), `ephemeral` true.
+    pub fn ephemeral(
+        handle: &str,
+        attributes: &BTreeMap<String, String>,
+        capacity: Option<u64>,
+        node: &Node,
+        read_only: bool,
+    ) -> Self {
+        let mut vars = Vars::new(None);
+        vars.set("volumeMode", Value::from("Filesystem"));
+        vars.set("accessModes", to_value(vec!["ReadWriteOnce"]));
+        vars.set("capacity", capacity.map_or(Value::from(()), Value::from));
+        vars.set("params", string_map(Some(attributes)));
+        vars.set("mutableParams", string_map(None));
+        vars.set("handle", Value::from(handle));
+        vars.set("readOnly", Value::from(read_only));
+        vars.set("pvc", Value::from(()));
+        vars.set("pv", Value::from(()));
+        vars.set("node", object_value(node));
+        vars.set("publishContext", string_map(None));
+        vars.set("ephemeral", Value::from(true));
+        let value = vars.to_value();
+        StagingContext { vars, value }
     }
 
     /// For `spec.volumeStaging` of an attached volume: `publishContext` is

@@ -75,8 +75,8 @@ pub use context::{
 };
 pub use error::{Error, Location, Result};
 pub use model::{
-    AccessMode, DataSourceKind, PavProvisioner, PavProvisionerSpec, PavProvisionerStatus,
-    ProvisioningMode, VolumeMode,
+    AccessMode, DataSourceKind, LifecycleMode, PavProvisioner, PavProvisionerSpec,
+    PavProvisionerStatus, ProvisioningMode, VolumeMode,
 };
 pub use phase::{
     CapacityPhase, CreationPhase, ExpansionPhase, HealthPhase, ModificationPhase, OptionalPodPhase,

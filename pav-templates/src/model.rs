@@ -162,6 +162,17 @@ pub struct PavProvisionerSpec {
     #[schemars(length(min = 1, max = 2))]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub data_sources: Option<Vec<DataSourceKind>>,
+
+    /// pav: the kinds of volume the driver serves (its CSIDriver's
+    /// `volumeLifecycleModes`): `Persistent` (claims and their
+    /// PersistentVolumes), `Ephemeral` (CSI ephemeral inline volumes, in
+    /// a pod's own `volumes`: made by the staging pod, removed by the
+    /// unstaging pod, with the pod's `volumeAttributes` as `params`). Not
+    /// a template. Without it, `Persistent` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub volume_lifecycle_modes: Option<Vec<LifecycleMode>>,
 }
 
 /// What a volume may be created from (a claim's `dataSource.kind`).
@@ -181,6 +192,15 @@ impl DataSourceKind {
             DataSourceKind::PersistentVolumeClaim => "PersistentVolumeClaim",
         }
     }
+}
+
+/// A kind of volume a driver serves (a CSIDriver's `volumeLifecycleModes`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum LifecycleMode {
+    /// Claims and their PersistentVolumes.
+    Persistent,
+    /// CSI ephemeral inline volumes, declared in a pod and gone with it.
+    Ephemeral,
 }
 
 /// Observed state of a PavProvisioner, written by `pav controller`.

@@ -19,7 +19,9 @@ use crate::context::{
 };
 use crate::engine::{self, MAX_PHASE_OUTPUT_BYTES};
 use crate::error::{Error, Location, Result};
-use crate::model::{AccessMode, DataSourceKind, PavProvisioner, ProvisioningMode, VolumeMode};
+use crate::model::{
+    AccessMode, DataSourceKind, LifecycleMode, PavProvisioner, ProvisioningMode, VolumeMode,
+};
 use crate::phase::{
     CapacityPhase, CreationPhase, ExpansionPhase, HealthPhase, ModificationPhase, OptionalPodPhase,
     Phase, SnapshotCreationPhase, StagingPhase, ValidationPhase,
@@ -68,6 +70,7 @@ pub struct CompiledProvisioner {
     get_pvc_namespaces: Vec<String>,
     env: Environment<'static>,
     data_sources: Vec<DataSourceKind>,
+    lifecycle_modes: Vec<LifecycleMode>,
     phases: [Option<Node>; Phase::ALL.len()],
     /// Per phase: the pod template's fields were all checked at compile
     /// time (no template in it can set `yaml`), so rendering needs only a
@@ -121,10 +124,15 @@ impl CompiledProvisioner {
         let modes = checker.check_modes(spec_map.get("provisioningModes"));
         let get_pvc_namespaces = checker.check_get_pvc_namespaces(spec_map.get("getPvcNamespaces"));
         let data_sources = checker.check_data_sources(spec_map.get("dataSources"));
+        let lifecycle_modes = checker.check_lifecycle_modes(spec_map.get("volumeLifecycleModes"));
+        const NOT_PHASES: [&str; 4] = [
+            "provisioningModes",
+            "getPvcNamespaces",
+            "dataSources",
+            "volumeLifecycleModes",
+        ];
         for key in spec_map.keys() {
-            if !["provisioningModes", "getPvcNamespaces", "dataSources"].contains(&key.as_str())
-                && !Phase::ALL.iter().any(|p| p.field() == key)
-            {
+            if !NOT_PHASES.contains(&key.as_str()) && !Phase::ALL.iter().any(|p| p.field() == key) {
                 checker.problem_schema(&format!("spec.{key}"), "unknown field");
             }
         }
@@ -196,6 +204,7 @@ impl CompiledProvisioner {
             provisioning_modes: modes.unwrap_or_default(),
             get_pvc_namespaces,
             data_sources,
+            lifecycle_modes,
             env,
             phases,
             pod_shape_checked,
@@ -231,6 +240,12 @@ impl CompiledProvisioner {
     /// `get_pvc` may read claims (`"*"`: any); empty when not given.
     pub fn get_pvc_namespaces(&self) -> &[String] {
         &self.get_pvc_namespaces
+    }
+
+    /// `spec.volumeLifecycleModes`: the kinds of volume served
+    /// (`[Persistent]` without the field).
+    pub fn lifecycle_modes(&self) -> &[LifecycleMode] {
+        &self.lifecycle_modes
     }
 
     /// `spec.dataSources`: what claims may create volumes from; empty

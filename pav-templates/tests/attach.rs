@@ -1,5 +1,6 @@
-//! `spec.volumeAttach` and `spec.volumeDetach`: what `pav check` refuses,
-//! what they evaluate to, and staging's `publishContext`.
+//! `spec.volumeAttach`, `spec.volumeDetach` and `spec.volumeLifecycleModes`:
+//! what `pav check` refuses, what they evaluate to, and staging's
+//! `publishContext`.
 
 mod common;
 use common::provisioner;
@@ -65,4 +66,31 @@ fn attach_and_detach_see_the_volume_and_node_and_staging_the_publish_context() {
     assert_eq!(args(&context), ["none"], "not attached: empty");
     let published = [("device".to_owned(), "/dev/sdb".to_owned())].into();
     assert_eq!(args(&context.attached_with(&published)), ["/dev/sdb"]);
+}
+
+#[test]
+fn lifecycle_modes_are_persistent_unless_the_spec_lists_them() {
+    use pav_templates::LifecycleMode;
+    let staging = "volumeStaging: {podTemplate: {}}\n";
+    let modes = |extra: &str| {
+        provisioner(&format!("{BASE}{staging}{extra}"))
+            .unwrap_or_else(|p| panic!("{p}"))
+            .lifecycle_modes()
+            .to_vec()
+    };
+    assert_eq!(modes(""), [LifecycleMode::Persistent]);
+    assert_eq!(
+        modes("volumeLifecycleModes: [Persistent, Ephemeral]\n"),
+        [LifecycleMode::Persistent, LifecycleMode::Ephemeral]
+    );
+    let bad = problems(&format!(
+        "{staging}volumeLifecycleModes: [Ephemeral, Ephemeral, Inline]\n"
+    ));
+    assert_eq!(
+        bad,
+        [
+            "provisioner \"p\", field spec.volumeLifecycleModes[1]: is listed twice",
+            "provisioner \"p\", field spec.volumeLifecycleModes[2]: \"Inline\" is not one of Persistent, Ephemeral",
+        ]
+    );
 }

@@ -89,6 +89,10 @@ pub struct NodeArgs {
     /// outside it are refused.
     #[arg(long, env = "PAV_KUBELET_DIR", default_value = pav_csi::DEFAULT_KUBELET_DIR)]
     pub kubelet_dir: PathBuf,
+    /// Serve CSI ephemeral inline volumes (the PavProvisioner lists
+    /// `Ephemeral` in `spec.volumeLifecycleModes`; its manifests pass it).
+    #[arg(long)]
+    pub ephemeral: bool,
 }
 
 /// Port of the drivers' `/metrics` and `/healthz` (their `--metrics-addr`
@@ -240,6 +244,10 @@ pub async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     .stage_on_publish()
     .volume_modes([pav_sdk::VolumeMode::Filesystem, pav_sdk::VolumeMode::Block])
     .access_modes(access_modes());
+    let provisioner = match args.ephemeral {
+        true => provisioner.ephemeral(),
+        false => provisioner,
+    };
     pav_csi::Driver::builder(args.common.provisioner.clone())
         .version(env!("CARGO_PKG_VERSION"))
         .provisioner(provisioner)

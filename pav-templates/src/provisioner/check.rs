@@ -10,7 +10,7 @@ use super::fields::{
 };
 use crate::duration::parse_timeout;
 use crate::error::{Error, Location};
-use crate::model::{DataSourceKind, ProvisioningMode};
+use crate::model::{DataSourceKind, LifecycleMode, ProvisioningMode};
 use crate::phase::Phase;
 use crate::quantity::{Rounding, parse_bytes};
 
@@ -156,15 +156,41 @@ impl Checker {
     /// `spec.dataSources`: absent, or a list of distinct data source kinds.
     /// Not a template: it decides what the CSI driver accepts.
     pub(super) fn check_data_sources(&mut self, value: Option<&Json>) -> Vec<DataSourceKind> {
-        const PATH: &str = "spec.dataSources";
+        let allowed = ["VolumeSnapshot", "PersistentVolumeClaim"];
+        self.check_set("spec.dataSources", value, &allowed)
+    }
+
+    /// `spec.volumeLifecycleModes`: absent (`Persistent` only), or a list
+    /// of distinct modes. Not a template: it is the CSIDriver's.
+    pub(super) fn check_lifecycle_modes(&mut self, value: Option<&Json>) -> Vec<LifecycleMode> {
+        let modes = self.check_set(
+            "spec.volumeLifecycleModes",
+            value,
+            &["Persistent", "Ephemeral"],
+        );
+        match value {
+            None | Some(Json::Null) => vec![LifecycleMode::Persistent],
+            Some(_) => modes,
+        }
+    }
+
+    /// A spec field that is a non-empty list of distinct names out of
+    /// `allowed`, each a `T`; what it holds of them, when absent none.
+    fn check_set<T: serde::de::DeserializeOwned + PartialEq>(
+        &mut self,
+        path: &str,
+        value: Option<&Json>,
+        allowed: &[&str],
+    ) -> Vec<T> {
         let items = match value {
             None | Some(Json::Null) => return Vec::new(),
             Some(Json::Array(items)) if !items.is_empty() => items,
             Some(other) => {
                 self.problem_schema(
-                    PATH,
+                    path,
                     &format!(
-                        "must be a non-empty list of VolumeSnapshot and/or PersistentVolumeClaim (it is not a template), not {}",
+                        "must be a non-empty list of {} (it is not a template), not {}",
+                        allowed.join(" and/or "),
                         describe_json(other)
                     ),
                 );
@@ -173,16 +199,17 @@ impl Checker {
         };
         let mut kinds = Vec::new();
         for (index, item) in items.iter().enumerate() {
-            match serde_json::from_value::<DataSourceKind>(item.clone()) {
+            match serde_json::from_value::<T>(item.clone()) {
                 Ok(kind) if kinds.contains(&kind) => {
-                    self.problem_schema(&format!("{PATH}[{index}]"), "is listed twice");
+                    self.problem_schema(&format!("{path}[{index}]"), "is listed twice");
                 }
                 Ok(kind) => kinds.push(kind),
                 Err(_) => self.problem_schema(
-                    &format!("{PATH}[{index}]"),
+                    &format!("{path}[{index}]"),
                     &format!(
-                        "{} is not one of VolumeSnapshot, PersistentVolumeClaim",
-                        describe_json(item)
+                        "{} is not one of {}",
+                        describe_json(item),
+                        allowed.join(", ")
                     ),
                 ),
             }

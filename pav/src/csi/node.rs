@@ -18,6 +18,7 @@ use super::recipe::{Planner, StagingFor};
 use crate::pods::results::{self, PodState};
 
 pub mod collector;
+mod ephemeral;
 mod error;
 mod growth;
 
@@ -132,7 +133,12 @@ impl PodNode {
         info: &PodInfo,
         client_pod: &Pod,
     ) -> std::result::Result<Staged, StageError> {
-        let (pvc, pv) = self.find_volume(client_pod, req.handle).await?;
+        // A persistent volume's claim and PersistentVolume, through the
+        // client pod; none for an ephemeral inline volume.
+        let volume = match &req.ephemeral {
+            Some(_) => None,
+            None => Some(self.find_volume(client_pod, req.handle).await?),
+        };
         let node = self
             .node_object()
             .await
@@ -149,6 +155,7 @@ impl PodNode {
         );
         let client = (info.namespace.clone(), info.name.clone(), info.uid.clone());
         let (read_only, publish_context) = (req.read_only, req.publish_context.clone());
+        let ephemeral = req.ephemeral.clone();
         let pod = planner
             .blocking(move |p| {
                 let staging = StagingFor {
@@ -158,7 +165,13 @@ impl PodNode {
                     read_only,
                     publish_context: &publish_context,
                 };
-                p.staging(&pvc, &pv, &node, &staging)
+                match (volume, ephemeral) {
+                    (Some((pvc, pv)), _) => p.staging(&pvc, &pv, &node, &staging),
+                    (None, Some((attributes, size))) => {
+                        p.ephemeral_staging(&attributes, size, &node, &staging)
+                    }
+                    (None, None) => unreachable!("a persistent volume was found above"),
+                }
             })
             .await
             .map_err(StageError::Plan)?
@@ -390,8 +403,11 @@ impl PodNode {
         read_only: bool,
         staging_label: &str,
     ) -> std::result::Result<LiveUnstaging, UnstageError> {
-        let (pvc_ns, pvc_name) = crate::pods::parse_claim(claim).unwrap_or_default();
         let gone = |what: String| Ok(LiveUnstaging::Gone { what });
+        let Some((pvc_ns, pvc_name)) = crate::pods::parse_claim(claim) else {
+            // An ephemeral inline volume: only what staging rendered.
+            return gone("the claim of an ephemeral inline volume (it has none)".to_owned());
+        };
         let Some(pvc) =
             Api::<PersistentVolumeClaim>::namespaced(self.driver.client.clone(), pvc_ns)
                 .get_opt(pvc_name)
@@ -489,7 +505,7 @@ fn check_volume(path: &Path, block: bool) -> std::result::Result<(), VolumeCheck
 
 /// What staging uses of a [`StageRequest`], which only pav-sdk builds (so
 /// that the scenarios can build one).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct StagingRequest<'a> {
     handle: &'a str,
     /// The publish target path (the driver stages on publish).
@@ -499,6 +515,9 @@ struct StagingRequest<'a> {
     block: bool,
     /// What the volume's attach pod wrote, from its VolumeAttachment.
     publish_context: &'a pav_sdk::Parameters,
+    /// An ephemeral inline volume's attributes and size; `None` for a
+    /// persistent volume.
+    ephemeral: Option<(pav_sdk::Parameters, Option<u64>)>,
 }
 
 impl<'a> StagingRequest<'a> {
@@ -509,6 +528,7 @@ impl<'a> StagingRequest<'a> {
             read_only: req.read_only,
             block: req.volume_mode == pav_sdk::VolumeMode::Block,
             publish_context: &req.publish_context,
+            ephemeral: ephemeral::attributes(&req.context),
         }
     }
 }

@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
 use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::Resource as _;
-use pav_templates::PavProvisioner;
+use pav_templates::{LifecycleMode, PavProvisioner};
 use serde_json::{Value, json};
 
 use super::{
@@ -290,6 +290,9 @@ struct Builder<'a> {
     /// The provisioner has `volumeAttach`: the CSIDriver requires attaching
     /// (VolumeAttachments) and the CSI controller gets external-attacher.
     attaches: bool,
+    /// `spec.volumeLifecycleModes`: the CSIDriver's, and with `Ephemeral`
+    /// the node plugins run with `--ephemeral`.
+    lifecycle_modes: Vec<LifecycleMode>,
 }
 
 fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Value {
@@ -312,6 +315,8 @@ impl<'a> Builder<'a> {
             capacity: provisioner.spec.storage_capacity.is_some(),
             modifies: provisioner.spec.volume_modification.is_some(),
             attaches: provisioner.spec.volume_attach.is_some(),
+            lifecycle_modes: (provisioner.spec.volume_lifecycle_modes.clone())
+                .unwrap_or_else(|| vec![LifecycleMode::Persistent]),
         }
     }
 
@@ -362,7 +367,9 @@ impl<'a> Builder<'a> {
                 // The node plugin needs the client pod (name, namespace,
                 // UID) for the staging context.
                 "podInfoOnMount": true,
-                "volumeLifecycleModes": ["Persistent"],
+                // Ephemeral only with spec.volumeLifecycleModes naming it;
+                // Persistent unless it leaves it out.
+                "volumeLifecycleModes": self.lifecycle_modes(),
                 // Like a built-in volume: kubelet gives the volume to the
                 // client's fsGroup when the pod asks for one, whatever the
                 // access mode or fsType (pav volumes have neither a fixed
@@ -374,6 +381,17 @@ impl<'a> Builder<'a> {
                 "storageCapacity": self.capacity,
             },
         }))
+    }
+
+    /// The CSIDriver's `volumeLifecycleModes`: the spec's, `Persistent`
+    /// without it.
+    fn lifecycle_modes(&self) -> Vec<&'static str> {
+        (self.lifecycle_modes.iter())
+            .map(|mode| match mode {
+                LifecycleMode::Persistent => "Persistent",
+                LifecycleMode::Ephemeral => "Ephemeral",
+            })
+            .collect()
     }
 
     fn service_account(&self, name: &str, component: &str) -> ServiceAccount {
@@ -590,6 +608,23 @@ impl<'a> Builder<'a> {
         // node-driver-registrar v2.11 and later take it, as does the test
         // cluster's stand-in.
         registrar_args.extend(self.sidecar_logging_format());
+        let mut pav_args = vec![
+            "csi-node",
+            "--provisioner",
+            &self.name,
+            "--endpoint",
+            CSI_SOCKET,
+            "--node-id",
+            "$(NODE_NAME)",
+            // Publishing only inside it.
+            "--kubelet-dir",
+            kubelet,
+            "--log-format",
+            s.logging.format.name(),
+        ];
+        if self.lifecycle_modes.contains(&LifecycleMode::Ephemeral) {
+            pav_args.push("--ephemeral");
+        }
         let mut spec = json!({
                         "serviceAccountName": self.node,
                         "containers": [
@@ -598,13 +633,7 @@ impl<'a> Builder<'a> {
                                 "image": s.image,
                                 "imagePullPolicy": s.image_pull_policy,
                                 "command": [PAV_BINARY],
-                                "args": [
-                                    "csi-node", "--provisioner", self.name,
-                                    "--endpoint", CSI_SOCKET, "--node-id", "$(NODE_NAME)",
-                                    // Publishing only inside it.
-                                    "--kubelet-dir", kubelet,
-                                    "--log-format", s.logging.format.name(),
-                                ],
+                                "args": pav_args,
                                 "env": self.pav_env(),
                                 "ports": [pav_metrics_port()],
                                 // Restarts it when its CSI socket stops
@@ -911,6 +940,28 @@ mod tests {
         for (k, v) in spec.selector.match_labels.unwrap() {
             assert_eq!(pod_labels[&k], v);
         }
+    }
+
+    #[test]
+    fn ephemeral_volumes_are_served_exactly_when_the_spec_lists_them() {
+        let settings = Settings::default();
+        let node_args = |p: &PavProvisioner| -> Vec<String> {
+            let pod = objects(p, &settings).daemon_set.spec.template.spec.unwrap();
+            container(&pod, "pav").args.clone().unwrap()
+        };
+        let modes =
+            |p: &PavProvisioner| objects(p, &settings).csi_driver.spec.volume_lifecycle_modes;
+        let plain = provisioner();
+        assert_eq!(modes(&plain), Some(vec!["Persistent".to_owned()]));
+        assert!(!node_args(&plain).contains(&"--ephemeral".to_owned()));
+        let both = with_sections("  volumeLifecycleModes: [Persistent, Ephemeral]\n");
+        assert_eq!(
+            modes(&both),
+            Some(vec!["Persistent".to_owned(), "Ephemeral".to_owned()])
+        );
+        assert!(node_args(&both).contains(&"--ephemeral".to_owned()));
+        let only = with_sections("  volumeLifecycleModes: [Ephemeral]\n");
+        assert_eq!(modes(&only), Some(vec!["Ephemeral".to_owned()]));
     }
 
     #[test]

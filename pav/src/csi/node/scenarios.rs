@@ -160,6 +160,7 @@ fn staging_request() -> StagingRequest<'static> {
         read_only: false,
         block: false,
         publish_context: &NO_CONTEXT,
+        ephemeral: None,
     }
 }
 
@@ -726,4 +727,52 @@ async fn staging_sees_the_publish_context_of_the_attach_pod() {
         staging["spec"]["containers"][0]["args"],
         json!(["/dev/loop7"])
     );
+}
+
+#[tokio::test]
+async fn an_ephemeral_volume_is_staged_with_the_pods_attributes_and_unstaged_as_recorded() {
+    let mut spec = spec();
+    spec["volumeStaging"]["podTemplate"]["spec"]["containers"][0]["args"] = json!([
+        "{{ handle }}",
+        "{{ params.tier }}",
+        "{{ capacity }}",
+        "{{ 'ephemeral' if ephemeral and pvc is none else 'persistent' }}",
+    ]);
+    spec["volumeUnstaging"]["podTemplate"]["spec"]["containers"][0]["args"] =
+        json!(["{{ handle }}", "{{ params.tier }}"]);
+    let (server, node, pods_dir) = scenario_of(spec, |phase, dir| match phase {
+        "staging" => ready(dir),
+        "unstaging" => done(dir),
+        other => panic!("a {other:?} pod on the node"),
+    });
+    let attributes: pav_sdk::Parameters = [("tier".to_owned(), "fast".to_owned())].into();
+    let request = StagingRequest {
+        handle: "csi-0123",
+        ephemeral: Some((attributes, Some(64 << 20))),
+        ..staging_request()
+    };
+    node.stage_for(&request, &client_info())
+        .await
+        .expect("staging");
+    let staging = server.created_pods()[0].clone();
+    assert_eq!(
+        staging["spec"]["containers"][0]["args"],
+        json!(["csi-0123", "fast", "67108864", "ephemeral"])
+    );
+    let before = server.requests().len();
+    node.unstage_at("csi-0123", Path::new(TARGET))
+        .await
+        .expect("unstaging");
+    let unstaging = &server.created_pods()[1];
+    assert_eq!(unstaging["metadata"]["labels"][LABEL_PHASE], "unstaging");
+    assert_eq!(
+        unstaging["spec"]["containers"][0]["args"],
+        json!(["csi-0123", "fast"]),
+        "rendered at staging"
+    );
+    let asked_claims = server.requests()[before..]
+        .iter()
+        .any(|r| r.path.contains("persistentvolumeclaims"));
+    assert!(!asked_claims, "an ephemeral volume has no claim to read");
+    assert_eq!(std::fs::read_dir(pods_dir.path()).unwrap().count(), 0);
 }

@@ -374,6 +374,35 @@ impl Planner {
         Ok(Plan { evaluated, pod })
     }
 
+    /// The staging of an ephemeral inline volume with the pod's
+    /// `attributes` and `size` on `node` for a client pod.
+    pub fn ephemeral_staging(
+        &self,
+        attributes: &std::collections::BTreeMap<String, String>,
+        size: Option<u64>,
+        node: &Node,
+        staging: &StagingFor<'_>,
+    ) -> Result<Plan<StagingPhase, Pod>> {
+        let context =
+            StagingContext::ephemeral(staging.handle, attributes, size, node, staging.read_only);
+        let evaluated = self.render(Phase::Staging, |c| c.render_staging(&context))?;
+        let unstaging = self.compiled.render_unstaging(&context).ok();
+        let pod = self.origin().staging_pod(
+            &evaluated,
+            unstaging.as_ref(),
+            &Publication {
+                handle: staging.handle,
+                target_path: staging.target_path,
+                node: node.metadata.name.as_deref().unwrap_or_default(),
+                claim: "",
+                pv: "",
+                client: staging.client,
+                read_only: staging.read_only,
+            },
+        );
+        Ok(Plan { evaluated, pod })
+    }
+
     /// The unstaging of claim `pvc`'s volume `pv` on `node`, after the
     /// staging pod whose volume label is `staging_label`.
     pub fn unstaging(
