@@ -13,6 +13,9 @@
 //! - snapshots: a VolumeSnapshot restored into a larger claim, and a clone
 //!   of the claim, both hold the data; then no image, snapshot copy or
 //!   VolumeSnapshotContent is left.
+//! - inline volumes: a pod's own CSI volume of the driver (a CSI
+//!   ephemeral inline volume) is an image of its size attribute made for
+//!   the pod, holds what the pod writes, and goes with the pod.
 //!
 //! Each ends with the leak check, and no PaV pod of the provisioner left.
 
@@ -498,6 +501,102 @@ spec:
     finish(&client, &["restored", "cloned", "source"], &images_before).await;
     eprintln!(
         "local_volume_snapshot_restores_and_clones: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// A pod with a 32 MiB inline volume of the driver at /data, running
+/// `script`.
+fn inline_pod(name: &str, script: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: {NS}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: client
+      image: busybox:stable
+      imagePullPolicy: IfNotPresent
+      command: [sh, -c, {script:?}]
+      volumeMounts:
+        - {{ name: scratch, mountPath: /data }}
+  volumes:
+    - name: scratch
+      csi:
+        driver: {NAME}
+        volumeAttributes: {{ size: 32Mi }}
+"#
+    )
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster"]
+async fn local_volumes_serve_inline_volumes_with_their_pods() {
+    let client = cluster().await;
+    let started = Instant::now();
+    let seen = start_scenario(&client, NS, NAME, &objects()).await;
+    let driver = Api::<k8s_openapi::api::storage::v1::CSIDriver>::all(client.clone())
+        .get(NAME)
+        .await
+        .unwrap();
+    let modes = driver.spec.volume_lifecycle_modes.unwrap_or_default();
+    assert_eq!(modes, ["Persistent", "Ephemeral"]);
+    let inline_dir = Path::new(VOLUMES_DIR).join("inline");
+    let inline_images = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(&inline_dir)
+            .map(|dir| dir.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(inline_images(), Vec::<std::path::PathBuf>::new());
+
+    let script = "echo token > /data/token && sync && cat /data/token && sleep 3600";
+    apply(&client, &inline_pod("scratch", script))
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let running = wait_for(&pods, "scratch", STEP, "Running", |p| {
+        pod_phase(p) == "Running"
+    })
+    .await;
+    if let Err(e) = running {
+        panic!(
+            "{e}; pod events: {:#?}; PaV pods: {:#?}",
+            event_lines(&client, NS, "scratch").await,
+            seen.seen()
+        );
+    }
+    wait_until("the pod to write its token", STEP, || async {
+        let output = logs(&client, NS, "scratch").await.unwrap_or_default();
+        Ok((output.trim() == "token").then_some(()))
+    })
+    .await
+    .unwrap();
+    let images = inline_images();
+    assert_eq!(images.len(), 1, "{images:?}");
+    let name = images[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(name.starts_with("csi-") && name.ends_with(".img"), "{name}");
+    assert_eq!(std::fs::metadata(&images[0]).unwrap().len(), 32 * MIB);
+
+    // The pod gone, so is its volume.
+    delete_and_wait(&pods, "scratch", STEP).await.unwrap();
+    wait_until("the inline image to go", STEP, || async {
+        Ok(inline_images().is_empty().then_some(()))
+    })
+    .await
+    .unwrap();
+    seen.assert_succeeded("unstaging");
+    finish(&client, &[], &image_files()).await;
+    eprintln!(
+        "local_volumes_serve_inline_volumes_with_their_pods: {:.1}s",
         started.elapsed().as_secs_f64()
     );
 }

@@ -298,16 +298,20 @@ impl PodNode {
     /// check pod's: run when the last answer for this staging no longer
     /// stands (`every`), which costs no request in between; a pod that
     /// failed makes the volume abnormal with its message, one that wrote
-    /// no `/pav/condition` healthy. Without it, the staging pod's own
-    /// `/pav/condition` (a pod that keeps running may keep it current),
-    /// else none: pav-csi answers healthy.
+    /// no `/pav/condition` healthy. Without it (and for an ephemeral
+    /// inline volume), the staging pod's own `/pav/condition` (a pod that
+    /// keeps running may keep it current), else none: pav-csi answers
+    /// healthy.
     async fn condition(
         &self,
         staging: &Pod,
     ) -> std::result::Result<Option<VolumeCondition>, GrowthError> {
         let staging_name = staging.name_any();
         let planner = (self.driver.planner().await).map_err(GrowthError::Plan)?;
-        if !planner.compiled().has_phase(Phase::Health) {
+        // An ephemeral inline volume has no claim or volume for a check's
+        // context: its staging pod alone may tell.
+        let ephemeral = (staging.annotations().get(ANNOTATION_CLAIM)).is_none_or(String::is_empty);
+        if ephemeral || !planner.compiled().has_phase(Phase::Health) {
             let written = results::read_exported(&self.dir(&staging_name), "condition");
             return (written.as_deref())
                 .map(|text| parse_condition(staging, text))
