@@ -134,10 +134,13 @@ impl PodNode {
         client_pod: &Pod,
     ) -> std::result::Result<Staged, StageError> {
         // A persistent volume's claim and PersistentVolume, through the
-        // client pod; none for an ephemeral inline volume.
+        // client pod; an ephemeral inline volume's attributes.
         let volume = match &req.ephemeral {
-            Some(_) => None,
-            None => Some(self.find_volume(client_pod, req.handle).await?),
+            Some((attributes, size)) => Volume::Inline(attributes.clone(), *size),
+            None => {
+                let (pvc, pv) = self.find_volume(client_pod, req.handle).await?;
+                Volume::Claimed(Box::new(pvc), Box::new(pv))
+            }
         };
         let node = self
             .node_object()
@@ -155,7 +158,6 @@ impl PodNode {
         );
         let client = (info.namespace.clone(), info.name.clone(), info.uid.clone());
         let (read_only, publish_context) = (req.read_only, req.publish_context.clone());
-        let ephemeral = req.ephemeral.clone();
         let pod = planner
             .blocking(move |p| {
                 let staging = StagingFor {
@@ -165,12 +167,11 @@ impl PodNode {
                     read_only,
                     publish_context: &publish_context,
                 };
-                match (volume, ephemeral) {
-                    (Some((pvc, pv)), _) => p.staging(&pvc, &pv, &node, &staging),
-                    (None, Some((attributes, size))) => {
+                match volume {
+                    Volume::Claimed(pvc, pv) => p.staging(&pvc, &pv, &node, &staging),
+                    Volume::Inline(attributes, size) => {
                         p.ephemeral_staging(&attributes, size, &node, &staging)
                     }
-                    (None, None) => unreachable!("a persistent volume was found above"),
                 }
             })
             .await
@@ -501,6 +502,14 @@ fn check_volume(path: &Path, block: bool) -> std::result::Result<(), VolumeCheck
         (false, false, _) => Err(VolumeCheckError::NotDirectory),
         (true, _, false) => Err(VolumeCheckError::NotBlockDevice),
     }
+}
+
+/// The volume a staging is for: a claim's, or a pod's inline volume.
+enum Volume {
+    /// The claim and its PersistentVolume.
+    Claimed(Box<PersistentVolumeClaim>, Box<PersistentVolume>),
+    /// An ephemeral inline volume's attributes and size.
+    Inline(pav_sdk::Parameters, Option<u64>),
 }
 
 /// What staging uses of a [`StageRequest`], which only pav-sdk builds (so
