@@ -198,7 +198,12 @@ impl PodController {
         Ok(Some(Attachment { pvc, pv, regarding }))
     }
 
+    /// The Node `name`, if it exists; a name no Node can have (a DNS
+    /// subdomain) is never sent to the API server.
     async fn node(&self, name: &str) -> std::result::Result<Option<Node>, AttachError> {
+        if !is_node_name(name) {
+            return Ok(None);
+        }
         Api::<Node>::all(self.driver.client.clone())
             .get_opt(name)
             .await
@@ -226,6 +231,19 @@ impl PodController {
     }
 }
 
+/// Whether `name` can name a Node: a DNS subdomain (at most 253
+/// characters of `a-z`, `0-9`, `-` and `.`, alphanumeric at both ends).
+fn is_node_name(name: &str) -> bool {
+    let alphanumeric =
+        |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    name.len() <= 253
+        && alphanumeric(name.chars().next())
+        && alphanumeric(name.chars().last())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+}
+
 /// The claim `pv` records (`spec.claimRef`), with only its name and
 /// namespace: what a detach of a volume whose claim is gone can know.
 fn recorded_claim(pv: &PersistentVolume) -> PersistentVolumeClaim {
@@ -237,5 +255,27 @@ fn recorded_claim(pv: &PersistentVolume) -> PersistentVolumeClaim {
             ..Default::default()
         },
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_dns_subdomains_name_nodes() {
+        for name in ["n1", "pav-node", "node.example.com", "a"] {
+            assert!(super::is_node_name(name), "{name}");
+        }
+        for name in [
+            "",
+            "../nodes",
+            "N1",
+            "-a",
+            "a-",
+            "a/b",
+            "a?b",
+            &"a".repeat(254),
+        ] {
+            assert!(!super::is_node_name(name), "{name}");
+        }
     }
 }
