@@ -1556,6 +1556,22 @@ mod tests {
         files.unstage(unstage).await.unwrap();
     }
 
+    /// An 8 MiB Block volume made in `dir`/volumes and staged at
+    /// `dir`/staging on node n1: the provisioner, the handle, the image
+    /// and the loop device. The caller unmounts and detaches (`Staging`).
+    async fn staged_block_volume(dir: &Path) -> (SparseFiles, String, PathBuf, PathBuf) {
+        let files = SparseFiles::new(dir.join("volumes"));
+        std::fs::create_dir(dir.join("volumes")).unwrap();
+        let mut req = create_request(8 << 20);
+        req.volume_mode = VolumeMode::Block;
+        let handle = files.create(req).await.unwrap().handle;
+        let image = files.existing_image(&handle).unwrap();
+        let target = dir.join("staging");
+        let stage = pav_sdk::build::stage(handle.as_str(), "n1", &target, VolumeMode::Block);
+        let device = files.stage(stage).await.unwrap().path;
+        (files, handle, image, device)
+    }
+
     /// CI failed deleting an ephemeral volume just unstaged, "still
     /// staged": udev still held the loop device open after the unmount,
     /// so `losetup --detach` only marked it, and Unstage returned with the
@@ -1566,17 +1582,10 @@ mod tests {
     #[ignore = "needs root and loop devices: .ci/run runs it as root"]
     async fn unstage_returns_once_the_device_is_detached_even_while_held_open() {
         let dir = tempfile::tempdir().unwrap();
-        let files = SparseFiles::new(dir.path().join("volumes"));
-        std::fs::create_dir(dir.path().join("volumes")).unwrap();
-        let mut req = create_request(8 << 20);
-        req.volume_mode = VolumeMode::Block;
-        let volume = files.create(req).await.unwrap();
-        let handle = volume.handle.as_str();
-        let image = files.existing_image(handle).unwrap();
+        let (files, handle, image, device) = staged_block_volume(dir.path()).await;
+        let handle = handle.as_str();
         let target = dir.path().join("staging");
         let _cleanup = Staging(&target, image.clone());
-        let stage = pav_sdk::build::stage(handle, "n1", &target, VolumeMode::Block);
-        let device = files.stage(stage).await.unwrap().path;
         let holder = std::fs::File::open(&device).unwrap();
         let released = std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(300));
@@ -1595,17 +1604,10 @@ mod tests {
     #[ignore = "needs root and loop devices: .ci/run runs it as root"]
     async fn unstage_detaches_the_loop_device_of_a_deleted_image() {
         let dir = tempfile::tempdir().unwrap();
-        let files = SparseFiles::new(dir.path().join("volumes"));
-        std::fs::create_dir(dir.path().join("volumes")).unwrap();
-        let mut req = create_request(8 << 20);
-        req.volume_mode = VolumeMode::Block;
-        let volume = files.create(req).await.unwrap();
-        let handle = volume.handle.as_str();
-        let image = files.existing_image(handle).unwrap();
+        let (files, handle, image, device) = staged_block_volume(dir.path()).await;
+        let handle = handle.as_str();
         let target = dir.path().join("staging");
         let _cleanup = Staging(&target, image.clone());
-        let stage = pav_sdk::build::stage(handle, "n1", &target, VolumeMode::Block);
-        let device = files.stage(stage).await.unwrap().path;
         std::fs::remove_file(&image).unwrap();
         let orphans = crate::attach::devices_of_deleted(&image).unwrap();
         assert_eq!(orphans, [device.to_string_lossy().into_owned()]);
