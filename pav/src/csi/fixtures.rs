@@ -626,3 +626,21 @@ mod http_body_util_free {
         out
     }
 }
+
+/// The kubelet and node plugin of a scenario, for
+/// [`ApiServer::serve_pods`]: every pod runs, then ends as `end` says for
+/// its phase label.
+pub fn pods_ending(
+    end: impl Fn(&str) -> Value + Send + 'static,
+) -> impl Fn(&Value) -> Vec<Value> + Send + 'static {
+    move |pod| {
+        let phase = pod["metadata"]["labels"][crate::pods::LABEL_PHASE]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        vec![
+            serde_json::json!({"status": {"phase": "Running"}}),
+            end(&phase),
+        ]
+    }
+}

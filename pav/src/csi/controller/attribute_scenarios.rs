@@ -264,20 +264,6 @@ fn attachment() -> serde_json::Value {
     }))
 }
 
-/// The kubelet and node plugin: each pod runs, then ends as `end` says
-/// for its phase label.
-fn pods_ending(
-    end: impl Fn(&str) -> serde_json::Value + Send + 'static,
-) -> impl Fn(&serde_json::Value) -> Vec<serde_json::Value> + Send + 'static {
-    move |pod| {
-        let phase = pod["metadata"]["labels"][crate::pods::LABEL_PHASE]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        vec![json!({"status": {"phase": "Running"}}), end(&phase)]
-    }
-}
-
 fn publish_request(node: &str) -> csi::ControllerPublishVolumeRequest {
     csi::ControllerPublishVolumeRequest {
         volume_id: "h-1".into(),
@@ -325,7 +311,7 @@ async fn the_attach_pod_runs_and_its_publish_context_is_the_answer() {
             json!({"kind": "Status", "code": 404, "reason": "NotFound"}),
         ),
     );
-    server.serve_pods(pods_ending(|phase| {
+    server.serve_pods(crate::csi::fixtures::pods_ending(|phase| {
         let files = crate::pods::results::Collected {
             publish_context: (phase == "attach").then(|| "device: /dev/loop7\nlun: 3".into()),
             ..Default::default()
@@ -385,7 +371,7 @@ async fn a_failed_attach_pod_is_internal_with_its_message() {
             json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}),
         ),
     );
-    server.serve_pods(pods_ending(|_| {
+    server.serve_pods(crate::csi::fixtures::pods_ending(|_| {
         let files = crate::pods::results::Collected {
             error: Some("iSCSI login to 10.0.0.9 refused".into()),
             ..Default::default()

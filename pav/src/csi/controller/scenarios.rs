@@ -282,20 +282,6 @@ fn spec_with_pods() -> serde_json::Value {
     })
 }
 
-/// The kubelet and node plugin of a scenario: every pod runs, then
-/// ends as `end` says for its phase label.
-fn kubelet(
-    end: impl Fn(&str) -> serde_json::Value + Send + 'static,
-) -> impl Fn(&serde_json::Value) -> Vec<serde_json::Value> + Send + 'static {
-    move |pod| {
-        let phase = pod["metadata"]["labels"][LABEL_PHASE]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        vec![json!({"status": {"phase": "Running"}}), end(&phase)]
-    }
-}
-
 /// A pod that succeeded, its `/pav` files collected.
 fn succeeded(files: results::Collected) -> serde_json::Value {
     json!({
@@ -335,7 +321,7 @@ const PODS_OF_PAV: &str = "/api/v1/namespaces/pav/pods";
 #[tokio::test]
 async fn a_creation_pod_runs_to_completion_and_its_files_make_the_volume() {
     let (server, client) = scenario(spec_with_pods());
-    server.serve_pods(kubelet(|phase| {
+    server.serve_pods(crate::csi::fixtures::pods_ending(|phase| {
         assert_eq!(phase, "creation", "only the creation pod runs");
         succeeded(results::Collected {
             handle: Some("vol-from-pod".into()),
@@ -421,7 +407,7 @@ async fn wait_until(done: impl Fn() -> bool) {
 #[tokio::test]
 async fn a_failed_creation_pod_is_an_error_with_its_reason_an_event_and_an_undo() {
     let (server, client) = scenario(spec_with_pods());
-    server.serve_pods(kubelet(|phase| match phase {
+    server.serve_pods(crate::csi::fixtures::pods_ending(|phase| match phase {
         "creation" => failed("create", "OOMKilled"),
         _ => succeeded(results::Collected::default()),
     }));
@@ -481,7 +467,7 @@ async fn a_deletion_pod_runs_and_a_failed_one_is_reported_and_retried() {
     // The first deletion pod fails, the second succeeds.
     let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counted = runs.clone();
-    server.serve_pods(kubelet(move |phase| {
+    server.serve_pods(crate::csi::fixtures::pods_ending(move |phase| {
         assert_eq!(phase, "deletion");
         match counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
             0 => failed("delete", "Error"),
@@ -570,7 +556,7 @@ async fn an_expansion_pod_grows_the_volume_and_the_nodes_are_asked_to_follow() {
         "/api/v1/persistentvolumes",
         list("PersistentVolume", vec![volume()]),
     );
-    server.serve_pods(kubelet(|phase| {
+    server.serve_pods(crate::csi::fixtures::pods_ending(|phase| {
         assert_eq!(phase, "expansion", "only the expansion pod runs");
         succeeded(results::Collected {
             capacity: Some("3Mi".into()),
@@ -645,7 +631,7 @@ async fn a_snapshot_pod_exports_the_snapshot_handle_and_size() {
         "/api/v1/persistentvolumes",
         list("PersistentVolume", vec![volume()]),
     );
-    server.serve_pods(kubelet(|phase| {
+    server.serve_pods(crate::csi::fixtures::pods_ending(|phase| {
         assert_eq!(phase, "snapshot-creation");
         succeeded(results::Collected {
             handle: Some("snap-of-vol-1".into()),
@@ -707,7 +693,7 @@ async fn a_clone_is_refused_unless_data_sources_list_it_and_then_its_source_is_t
             "/api/v1/persistentvolumes",
             list("PersistentVolume", vec![volume()]),
         );
-        server.serve_pods(kubelet(|phase| {
+        server.serve_pods(crate::csi::fixtures::pods_ending(|phase| {
             assert_eq!(phase, "creation");
             succeeded(results::Collected {
                 capacity: Some("1Mi".into()),
