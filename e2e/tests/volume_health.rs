@@ -138,6 +138,20 @@ fn write_magic(image: &str, bytes: [u8; 2]) -> [u8; 2] {
     was
 }
 
+/// Starts pod [`POD`] in `ns`, which writes a token to claim [`CLAIM`] and
+/// keeps running; once it runs, the pod API and its node.
+async fn run_writer(client: &Client, ns: &str) -> (Api<Pod>, String) {
+    let script = "echo token > /data/token && sync && sleep 3600";
+    apply(client, &sparse_file::client_pod(ns, POD, CLAIM, script))
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let running = wait_for(&pods, POD, STEP, "Running", |p| pod_phase(p) == "Running").await;
+    let running = running.unwrap_or_else(|e| panic!("{e}"));
+    let node = (running.spec.and_then(|s| s.node_name)).expect("a running pod has a node");
+    (pods, node)
+}
+
 /// The health steps on a running pod's volume: healthy; its image's ext4
 /// magic overwritten: abnormal, and the kubelet's event on the pod naming
 /// the image and `damage`; written back: healthy again.
@@ -182,14 +196,7 @@ async fn sparse_file_reports_a_damaged_image_as_abnormal() {
     let handle = (pv.spec.and_then(|s| s.csi).map(|csi| csi.volume_handle)).expect("a CSI volume");
     let image = format!("{VOLUMES_DIR}/{handle}.img");
 
-    let script = "echo token > /data/token && sync && sleep 3600";
-    apply(&client, &sparse_file::client_pod(NS, POD, CLAIM, script))
-        .await
-        .unwrap();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let running = wait_for(&pods, POD, STEP, "Running", |p| pod_phase(p) == "Running").await;
-    let running = running.unwrap_or_else(|e| panic!("{e}"));
-    let node = (running.spec.and_then(|s| s.node_name)).expect("a running pod has a node");
+    let (pods, node) = run_writer(&client, NS).await;
 
     let logs = || sparse_file_node_logs(&client);
     let damage = "no ext4 superblock";
@@ -233,14 +240,7 @@ async fn local_volumes_report_a_damaged_image_as_abnormal() {
     let _observer = start_scenario(&client, NS, NAME, &objects).await;
 
     apply(&client, &claim(NS, NAME)).await.unwrap();
-    let script = "echo token > /data/token && sync && sleep 3600";
-    apply(&client, &sparse_file::client_pod(NS, POD, CLAIM, script))
-        .await
-        .unwrap();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let running = wait_for(&pods, POD, STEP, "Running", |p| pod_phase(p) == "Running").await;
-    let running = running.unwrap_or_else(|e| panic!("{e}"));
-    let node = (running.spec.and_then(|s| s.node_name)).expect("a running pod has a node");
+    let (pods, node) = run_writer(&client, NS).await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
     let volume = volume_name(&claims.get(CLAIM).await.unwrap()).expect("bound");
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
