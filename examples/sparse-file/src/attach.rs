@@ -131,6 +131,13 @@ pub async fn loop_device(image: &Path, read_only_wanted: bool, attach: bool) -> 
     Ok(device)
 }
 
+/// Makes loop `device` as large as its image is now: a loop device keeps
+/// the size its image had when it was attached.
+pub async fn follow_image_size(device: &str) -> Result<()> {
+    run("losetup", &["--set-capacity", device]).await?;
+    Ok(())
+}
+
 /// How long [`detach`] waits for the kernel to let a device go.
 const DETACH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 

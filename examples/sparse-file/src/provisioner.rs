@@ -854,6 +854,9 @@ impl Stage for SparseFiles {
             Some(device) => device,
             None => crate::attach::loop_device(&image, false, false).await?,
         };
+        // A device attached before the image grew (offline expansion while
+        // the controller kept it attached) still has the old size.
+        crate::attach::follow_image_size(&device).await?;
         if req.volume_mode == VolumeMode::Block {
             return Ok(Staged::at(device));
         }
@@ -1089,7 +1092,7 @@ impl NodeExpand for SparseFiles {
             )));
         }
         for device in &devices {
-            run("losetup", &["--set-capacity", device]).await?;
+            crate::attach::follow_image_size(device).await?;
         }
         if req.volume_mode == VolumeMode::Filesystem {
             // One loop device per image (Stage reuses it).
@@ -2112,6 +2115,46 @@ mod tests {
         files.stage(stage).await.unwrap();
         let offline = size(&target);
         assert!(offline > online + (24 << 20), "{online} -> {offline}");
+    }
+
+    /// Needs root, loop devices and e2fsprogs. Kubernetes' "offline PVC
+    /// expansion": the loop device Attach made outlives the pod (the
+    /// attach-detach controller detaches lazily), the image grows while
+    /// unstaged, and the next Stage, through that same device, grows the
+    /// filesystem unmounted. It failed in CI when the device kept its old
+    /// size: resize2fs found nothing to grow until NodeExpand, which
+    /// needs CAP_SYS_RESOURCE on a mounted ext4.
+    #[tokio::test]
+    #[ignore = "needs root and loop devices: .ci/run runs it as root"]
+    async fn a_volume_grown_while_attached_but_unstaged_grows_at_its_next_stage() {
+        use pav_sdk::Attach as _;
+        let dir = tempfile::tempdir().unwrap();
+        let files = SparseFiles::new(dir.path().join("volumes")).on_node("k", "n1");
+        std::fs::create_dir(dir.path().join("volumes")).unwrap();
+        let volume = files.create(create_request(32 << 20)).await.unwrap();
+        let handle = volume.handle.as_str();
+        let target = dir.path().join("staging");
+        let _cleanup = Staging(&target, files.existing_image(handle).unwrap());
+        let attach = pav_sdk::build::attach(handle, "n1", VolumeMode::Filesystem);
+        let attached = files.attach(attach).await.unwrap();
+        let mut stage = pav_sdk::build::stage(handle, "n1", &target, VolumeMode::Filesystem);
+        stage.publish_context = attached.publish_context;
+        let size = |path: &Path| {
+            let fs = rustix::fs::statvfs(path).unwrap();
+            fs.f_blocks * fs.f_frsize
+        };
+        files.stage(stage.clone()).await.unwrap();
+        let before = size(&target);
+        let unstage = pav_sdk::build::unstage(handle, "n1", &target);
+        files.unstage(unstage.clone()).await.unwrap();
+        let expand = pav_sdk::build::expand(handle, 64 << 20);
+        files.expand(expand).await.unwrap();
+        files.stage(stage).await.unwrap();
+        let grown = size(&target);
+        assert!(grown > before + (24 << 20), "{before} -> {grown}");
+        files.unstage(unstage).await.unwrap();
+        let detach = pav_sdk::build::detach(handle, Some("n1".into()));
+        files.detach(detach).await.unwrap();
     }
 
     /// Needs root, loop devices and e2fsprogs. A volume restored from a
