@@ -51,6 +51,8 @@ pub fn render_every_phase(provisioner: &CompiledProvisioner) {
             Phase::SnapshotDeletion => contexts.snapshot_deletion.value(),
             Phase::Capacity => contexts.capacity.value(),
             Phase::Modification => contexts.modification.value(),
+            Phase::GroupSnapshotCreation => contexts.group_snapshot_creation.value(),
+            Phase::GroupSnapshotDeletion => contexts.group_snapshot_deletion.value(),
         };
         if let Ok(raw) = provisioner.render_raw(phase, value) {
             assert_within_limits(&raw);
@@ -75,4 +77,6 @@ pub fn render_every_phase(provisioner: &CompiledProvisioner) {
     let _ = provisioner.render_detach(&contexts.staging);
     let _ = provisioner.render_snapshot_creation(&contexts.snapshot_creation);
     let _ = provisioner.render_snapshot_deletion(&contexts.snapshot_deletion);
+    let _ = provisioner.render_group_snapshot_creation(&contexts.group_snapshot_creation);
+    let _ = provisioner.render_group_snapshot_deletion(&contexts.group_snapshot_deletion);
 }

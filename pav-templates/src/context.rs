@@ -15,6 +15,8 @@
 //! | health, attach, detach | [`StagingContext::new`] | the staging variables |
 //! | snapshot creation | [`SnapshotContext::creation`] | `snapshotName`, `defaultHandle`, `params` (the VolumeSnapshotClass's), `sourceHandle`, `sourceCapacity`, `pv`, `pvc` (none without a claim) |
 //! | snapshot deletion | [`SnapshotContext::deletion`] | `snapshotHandle`, `sourceHandle` (none when unknown) |
+//! | group snapshot creation | [`GroupSnapshotContext::creation`] | `groupSnapshotName`, `defaultHandle`, `params` (the VolumeGroupSnapshotClass's), `sourceHandles` (the members' volumes, in the CO's order), `sources` (the same, each with `handle`, `capacity`, `pv`, `pvc`) |
+//! | group snapshot deletion | [`GroupSnapshotContext::deletion`] | `groupSnapshotHandle`, `snapshotHandles`, `snapshots` (each with `handle` and `sourceHandle`, none when unknown) |
 //! | storage capacity | [`CapacityContext::new`] | `topology` (the segment's labels, none for all the storage), `nodeName` (the segment's node, none without one), `params` (the StorageClass's) |
 //! | volume modification | [`ModificationContext::new`] | `handle`, `capacity`, `volumeMode`, `params`, `mutableParams` (after the change), `previousMutableParams`, `requestedMutableParams` (the class's), `pv`, `pvc` (none without a claim) |
 //!
@@ -643,6 +645,85 @@ impl SnapshotContext {
         vars.set("sourceHandle", source.map_or(Value::from(()), Value::from));
         let value = vars.to_value();
         SnapshotContext { vars, value }
+    }
+}
+
+/// Context of `spec.groupSnapshotCreation` and
+/// `spec.groupSnapshotDeletion`.
+#[derive(Clone)]
+pub struct GroupSnapshotContext {
+    vars: Vars,
+    value: Value,
+}
+
+context_common!(GroupSnapshotContext);
+
+/// One member of a group snapshot being taken: the source volume, and its
+/// claim when it is bound.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupMember<'a> {
+    /// The source volume.
+    pub pv: &'a PersistentVolume,
+    /// Its claim, if bound.
+    pub pvc: Option<&'a PersistentVolumeClaim>,
+}
+
+impl GroupSnapshotContext {
+    /// Taking group snapshot `name` (the CO's, `groupsnapshot-<uid>`;
+    /// also `defaultHandle`) of `members`, in the CO's order, with the
+    /// VolumeGroupSnapshotClass `params`. `get_pvc` reads in the first
+    /// bound member's namespace (a VolumeGroupSnapshot selects claims of
+    /// its own namespace).
+    pub fn creation(
+        name: &str,
+        params: &BTreeMap<String, String>,
+        members: &[GroupMember<'_>],
+    ) -> Result<Self> {
+        let mut handles = Vec::with_capacity(members.len());
+        let mut sources = Vec::with_capacity(members.len());
+        for member in members {
+            let handle = Value::from(pv_csi(member.pv)?.volume_handle.as_str());
+            handles.push(handle.clone());
+            sources.push(Value::from_pairs([
+                ("handle", handle),
+                ("capacity", Value::from(pv_capacity(member.pv)?)),
+                ("pv", object_value(member.pv)),
+                ("pvc", member.pvc.map_or(Value::from(()), object_value)),
+            ]));
+        }
+        let mut vars = Vars::new(members.iter().find_map(|m| m.pvc));
+        vars.set("groupSnapshotName", Value::from(name));
+        vars.set("defaultHandle", Value::from(name));
+        vars.set("params", string_map(Some(params)));
+        vars.set("sourceHandles", Value::from(handles));
+        vars.set("sources", Value::from(sources));
+        let value = vars.to_value();
+        Ok(GroupSnapshotContext { vars, value })
+    }
+
+    /// Deleting group snapshot `handle` and its members `snapshots`: each
+    /// snapshot's handle and, when known, its source volume's.
+    pub fn deletion(handle: &str, snapshots: &[(String, Option<String>)]) -> Self {
+        let mut vars = Vars::new(None);
+        vars.set("groupSnapshotHandle", Value::from(handle));
+        vars.set(
+            "snapshotHandles",
+            Value::from_iter(snapshots.iter().map(|(h, _)| Value::from(h.as_str()))),
+        );
+        vars.set(
+            "snapshots",
+            Value::from_iter(snapshots.iter().map(|(snapshot, source)| {
+                Value::from_pairs([
+                    ("handle", Value::from(snapshot.as_str())),
+                    (
+                        "sourceHandle",
+                        source.as_deref().map_or(Value::from(()), Value::from),
+                    ),
+                ])
+            })),
+        );
+        let value = vars.to_value();
+        GroupSnapshotContext { vars, value }
     }
 }
 

@@ -70,8 +70,9 @@ pub mod samples;
 pub mod yaml;
 
 pub use context::{
-    CapacityContext, CreationContext, ExpansionContext, ModificationContext, PvcLookup, PvcMap,
-    SnapshotContext, Source, StagingContext, ValidationContext,
+    CapacityContext, CreationContext, ExpansionContext, GroupMember, GroupSnapshotContext,
+    ModificationContext, PvcLookup, PvcMap, SnapshotContext, Source, StagingContext,
+    ValidationContext,
 };
 pub use error::{Error, Location, Result};
 pub use model::{
@@ -79,7 +80,8 @@ pub use model::{
     PavProvisionerStatus, ProvisioningMode, VolumeMode,
 };
 pub use phase::{
-    CapacityPhase, CreationPhase, ExpansionPhase, HealthPhase, ModificationPhase, OptionalPodPhase,
-    Phase, SnapshotCreationPhase, StagingPhase, ValidationPhase,
+    CapacityPhase, CreationPhase, ExpansionPhase, GroupSnapshotCreationPhase, HealthPhase,
+    ModificationPhase, OptionalPodPhase, Phase, SnapshotCreationPhase, StagingPhase,
+    ValidationPhase,
 };
 pub use provisioner::{CompiledProvisioner, Problems};

@@ -153,6 +153,21 @@ pub struct PavProvisionerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_detach: Option<TemplateTree>,
 
+    /// pav: how snapshots of several volumes are taken together (for
+    /// VolumeGroupSnapshots of a VolumeGroupSnapshotClass whose `driver`
+    /// is this provisioner): `handle` and the mandatory group snapshot
+    /// creation `podTemplate`, which writes `/pav/snapshots` (each source
+    /// volume's handle mapped to the handle of its snapshot). The members
+    /// are ordinary snapshots: restored as `source` of kind
+    /// `VolumeSnapshot`, deleted by snapshotDeletion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_snapshot_creation: Option<TemplateTree>,
+
+    /// pav: how a group snapshot and its members are deleted: an optional
+    /// group snapshot deletion `podTemplate`. Needs groupSnapshotCreation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_snapshot_deletion: Option<TemplateTree>,
+
     /// pav: what a new volume may be created from, besides nothing: a
     /// claim's `dataSource` of kind `VolumeSnapshot` (restore; needs
     /// snapshotCreation) or `PersistentVolumeClaim` (clone). The creation

@@ -44,11 +44,17 @@ pub enum Phase {
     /// `spec.volumeDetach` (pav): a volume is detached from a node after
     /// it was unstaged there.
     Detach,
+    /// `spec.groupSnapshotCreation` (pav): snapshots of several volumes
+    /// are taken together; the pod's `/pav/snapshots` names each one.
+    GroupSnapshotCreation,
+    /// `spec.groupSnapshotDeletion` (pav): a group snapshot and its
+    /// members are deleted.
+    GroupSnapshotDeletion,
 }
 
 impl Phase {
     /// All phases: the original PaV's in lifecycle order, then pav's.
-    pub const ALL: [Phase; 14] = [
+    pub const ALL: [Phase; 16] = [
         Phase::Validation,
         Phase::Creation,
         Phase::Deletion,
@@ -63,6 +69,8 @@ impl Phase {
         Phase::Health,
         Phase::Attach,
         Phase::Detach,
+        Phase::GroupSnapshotCreation,
+        Phase::GroupSnapshotDeletion,
     ];
 
     /// The spec field holding this phase (`volumeStaging`).
@@ -82,6 +90,8 @@ impl Phase {
             Phase::Health => "volumeHealth",
             Phase::Attach => "volumeAttach",
             Phase::Detach => "volumeDetach",
+            Phase::GroupSnapshotCreation => "groupSnapshotCreation",
+            Phase::GroupSnapshotDeletion => "groupSnapshotDeletion",
         }
     }
 
@@ -102,6 +112,8 @@ impl Phase {
             Phase::Health => "health",
             Phase::Attach => "attach",
             Phase::Detach => "detach",
+            Phase::GroupSnapshotCreation => "group-snapshot-creation",
+            Phase::GroupSnapshotDeletion => "group-snapshot-deletion",
         }
     }
 
@@ -119,6 +131,7 @@ impl Phase {
             Phase::Creation => &["handle", "capacity", "topology", "podTemplate", "timeout"],
             Phase::Expansion => &["capacity", "podTemplate", "timeout"],
             Phase::SnapshotCreation => &["handle", "size", "podTemplate", "timeout"],
+            Phase::GroupSnapshotCreation => &["handle", "podTemplate", "timeout"],
             Phase::Capacity => &[
                 "availableCapacity",
                 "maximumVolumeSize",
@@ -134,7 +147,32 @@ impl Phase {
             | Phase::NodeExpansion
             | Phase::SnapshotDeletion
             | Phase::Attach
-            | Phase::Detach => &["podTemplate", "timeout"],
+            | Phase::Detach
+            | Phase::GroupSnapshotDeletion => &["podTemplate", "timeout"],
+        }
+    }
+
+    /// Whether the phase cannot do without its pod: what it does is only
+    /// the pod's (expose the volume, check it, attach it, say each
+    /// member's snapshot).
+    pub(crate) fn needs_pod(self) -> bool {
+        match self {
+            Phase::Staging
+            | Phase::NodeExpansion
+            | Phase::Health
+            | Phase::Attach
+            | Phase::GroupSnapshotCreation => true,
+            Phase::Validation
+            | Phase::Creation
+            | Phase::Deletion
+            | Phase::Unstaging
+            | Phase::Expansion
+            | Phase::SnapshotCreation
+            | Phase::SnapshotDeletion
+            | Phase::Capacity
+            | Phase::Modification
+            | Phase::Detach
+            | Phase::GroupSnapshotDeletion => false,
         }
     }
 
@@ -267,6 +305,26 @@ pub struct SnapshotCreationPhase {
     /// The snapshot creation pod, run to completion.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_template: Option<PodTemplateSpec>,
+    /// How long this phase's pod may take; the runner's default when absent.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_timeout"
+    )]
+    pub timeout: Option<Duration>,
+}
+
+/// Evaluated `spec.groupSnapshotCreation`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupSnapshotCreationPhase {
+    /// The group's handle, if the spec fixes it; otherwise the pod's
+    /// `/pav/handle`, else `defaultHandle`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handle: Option<String>,
+    /// The group snapshot creation pod, run to completion: it takes every
+    /// member and writes `/pav/snapshots`, each source volume's handle
+    /// mapped to its snapshot's.
+    pub pod_template: PodTemplateSpec,
     /// How long this phase's pod may take; the runner's default when absent.
     #[serde(
         skip_serializing_if = "Option::is_none",

@@ -15,7 +15,7 @@ use serde_json::{Map, Value as Json};
 
 use crate::context::{
     CapacityContext, CreationContext, ExpansionContext, GET_PVC_NAMESPACES_GLOBAL,
-    ModificationContext, SnapshotContext, StagingContext, ValidationContext,
+    GroupSnapshotContext, ModificationContext, SnapshotContext, StagingContext, ValidationContext,
 };
 use crate::engine::{self, MAX_PHASE_OUTPUT_BYTES};
 use crate::error::{Error, Location, Result};
@@ -23,8 +23,9 @@ use crate::model::{
     AccessMode, DataSourceKind, LifecycleMode, PavProvisioner, ProvisioningMode, VolumeMode,
 };
 use crate::phase::{
-    CapacityPhase, CreationPhase, ExpansionPhase, HealthPhase, ModificationPhase, OptionalPodPhase,
-    Phase, SnapshotCreationPhase, StagingPhase, ValidationPhase,
+    CapacityPhase, CreationPhase, ExpansionPhase, GroupSnapshotCreationPhase, HealthPhase,
+    ModificationPhase, OptionalPodPhase, Phase, SnapshotCreationPhase, StagingPhase,
+    ValidationPhase,
 };
 use crate::yaml::yaml_to_json;
 
@@ -355,10 +356,7 @@ impl CompiledProvisioner {
 
     fn render_mandatory_pod(&self, phase: Phase, context: &Value) -> Result<StagingPhase> {
         let mut fields = self.rendered_fields(phase, context)?;
-        let pod_template = fields.pod_template()?.ok_or_else(|| Error::Evaluated {
-            at: fields.location("podTemplate"),
-            message: "is required".into(),
-        })?;
+        let pod_template = fields.mandatory_pod_template()?;
         let timeout = fields.timeout()?;
         fields.finish()?;
         Ok(StagingPhase {
@@ -420,6 +418,31 @@ impl CompiledProvisioner {
     /// Renders `spec.snapshotDeletion`.
     pub fn render_snapshot_deletion(&self, context: &SnapshotContext) -> Result<OptionalPodPhase> {
         self.render_optional_pod(Phase::SnapshotDeletion, context.value())
+    }
+
+    /// Renders `spec.groupSnapshotCreation`: its pod is mandatory.
+    pub fn render_group_snapshot_creation(
+        &self,
+        context: &GroupSnapshotContext,
+    ) -> Result<GroupSnapshotCreationPhase> {
+        let mut fields = self.rendered_fields(Phase::GroupSnapshotCreation, context.value())?;
+        let handle = fields.handle("handle")?;
+        let pod_template = fields.mandatory_pod_template()?;
+        let timeout = fields.timeout()?;
+        fields.finish()?;
+        Ok(GroupSnapshotCreationPhase {
+            handle,
+            pod_template,
+            timeout,
+        })
+    }
+
+    /// Renders `spec.groupSnapshotDeletion`.
+    pub fn render_group_snapshot_deletion(
+        &self,
+        context: &GroupSnapshotContext,
+    ) -> Result<OptionalPodPhase> {
+        self.render_optional_pod(Phase::GroupSnapshotDeletion, context.value())
     }
 
     /// Renders `spec.storageCapacity`: `availableCapacity` or a pod (or
@@ -484,10 +507,7 @@ impl CompiledProvisioner {
     /// volume checked: its pod is mandatory.
     pub fn render_health(&self, context: &StagingContext) -> Result<HealthPhase> {
         let mut fields = self.rendered_fields(Phase::Health, context.value())?;
-        let pod_template = fields.pod_template()?.ok_or_else(|| Error::Evaluated {
-            at: fields.location("podTemplate"),
-            message: "is required".into(),
-        })?;
+        let pod_template = fields.mandatory_pod_template()?;
         let timeout = fields.timeout()?;
         let every = fields.duration("every")?;
         fields.finish()?;

@@ -81,6 +81,10 @@ pub struct Contexts {
     pub capacity: crate::CapacityContext,
     /// The sample volume moving to a class with `mode: ro`.
     pub modification: crate::ModificationContext,
+    /// A group snapshot of the sample volume being taken.
+    pub group_snapshot_creation: crate::GroupSnapshotContext,
+    /// The sample group snapshot being deleted.
+    pub group_snapshot_deletion: crate::GroupSnapshotContext,
 }
 
 /// The topology key of pav's drivers, as the sample segment has it.
@@ -128,13 +132,38 @@ pub fn snapshot_creation_context() -> crate::SnapshotContext {
 
 /// The sample snapshot being deleted.
 pub fn snapshot_deletion_context() -> crate::SnapshotContext {
+    crate::SnapshotContext::deletion(SNAPSHOT_NAME, sample_handle().as_deref())
+}
+
+/// The name of the sample group snapshot (`groupsnapshot-<uid>`, as the
+/// snapshot-controller names them).
+pub const GROUP_SNAPSHOT_NAME: &str = "groupsnapshot-3c2b1a09-8f7e-4d6c-9b5a-493827160f5e";
+
+/// The sample volume's handle.
+fn sample_handle() -> Option<String> {
     let pv = pv();
-    let source = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.csi.as_ref())
-        .map(|c| c.volume_handle.as_str());
-    crate::SnapshotContext::deletion(SNAPSHOT_NAME, source)
+    pv.spec.and_then(|s| s.csi).map(|c| c.volume_handle)
+}
+
+/// A group snapshot of the sample volume, bound to the sample claim, being
+/// taken.
+pub fn group_snapshot_creation_context() -> crate::GroupSnapshotContext {
+    let (pv, pvc) = (pv(), pvc());
+    let member = crate::GroupMember {
+        pv: &pv,
+        pvc: Some(&pvc),
+    };
+    crate::GroupSnapshotContext::creation(GROUP_SNAPSHOT_NAME, &Default::default(), &[member])
+        .expect("samples are consistent")
+}
+
+/// The sample group snapshot being deleted: its one member, the sample
+/// snapshot, of the sample volume.
+pub fn group_snapshot_deletion_context() -> crate::GroupSnapshotContext {
+    crate::GroupSnapshotContext::deletion(
+        GROUP_SNAPSHOT_NAME,
+        &[(SNAPSHOT_NAME.to_owned(), sample_handle())],
+    )
 }
 
 /// A `get_pvc` lookup that knows the sample claim and one claim of another
@@ -165,6 +194,8 @@ pub fn contexts(lookup: Arc<PvcMap>) -> Contexts {
         snapshot_creation: snapshot_creation_context().with_pvc_lookup(lookup.clone()),
         snapshot_deletion: snapshot_deletion_context().with_pvc_lookup(lookup.clone()),
         capacity: capacity_context().with_pvc_lookup(lookup.clone()),
-        modification: modification_context().with_pvc_lookup(lookup),
+        modification: modification_context().with_pvc_lookup(lookup.clone()),
+        group_snapshot_creation: group_snapshot_creation_context().with_pvc_lookup(lookup.clone()),
+        group_snapshot_deletion: group_snapshot_deletion_context().with_pvc_lookup(lookup),
     }
 }

@@ -669,6 +669,23 @@ fn render(
             let plan = planner.snapshot_deletion(&format!("snapshot-{uid}"), Some(&handle));
             to_yaml(&name, phase, planned(plan, objects)?)?
         }
+        // A group of the one volume given.
+        Phase::GroupSnapshotCreation => {
+            let uid = pvc.metadata.uid.as_deref().unwrap_or_default();
+            let member = pav_templates::GroupMember { pv, pvc: Some(pvc) };
+            let plan = planner.group_snapshot_creation(
+                &format!("groupsnapshot-{uid}"),
+                &Default::default(),
+                &[member],
+            );
+            to_yaml(&name, phase, planned(plan, objects)?.optional())?
+        }
+        Phase::GroupSnapshotDeletion => {
+            let uid = pvc.metadata.uid.as_deref().unwrap_or_default();
+            let members = [(format!("snapshot-{uid}"), Some(handle.clone()))];
+            let plan = planner.group_snapshot_deletion(&format!("groupsnapshot-{uid}"), &members);
+            to_yaml(&name, phase, planned(plan, objects)?)?
+        }
     };
     out.write_all(yaml.as_bytes())?;
     Ok(())

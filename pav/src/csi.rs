@@ -163,11 +163,12 @@ pub fn controller_provisioner(
 /// GetCapacity only with `spec.storageCapacity`, ControllerModifyVolume
 /// (and claims with a VolumeAttributesClass) only with
 /// `spec.volumeModification`, ControllerPublishVolume only with
-/// `spec.volumeAttach`. The driver's manifests enable
+/// `spec.volumeAttach`, the GroupController service only with
+/// `spec.groupSnapshotCreation`. The driver's manifests enable
 /// external-provisioner's capacity tracking, external-resizer's
-/// VolumeAttributesClass support and external-attacher exactly then, so
-/// adding or removing a section rolls the controller and this is read
-/// again.
+/// VolumeAttributesClass support, external-attacher and csi-snapshotter's
+/// group snapshots exactly then, so adding or removing a section rolls the
+/// controller and this is read again.
 pub fn served_sections(
     provisioner: pav_sdk::Provisioner<controller::PodController>,
     spec: Option<&pav_templates::PavProvisionerSpec>,
@@ -181,6 +182,11 @@ pub fn served_sections(
         provisioner
     } else {
         provisioner.without_modify()
+    };
+    let provisioner = if spec.is_some_and(|s| s.group_snapshot_creation.is_some()) {
+        provisioner
+    } else {
+        provisioner.without_group_snapshot()
     };
     if spec.is_some_and(|s| s.volume_attach.is_some()) {
         provisioner

@@ -98,6 +98,9 @@ pub const ANNOTATION_TOPOLOGY: &str = "pav.albertofaria.github.io/topology";
 /// Annotation with the publish context an attach pod exported in
 /// `/pav/publish-context`.
 pub const ANNOTATION_PUBLISH_CONTEXT: &str = "pav.albertofaria.github.io/publish-context";
+/// Annotation with the member snapshots a group snapshot creation pod
+/// exported in `/pav/snapshots`.
+pub const ANNOTATION_SNAPSHOTS: &str = "pav.albertofaria.github.io/snapshots";
 /// Annotation with the message a pod exported in `/pav/error`.
 pub const ANNOTATION_ERROR: &str = "pav.albertofaria.github.io/error";
 /// Annotation set to `"true"` once the node plugin copied the files above.
@@ -488,8 +491,9 @@ impl<'a> PodOrigin<'a> {
         )
     }
 
-    /// The snapshot creation pod of the snapshot named `name`, or the
-    /// snapshot deletion pod of the snapshot whose handle is `name`.
+    /// The (group) snapshot creation pod of the snapshot named `name`, or
+    /// the (group) snapshot deletion pod of the snapshot whose handle is
+    /// `name`.
     pub fn snapshot_pod(
         &self,
         phase: Phase,

@@ -35,6 +35,16 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         self
     }
 
+    /// Drops the [`GroupSnapshot`](crate::GroupSnapshot) touch point
+    /// [`provisioner!`](crate::provisioner!) added, keeping
+    /// [`Snapshot`](crate::Snapshot): `GROUP_CONTROLLER_SERVICE` is not
+    /// advertised, and the GroupController calls answer `UNIMPLEMENTED`.
+    pub fn without_group_snapshot(mut self) -> Self {
+        self.group_snapshot = None;
+        self.rewrap_records();
+        self
+    }
+
     /// Drops the [`Attach`](crate::Attach) touch point
     /// [`provisioner!`](crate::provisioner!) added:
     /// `PUBLISH_UNPUBLISH_VOLUME` is not advertised, and
@@ -77,6 +87,51 @@ mod tests {
         let provisioner = crate::provisioner!(Attachable);
         assert!(provisioner.attach.is_some());
         assert!(provisioner.without_attach().attach.is_none());
+    }
+
+    struct Grouped;
+
+    #[async_trait::async_trait]
+    impl Snapshot for Grouped {
+        async fn create_snapshot(&self, req: SnapshotRequest) -> Result<SnapshotInfo> {
+            Ok(SnapshotInfo::new(
+                req.name,
+                req.source,
+                0,
+                std::time::SystemTime::now(),
+            ))
+        }
+
+        async fn delete_snapshot(&self, _: DeleteSnapshotRequest) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl GroupSnapshot for Grouped {
+        async fn create_group_snapshot(
+            &self,
+            req: GroupSnapshotRequest,
+        ) -> Result<GroupSnapshotInfo> {
+            Ok(GroupSnapshotInfo::new(
+                req.name,
+                [],
+                std::time::SystemTime::now(),
+            ))
+        }
+
+        async fn delete_group_snapshot(&self, _: DeleteGroupSnapshotRequest) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn group_snapshots_are_dropped_on_request_and_snapshots_kept() {
+        let provisioner = crate::provisioner!(Grouped);
+        assert!(provisioner.group_snapshot.is_some());
+        let dropped = provisioner.without_group_snapshot();
+        assert!(dropped.group_snapshot.is_none());
+        assert!(dropped.snapshot.is_some());
     }
 
     #[test]

@@ -240,6 +240,12 @@ impl Checker {
                 "may only be specified together with spec.volumeAttach",
             );
         }
+        if has(Phase::GroupSnapshotDeletion) && !has(Phase::GroupSnapshotCreation) {
+            self.problem_rule(
+                "spec.groupSnapshotDeletion",
+                "may only be specified together with spec.groupSnapshotCreation",
+            );
+        }
         if has(Phase::SnapshotDeletion) && !has(Phase::SnapshotCreation) {
             self.problem_rule(
                 "spec.snapshotDeletion",
@@ -284,11 +290,7 @@ impl Checker {
                 }
                 self.check_literal(key, &item_path, item);
             }
-            if matches!(
-                phase,
-                Phase::Staging | Phase::NodeExpansion | Phase::Health | Phase::Attach
-            ) && !map.contains_key("podTemplate")
-            {
+            if phase.needs_pod() && !map.contains_key("podTemplate") {
                 self.problem_schema(&format!("{path}.podTemplate"), "is required");
             }
             if phase == Phase::Capacity

@@ -149,6 +149,15 @@ impl Fields<'_> {
         }
     }
 
+    /// The pod template of a phase that cannot do without one: a
+    /// whole-phase template may still evaluate to none.
+    pub(super) fn mandatory_pod_template(&mut self) -> Result<PodTemplateSpec> {
+        self.pod_template()?.ok_or_else(|| Error::Evaluated {
+            at: self.location("podTemplate"),
+            message: "is required".into(),
+        })
+    }
+
     pub(super) fn pod_template(&mut self) -> Result<Option<PodTemplateSpec>> {
         let Some(value) = self.take("podTemplate") else {
             return Ok(None);

@@ -444,6 +444,8 @@ pub fn event_reason(phase: Phase) -> &'static str {
         Phase::Health => "HealthCheckFailed",
         Phase::Attach => "AttachFailed",
         Phase::Detach => "DetachFailed",
+        Phase::GroupSnapshotCreation => "GroupSnapshotCreationFailed",
+        Phase::GroupSnapshotDeletion => "GroupSnapshotDeletionFailed",
     }
 }
 

@@ -22,6 +22,7 @@ mod delete;
 pub mod deleted;
 mod error;
 mod expand;
+mod group_snapshot;
 mod modify;
 mod snapshot;
 

@@ -159,6 +159,8 @@ pub(super) fn place(spec: &mut Value, settings: &Settings, placement: &impl Plac
 
 /// API group of VolumeSnapshots, their contents and classes.
 const SNAPSHOT_GROUP: &str = "snapshot.storage.k8s.io";
+/// The API group of group snapshots (VolumeGroupSnapshot and its kin).
+const GROUP_SNAPSHOT_GROUP: &str = "groupsnapshot.storage.k8s.io";
 
 /// Socket of the CSI services inside their pods.
 pub const CSI_SOCKET: &str = "/csi/csi.sock";
@@ -281,6 +283,9 @@ struct Builder<'a> {
     /// The provisioner has `snapshotCreation`: the CSI controller gets
     /// csi-snapshotter.
     snapshots: bool,
+    /// The provisioner has `groupSnapshotCreation`: the CSI controller
+    /// gets csi-snapshotter, serving group snapshots.
+    group_snapshots: bool,
     /// The provisioner has `storageCapacity`: external-provisioner
     /// publishes CSIStorageCapacity objects.
     capacity: bool,
@@ -312,6 +317,7 @@ impl<'a> Builder<'a> {
             settings,
             expands: provisioner.spec.volume_expansion.is_some(),
             snapshots: provisioner.spec.snapshot_creation.is_some(),
+            group_snapshots: provisioner.spec.group_snapshot_creation.is_some(),
             capacity: provisioner.spec.storage_capacity.is_some(),
             modifies: provisioner.spec.volume_modification.is_some(),
             attaches: provisioner.spec.volume_attach.is_some(),
@@ -504,22 +510,24 @@ impl<'a> Builder<'a> {
             };
             containers.push(self.sidecar(RESIZER, &s.resizer_image, &s.resources.resizer, extra));
         }
-        if self.snapshots {
+        if self.snapshots || self.group_snapshots {
             // The VolumeSnapshot's and VolumeSnapshotContent's names reach
             // CreateSnapshot as parameters. Group snapshots are GA and on
-            // by default in csi-snapshotter v8.7: pav's drivers have no
-            // GroupController service and their role no group snapshot
-            // objects, so the gate is turned off rather than left to fail
-            // (a forbidden list and a warning at every start). A release
-            // that drops the gate refuses the flag: take it out then.
+            // by default in csi-snapshotter v8.7; a driver without
+            // groupSnapshotCreation has no GroupController service, so
+            // the gate is turned off rather than left to watch group
+            // snapshot objects for nothing. A release that drops the gate
+            // refuses the flag: take it out then.
+            let gate = if self.group_snapshots {
+                "--feature-gates=CSIVolumeGroupSnapshot=true"
+            } else {
+                "--feature-gates=CSIVolumeGroupSnapshot=false"
+            };
             containers.push(self.sidecar(
                 SNAPSHOTTER,
                 &s.snapshotter_image,
                 &s.resources.snapshotter,
-                &[
-                    "--extra-create-metadata",
-                    "--feature-gates=CSIVolumeGroupSnapshot=false",
-                ],
+                &["--extra-create-metadata", gate],
             ));
         }
         if self.attaches {
@@ -754,6 +762,17 @@ pub fn csi_controller_role() -> ClusterRole {
             rule(&[SNAPSHOT_GROUP], &["volumesnapshotcontents/status"], &["update", "patch"]),
             // csi-snapshotter's class informer (a lister: never a GET).
             rule(&[SNAPSHOT_GROUP], &["volumesnapshotclasses"], &["list", "watch"]),
+            // csi-snapshotter's group snapshots (groupSnapshotCreation), as
+            // its v8.7.0 rbac-csi-snapshotter.yaml grants them; pav
+            // csi-controller's GetVolumeGroupSnapshot and ListSnapshots
+            // (list).
+            rule(&[GROUP_SNAPSHOT_GROUP], &["volumegroupsnapshotclasses"], &["get", "list", "watch"]),
+            rule(
+                &[GROUP_SNAPSHOT_GROUP],
+                &["volumegroupsnapshotcontents"],
+                &["get", "list", "watch", "update", "patch"],
+            ),
+            rule(&[GROUP_SNAPSHOT_GROUP], &["volumegroupsnapshotcontents/status"], &["update", "patch"]),
             // external-attacher (spec.volumeAttach): its informer, and the
             // attachment's finalizer and status (merge patches).
             rule(&["storage.k8s.io"], &["volumeattachments"], &["list", "watch", "patch"]),
@@ -1520,6 +1539,23 @@ mod tests {
                 "csi-snapshotter lacks {verb} {resource}"
             );
         }
+        // csi-snapshotter v8.7.0's group snapshots, as its
+        // rbac-csi-snapshotter.yaml grants them.
+        for (resource, verbs) in [
+            ("volumegroupsnapshotclasses", &["get", "list", "watch"][..]),
+            (
+                "volumegroupsnapshotcontents",
+                &["get", "list", "watch", "update", "patch"],
+            ),
+            ("volumegroupsnapshotcontents/status", &["update", "patch"]),
+        ] {
+            for verb in verbs {
+                assert!(
+                    allows(&controller, GROUP_SNAPSHOT_GROUP, resource, verb),
+                    "csi-snapshotter lacks {verb} {resource}"
+                );
+            }
+        }
         // external-attacher (spec.volumeAttach), as its v4.13.0 calls.
         for (resource, verb) in [
             ("volumeattachments", "list"),
@@ -1552,7 +1588,12 @@ mod tests {
             (
                 "groupsnapshot.storage.k8s.io",
                 "volumegroupsnapshotcontents",
-                "list",
+                "create",
+            ),
+            (
+                "groupsnapshot.storage.k8s.io",
+                "volumegroupsnapshots",
+                "update",
             ),
         ] {
             assert!(

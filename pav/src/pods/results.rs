@@ -9,7 +9,7 @@ use pav_templates::quantity::{Rounding, parse_bytes};
 
 use super::{
     ANNOTATION_CAPACITY, ANNOTATION_COLLECTED, ANNOTATION_ERROR, ANNOTATION_HANDLE,
-    ANNOTATION_PUBLISH_CONTEXT, ANNOTATION_SIZE, ANNOTATION_TOPOLOGY,
+    ANNOTATION_PUBLISH_CONTEXT, ANNOTATION_SIZE, ANNOTATION_SNAPSHOTS, ANNOTATION_TOPOLOGY,
 };
 
 /// Where a PaV pod is in its life.
@@ -146,6 +146,8 @@ pub struct Collected {
     pub error: Option<String>,
     /// `/pav/publish-context`, trimmed (what an attach pod tells staging).
     pub publish_context: Option<String>,
+    /// `/pav/snapshots`, trimmed (a group snapshot's members).
+    pub snapshots: Option<String>,
     /// `/pav/condition`, trimmed: read from the pod's directory only (the
     /// health check pods that write it run on the node plugin's node), so
     /// never copied into annotations.
@@ -172,6 +174,7 @@ impl Collected {
             topology: get(ANNOTATION_TOPOLOGY),
             error: get(ANNOTATION_ERROR),
             publish_context: get(ANNOTATION_PUBLISH_CONTEXT),
+            snapshots: get(ANNOTATION_SNAPSHOTS),
             condition: None,
         })
     }
@@ -186,6 +189,7 @@ impl Collected {
             topology: read_exported(dir, "topology"),
             error: read_exported(dir, "error"),
             publish_context: read_exported(dir, "publish-context"),
+            snapshots: read_exported(dir, "snapshots"),
             condition: read_exported(dir, "condition"),
         }
     }
@@ -199,6 +203,7 @@ impl Collected {
             ANNOTATION_TOPOLOGY: self.topology,
             ANNOTATION_ERROR: self.error,
             ANNOTATION_PUBLISH_CONTEXT: self.publish_context,
+            ANNOTATION_SNAPSHOTS: self.snapshots,
             ANNOTATION_COLLECTED: "true",
         })
     }
@@ -352,6 +357,38 @@ pub fn parse_publish_context(text: &str) -> Result<pav_sdk::Parameters, String> 
             other => Err(format!("{key}: {other} is not a string")),
         })
         .collect()
+}
+
+/// A group snapshot creation pod's `/pav/snapshots`: a YAML map from
+/// each source volume's handle to its snapshot's, with exactly the
+/// `sources` as keys; the snapshot handles in the order of `sources`.
+/// Each snapshot handle is 1 to 128 bytes on one line, and distinct.
+pub fn parse_group_members(text: &str, sources: &[&str]) -> Result<Vec<String>, String> {
+    let value = pav_templates::yaml::yaml_to_json(text)?;
+    let Some(map) = value.as_object() else {
+        return Err("must be a map from each source volume handle to its snapshot handle".into());
+    };
+    if let Some(key) = map.keys().find(|k| !sources.contains(&k.as_str())) {
+        return Err(format!("{key:?} is not a source volume of this group"));
+    }
+    let mut members: Vec<String> = Vec::with_capacity(sources.len());
+    for source in sources {
+        let handle = match map.get(*source) {
+            None => return Err(format!("source volume {source:?} has no snapshot")),
+            Some(serde_json::Value::String(handle)) => handle,
+            Some(other) => return Err(format!("{source}: {other} is not a snapshot handle")),
+        };
+        if handle.is_empty() || handle.len() > 128 || handle.contains(['\n', '\r']) {
+            return Err(format!(
+                "{source}: snapshot handle {handle:?} must be 1 to 128 bytes on one line"
+            ));
+        }
+        if members.contains(handle) {
+            return Err(format!("snapshot handle {handle:?} is given twice"));
+        }
+        members.push(handle.clone());
+    }
+    Ok(members)
 }
 
 /// A `/pav/condition`: a YAML map of `abnormal` (a boolean) and an

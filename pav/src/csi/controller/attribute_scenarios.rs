@@ -1,10 +1,11 @@
-//! Scenarios of GetCapacity, ControllerModifyVolume and
-//! ControllerPublishVolume against the fake API server
-//! ([`fixtures`](super::super::fixtures)), through pav-csi's gRPC service
-//! as external-provisioner, external-resizer and external-attacher call
-//! it: advertised only with their sections, templates evaluated, refusals
-//! `INVALID_ARGUMENT` with nothing changed, new parameters recorded, the
-//! attach pod's publish context answered.
+//! Scenarios of GetCapacity, ControllerModifyVolume,
+//! ControllerPublishVolume and the GroupController calls against the fake
+//! API server ([`fixtures`](super::super::fixtures)), through pav-csi's
+//! gRPC services as external-provisioner, external-resizer,
+//! external-attacher and csi-snapshotter call them: advertised only with
+//! their sections, templates evaluated, refusals `INVALID_ARGUMENT` with
+//! nothing changed, new parameters recorded, the attach pod's publish
+//! context answered, a group's members named by its pod.
 
 use std::time::Duration;
 
@@ -31,6 +32,11 @@ fn volume() -> serde_json::Value {
 /// The fake, answering for provisioner `p` with `spec`, one volume
 /// (`h-1`, without a claim) and no pods; PATCHes of the volume echo it.
 fn scenario(spec: serde_json::Value) -> (ApiServer, Client) {
+    scenario_with(spec, vec![volume()])
+}
+
+/// [`scenario`] with the PersistentVolumes `volumes`.
+fn scenario_with(spec: serde_json::Value, volumes: Vec<serde_json::Value>) -> (ApiServer, Client) {
     let (server, client) = ApiServer::start();
     let provisioner = json!({
         "apiVersion": "pav.albertofaria.github.io/v1alpha1", "kind": "PavProvisioner",
@@ -45,7 +51,7 @@ fn scenario(spec: serde_json::Value) -> (ApiServer, Client) {
     server.route(
         Method::GET,
         "/api/v1/persistentvolumes",
-        list("PersistentVolume", vec![volume()]),
+        list("PersistentVolume", volumes),
     );
     server.route(Method::GET, "/api/v1/pods", list("Pod", vec![]));
     server.route(Method::PATCH, PV, (200, volume()));
@@ -62,6 +68,31 @@ async fn with_controller<T>(
     client: Client,
     calls: impl AsyncFnOnce(csi::controller_client::ControllerClient<tonic::transport::Channel>) -> T,
 ) -> T {
+    serving(client, async |channel| {
+        calls(csi::controller_client::ControllerClient::new(channel)).await
+    })
+    .await
+}
+
+/// [`with_controller`], calling the GroupController service.
+async fn with_group_controller<T>(
+    client: Client,
+    calls: impl AsyncFnOnce(
+        csi::group_controller_client::GroupControllerClient<tonic::transport::Channel>,
+    ) -> T,
+) -> T {
+    serving(client, async |channel| {
+        calls(csi::group_controller_client::GroupControllerClient::new(
+            channel,
+        ))
+        .await
+    })
+    .await
+}
+
+/// Serves the CSI controller of `p` while `calls` runs with a channel to
+/// it.
+async fn serving<T>(client: Client, calls: impl AsyncFnOnce(tonic::transport::Channel) -> T) -> T {
     let driver = std::sync::Arc::new(crate::csi::fixtures::driver_context(client));
     let object = driver.provisioner_object().await.unwrap();
     let provisioner = crate::csi::served_sections(
@@ -85,7 +116,7 @@ async fn with_controller<T>(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let channel = pav_csi::client::connect(&socket).await.unwrap();
-    let answer = calls(csi::controller_client::ControllerClient::new(channel)).await;
+    let answer = calls(channel).await;
     let _ = stop.send(());
     let _ = server.await;
     answer
@@ -392,5 +423,212 @@ async fn a_failed_attach_pod_is_internal_with_its_message() {
                 .ends_with("iSCSI login to 10.0.0.9 refused"),
         "{}",
         status.message()
+    );
+}
+
+/// Volume `h-<n>` (PersistentVolume `pv-<n>`, without a claim) of
+/// `n` MiB.
+fn sized_volume(n: u64) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": format!("pv-{n}"), "uid": format!("u-pv-{n}"), "resourceVersion": "1"},
+        "spec": {"capacity": {"storage": format!("{n}Mi")}, "accessModes": ["ReadWriteOnce"],
+                 "csi": {"driver": "p", "volumeHandle": format!("h-{n}")}},
+    })
+}
+
+fn grouped() -> serde_json::Value {
+    with(json!({
+        "groupSnapshotCreation": {"podTemplate": {"spec": {"containers": [{
+            "name": "group", "image": "i",
+            "args": ["{{ groupSnapshotName }}:{% for s in sources %} {{ s.handle }}={{ s.capacity }}{% endfor %}"],
+        }]}}},
+        "groupSnapshotDeletion": {"podTemplate": {"spec": {"containers": [{
+            "name": "ungroup", "image": "i",
+            "args": ["{{ groupSnapshotHandle }}:{% for s in snapshots %} {{ s.handle }}<{{ s.sourceHandle }}{% endfor %}"],
+        }]}}},
+    }))
+}
+
+fn group_request(sources: &[&str]) -> csi::CreateVolumeGroupSnapshotRequest {
+    csi::CreateVolumeGroupSnapshotRequest {
+        name: "groupsnapshot-u".into(),
+        source_volume_ids: sources.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+/// Pods that succeed with `/pav/snapshots` `members` (and `/pav/handle`
+/// `g-1`).
+fn group_pods(server: &ApiServer, members: &'static str) {
+    server.serve_pods(crate::csi::fixtures::pods_ending(move |_| {
+        let files = crate::pods::results::Collected {
+            handle: Some("g-1".into()),
+            snapshots: Some(members.into()),
+            ..Default::default()
+        };
+        json!({"metadata": {"annotations": files.annotations()}, "status": {"phase": "Succeeded"}})
+    }));
+}
+
+#[tokio::test]
+async fn group_snapshots_are_served_exactly_with_their_section() {
+    let (_server, client) = scenario_with(base(), vec![sized_volume(1)]);
+    let status = with_group_controller(client, async |mut c| {
+        c.create_volume_group_snapshot(group_request(&["h-1"]))
+            .await
+            .unwrap_err()
+    })
+    .await;
+    assert_eq!(status.code(), tonic::Code::Unimplemented, "{status:?}");
+    let (_server, client) = scenario_with(grouped(), vec![sized_volume(1)]);
+    let capabilities = with_group_controller(client, async |mut c| {
+        c.group_controller_get_capabilities(csi::GroupControllerGetCapabilitiesRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .capabilities
+    })
+    .await;
+    assert_eq!(capabilities.len(), 1, "{capabilities:?}");
+}
+
+#[tokio::test]
+async fn the_group_pod_names_each_member_and_the_answer_lists_them() {
+    let (server, client) = scenario_with(grouped(), vec![sized_volume(1), sized_volume(2)]);
+    group_pods(&server, "h-2: s-2\nh-1: s-1");
+    let group = with_group_controller(client, async |mut c| {
+        c.create_volume_group_snapshot(group_request(&["h-1", "h-2"]))
+            .await
+            .unwrap()
+            .into_inner()
+            .group_snapshot
+            .unwrap()
+    })
+    .await;
+    assert_eq!(group.group_snapshot_id, "g-1", "the pod's /pav/handle");
+    assert!(group.ready_to_use);
+    let members: Vec<_> = (group.snapshots.iter())
+        .map(|s| {
+            (
+                s.snapshot_id.as_str(),
+                s.source_volume_id.as_str(),
+                s.size_bytes,
+                s.group_snapshot_id.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        members,
+        [
+            ("s-1", "h-1", 1 << 20, "g-1"),
+            ("s-2", "h-2", 2 << 20, "g-1")
+        ]
+    );
+    let created = server.created_pods();
+    assert_eq!(created.len(), 1, "{created:#?}");
+    assert_eq!(
+        created[0]["metadata"]["labels"][crate::pods::LABEL_PHASE],
+        "group-snapshot-creation"
+    );
+    assert_eq!(
+        created[0]["spec"]["containers"][0]["args"],
+        json!(["groupsnapshot-u: h-1=1048576 h-2=2097152"])
+    );
+}
+
+#[tokio::test]
+async fn a_group_pod_that_leaves_a_source_without_snapshot_is_internal_naming_it() {
+    let (server, client) = scenario_with(grouped(), vec![sized_volume(1), sized_volume(2)]);
+    group_pods(&server, "h-1: s-1");
+    let status = with_group_controller(client, async |mut c| {
+        c.create_volume_group_snapshot(group_request(&["h-1", "h-2"]))
+            .await
+            .unwrap_err()
+    })
+    .await;
+    assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+    assert!(
+        status
+            .message()
+            .starts_with("group snapshot creation pod pav/")
+            && status
+                .message()
+                .ends_with("/pav/snapshots: source volume \"h-2\" has no snapshot"),
+        "{}",
+        status.message()
+    );
+}
+
+/// The VolumeGroupSnapshotContent csi-snapshotter writes for group `g-1`
+/// of `h-1` and `h-2`.
+fn group_content() -> serde_json::Value {
+    json!({
+        "apiVersion": "groupsnapshot.storage.k8s.io/v1", "kind": "VolumeGroupSnapshotContent",
+        "metadata": {"name": "groupsnapcontent-u"},
+        "spec": {"driver": "p", "source": {"volumeHandles": ["h-1", "h-2"]}},
+        "status": {"volumeGroupSnapshotHandle": "g-1", "readyToUse": true, "volumeSnapshotInfoList": [
+            {"volumeHandle": "h-1", "snapshotHandle": "s-1", "restoreSize": 1048576, "creationTime": 1},
+            {"volumeHandle": "h-2", "snapshotHandle": "s-2", "restoreSize": 2097152, "creationTime": 2},
+        ]},
+    })
+}
+
+#[tokio::test]
+async fn a_group_is_described_and_deleted_from_its_recorded_content() {
+    let (server, client) = scenario_with(grouped(), vec![sized_volume(1), sized_volume(2)]);
+    server.route(
+        Method::GET,
+        "/apis/groupsnapshot.storage.k8s.io/v1/volumegroupsnapshotcontents",
+        list("VolumeGroupSnapshotContent", vec![group_content()]),
+    );
+    group_pods(&server, "");
+    let get = |handle: &str, ids: &[&str]| csi::GetVolumeGroupSnapshotRequest {
+        group_snapshot_id: handle.into(),
+        snapshot_ids: ids.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    let (known, unknown, others, deleted) = with_group_controller(client, async |mut c| {
+        let known = c
+            .get_volume_group_snapshot(get("g-1", &["s-2", "s-1"]))
+            .await;
+        let unknown = c.get_volume_group_snapshot(get("g-9", &[])).await;
+        let others = c.get_volume_group_snapshot(get("g-1", &["s-1"])).await;
+        let delete = csi::DeleteVolumeGroupSnapshotRequest {
+            group_snapshot_id: "g-1".into(),
+            ..Default::default()
+        };
+        (
+            known,
+            unknown,
+            others,
+            c.delete_volume_group_snapshot(delete).await,
+        )
+    })
+    .await;
+    let known = known.unwrap().into_inner().group_snapshot.unwrap();
+    let members: Vec<_> = (known.snapshots.iter())
+        .map(|s| {
+            (
+                s.snapshot_id.as_str(),
+                s.source_volume_id.as_str(),
+                s.size_bytes,
+            )
+        })
+        .collect();
+    assert_eq!(members, [("s-1", "h-1", 1 << 20), ("s-2", "h-2", 2 << 20)]);
+    assert_eq!(unknown.unwrap_err().code(), tonic::Code::NotFound);
+    assert_eq!(others.unwrap_err().code(), tonic::Code::InvalidArgument);
+    deleted.unwrap();
+    let created = server.created_pods();
+    assert_eq!(created.len(), 1, "{created:#?}");
+    assert_eq!(
+        created[0]["metadata"]["labels"][crate::pods::LABEL_PHASE],
+        "group-snapshot-deletion"
+    );
+    // The CO named no members: the recorded ones, with their sources.
+    assert_eq!(
+        created[0]["spec"]["containers"][0]["args"],
+        json!(["g-1: s-1<h-1 s-2<h-2"])
     );
 }

@@ -116,12 +116,21 @@ fn recorded_snapshot(content: &DynamicObject, driver: &str) -> Option<SnapshotIn
             SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(nanos)
         });
     // SnapshotInfo::new is ready.
-    Some(SnapshotInfo::new(handle, source, size, created))
+    let info = SnapshotInfo::new(handle, source, size, created);
+    // A group's member, as the snapshot-controller marks its content.
+    match content
+        .annotations()
+        .get(crate::snapshots::GROUP_HANDLE_ANNOTATION)
+    {
+        Some(group) => Some(info.in_group(group.as_str())),
+        None => Some(info),
+    }
 }
 
 /// One entry per handle: a handle recorded twice (a pre-provisioned
-/// content naming a snapshot that a dynamic content records too) keeps
-/// what either knows of its source and size.
+/// content naming a snapshot that a dynamic content records too, a group
+/// member recorded by its group and its own content) keeps what either
+/// knows of its source, size and group.
 fn by_handle(recorded: impl Iterator<Item = SnapshotInfo>) -> Vec<SnapshotInfo> {
     let mut snapshots = std::collections::BTreeMap::<String, SnapshotInfo>::new();
     for info in recorded {
@@ -134,6 +143,9 @@ fn by_handle(recorded: impl Iterator<Item = SnapshotInfo>) -> Vec<SnapshotInfo> 
                     known.source = info.source;
                 }
                 known.size_bytes = known.size_bytes.max(info.size_bytes);
+                if known.group.is_none() {
+                    known.group = info.group;
+                }
             }
         }
     }
@@ -170,9 +182,12 @@ impl PodController {
             .list(&ListParams::default())
             .await
             .map_err(|e| api_error("listing VolumeSnapshotContents", e))?;
-        Ok(by_handle((contents.items.iter()).filter_map(|c| {
-            recorded_snapshot(c, &self.driver.provisioner)
-        })))
+        let members = (self.recorded_groups().await?.into_iter()).flat_map(|g| g.members);
+        Ok(by_handle(
+            (contents.items.iter())
+                .filter_map(|c| recorded_snapshot(c, &self.driver.provisioner))
+                .chain(members),
+        ))
     }
 
     async fn take_snapshot(

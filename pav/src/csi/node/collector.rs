@@ -75,7 +75,7 @@ pub async fn sweep_dirs(driver: Arc<DriverContext>, node: String, pods_dir: Path
 
 /// The phases whose pods' `/pav` files the node plugin collects (and whose
 /// directories, named after the pods, it removes).
-pub(super) const COLLECTED_PHASES: [Phase; 10] = [
+pub(super) const COLLECTED_PHASES: [Phase; 12] = [
     Phase::Validation,
     Phase::Creation,
     Phase::Deletion,
@@ -86,6 +86,8 @@ pub(super) const COLLECTED_PHASES: [Phase; 10] = [
     Phase::Modification,
     Phase::Attach,
     Phase::Detach,
+    Phase::GroupSnapshotCreation,
+    Phase::GroupSnapshotDeletion,
 ];
 
 /// Whether `pod` is a pod of one of the [`COLLECTED_PHASES`].

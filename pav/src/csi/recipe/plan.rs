@@ -13,9 +13,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use pav_templates::phase::DEFAULT_HEALTH_CHECK_EVERY;
 use pav_templates::{
     CompiledProvisioner, CreationContext, CreationPhase, ExpansionContext, ExpansionPhase,
-    HealthPhase, OptionalPodPhase, Phase, ProvisioningMode, PvcLookup, SnapshotContext,
-    SnapshotCreationPhase, Source, StagingContext, StagingPhase, ValidationContext,
-    ValidationPhase,
+    GroupMember, GroupSnapshotContext, GroupSnapshotCreationPhase, HealthPhase, OptionalPodPhase,
+    Phase, ProvisioningMode, PvcLookup, SnapshotContext, SnapshotCreationPhase, Source,
+    StagingContext, StagingPhase, ValidationContext, ValidationPhase,
 };
 
 use crate::csi::context::DriverError;
@@ -571,6 +571,52 @@ impl Planner {
         let pod = evaluated.pod_template.as_ref().map(|template| {
             self.origin()
                 .snapshot_pod(Phase::SnapshotCreation, template, evaluated.timeout, name)
+        });
+        Ok(Plan { evaluated, pod })
+    }
+
+    /// The group snapshot named `name` of `members`, with the
+    /// VolumeGroupSnapshotClass's `parameters`.
+    pub fn group_snapshot_creation(
+        &self,
+        name: &str,
+        parameters: &std::collections::BTreeMap<String, String>,
+        members: &[GroupMember<'_>],
+    ) -> Result<Plan<GroupSnapshotCreationPhase, Pod>> {
+        let context = GroupSnapshotContext::creation(name, parameters, members)
+            .map_err(PlanError::Context)?
+            .with_pvc_lookup(self.lookup.clone());
+        let evaluated = self.render(Phase::GroupSnapshotCreation, |c| {
+            c.render_group_snapshot_creation(&context)
+        })?;
+        let pod = self.origin().snapshot_pod(
+            Phase::GroupSnapshotCreation,
+            &evaluated.pod_template,
+            evaluated.timeout,
+            name,
+        );
+        Ok(Plan { evaluated, pod })
+    }
+
+    /// The deletion of group snapshot `handle` and its members
+    /// `snapshots` (each snapshot's handle, and its source's when known).
+    pub fn group_snapshot_deletion(
+        &self,
+        handle: &str,
+        snapshots: &[(String, Option<String>)],
+    ) -> Result<Plan<OptionalPodPhase>> {
+        let context =
+            GroupSnapshotContext::deletion(handle, snapshots).with_pvc_lookup(self.lookup.clone());
+        let evaluated = self.render(Phase::GroupSnapshotDeletion, |c| {
+            c.render_group_snapshot_deletion(&context)
+        })?;
+        let pod = evaluated.pod_template.as_ref().map(|template| {
+            self.origin().snapshot_pod(
+                Phase::GroupSnapshotDeletion,
+                template,
+                evaluated.timeout,
+                handle,
+            )
         });
         Ok(Plan { evaluated, pod })
     }

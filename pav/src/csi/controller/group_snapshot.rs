@@ -1,0 +1,459 @@
+//! CreateVolumeGroupSnapshot, DeleteVolumeGroupSnapshot and
+//! GetVolumeGroupSnapshot: `spec.groupSnapshotCreation`'s pod takes every
+//! member and names each in `/pav/snapshots`; `spec.groupSnapshotDeletion`'s
+//! optional pod deletes them. The groups the cluster records
+//! (VolumeGroupSnapshotContents of this driver) answer Get and say which
+//! snapshots are members.
+
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::{Resource, ResourceExt};
+use pav_sdk::{
+    DeleteGroupSnapshotRequest, Error, GetGroupSnapshotRequest, GroupSnapshot, GroupSnapshotInfo,
+    GroupSnapshotRequest, Result, SnapshotInfo,
+};
+use pav_templates::{GroupMember, Phase};
+
+use super::PodController;
+use crate::csi::context::{DriverError, api_error, pod_ref};
+use crate::csi::recipe::{PhaseError, PlanError, PodFiles};
+use crate::pods::results;
+
+/// Why a group snapshot call failed: one variant per step;
+/// `From<GroupSnapshotError> for pav_sdk::Error` is the one mapping to CSI
+/// codes.
+#[derive(Debug, thiserror::Error)]
+enum GroupSnapshotError {
+    /// No PersistentVolume of this driver has a source handle.
+    #[error("no PersistentVolume of driver {provisioner} has volume handle {handle:?}")]
+    NoVolume {
+        /// The driver.
+        provisioner: String,
+        /// The source handle asked about.
+        handle: String,
+    },
+    /// The PavProvisioner lost `spec.groupSnapshotCreation` since the
+    /// driver started.
+    #[error(
+        "PavProvisioner {provisioner} has no spec.groupSnapshotCreation: it takes no group snapshots"
+    )]
+    NoSection {
+        /// Its name.
+        provisioner: String,
+    },
+    /// Reading the sources' claims or the recorded groups.
+    #[error(transparent)]
+    ReadObjects(DriverError),
+    /// Planning the group snapshot creation or deletion phase.
+    #[error(transparent)]
+    Plan(PlanError),
+    /// The group snapshot creation or deletion pod failed or did not
+    /// finish.
+    #[error(transparent)]
+    Pod(PhaseError),
+    /// The group's handle, from the spec or the pod, is no handle.
+    #[error("group snapshot handle {0:?} must be 1 to 128 bytes on one line")]
+    Handle(String),
+    /// The pod's `/pav/snapshots` is missing or does not name one snapshot
+    /// per source.
+    #[error("group snapshot creation pod {pod}: /pav/snapshots: {message}")]
+    Members {
+        /// The pod, `namespace/name`.
+        pod: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// No VolumeGroupSnapshotContent of this driver records the group.
+    #[error(
+        "no VolumeGroupSnapshotContent of driver {provisioner} records group snapshot {handle:?}"
+    )]
+    Unknown {
+        /// The driver.
+        provisioner: String,
+        /// The group's handle.
+        handle: String,
+    },
+    /// A source volume's PersistentVolume has no capacity (each member's
+    /// size).
+    #[error(transparent)]
+    SourceCapacity(pav_templates::Error),
+    /// The members the CO named are not the group's.
+    #[error(transparent)]
+    NotMembers(Error),
+}
+
+impl From<GroupSnapshotError> for Error {
+    /// An unknown source or group is `NOT_FOUND`; a provisioner without
+    /// the section `FAILED_PRECONDITION`; members that are not the
+    /// group's `INVALID_ARGUMENT`; what the spec or a pod got wrong
+    /// `INTERNAL`; the API, render and pod-run steps keep the code of the
+    /// driver's error. csi-snapshotter retries every error with backoff.
+    fn from(error: GroupSnapshotError) -> Self {
+        let message = error.to_string();
+        match error {
+            GroupSnapshotError::NoVolume { .. } | GroupSnapshotError::Unknown { .. } => {
+                Error::NotFound(message)
+            }
+            GroupSnapshotError::NoSection { .. } => Error::FailedPrecondition(message),
+            GroupSnapshotError::NotMembers(e) => e,
+            GroupSnapshotError::Plan(PlanError::Context(_))
+            | GroupSnapshotError::SourceCapacity(_)
+            | GroupSnapshotError::Pod(PhaseError::Failed(_))
+            | GroupSnapshotError::Handle(_)
+            | GroupSnapshotError::Members { .. } => Error::Internal(message),
+            GroupSnapshotError::Plan(e) => e.into(),
+            GroupSnapshotError::ReadObjects(e) | GroupSnapshotError::Pod(PhaseError::Run(e)) => {
+                e.into()
+            }
+        }
+    }
+}
+
+/// A group snapshot as its VolumeGroupSnapshotContent records it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct RecordedGroup {
+    /// The group's handle.
+    pub handle: String,
+    /// Its members, each marked with the group; a pre-provisioned
+    /// content names only their handles (no source, size 0: unknown).
+    pub members: Vec<SnapshotInfo>,
+}
+
+/// The group `content` records, if it is one of `driver`'s with a handle:
+/// a dynamic content once CreateVolumeGroupSnapshot has answered
+/// (csi-snapshotter writes the status), or a pre-provisioned one
+/// (`spec.source.groupSnapshotHandles`). Members are ready: PaV answers
+/// only once the pod has taken them.
+pub(super) fn recorded_group(content: &DynamicObject, driver: &str) -> Option<RecordedGroup> {
+    if !crate::snapshots::is_of_driver(content, driver) {
+        return None;
+    }
+    let data = &content.data;
+    let handle = data
+        .pointer("/status/volumeGroupSnapshotHandle")
+        .or_else(|| data.pointer("/spec/source/groupSnapshotHandles/volumeGroupSnapshotHandle"))
+        .and_then(|h| h.as_str())?;
+    let text = |item: &serde_json::Value, key: &str| {
+        item.get(key)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let listed = data
+        .pointer("/status/volumeSnapshotInfoList")
+        .and_then(|l| l.as_array());
+    let members: Vec<SnapshotInfo> = match listed {
+        Some(items) => items
+            .iter()
+            .map(|item| {
+                let created = item
+                    .get("creationTime")
+                    .and_then(|t| t.as_u64())
+                    .map_or(SystemTime::UNIX_EPOCH, |nanos| {
+                        SystemTime::UNIX_EPOCH + Duration::from_nanos(nanos)
+                    });
+                let size = item.get("restoreSize").and_then(|s| s.as_u64());
+                SnapshotInfo::new(
+                    text(item, "snapshotHandle"),
+                    text(item, "volumeHandle"),
+                    size.unwrap_or(0),
+                    created,
+                )
+            })
+            .collect(),
+        None => data
+            .pointer("/spec/source/groupSnapshotHandles/volumeSnapshotHandles")
+            .and_then(|l| l.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|h| h.as_str())
+            .map(|h| SnapshotInfo::new(h, "", 0, SystemTime::UNIX_EPOCH))
+            .collect(),
+    };
+    Some(RecordedGroup {
+        handle: handle.to_owned(),
+        members: members
+            .into_iter()
+            .filter(|m| !m.handle.is_empty())
+            .map(|m| m.in_group(handle))
+            .collect(),
+    })
+}
+
+#[pav_sdk::async_trait]
+impl GroupSnapshot for PodController {
+    async fn create_group_snapshot(&self, req: GroupSnapshotRequest) -> Result<GroupSnapshotInfo> {
+        self.take_group_snapshot(&req).await.map_err(Error::from)
+    }
+
+    async fn delete_group_snapshot(&self, req: DeleteGroupSnapshotRequest) -> Result<()> {
+        self.remove_group_snapshot(&req).await.map_err(Error::from)
+    }
+
+    /// The group as its VolumeGroupSnapshotContent records it: the state
+    /// of a PaV group snapshot lives there, as a snapshot's in its
+    /// VolumeSnapshotContent.
+    async fn get_group_snapshot(&self, req: GetGroupSnapshotRequest) -> Result<GroupSnapshotInfo> {
+        self.recorded_group_snapshot(&req)
+            .await
+            .map_err(Error::from)
+    }
+}
+
+impl PodController {
+    /// The groups the cluster records for this driver; none when the
+    /// group snapshot CRDs are not installed.
+    pub(super) async fn recorded_groups(
+        &self,
+    ) -> std::result::Result<Vec<RecordedGroup>, DriverError> {
+        let api: Api<DynamicObject> = Api::all_with(
+            self.driver.client.clone(),
+            &crate::snapshots::group_api_resource(),
+        );
+        match api.list(&ListParams::default()).await {
+            Ok(contents) => Ok((contents.items.iter())
+                .filter_map(|c| recorded_group(c, &self.driver.provisioner))
+                .collect()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Vec::new()),
+            Err(e) => Err(api_error("listing VolumeGroupSnapshotContents", e)),
+        }
+    }
+
+    async fn recorded_group(
+        &self,
+        handle: &str,
+    ) -> std::result::Result<Option<RecordedGroup>, GroupSnapshotError> {
+        let groups = self
+            .recorded_groups()
+            .await
+            .map_err(GroupSnapshotError::ReadObjects)?;
+        Ok(groups.into_iter().find(|g| g.handle == handle))
+    }
+
+    async fn take_group_snapshot(
+        &self,
+        req: &GroupSnapshotRequest,
+    ) -> std::result::Result<GroupSnapshotInfo, GroupSnapshotError> {
+        let provisioner = &self.driver.provisioner;
+        let planner = self
+            .driver
+            .planner()
+            .await
+            .map_err(GroupSnapshotError::Plan)?;
+        if !planner.compiled().has_phase(Phase::GroupSnapshotCreation) {
+            return Err(GroupSnapshotError::NoSection {
+                provisioner: provisioner.clone(),
+            });
+        }
+        let mut sources: Vec<(PersistentVolume, Option<PersistentVolumeClaim>)> = Vec::new();
+        let mut sizes = Vec::with_capacity(req.sources.len());
+        for handle in &req.sources {
+            let pv = self
+                .volume_pv(handle)
+                .await
+                .ok_or_else(|| GroupSnapshotError::NoVolume {
+                    provisioner: provisioner.clone(),
+                    handle: handle.to_string(),
+                })?;
+            let pvc = self
+                .bound_claim(&pv)
+                .await
+                .map_err(GroupSnapshotError::ReadObjects)?;
+            // A member needs its source's capacity to be restored.
+            sizes.push(
+                pav_templates::context::pv_capacity(&pv)
+                    .map_err(GroupSnapshotError::SourceCapacity)?,
+            );
+            sources.push(((*pv).clone(), pvc));
+        }
+        let (name, parameters, planned_sources) =
+            (req.name.clone(), req.parameters.clone(), sources.clone());
+        let creation = planner
+            .blocking(move |p| {
+                let members: Vec<GroupMember<'_>> = (planned_sources.iter())
+                    .map(|(pv, pvc)| GroupMember {
+                        pv,
+                        pvc: pvc.as_ref(),
+                    })
+                    .collect();
+                p.group_snapshot_creation(&name, &parameters, &members)
+            })
+            .await
+            .map_err(GroupSnapshotError::Plan)?;
+        let pod = &creation.pod;
+        let pod_name = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+        let ran = self
+            .driver
+            .run_phase_exporting(Phase::GroupSnapshotCreation, pod, PodFiles::Collected)
+            .await;
+        if let Err(PhaseError::Failed(message)) = &ran {
+            for pvc in sources.iter().filter_map(|(_, pvc)| pvc.as_ref()) {
+                self.driver
+                    .warn(
+                        &pvc.object_ref(&()),
+                        Phase::GroupSnapshotCreation,
+                        message,
+                        Some(pod_ref(pod)),
+                    )
+                    .await;
+            }
+        }
+        let exported = ran.map_err(GroupSnapshotError::Pod)?;
+        let handle = results::exported_handle(
+            creation.evaluated.handle.as_deref(),
+            exported.as_ref(),
+            &req.name,
+        )
+        .map_err(GroupSnapshotError::Handle)?;
+        let members = |message: String| GroupSnapshotError::Members {
+            pod: pod_name.clone(),
+            message,
+        };
+        let written = (exported.as_ref())
+            .and_then(|c| c.snapshots.as_deref())
+            .ok_or_else(|| members("the pod did not write it".into()))?;
+        let source_handles: Vec<&str> = req.sources.iter().map(|s| s.as_str()).collect();
+        let snapshot_handles =
+            results::parse_group_members(written, &source_handles).map_err(members)?;
+        let now = SystemTime::now();
+        let snapshots: Vec<SnapshotInfo> = (snapshot_handles.into_iter())
+            .zip(source_handles.iter().zip(sizes))
+            .map(|(snapshot, (source, size))| SnapshotInfo::new(snapshot, *source, size, now))
+            .collect();
+        tracing::info!(group = %req.name, handle, members = snapshots.len(), "group snapshot taken");
+        Ok(GroupSnapshotInfo::new(handle, snapshots, now))
+    }
+
+    async fn remove_group_snapshot(
+        &self,
+        req: &DeleteGroupSnapshotRequest,
+    ) -> std::result::Result<(), GroupSnapshotError> {
+        let planner = self
+            .driver
+            .planner()
+            .await
+            .map_err(GroupSnapshotError::Plan)?;
+        if !planner.compiled().has_phase(Phase::GroupSnapshotDeletion) {
+            return Ok(());
+        }
+        let recorded = self.recorded_group(&req.handle).await?;
+        let recorded_members = recorded.map(|g| g.members).unwrap_or_default();
+        let source_of = |snapshot: &str| {
+            (recorded_members.iter())
+                .find(|m| m.handle == snapshot && !m.source.is_empty())
+                .map(|m| m.source.clone())
+        };
+        // The members the CO names, else those recorded.
+        let snapshots: Vec<(String, Option<String>)> = if req.snapshot_ids.is_empty() {
+            (recorded_members.iter())
+                .map(|m| (m.handle.clone(), source_of(&m.handle)))
+                .collect()
+        } else {
+            (req.snapshot_ids.iter())
+                .map(|id| (id.to_string(), source_of(id.as_str())))
+                .collect()
+        };
+        let handle = req.handle.to_string();
+        let deletion = planner
+            .blocking(move |p| p.group_snapshot_deletion(&handle, &snapshots))
+            .await
+            .map_err(GroupSnapshotError::Plan)?;
+        let Some(pod) = &deletion.pod else {
+            return Ok(());
+        };
+        self.driver
+            .run_phase(Phase::GroupSnapshotDeletion, pod, PodFiles::Collected)
+            .await
+            .map_err(GroupSnapshotError::Pod)
+    }
+
+    async fn recorded_group_snapshot(
+        &self,
+        req: &GetGroupSnapshotRequest,
+    ) -> std::result::Result<GroupSnapshotInfo, GroupSnapshotError> {
+        let group =
+            self.recorded_group(&req.handle)
+                .await?
+                .ok_or_else(|| GroupSnapshotError::Unknown {
+                    provisioner: self.driver.provisioner.clone(),
+                    handle: req.handle.to_string(),
+                })?;
+        pav_sdk::group_snapshot::check_members(
+            &group.handle,
+            &req.snapshot_ids,
+            group.members.iter().map(|m| m.handle.as_str()),
+        )
+        .map_err(GroupSnapshotError::NotMembers)?;
+        let created = (group.members.iter())
+            .map(|m| m.created)
+            .min()
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        Ok(GroupSnapshotInfo::new(group.handle, group.members, created))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn content(data: serde_json::Value) -> DynamicObject {
+        let mut object = DynamicObject::new("g", &crate::snapshots::group_api_resource());
+        object.data = data;
+        object
+    }
+
+    #[test]
+    fn a_dynamic_group_lists_its_members_with_sources_and_sizes() {
+        let dynamic = content(serde_json::json!({
+            "spec": {"driver": "d", "source": {"volumeHandles": ["v1", "v2"]}},
+            "status": {
+                "volumeGroupSnapshotHandle": "g-1",
+                "volumeSnapshotInfoList": [
+                    {"volumeHandle": "v1", "snapshotHandle": "s1", "restoreSize": 1024, "creationTime": 5},
+                    {"volumeHandle": "v2", "snapshotHandle": "s2", "restoreSize": 2048, "creationTime": 7},
+                ],
+            },
+        }));
+        let group = recorded_group(&dynamic, "d").unwrap();
+        assert_eq!(group.handle, "g-1");
+        let members: Vec<_> = (group.members.iter())
+            .map(|m| {
+                (
+                    m.handle.as_str(),
+                    m.source.as_str(),
+                    m.size_bytes,
+                    m.group.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            members,
+            [
+                ("s1", "v1", 1024, Some("g-1")),
+                ("s2", "v2", 2048, Some("g-1"))
+            ]
+        );
+        assert!(recorded_group(&dynamic, "e").is_none());
+    }
+
+    #[test]
+    fn a_pre_provisioned_group_names_its_members_only() {
+        let pre_provisioned = content(serde_json::json!({
+            "spec": {"driver": "d", "source": {"groupSnapshotHandles": {
+                "volumeGroupSnapshotHandle": "g-2",
+                "volumeSnapshotHandles": ["s3", "s4"],
+            }}},
+        }));
+        let group = recorded_group(&pre_provisioned, "d").unwrap();
+        assert_eq!(group.handle, "g-2");
+        let handles: Vec<_> = group.members.iter().map(|m| m.handle.as_str()).collect();
+        assert_eq!(handles, ["s3", "s4"]);
+        // Not yet answered: no handle, nothing recorded.
+        let pending = content(serde_json::json!({
+            "spec": {"driver": "d", "source": {"volumeHandles": ["v1"]}},
+        }));
+        assert!(recorded_group(&pending, "d").is_none());
+    }
+}
