@@ -31,6 +31,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 pub mod faults;
+pub mod group_snapshots;
 pub mod sparse_file;
 
 /// Label on every pod PaV creates, holding its phase.
@@ -146,6 +147,37 @@ async fn dynamic_api(
         ),
     };
     Ok((api, name))
+}
+
+/// The API of `kind` in `group`/v1 (a CRD's: VolumeSnapshot,
+/// VolumeGroupSnapshotContent, ...), found by discovery: the objects of
+/// `namespace` for a namespaced kind, all of them for a cluster-scoped one.
+/// Panics when the cluster does not serve it.
+pub async fn v1_api(
+    client: &Client,
+    namespace: &str,
+    group: &str,
+    kind: &str,
+) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(group, "v1", kind);
+    let (resource, capabilities) = discovery::pinned_kind(client, &gvk)
+        .await
+        .unwrap_or_else(|e| panic!("{group}/v1 {kind} is not served: {e}"));
+    match capabilities.scope {
+        Scope::Cluster => Api::all_with(client.clone(), &resource),
+        Scope::Namespaced => Api::namespaced_with(client.clone(), namespace, &resource),
+    }
+}
+
+/// The VolumeSnapshot API of `namespace`.
+pub async fn volume_snapshots(client: &Client, namespace: &str) -> Api<DynamicObject> {
+    v1_api(
+        client,
+        namespace,
+        "snapshot.storage.k8s.io",
+        "VolumeSnapshot",
+    )
+    .await
 }
 
 /// Polls `check` every 500 ms until it returns `Some`, or fails after

@@ -83,6 +83,36 @@ pub async fn uninstall(client: &Client, files: &[&str]) {
 /// A busybox pod in `namespace` that runs `script` with claim `claim`
 /// mounted at /data.
 pub fn client_pod(namespace: &str, name: &str, claim: &str, script: &str) -> String {
+    client_pod_with(namespace, name, &[(claim, "/data")], script)
+}
+
+/// A busybox pod in `namespace` that runs `script` with each claim of
+/// `mounts` (`(claim, path)`) mounted at its path: volume `data` for the
+/// first, `data-1`, `data-2`, ... for the others.
+pub fn client_pod_with(
+    namespace: &str,
+    name: &str,
+    mounts: &[(&str, &str)],
+    script: &str,
+) -> String {
+    let volume = |i: usize| {
+        if i == 0 {
+            "data".to_string()
+        } else {
+            format!("data-{i}")
+        }
+    };
+    let mut volume_mounts = String::new();
+    let mut volumes = String::new();
+    for (i, (claim, path)) in mounts.iter().enumerate() {
+        let volume = volume(i);
+        volume_mounts.push_str(&format!(
+            "        - {{ name: {volume}, mountPath: {path} }}\n"
+        ));
+        volumes.push_str(&format!(
+            "    - name: {volume}\n      persistentVolumeClaim: {{ claimName: {claim} }}\n"
+        ));
+    }
     format!(
         r#"
 apiVersion: v1
@@ -99,11 +129,8 @@ spec:
       imagePullPolicy: IfNotPresent
       command: [sh, -c, {script:?}]
       volumeMounts:
-        - {{ name: data, mountPath: /data }}
-  volumes:
-    - name: data
-      persistentVolumeClaim: {{ claimName: {claim} }}
-"#
+{volume_mounts}  volumes:
+{volumes}"#
     )
 }
 

@@ -1,5 +1,6 @@
 //! examples/local-volumes as a user installs it (its provisioner,
-//! StorageClass and VolumeSnapshotClass, plus an xfs class), with the image
+//! StorageClass, VolumeSnapshotClass and VolumeGroupSnapshotClass, plus an
+//! xfs class), with the image
 //! `pav-local-tools:dev` that scripts/e2e-image loads:
 //!
 //! - local-path's job with an enforced size: a WaitForFirstConsumer claim
@@ -13,21 +14,24 @@
 //! - snapshots: a VolumeSnapshot restored into a larger claim, and a clone
 //!   of the claim, both hold the data; then no image, snapshot copy or
 //!   VolumeSnapshotContent is left.
+//! - group snapshots: a VolumeGroupSnapshot of two claims one pod wrote
+//!   is ready with one member per claim, each a copy on their node named
+//!   after the group; a member restores into a claim holding its own
+//!   claim's data; deleting the group removes every member's copy.
 //! - inline volumes: a pod's own CSI volume of the driver (a CSI
 //!   ephemeral inline volume) is an image of its size attribute made for
 //!   the pod, holds what the pod writes, and goes with the pod.
 //!
 //! Each ends with the leak check, and no PaV pod of the provisioner left.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
-use kube::core::GroupVersionKind;
 use kube::{Api, Client, ResourceExt};
-use pav_e2e::sparse_file::client_pod;
+use pav_e2e::sparse_file::{client_pod, client_pod_with};
 use pav_e2e::*;
 
 const NAME: &str = "local-volumes";
@@ -67,6 +71,7 @@ reclaimPolicy: Delete
         example("provisioner.yaml"),
         example("storageclass.yaml"),
         example("snapshotclass.yaml"),
+        example("groupsnapshotclass.yaml"),
         xfs_class,
     ]
     .join("\n---\n")
@@ -102,8 +107,20 @@ spec:
 /// Runs a client pod with `claim` at /data to completion; returns what it
 /// printed and the node it ran on, once it is deleted again.
 async fn run_pod(client: &Client, name: &str, claim: &str, script: &str) -> (String, String) {
+    run_pod_with(client, name, &[(claim, "/data")], script).await
+}
+
+/// Runs a client pod with the claims of `mounts` (`(claim, path)`) to
+/// completion; returns what it printed and the node it ran on, once it is
+/// deleted again.
+async fn run_pod_with(
+    client: &Client,
+    name: &str,
+    mounts: &[(&str, &str)],
+    script: &str,
+) -> (String, String) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    apply(client, &client_pod(NS, name, claim, script))
+    apply(client, &client_pod_with(NS, name, mounts, script))
         .await
         .unwrap();
     let pod = match wait_for(&pods, name, STEP, "finished", |p| {
@@ -112,11 +129,16 @@ async fn run_pod(client: &Client, name: &str, claim: &str, script: &str) -> (Str
     .await
     {
         Ok(pod) => pod,
-        Err(e) => panic!(
-            "{e}; pod events: {:#?}; claim events: {:#?}",
-            event_lines(client, NS, name).await,
-            event_lines(client, NS, claim).await
-        ),
+        Err(e) => {
+            let mut claim_events = Vec::new();
+            for (claim, _) in mounts {
+                claim_events.push((*claim, event_lines(client, NS, claim).await));
+            }
+            panic!(
+                "{e}; pod events: {:#?}; claim events: {claim_events:#?}",
+                event_lines(client, NS, name).await,
+            )
+        }
     };
     let output = logs(client, NS, name).await.unwrap();
     assert_eq!(pod_phase(&pod), "Succeeded", "{name}: {output}");
@@ -181,15 +203,15 @@ fn volume_handle(pv: &PersistentVolume) -> String {
 
 /// The VolumeSnapshot API (namespaced) and the VolumeSnapshotContent API.
 async fn snapshot_apis(client: &Client) -> (Api<DynamicObject>, Api<DynamicObject>) {
-    let api = |kind: &'static str| async move {
-        let gvk = GroupVersionKind::gvk("snapshot.storage.k8s.io", "v1", kind);
-        kube::discovery::pinned_kind(client, &gvk).await.unwrap().0
-    };
-    let snapshots = api("VolumeSnapshot").await;
-    let contents = api("VolumeSnapshotContent").await;
     (
-        Api::namespaced_with(client.clone(), NS, &snapshots),
-        Api::all_with(client.clone(), &contents),
+        volume_snapshots(client, NS).await,
+        v1_api(
+            client,
+            NS,
+            "snapshot.storage.k8s.io",
+            "VolumeSnapshotContent",
+        )
+        .await,
     )
 }
 
@@ -207,8 +229,8 @@ async fn snapshot_contents(contents: &Api<DynamicObject>) -> Vec<String> {
 }
 
 /// Removes what an earlier, failed run left that [`start_scenario`] does
-/// not: VolumeSnapshots of the namespace (their contents and copies go
-/// with them while the provisioner still runs).
+/// not: VolumeGroupSnapshots, then VolumeSnapshots of the namespace (their
+/// contents and copies go with them while the provisioner still runs).
 async fn remove_snapshots(client: &Client) {
     if Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
         .get_opt(NS)
@@ -217,6 +239,12 @@ async fn remove_snapshots(client: &Client) {
         .is_none()
     {
         return;
+    }
+    let groups = group_snapshots::groups(client, NS).await;
+    for group in groups.list(&ListParams::default()).await.unwrap().items {
+        delete_and_wait(&groups, &group.name_any(), STEP)
+            .await
+            .unwrap();
     }
     let (snapshots, _) = snapshot_apis(client).await;
     for snapshot in snapshots.list(&ListParams::default()).await.unwrap().items {
@@ -501,6 +529,172 @@ spec:
     finish(&client, &["restored", "cloned", "source"], &images_before).await;
     eprintln!(
         "local_volume_snapshot_restores_and_clones: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// The group snapshot scenario's claim label, and the example's
+/// VolumeGroupSnapshotClass (groupsnapshotclass.yaml).
+const GROUP_LABEL: &str = "e2e.pav.example.com/group";
+const GROUP_CLASS: &str = "local-volumes-group";
+
+#[tokio::test]
+#[ignore = "needs a cluster"]
+async fn local_volumes_take_group_snapshots_of_several_claims() {
+    let client = cluster().await;
+    let started = Instant::now();
+    remove_snapshots(&client).await;
+    let observer = start_scenario(&client, NS, NAME, &objects()).await;
+    let images_before = image_files();
+    let (snapshots, contents) = snapshot_apis(&client).await;
+    let contents_before = snapshot_contents(&contents).await;
+
+    // Two claims labelled for the group, written by one pod: both on its
+    // node, as a local-volumes group must be.
+    const SIZE: u64 = 64 * MIB;
+    const GROUP: &str = "pair";
+    const CLAIMS: [&str; 2] = ["first", "second"];
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    let label = serde_json::json!({"metadata": {"labels": {GROUP_LABEL: GROUP}}});
+    for name in CLAIMS {
+        apply(&client, &claim(name, CLASS, SIZE, None))
+            .await
+            .unwrap();
+        claims
+            .patch(name, &PatchParams::default(), &Patch::Merge(&label))
+            .await
+            .unwrap();
+    }
+    let (_, node) = run_pod_with(
+        &client,
+        "writer",
+        &[("first", "/first"), ("second", "/second")],
+        "set -e; echo token-first > /first/token; echo token-second > /second/token; sync",
+    )
+    .await;
+    // One-node scenarios: the images are on this host.
+    assert_eq!(node, FIRST_NODE);
+    let mut claim_of = BTreeMap::new();
+    for name in CLAIMS {
+        claim_of.insert(volume_handle(&bound_volume(&client, name).await), name);
+    }
+
+    let (group, members) =
+        group_snapshots::take(&client, NS, GROUP, GROUP_CLASS, (GROUP_LABEL, GROUP), 2).await;
+    observer.assert_succeeded("group-snapshot-creation");
+
+    // The group's content: the handle the pod wrote,
+    // groupsnapshot-<uid>.<node> (the CO names a group after its
+    // VolumeGroupSnapshot's uid), and each claim's volume mapped to its
+    // member snapshot-<uid>-<i>.<node>, of the claim's size.
+    let uid = group.uid().expect("a stored object has a uid");
+    let group_contents = v1_api(
+        &client,
+        NS,
+        group_snapshots::API_GROUP,
+        "VolumeGroupSnapshotContent",
+    )
+    .await;
+    let group_content_name = group.data["status"]["boundVolumeGroupSnapshotContentName"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a ready group names its content: {:#?}", group.data))
+        .to_string();
+    let group_content = group_contents.get(&group_content_name).await.unwrap();
+    let status = &group_content.data["status"];
+    assert_eq!(
+        status["volumeGroupSnapshotHandle"],
+        format!("groupsnapshot-{uid}.{FIRST_NODE}").as_str(),
+        "{status:#}"
+    );
+    let mut member_of = BTreeMap::new();
+    for info in status["volumeSnapshotInfoList"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let volume = info["volumeHandle"].as_str().unwrap_or_default();
+        let claim = claim_of
+            .get(volume)
+            .unwrap_or_else(|| panic!("{volume:?} is no claim's volume: {status:#}"));
+        assert_eq!(info["restoreSize"].as_u64(), Some(SIZE), "{info:#}");
+        let snapshot = info["snapshotHandle"].as_str().unwrap_or_default();
+        member_of.insert(*claim, snapshot.to_string());
+    }
+    let handles: BTreeSet<String> = (0..CLAIMS.len())
+        .map(|i| format!("snapshot-{uid}-{i}.{FIRST_NODE}"))
+        .collect();
+    assert_eq!(
+        (member_of.len(), member_of.values().cloned().collect()),
+        (CLAIMS.len(), handles.clone()),
+        "one member per claim: {status:#}"
+    );
+    // Each member a copy on the node.
+    let member_images: BTreeSet<String> = handles
+        .iter()
+        .map(|h| format!("snapshots/{h}.img"))
+        .collect();
+    let images = image_files();
+    assert!(
+        images.is_superset(&member_images),
+        "{member_images:?} not all in {images:?}"
+    );
+
+    // The member VolumeSnapshots, by their handles; each of its source's
+    // size.
+    let mut snapshot_named = BTreeMap::new();
+    for member in &members {
+        let snapshot = snapshots.get(member).await.unwrap();
+        let size = snapshot.data["status"]["restoreSize"]
+            .as_str()
+            .and_then(quantity_bytes);
+        assert_eq!(size, Some(SIZE), "{member}: {:#}", snapshot.data);
+        let content = snapshot.data["status"]["boundVolumeSnapshotContentName"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{member} is bound: {:#}", snapshot.data));
+        let content = contents.get(content).await.unwrap();
+        let handle = content.data["status"]["snapshotHandle"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{member}'s content has a handle: {:#}", content.data));
+        snapshot_named.insert(handle.to_string(), member.clone());
+    }
+    assert_eq!(
+        snapshot_named.keys().cloned().collect::<BTreeSet<_>>(),
+        handles
+    );
+
+    // The second claim's member restores into a claim holding its data.
+    let second = &snapshot_named[&member_of["second"]];
+    apply(
+        &client,
+        &claim("restored", CLASS, SIZE, Some(("VolumeSnapshot", second))),
+    )
+    .await
+    .unwrap();
+    let (output, _) = run_pod(&client, "read-restored", "restored", "cat /data/token").await;
+    assert_eq!(output.trim(), "token-second");
+
+    // Deleting the group deletes its members, their contents and copies.
+    group_snapshots::delete_with_members(&client, NS, GROUP, &members).await;
+    wait_gone(&group_contents, &group_content_name, STEP)
+        .await
+        .unwrap();
+    observer
+        .wait("group-snapshot-deletion", "Succeeded", STEP)
+        .await
+        .unwrap();
+    wait_until("the members' contents to go", STEP, || async {
+        Ok((snapshot_contents(&contents).await == contents_before).then_some(()))
+    })
+    .await
+    .unwrap();
+    wait_until("the members' copies to go", STEP, || async {
+        Ok(image_files().is_disjoint(&member_images).then_some(()))
+    })
+    .await
+    .unwrap();
+    finish(&client, &["restored", "first", "second"], &images_before).await;
+    eprintln!(
+        "local_volumes_take_group_snapshots_of_several_claims: {:.1}s",
         started.elapsed().as_secs_f64()
     );
 }

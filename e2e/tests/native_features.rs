@@ -21,8 +21,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::CSIStorageCapacity;
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
-use kube::core::GroupVersionKind;
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use pav_e2e::sparse_file::{self, DRIVER, DRIVER_NS};
 use pav_e2e::*;
@@ -222,9 +221,7 @@ spec:
 "#
     );
     apply(&client, &snapshot_yaml).await.unwrap();
-    let gvk = GroupVersionKind::gvk("snapshot.storage.k8s.io", "v1", "VolumeSnapshot");
-    let (resource, _) = kube::discovery::pinned_kind(&client, &gvk).await.unwrap();
-    let snapshots: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &resource);
+    let snapshots = volume_snapshots(&client, NS).await;
     let ready = wait_for(&snapshots, "data-snapshot", STEP, "readyToUse", |s| {
         s.data["status"]["readyToUse"] == true
     })

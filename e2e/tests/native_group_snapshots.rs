@@ -15,9 +15,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use kube::api::{DynamicObject, ListParams};
-use kube::core::GroupVersionKind;
-use kube::{Api, Client};
+use kube::Api;
 use pav_e2e::sparse_file::{self, DRIVER};
 use pav_e2e::*;
 
@@ -62,14 +60,6 @@ metadata:
       storage: {CLAIM_SIZE}
 {source}"#
     )
-}
-
-async fn api_of(client: &Client, group: &str, kind: &str) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk(group, "v1", kind);
-    let (resource, _) = kube::discovery::pinned_kind(client, &gvk)
-        .await
-        .unwrap_or_else(|e| panic!("{group}/v1 {kind} is not served: {e}"));
-    Api::namespaced_with(client.clone(), NS, &resource)
 }
 
 #[tokio::test]
@@ -119,53 +109,10 @@ async fn sparse_file_group_snapshot_restores_each_member_and_deletes_them() {
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
 
-    // The group snapshot.
-    let group_yaml = format!(
-        r#"
-apiVersion: groupsnapshot.storage.k8s.io/v1
-kind: VolumeGroupSnapshot
-metadata:
-  name: {GROUP}
-  namespace: {NS}
-spec:
-  volumeGroupSnapshotClassName: sparse-file
-  source:
-    selector:
-      matchLabels: {{ {LABEL}: {GROUP} }}
-"#
-    );
-    apply(&client, &group_yaml).await.unwrap();
-    let groups = api_of(
-        &client,
-        "groupsnapshot.storage.k8s.io",
-        "VolumeGroupSnapshot",
-    )
-    .await;
-    let ready = wait_for(&groups, GROUP, STEP, "readyToUse", |g| {
-        g.data["status"]["readyToUse"] == true
-    })
-    .await;
-    if let Err(e) = ready {
-        panic!("{e}; events: {:#?}", event_lines(&client, NS, GROUP).await);
-    }
-
-    // One member VolumeSnapshot per claim, each naming the group.
-    let snapshots = api_of(&client, "snapshot.storage.k8s.io", "VolumeSnapshot").await;
-    let members = wait_until("two ready member VolumeSnapshots", STEP, || async {
-        let list = snapshots.list(&ListParams::default()).await?;
-        let members: Vec<String> = list
-            .items
-            .iter()
-            .filter(|s| {
-                s.data["status"]["volumeGroupSnapshotName"] == GROUP
-                    && s.data["status"]["readyToUse"] == true
-            })
-            .filter_map(|s| s.metadata.name.clone())
-            .collect();
-        Ok((members.len() == 2).then_some(members))
-    })
-    .await
-    .unwrap();
+    // The group snapshot: one member VolumeSnapshot per claim, each
+    // naming the group.
+    let (_, members) =
+        group_snapshots::take(&client, NS, GROUP, "sparse-file", (LABEL, GROUP), 2).await;
 
     // Each member restores into a claim holding its own claim's token.
     let mut tokens = BTreeSet::new();
@@ -191,10 +138,7 @@ spec:
     );
 
     // Deleting the group deletes its members (deletionPolicy Delete).
-    delete_and_wait(&groups, GROUP, STEP).await.unwrap();
-    for member in &members {
-        wait_gone(&snapshots, member, STEP).await.unwrap();
-    }
+    group_snapshots::delete_with_members(&client, NS, GROUP, &members).await;
 
     delete_and_wait(&pods, "writer", STEP).await.unwrap();
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);

@@ -211,6 +211,12 @@ fn render_places_the_local_volumes_pods_on_the_volumes_node() {
         ("unstaging", "unstage", "HANDLE"),
         ("node-expansion", "node-expand", "HANDLE"),
         ("health", "health", "HANDLE"),
+        // A group of the one volume.
+        (
+            "group-snapshot-creation",
+            "group-snapshot",
+            "SOURCE_HANDLES",
+        ),
     ] {
         let pod = local_volumes_pod(phase);
         assert_eq!(
