@@ -368,10 +368,12 @@ pub fn parse_group_members(text: &str, sources: &[&str]) -> Result<Vec<String>, 
     let Some(map) = value.as_object() else {
         return Err("must be a map from each source volume handle to its snapshot handle".into());
     };
-    if let Some(key) = map.keys().find(|k| !sources.contains(&k.as_str())) {
+    let known: std::collections::HashSet<&str> = sources.iter().copied().collect();
+    if let Some(key) = map.keys().find(|k| !known.contains(k.as_str())) {
         return Err(format!("{key:?} is not a source volume of this group"));
     }
     let mut members: Vec<String> = Vec::with_capacity(sources.len());
+    let mut seen = std::collections::HashSet::with_capacity(sources.len());
     for source in sources {
         let handle = match map.get(*source) {
             None => return Err(format!("source volume {source:?} has no snapshot")),
@@ -383,7 +385,7 @@ pub fn parse_group_members(text: &str, sources: &[&str]) -> Result<Vec<String>, 
                 "{source}: snapshot handle {handle:?} must be 1 to 128 bytes on one line"
             ));
         }
-        if members.contains(handle) {
+        if !seen.insert(handle.as_str()) {
             return Err(format!("snapshot handle {handle:?} is given twice"));
         }
         members.push(handle.clone());
@@ -660,6 +662,25 @@ mod tests {
         );
         let nested = parse_publish_context("target: {portal: x}").unwrap_err();
         assert!(nested.contains("target:"), "{nested}");
+    }
+
+    #[test]
+    fn group_member_files() {
+        let members = parse_group_members("v2: s2\nv1: s1", &["v1", "v2"]).unwrap();
+        assert_eq!(members, ["s1", "s2"], "in the order of the sources");
+        for (text, wrong) in [
+            ("[s1, s2]", "must be a map"),
+            ("v1: s1", "source volume \"v2\" has no snapshot"),
+            ("v1: s1\nv2: s2\nv3: s3", "\"v3\" is not a source volume"),
+            ("v1: s1\nv2: s1", "\"s1\" is given twice"),
+            ("v1: s1\nv2: ''", "must be 1 to 128 bytes"),
+            ("v1: s1\nv2: [s2]", "is not a snapshot handle"),
+        ] {
+            let error = parse_group_members(text, &["v1", "v2"]).unwrap_err();
+            assert!(error.contains(wrong), "{text:?}: {error}");
+        }
+        let long = format!("v1: {}\nv2: s2", "s".repeat(129));
+        assert!(parse_group_members(&long, &["v1", "v2"]).is_err());
     }
 
     #[test]
