@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use super::metrics::Metrics;
 use super::pod_cache::{PodCache, PodWait, Timing, provisioner_selector};
 use super::provisioner_cache::ProvisionerCache;
-use super::recipe::{PlanError, Planner};
+use super::recipe::{PhaseError, PlanError, Planner};
 use crate::pods::label_value;
 use crate::pods::results::{self, PodState};
 
@@ -405,8 +405,37 @@ impl DriverContext {
         }
     }
 
-    /// Reports a failure as a Warning event on `regarding` (a PVC, PV or
-    /// client pod), naming the phase and the pod in `message`.
+    /// Reports `phase`'s pod failing, if `ran` says it did, as a Warning
+    /// event on the PavProvisioner: for the phases no claim, volume or
+    /// client pod stands for (capacity, snapshot and group snapshot
+    /// deletion).
+    pub async fn warn_provisioner_if_failed<T>(
+        &self,
+        phase: Phase,
+        pod: &Pod,
+        ran: &Result<T, PhaseError>,
+    ) {
+        use pav_templates::PavProvisioner;
+        let Err(PhaseError::Failed(message)) = ran else {
+            return;
+        };
+        // With its uid, as `kubectl describe` finds events by it.
+        let provisioner = match self.provisioner_object().await {
+            Ok(Some(object)) => object.object_ref(&()),
+            _ => ObjectReference {
+                api_version: Some(PavProvisioner::api_version(&()).into_owned()),
+                kind: Some(PavProvisioner::kind(&()).into_owned()),
+                name: Some(self.provisioner.clone()),
+                ..ObjectReference::default()
+            },
+        };
+        self.warn(&provisioner, phase, message, Some(pod_ref(pod)))
+            .await;
+    }
+
+    /// Reports a failure as a Warning event on `regarding` (a PVC, PV,
+    /// client pod or the PavProvisioner), naming the phase and the pod in
+    /// `message`.
     pub async fn warn(
         &self,
         regarding: &ObjectReference,

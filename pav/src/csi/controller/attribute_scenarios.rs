@@ -632,3 +632,78 @@ async fn a_group_is_described_and_deleted_from_its_recorded_content() {
         json!(["g-1: s-1<h-1 s-2<h-2"])
     );
 }
+
+#[tokio::test]
+async fn failures_no_claim_stands_for_are_events_on_the_pav_provisioner() {
+    let pod = || json!({"podTemplate": {"spec": {"containers": [{"name": "c", "image": "i"}]}}});
+    let mut spec = grouped();
+    crate::csi::fixtures::merge(
+        &mut spec,
+        &json!({
+            "storageCapacity": pod(),
+            "snapshotCreation": pod(),
+            "snapshotDeletion": pod(),
+        }),
+    );
+    let (server, client) = scenario(spec);
+    server.route(
+        Method::GET,
+        "/apis/snapshot.storage.k8s.io/v1/volumesnapshotcontents",
+        list("VolumeSnapshotContent", vec![]),
+    );
+    server.serve_pods(crate::csi::fixtures::pods_ending(|_| {
+        let files = crate::pods::results::Collected {
+            error: Some("pool tank is offline".into()),
+            ..Default::default()
+        };
+        json!({"metadata": {"annotations": files.annotations()}, "status": {"phase": "Failed"}})
+    }));
+    let codes = serving(client, async |channel| {
+        let mut c = csi::controller_client::ControllerClient::new(channel.clone());
+        let mut g = csi::group_controller_client::GroupControllerClient::new(channel);
+        let capacity = c.get_capacity(capacity_request("n1", "1Gi")).await;
+        let snapshot = c
+            .delete_snapshot(csi::DeleteSnapshotRequest {
+                snapshot_id: "s-1".into(),
+                ..Default::default()
+            })
+            .await;
+        let group = g
+            .delete_volume_group_snapshot(csi::DeleteVolumeGroupSnapshotRequest {
+                group_snapshot_id: "g-1".into(),
+                ..Default::default()
+            })
+            .await;
+        [capacity.map(drop), snapshot.map(drop), group.map(drop)].map(|r| r.unwrap_err().code())
+    })
+    .await;
+    assert_eq!(codes, [tonic::Code::Internal; 3]);
+    let events: Vec<_> = (server.requests().into_iter())
+        .filter(|r| r.method == Method::POST && r.path.ends_with("/events"))
+        .filter_map(|r| r.body)
+        .map(|e| {
+            let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+            let note = text(&e["note"]);
+            assert!(note.ends_with("pool tank is offline"), "{note}");
+            (
+                text(&e["reason"]),
+                text(&e["regarding"]["kind"]),
+                text(&e["regarding"]["name"]),
+                text(&e["regarding"]["uid"]),
+            )
+        })
+        .collect();
+    // With the uid `kubectl describe pavprovisioner p` finds them by.
+    let on_provisioner = |reason: &str| {
+        let (kind, name, uid) = ("PavProvisioner", "p", "u-p");
+        (reason.to_owned(), kind.into(), name.into(), uid.into())
+    };
+    assert_eq!(
+        events,
+        [
+            on_provisioner("CapacityFailed"),
+            on_provisioner("SnapshotDeletionFailed"),
+            on_provisioner("GroupSnapshotDeletionFailed"),
+        ]
+    );
+}

@@ -124,11 +124,14 @@ impl PodController {
         pod: &k8s_openapi::api::core::v1::Pod,
     ) -> std::result::Result<u64, CapacityError> {
         let name = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
-        let collected = self
+        let ran = self
             .driver
             .run_phase_exporting(Phase::Capacity, pod, PodFiles::Collected)
-            .await
-            .map_err(CapacityError::CapacityPod)?;
+            .await;
+        (self.driver)
+            .warn_provisioner_if_failed(Phase::Capacity, pod, &ran)
+            .await;
+        let collected = ran.map_err(CapacityError::CapacityPod)?;
         let text = collected
             .and_then(|c| c.capacity)
             .ok_or_else(|| CapacityError::NoResult { pod: name.clone() })?;

@@ -363,10 +363,13 @@ impl PodController {
         let Some(pod) = &deletion.pod else {
             return Ok(());
         };
-        self.driver
+        let ran = (self.driver)
             .run_phase(Phase::GroupSnapshotDeletion, pod, PodFiles::Collected)
-            .await
-            .map_err(GroupSnapshotError::Pod)
+            .await;
+        (self.driver)
+            .warn_provisioner_if_failed(Phase::GroupSnapshotDeletion, pod, &ran)
+            .await;
+        ran.map_err(GroupSnapshotError::Pod)
     }
 
     async fn recorded_group_snapshot(

@@ -289,10 +289,13 @@ impl PodController {
         let Some(pod) = &deletion.pod else {
             return Ok(());
         };
-        self.driver
+        let ran = (self.driver)
             .run_phase(Phase::SnapshotDeletion, pod, PodFiles::Collected)
-            .await
-            .map_err(SnapshotError::Pod)
+            .await;
+        (self.driver)
+            .warn_provisioner_if_failed(Phase::SnapshotDeletion, pod, &ran)
+            .await;
+        ran.map_err(SnapshotError::Pod)
     }
 }
 

@@ -321,6 +321,7 @@ impl PodNode {
             return Ok(Some(condition));
         }
         let (pvc, pv, node) = self.staged_objects(staging).await?;
+        let claim = kube::Resource::object_ref(&pvc, &());
         let read_only = staging
             .annotations()
             .get(ANNOTATION_READ_ONLY)
@@ -343,7 +344,14 @@ impl PodNode {
                 Some(text) => parse_condition(&pod, &text)?,
                 None => VolumeCondition::healthy(),
             },
-            Err(PhaseError::Failed(message)) => VolumeCondition::abnormal(message),
+            Err(PhaseError::Failed(message)) => {
+                // The condition reaches the client pods' events through the
+                // kubelet; the claim says which check failed and why.
+                (self.driver)
+                    .warn(&claim, Phase::Health, &message, Some(pod_ref(&pod)))
+                    .await;
+                VolumeCondition::abnormal(message)
+            }
             Err(PhaseError::Run(e)) => return Err(GrowthError::HealthCheckPod(e)),
         };
         if condition.abnormal {

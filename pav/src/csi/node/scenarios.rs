@@ -636,7 +636,7 @@ async fn a_staged_volume_is_checked_by_a_pod_on_its_node_at_most_every_interval(
 
 #[tokio::test]
 async fn a_failed_check_is_abnormal_with_its_message_and_a_silent_one_healthy() {
-    let (_server, node, _dir) = scenario_of(checked_spec("1h"), |phase, dir| match phase {
+    let (server, node, _dir) = scenario_of(checked_spec("1h"), |phase, dir| match phase {
         "staging" => ready(dir),
         "health" => refused(dir),
         other => panic!("a {other:?} pod on the node"),
@@ -656,6 +656,14 @@ async fn a_failed_check_is_abnormal_with_its_message_and_a_silent_one_healthy() 
         "{}",
         failed.message
     );
+    let events = events(&server);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let (reason, kind, object, note) = &events[0];
+    assert_eq!(
+        (reason.as_str(), kind.as_str(), object.as_str()),
+        ("HealthCheckFailed", "PersistentVolumeClaim", "data")
+    );
+    assert_eq!(note, &failed.message);
 
     let (_server, node, _dir) = scenario_of(checked_spec("1h"), |phase, dir| match phase {
         "staging" => ready(dir),
