@@ -68,9 +68,10 @@ if ! command -v csi-sanity >/dev/null; then
     GOBIN="$gobin" GOFLAGS=-mod=mod go install "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@$version"
 fi
 
-packages=()
-for example in "${examples[@]}"; do packages+=(-p "$example"); done
-cargo build --quiet "${packages[@]}"
+# The drivers as `cargo test --workspace` builds them (for their tests/):
+# `cargo build -p EXAMPLE...` would resolve features for those packages
+# alone and build their dependencies once more.
+cargo test --workspace --locked --no-run --quiet
 
 # Everything lives in $base: one directory per example (its volumes, its
 # kubelet directory, its socket), a log per example, and a decoy that a
