@@ -20,7 +20,10 @@ if ! "$python" -c 'import jinja2, yaml; assert jinja2.__version__ == "3.1.6"' 2>
         "$python" -m pip install --quiet --break-system-packages jinja2==3.1.6 pyyaml
 fi
 
-cargo build --quiet --locked -p pav-templates --example render-cases
+# The workspace's examples, as `cargo test --workspace` builds them too:
+# `-p pav-templates` would resolve features for that package alone and
+# build its dependencies once more.
+cargo build --quiet --locked --workspace --examples
 target_dir="${CARGO_TARGET_DIR:-$root/target}"
 case "$target_dir" in /*) ;; *) target_dir="$root/$target_dir" ;; esac
 
