@@ -66,14 +66,29 @@ fn read_only(name: &str) -> Result<bool> {
 
 /// Whether `device` is a loop device backed by exactly `image`.
 fn backs(device: &str, image: &Path) -> Result<bool> {
+    let image = std::fs::canonicalize(image).map_err(|e| io_error("resolving", image, e))?;
+    backed_by(device, &image)
+}
+
+/// Whether `device` is a loop device whose backing file the kernel names
+/// `backing` (canonical, as the kernel gives it).
+fn backed_by(device: &str, backing: &Path) -> Result<bool> {
     let Some(name) = loop_name(device) else {
         return Ok(false);
     };
-    let Some(backing) = backing_file(name)? else {
-        return Ok(false);
+    Ok(backing_file(name)?.is_some_and(|file| file == backing))
+}
+
+/// The name the kernel gives the backing file of a loop device whose
+/// `image` was deleted: `<image> (deleted)`, its directory resolved.
+fn deleted_backing(image: &Path) -> Result<Option<PathBuf>> {
+    let (Some(dir), Some(name)) = (image.parent(), image.file_name()) else {
+        return Ok(None);
     };
-    let image = std::fs::canonicalize(image).map_err(|e| io_error("resolving", image, e))?;
-    Ok(backing == image)
+    let dir = std::fs::canonicalize(dir).map_err(|e| io_error("resolving", dir, e))?;
+    let mut deleted = dir.join(name).into_os_string();
+    deleted.push(" (deleted)");
+    Ok(Some(deleted.into()))
 }
 
 /// The device Attach recorded on `image`, if any.
@@ -148,14 +163,33 @@ const DETACH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// find the image still attached. Past [`DETACH_WAIT`] it is
 /// `UNAVAILABLE`, naming the device, so that the caller's retry finishes.
 pub async fn detach(device: &str, image: &Path) -> Result<()> {
+    let image = std::fs::canonicalize(image).map_err(|e| io_error("resolving", image, e))?;
+    detach_from(device, &image).await
+}
+
+/// Detaches the loop devices still backed by `image` after it was
+/// deleted, as [`detach`] does: they hold its blocks until then.
+pub async fn detach_deleted(image: &Path) -> Result<Vec<String>> {
+    let Some(backing) = deleted_backing(image)? else {
+        return Ok(Vec::new());
+    };
+    let devices = devices_backed_by(&backing)?;
+    for device in &devices {
+        detach_from(device, &backing).await?;
+    }
+    Ok(devices)
+}
+
+/// [`detach`] of `device`, whose backing file the kernel names `backing`.
+async fn detach_from(device: &str, backing: &Path) -> Result<()> {
     run("losetup", &["--detach", device]).await?;
     let deadline = tokio::time::Instant::now() + DETACH_WAIT;
     let mut pause = std::time::Duration::from_millis(5);
-    while backs(device, image)? {
+    while backed_by(device, backing)? {
         if tokio::time::Instant::now() >= deadline {
             return Err(Error::Unavailable(format!(
                 "loop device {device} still backs {} {}s after it was detached: another process holds it open",
-                image.display(),
+                backing.display(),
                 DETACH_WAIT.as_secs()
             )));
         }
@@ -168,13 +202,16 @@ pub async fn detach(device: &str, image: &Path) -> Result<()> {
 /// Loop devices still backed by `image` after it was deleted: the kernel
 /// names their backing file `<image> (deleted)`, and they hold its blocks
 /// until detached.
+#[cfg(test)]
 pub fn devices_of_deleted(image: &Path) -> Result<Vec<String>> {
-    let (Some(dir), Some(name)) = (image.parent(), image.file_name()) else {
-        return Ok(Vec::new());
-    };
-    let dir = std::fs::canonicalize(dir).map_err(|e| io_error("resolving", dir, e))?;
-    let mut deleted = dir.join(name).into_os_string();
-    deleted.push(" (deleted)");
+    match deleted_backing(image)? {
+        Some(backing) => devices_backed_by(&backing),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// The loop devices whose backing file the kernel names `backing`.
+fn devices_backed_by(backing: &Path) -> Result<Vec<String>> {
     let entries =
         std::fs::read_dir(SYS_BLOCK).map_err(|e| Error::Internal(format!("{SYS_BLOCK}: {e}")))?;
     let mut devices = Vec::new();
@@ -183,7 +220,7 @@ pub fn devices_of_deleted(image: &Path) -> Result<Vec<String>> {
         let Some(name) = name.to_str().filter(|n| n.starts_with("loop")) else {
             continue;
         };
-        if backing_file(name)?.is_some_and(|file| file.as_os_str() == deleted) {
+        if backing_file(name)?.is_some_and(|file| file == backing) {
             devices.push(format!("/dev/{name}"));
         }
     }

@@ -1126,8 +1126,7 @@ impl Unstage for SparseFiles {
         let Ok(image) = self.existing_image(&req.handle) else {
             // Deleted while staged (not by Delete, which refuses): its
             // loop device would hold the blocks for good.
-            for device in crate::attach::devices_of_deleted(&self.image(&req.handle)?)? {
-                run("losetup", &["--detach", &device]).await?;
+            for device in crate::attach::detach_deleted(&self.image(&req.handle)?).await? {
                 tracing::warn!(handle = %req.handle, device, "detached the loop device of a deleted image");
             }
             return Ok(());
@@ -1603,6 +1602,9 @@ mod tests {
 
     /// An image deleted while staged left its loop device behind at
     /// Unstage, holding the deleted file's blocks: Unstage detaches it.
+    /// CI then saw the device still there after Unstage: udev held it
+    /// open, as a process does here a moment past the detach, and Unstage
+    /// did not wait for the kernel to let it go.
     #[tokio::test]
     #[ignore = "needs root and loop devices: .ci/run runs it as root"]
     async fn unstage_detaches_the_loop_device_of_a_deleted_image() {
@@ -1614,6 +1616,11 @@ mod tests {
         std::fs::remove_file(&image).unwrap();
         let orphans = crate::attach::devices_of_deleted(&image).unwrap();
         assert_eq!(orphans, [device.to_string_lossy().into_owned()]);
+        let holder = std::fs::File::open(&device).unwrap();
+        let released = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            drop(holder);
+        });
         let unstage = pav_sdk::build::unstage(handle, "n1", &target);
         files.unstage(unstage.clone()).await.unwrap();
         assert_eq!(
@@ -1621,6 +1628,7 @@ mod tests {
             Vec::<String>::new()
         );
         files.unstage(unstage).await.unwrap();
+        released.join().unwrap();
     }
 
     /// Images were 0644: any local user could read every volume's data.
