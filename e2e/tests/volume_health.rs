@@ -14,7 +14,8 @@
 //!
 //! then the claim is deleted and nothing is left. examples/local-volumes
 //! (PaV `spec.volumeHealth`: a pod on the node checks the staged image
-//! every minute and writes `/pav/condition`) goes through the same steps.
+//! every minute, every 10 s here, and writes `/pav/condition`) goes
+//! through the same steps.
 //! external-health-monitor (events on the claim) is not deployed here:
 //! its module is not to be had on this machine, so the kubelet's metric
 //! is the proof.
@@ -218,7 +219,14 @@ async fn sparse_file_reports_a_damaged_image_as_abnormal() {
     );
 }
 
-/// examples/local-volumes as shipped: provisioner and class.
+/// The health check's cadence as shipped, and the one here: a check pod
+/// every minute made each of the three steps wait a minute or more, and
+/// the cadence is not what this scenario tests.
+const SHIPPED_CADENCE: &str = "volumeHealth:\n    every: 1m\n";
+const SCENARIO_CADENCE: &str = "volumeHealth:\n    every: 10s\n";
+
+/// examples/local-volumes as shipped, provisioner and class, but for the
+/// health check's cadence ([`SCENARIO_CADENCE`]).
 fn local_volumes_objects() -> String {
     let example = |file: &str| {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -226,7 +234,13 @@ fn local_volumes_objects() -> String {
             .join(file);
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     };
-    [example("provisioner.yaml"), example("storageclass.yaml")].join("\n---\n")
+    let provisioner = example("provisioner.yaml");
+    assert!(
+        provisioner.contains(SHIPPED_CADENCE),
+        "examples/local-volumes/provisioner.yaml has no {SHIPPED_CADENCE:?}"
+    );
+    let provisioner = provisioner.replace(SHIPPED_CADENCE, SCENARIO_CADENCE);
+    [provisioner, example("storageclass.yaml")].join("\n---\n")
 }
 
 #[tokio::test]
