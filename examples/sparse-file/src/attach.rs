@@ -64,10 +64,15 @@ fn read_only(name: &str) -> Result<bool> {
     Ok(ro.trim() == "1")
 }
 
+/// `path` with its links and `..` resolved, as the kernel names backing
+/// files.
+fn resolved(path: &Path) -> Result<PathBuf> {
+    std::fs::canonicalize(path).map_err(|e| io_error("resolving", path, e))
+}
+
 /// Whether `device` is a loop device backed by exactly `image`.
 fn backs(device: &str, image: &Path) -> Result<bool> {
-    let image = std::fs::canonicalize(image).map_err(|e| io_error("resolving", image, e))?;
-    backed_by(device, &image)
+    backed_by(device, &resolved(image)?)
 }
 
 /// Whether `device` is a loop device whose backing file the kernel names
@@ -85,8 +90,7 @@ fn deleted_backing(image: &Path) -> Result<Option<PathBuf>> {
     let (Some(dir), Some(name)) = (image.parent(), image.file_name()) else {
         return Ok(None);
     };
-    let dir = std::fs::canonicalize(dir).map_err(|e| io_error("resolving", dir, e))?;
-    let mut deleted = dir.join(name).into_os_string();
+    let mut deleted = resolved(dir)?.join(name).into_os_string();
     deleted.push(" (deleted)");
     Ok(Some(deleted.into()))
 }
@@ -163,8 +167,7 @@ const DETACH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// find the image still attached. Past [`DETACH_WAIT`] it is
 /// `UNAVAILABLE`, naming the device, so that the caller's retry finishes.
 pub async fn detach(device: &str, image: &Path) -> Result<()> {
-    let image = std::fs::canonicalize(image).map_err(|e| io_error("resolving", image, e))?;
-    detach_from(device, &image).await
+    detach_from(device, &resolved(image)?).await
 }
 
 /// Detaches the loop devices still backed by `image` after it was
@@ -212,19 +215,27 @@ pub fn devices_of_deleted(image: &Path) -> Result<Vec<String>> {
 
 /// The loop devices whose backing file the kernel names `backing`.
 fn devices_backed_by(backing: &Path) -> Result<Vec<String>> {
+    let attached = attached_loop_devices()?.into_iter();
+    let backed = attached.filter(|(_, file)| file == backing);
+    Ok(backed.map(|(name, _)| format!("/dev/{name}")).collect())
+}
+
+/// Every attached loop device of this node, by name (`loop3`), with the
+/// backing file the kernel names.
+fn attached_loop_devices() -> Result<Vec<(String, PathBuf)>> {
     let entries =
         std::fs::read_dir(SYS_BLOCK).map_err(|e| Error::Internal(format!("{SYS_BLOCK}: {e}")))?;
-    let mut devices = Vec::new();
+    let mut attached = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str().filter(|n| n.starts_with("loop")) else {
             continue;
         };
-        if backing_file(name)?.is_some_and(|file| file == backing) {
-            devices.push(format!("/dev/{name}"));
+        if let Some(file) = backing_file(name)? {
+            attached.push((name.to_owned(), file));
         }
     }
-    Ok(devices)
+    Ok(attached)
 }
 
 /// The loop device Attach attached for `image`, which Unstage leaves.
@@ -253,21 +264,10 @@ impl SparseFiles {
         let Some(max) = self.attached_limit() else {
             return Ok(());
         };
-        let dir =
-            std::fs::canonicalize(self.dir()).map_err(|e| io_error("resolving", self.dir(), e))?;
-        let mut attached = 0_u32;
-        let entries = std::fs::read_dir(SYS_BLOCK)
-            .map_err(|e| Error::Internal(format!("{SYS_BLOCK}: {e}")))?;
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let Some(name) = name.to_str().filter(|n| n.starts_with("loop")) else {
-                continue;
-            };
-            if backing_file(name)?.is_some_and(|file| file.starts_with(&dir)) {
-                attached += 1;
-            }
-        }
-        if attached >= max {
+        let dir = resolved(self.dir())?;
+        let attached = attached_loop_devices()?.into_iter();
+        let attached = attached.filter(|(_, file)| file.starts_with(&dir)).count();
+        if attached >= max as usize {
             return Err(Error::ResourceExhausted(format!(
                 "{attached} volumes are attached to this node, its maximum"
             )));

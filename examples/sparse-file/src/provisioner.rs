@@ -2165,6 +2165,41 @@ mod tests {
         files.detach(detach).await.unwrap();
     }
 
+    /// A node whose `--max-volumes-per-node` images are attached refuses
+    /// another with `RESOURCE_EXHAUSTED`; a retry of one attached already
+    /// is answered, and a detach makes room.
+    #[tokio::test]
+    #[ignore = "needs root and loop devices: .ci/run runs it as root"]
+    async fn a_node_attaches_no_more_images_than_its_maximum() {
+        use pav_sdk::Attach as _;
+        let dir = tempfile::tempdir().unwrap();
+        let files = SparseFiles::new(dir.path().join("volumes"))
+            .on_node("k", "n1")
+            .max_attached(1);
+        std::fs::create_dir(dir.path().join("volumes")).unwrap();
+        let first = files.create(create_request(1 << 20)).await.unwrap().handle;
+        let mut second = create_request(1 << 20);
+        second.name = "second".into();
+        let second = files.create(second).await.unwrap().handle;
+        let unmounted = dir.path().join("staging");
+        let _cleanup = [&first, &second].map(|handle| {
+            let image = files.existing_image(handle).unwrap();
+            Staging(&unmounted, image)
+        });
+        let attach = |handle: &str| pav_sdk::build::attach(handle, "n1", VolumeMode::Filesystem);
+        let detach = |handle: &str| pav_sdk::build::detach(handle, None);
+        files.attach(attach(&first)).await.unwrap();
+        let refused = files.attach(attach(&second)).await;
+        assert!(
+            matches!(&refused, Err(Error::ResourceExhausted(_))),
+            "{refused:?}"
+        );
+        files.attach(attach(&first)).await.unwrap();
+        files.detach(detach(&first)).await.unwrap();
+        files.attach(attach(&second)).await.unwrap();
+        files.detach(detach(&second)).await.unwrap();
+    }
+
     /// Needs root, loop devices and e2fsprogs. A volume restored from a
     /// snapshot into a larger claim holds the snapshot's filesystem, which
     /// grows to the volume at its first stage (Kubernetes' "should
