@@ -1107,6 +1107,15 @@ pub async fn kubelet_volume_stats(
     ))
 }
 
+/// File `file` of examples/`example`/ in this repository, as shipped.
+pub fn example_file(example: &str, file: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples")
+        .join(example)
+        .join(file);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::documents;

@@ -2,8 +2,6 @@
 //! scenarios that run it with the standard sidecars, and the client pods
 //! they mount its claims with.
 
-use std::path::Path;
-
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::{Api, Client};
@@ -34,10 +32,7 @@ pub fn files_on_node() -> Vec<String> {
 
 /// One file of examples/sparse-file/deploy/.
 pub fn deploy_file(file: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../examples/sparse-file/deploy")
-        .join(file);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    crate::example_file("sparse-file", &format!("deploy/{file}"))
 }
 
 /// Applies `files` of the deploy directory (driver.yaml first) and waits

@@ -8,11 +8,7 @@ use kube::{Api, Client};
 use pav_e2e::*;
 
 fn example(file: &str) -> String {
-    let path = format!(
-        "{}/../examples/hello-world/{file}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    example_file("hello-world", file)
 }
 
 /// Claim and client pod of the example, in namespace `ns`, with the

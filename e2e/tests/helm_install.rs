@@ -96,11 +96,7 @@ fn chart() -> String {
 }
 
 fn example(file: &str) -> String {
-    let path = format!(
-        "{}/../examples/local-volumes/{file}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    example_file("local-volumes", file)
 }
 
 /// The example's PavProvisioner, labelled for the release's controller, and

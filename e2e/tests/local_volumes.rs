@@ -46,10 +46,7 @@ const TOPOLOGY_KEY: &str = "topology.pav.albertofaria.github.io/node";
 const MIB: u64 = 1 << 20;
 
 fn example(file: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../examples/local-volumes")
-        .join(file);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    example_file("local-volumes", file)
 }
 
 /// The example's objects, and an xfs StorageClass.

@@ -43,10 +43,7 @@ const BAD: &str = "e2e-local-bad";
 const MIB: u64 = 1 << 20;
 
 fn example(file: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../examples/local-volumes")
-        .join(file);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    example_file("local-volumes", file)
 }
 
 /// The example's provisioner and class, and three VolumeAttributesClasses.

@@ -228,12 +228,7 @@ const SCENARIO_CADENCE: &str = "volumeHealth:\n    every: 10s\n";
 /// examples/local-volumes as shipped, provisioner and class, but for the
 /// health check's cadence ([`SCENARIO_CADENCE`]).
 fn local_volumes_objects() -> String {
-    let example = |file: &str| {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../examples/local-volumes")
-            .join(file);
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-    };
+    let example = |file: &str| example_file("local-volumes", file);
     let provisioner = example("provisioner.yaml");
     assert!(
         provisioner.contains(SHIPPED_CADENCE),
