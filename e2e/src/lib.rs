@@ -9,7 +9,7 @@
 //! holds every node of the cluster ([`local_nodes`]), so they can read each
 //! node's mount table and `/var/lib/pav/pods`.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Debug;
 use std::future::Future;
 use std::io::{BufRead, BufReader};
@@ -595,6 +595,10 @@ pub struct LocalNode {
     pub mountinfo: PathBuf,
     /// The node's `/var/lib/pav/pods`, as this host sees it.
     pub pods_dir: PathBuf,
+    /// The node's root directory as this host sees it (`/`, or a
+    /// `/proc/PID/root` of a process in the node's mount namespace), under
+    /// which the node's own paths (kubelet's files) can be read.
+    pub root: PathBuf,
 }
 
 /// The node on this host's own namespaces.
@@ -606,6 +610,7 @@ pub fn local_nodes() -> anyhow::Result<Vec<LocalNode>> {
         name: FIRST_NODE.to_owned(),
         mountinfo: PathBuf::from("/proc/self/mountinfo"),
         pods_dir: PathBuf::from(PAV_PODS_DIR),
+        root: PathBuf::from("/"),
     }];
     let extra = cluster_state_dir().join("nodes");
     if extra.exists() {
@@ -617,10 +622,12 @@ pub fn local_nodes() -> anyhow::Result<Vec<LocalNode>> {
             let holder = cluster_state_dir().join(format!("pids/node-{k}-holder.pid"));
             let pid = std::fs::read_to_string(&holder)
                 .with_context(|| format!("node {k}: {}", holder.display()))?;
+            let pid = pid.trim();
             nodes.push(LocalNode {
                 name: format!("{FIRST_NODE}-{k}"),
-                mountinfo: PathBuf::from(format!("/proc/{}/mountinfo", pid.trim())),
+                mountinfo: PathBuf::from(format!("/proc/{pid}/mountinfo")),
                 pods_dir: PathBuf::from(format!("/var/lib/pav-cluster-nodes/{k}/pav/pods")),
+                root: PathBuf::from(format!("/proc/{pid}/root")),
             });
         }
     }
@@ -646,11 +653,6 @@ pub fn pav_mounts_of(node: &LocalNode) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
-/// [`pav_mounts_of`] node 1, this host.
-pub fn pav_mounts() -> anyhow::Result<Vec<String>> {
-    pav_mounts_of(&local_nodes()?[0])
-}
-
 /// Directories left under `node`'s `/var/lib/pav/pods`.
 pub fn pav_dirs_of(node: &LocalNode) -> anyhow::Result<Vec<String>> {
     if !node.pods_dir.exists() {
@@ -661,25 +663,200 @@ pub fn pav_dirs_of(node: &LocalNode) -> anyhow::Result<Vec<String>> {
         .collect::<Result<_, _>>()?)
 }
 
+/// Whose a mount or a PaV pod's directory on a node is. Scenarios run side
+/// by side on one cluster (scripts/e2e's lanes), so each leak check looks
+/// only at what is its own; what nothing attributes is left to the suite's
+/// last check, [`Leaks::anything`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Owner {
+    /// A CSI driver (a PaV provisioner's driver has its name).
+    Driver(String),
+    /// Nothing tells any more: kubelet's record and the objects are gone.
+    Unknown,
+}
+
+/// Names of the PaV pods the [`PodObserver`]s of this process saw, by
+/// provisioner: a pod's directory outlives the pod, and only the pod's
+/// labels say whose it is.
+static SEEN_PAV_PODS: Mutex<BTreeMap<String, BTreeSet<String>>> = Mutex::new(BTreeMap::new());
+
+/// Where kubelet keeps the CSI plugin's global mounts and block volumes'
+/// records on a node.
+const KUBELET_CSI_PLUGINS: &str = "/var/lib/kubelet/plugins/kubernetes.io/csi/";
+
+/// What tells whose a mount or directory is, read once per leak check.
+struct Owners {
+    /// Driver of each PersistentVolume that still exists.
+    volumes: BTreeMap<String, String>,
+    /// Provisioner of each PaV pod that still exists.
+    pav_pods: BTreeMap<String, String>,
+}
+
+impl Owners {
+    async fn read(client: &Client) -> anyhow::Result<Owners> {
+        let pvs: Api<PersistentVolume> = Api::all(client.clone());
+        let volumes = pvs
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|pv| {
+                let driver = pv.spec.as_ref()?.csi.as_ref()?.driver.clone();
+                Some((pv.name_any(), driver))
+            })
+            .collect();
+        let pods: Api<Pod> = Api::all(client.clone());
+        let pav_pods = pods
+            .list(&ListParams::default().labels(&format!("{LABEL_PROVISIONER},{LABEL_PHASE}")))
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|pod| Some((pod.name_any(), pod.labels().get(LABEL_PROVISIONER)?.clone())))
+            .collect();
+        Ok(Owners { volumes, pav_pods })
+    }
+
+    /// Whose the PaV pod directory `name` (under `/var/lib/pav/pods`) is.
+    fn of_pav_pod(&self, name: &str) -> Owner {
+        if let Some(provisioner) = self.pav_pods.get(name) {
+            return Owner::Driver(provisioner.clone());
+        }
+        let seen = SEEN_PAV_PODS.lock().expect("not poisoned");
+        seen.iter()
+            .find(|(_, names)| names.contains(name))
+            .map_or(Owner::Unknown, |(provisioner, _)| {
+                Owner::Driver(provisioner.clone())
+            })
+    }
+
+    /// Whose the mount at `path` (inside `node`) is: a PaV pod's, a
+    /// driver's global mount, or a volume's (kubelet's `vol_data.json`
+    /// names its driver from before the mount until after the unmount).
+    fn of_mount(&self, node: &LocalNode, path: &str) -> Owner {
+        if let Some(rest) = path.strip_prefix(&format!("{PAV_PODS_DIR}/")) {
+            return self.of_pav_pod(rest.split('/').next().unwrap_or_default());
+        }
+        if let Some(rest) = path.strip_prefix(KUBELET_CSI_PLUGINS) {
+            let mut parts = rest.split('/');
+            return match parts.next() {
+                // volumeDevices/NAME/..., volumeDevices/staging/NAME,
+                // volumeDevices/publish/NAME/POD
+                Some("volumeDevices") => {
+                    let name = match parts.next() {
+                        Some("staging" | "publish") => parts.next(),
+                        name => name,
+                    };
+                    self.of_volume(node, name.unwrap_or_default())
+                }
+                // DRIVER/HASH/globalmount
+                Some(driver) if !driver.is_empty() => Owner::Driver(driver.to_owned()),
+                _ => Owner::Unknown,
+            };
+        }
+        // pods/UID/volumes/kubernetes.io~csi/NAME/mount (a filesystem,
+        // whose record is beside the mount) or
+        // pods/UID/volumeDevices/kubernetes.io~csi/NAME (a block volume).
+        if let Some((dir, rest)) = path.split_once("/kubernetes.io~csi/") {
+            let name = rest.split('/').next().unwrap_or_default();
+            if dir.ends_with("/volumes") {
+                let record = format!("{dir}/kubernetes.io~csi/{name}/vol_data.json");
+                if let Some(driver) = recorded_driver(node, &record) {
+                    return Owner::Driver(driver);
+                }
+            }
+            return self.of_volume(node, name);
+        }
+        Owner::Unknown
+    }
+
+    /// Whose volume `name` (a PersistentVolume's name, or an inline
+    /// volume's) is, from kubelet's block-volume record or the
+    /// PersistentVolume.
+    fn of_volume(&self, node: &LocalNode, name: &str) -> Owner {
+        let record = format!("{KUBELET_CSI_PLUGINS}volumeDevices/{name}/data/vol_data.json");
+        recorded_driver(node, &record)
+            .or_else(|| self.volumes.get(name).cloned())
+            .map_or(Owner::Unknown, Owner::Driver)
+    }
+}
+
+/// The `driverName` of kubelet's volume record at `record` (a path inside
+/// `node`), if it is there.
+fn recorded_driver(node: &LocalNode, record: &str) -> Option<String> {
+    let text = std::fs::read_to_string(node.root.join(record.trim_start_matches('/'))).ok()?;
+    let record: serde_json::Value = serde_json::from_str(&text).ok()?;
+    Some(record.get("driverName")?.as_str()?.to_owned())
+}
+
+/// Loop devices whose backing file was deleted (`/dev/loopN: FILE`): each
+/// holds a deleted volume image's blocks until someone detaches it.
+pub fn loop_devices_of_deleted_files() -> anyhow::Result<Vec<String>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/sys/block")? {
+        let entry = entry?;
+        let Ok(backing) = std::fs::read_to_string(entry.path().join("loop/backing_file")) else {
+            continue;
+        };
+        let backing = backing.trim_end();
+        if backing.ends_with(" (deleted)") {
+            found.push(format!(
+                "/dev/{}: {backing}",
+                entry.file_name().to_string_lossy()
+            ));
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
 /// What a scenario may leave behind, found now.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Leaks {
-    /// PaV pods of the provisioner (`namespace/name phase`).
+    /// PaV pods (`namespace/name phase`).
     pub pods: Vec<String>,
-    /// PersistentVolumes of the provisioner.
+    /// PersistentVolumes.
     pub volumes: Vec<String>,
     /// Mounts of CSI volumes or under `/var/lib/pav/pods`, on any node
     /// (`node: path`).
     pub mounts: Vec<String>,
     /// Directories under `/var/lib/pav/pods`, on any node (`node: name`).
     pub dirs: Vec<String>,
+    /// Loop devices of deleted files ([`loop_devices_of_deleted_files`]);
+    /// only [`Leaks::anything`] looks, as nothing says whose they were.
+    pub deleted_loop_devices: Vec<String>,
 }
 
 impl Leaks {
-    /// Everything the scenario of `provisioner` left behind.
+    /// Everything the scenario of `provisioner` (a PaV provisioner, or a
+    /// CSI driver's name) left behind: its PaV pods and PersistentVolumes,
+    /// and the mounts and PaV pod directories that are its own (`Owner`).
     pub async fn find(client: &Client, provisioner: &str) -> anyhow::Result<Leaks> {
-        let pods = pav_pods(client, provisioner)
+        let ours = Owner::Driver(provisioner.to_owned());
+        Leaks::gather(client, Some(provisioner), |owner| *owner == ours).await
+    }
+
+    /// Everything any scenario left behind, whoever's: the suite's last
+    /// check, after every lane has finished (e2e/tests/leftovers.rs).
+    pub async fn anything(client: &Client) -> anyhow::Result<Leaks> {
+        let mut leaks = Leaks::gather(client, None, |_| true).await?;
+        leaks.deleted_loop_devices = loop_devices_of_deleted_files()?;
+        Ok(leaks)
+    }
+
+    async fn gather(
+        client: &Client,
+        provisioner: Option<&str>,
+        counts: impl Fn(&Owner) -> bool,
+    ) -> anyhow::Result<Leaks> {
+        let pods: Api<Pod> = Api::all(client.clone());
+        let selector = match provisioner {
+            Some(provisioner) => format!("{LABEL_PROVISIONER}={provisioner},{LABEL_PHASE}"),
+            None => LABEL_PHASE.to_owned(),
+        };
+        let pods = pods
+            .list(&ListParams::default().labels(&selector))
             .await?
+            .items
             .iter()
             .map(|p| {
                 format!(
@@ -691,17 +868,35 @@ impl Leaks {
                 )
             })
             .collect();
+        let owners = Owners::read(client).await?;
+        let volumes = owners
+            .volumes
+            .iter()
+            .filter(|(_, driver)| provisioner.is_none_or(|p| p == driver.as_str()))
+            .map(|(name, _)| name.clone())
+            .collect();
         let (mut mounts, mut dirs) = (Vec::new(), Vec::new());
         for node in local_nodes()? {
-            let on_node = |path: String| format!("{}: {path}", node.name);
-            mounts.extend(pav_mounts_of(&node)?.into_iter().map(on_node));
-            dirs.extend(pav_dirs_of(&node)?.into_iter().map(on_node));
+            let on_node = |path: &String| format!("{}: {path}", node.name);
+            mounts.extend(
+                pav_mounts_of(&node)?
+                    .iter()
+                    .filter(|path| counts(&owners.of_mount(&node, path)))
+                    .map(on_node),
+            );
+            dirs.extend(
+                pav_dirs_of(&node)?
+                    .iter()
+                    .filter(|name| counts(&owners.of_pav_pod(name)))
+                    .map(on_node),
+            );
         }
         Ok(Leaks {
             pods,
-            volumes: volumes_of(client, provisioner).await?,
+            volumes,
             mounts,
             dirs,
+            deleted_loop_devices: Vec::new(),
         })
     }
 
@@ -711,25 +906,45 @@ impl Leaks {
     }
 }
 
-/// The leak check every scenario ends with: no PaV pods of `provisioner`,
-/// no PersistentVolumes of it, and on every node no mounts of CSI volumes
-/// or under `/var/lib/pav/pods` and no directories under `/var/lib/pav/pods`. Waits up
-/// to `timeout` for asynchronous cleanup to finish.
+/// Mounts of node 1 that are `driver`'s ([`pav_mounts_of`], attributed as
+/// the leak check does): what a scenario may assert about its own volumes
+/// while other scenarios mount theirs.
+pub async fn mounts_of_driver(client: &Client, driver: &str) -> anyhow::Result<Vec<String>> {
+    let owners = Owners::read(client).await?;
+    let node = &local_nodes()?[0];
+    let ours = Owner::Driver(driver.to_owned());
+    Ok(pav_mounts_of(node)?
+        .into_iter()
+        .filter(|path| owners.of_mount(node, path) == ours)
+        .collect())
+}
+
+/// The leak check every scenario ends with: nothing of `provisioner` left
+/// ([`Leaks::find`]). Waits up to `timeout` for asynchronous cleanup to
+/// finish.
 pub async fn assert_no_leaks(client: &Client, provisioner: &str, timeout: Duration) {
+    wait_no_leaks(provisioner, timeout, || Leaks::find(client, provisioner)).await;
+}
+
+/// Waits until `find` finds nothing, or panics after `timeout` with what
+/// it found last.
+pub async fn wait_no_leaks<F, Fut>(what: &str, timeout: Duration, find: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = anyhow::Result<Leaks>>,
+{
     let start = Instant::now();
     loop {
-        let leaks = Leaks::find(client, provisioner)
-            .await
-            .expect("reading the cluster and node state");
+        let leaks = find().await.expect("reading the cluster and node state");
         if leaks.is_empty() {
             eprintln!(
-                "leak check: nothing left of {provisioner} ({:.1}s)",
+                "leak check: nothing left of {what} ({:.1}s)",
                 start.elapsed().as_secs_f64()
             );
             return;
         }
         if start.elapsed() > timeout {
-            panic!("leak check: {provisioner} left {leaks:#?}");
+            panic!("leak check: {what} left {leaks:#?}");
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -919,6 +1134,7 @@ pub const STEP: Duration = Duration::from_secs(120);
 /// the phases (`Pending`, `Running`, `Succeeded`, ...) it went through.
 #[derive(Debug, Clone)]
 pub struct PodObserver {
+    provisioner: String,
     seen: Arc<Mutex<Vec<SeenPod>>>,
     pods: Api<Pod>,
     selector: String,
@@ -961,6 +1177,7 @@ impl PodObserver {
     /// Starts watching the PaV pods of `provisioner`.
     pub fn start(client: &Client, provisioner: &str) -> PodObserver {
         let observer = PodObserver {
+            provisioner: provisioner.to_owned(),
             seen: Arc::new(Mutex::new(Vec::new())),
             pods: Api::all(client.clone()),
             selector: format!("{LABEL_PROVISIONER}={provisioner},{LABEL_PHASE}"),
@@ -992,6 +1209,12 @@ impl PodObserver {
             pav_phase: pod.labels().get(LABEL_PHASE).cloned().unwrap_or_default(),
             pod_phase: pod_phase(pod).to_owned(),
         };
+        SEEN_PAV_PODS
+            .lock()
+            .expect("not poisoned")
+            .entry(self.provisioner.clone())
+            .or_default()
+            .insert(entry.name.clone());
         let mut seen = self.seen.lock().expect("not poisoned");
         if !seen.contains(&entry) {
             seen.push(entry);

@@ -208,7 +208,8 @@ async fn run_style(client: &Client, observer: &PodObserver, style: &Style) {
     let volume = volume_name(&claims.get(style.name).await.unwrap()).unwrap();
     // The staging pod has exited; what it mounted at /pav/volume stays
     // mounted on the node (propagated from the pod), for unstaging to undo.
-    let left_mounted: Vec<String> = pav_mounts()
+    let left_mounted: Vec<String> = mounts_of_driver(client, NAME)
+        .await
         .unwrap()
         .into_iter()
         .filter(|m| m.starts_with(PAV_PODS_DIR) && m.ends_with("/volume"))

@@ -103,7 +103,7 @@ async fn sparse_file_driver_keeps_data_across_pod_restart() {
     // The only client pod is gone: the kubelet unstages the volume, so the
     // second pod gets a freshly attached loop device and mount.
     wait_until("the volume to be unstaged", STEP, || async {
-        let mounts = pav_mounts()?;
+        let mounts = mounts_of_driver(&client, DRIVER).await?;
         let devices = loop_devices_of(&backing_file);
         Ok((mounts.is_empty() && devices.is_empty()).then_some(()))
     })
