@@ -135,6 +135,21 @@ pub fn staging_key(handle: &str, target_path: &str) -> String {
     format!("{handle}\n{target_path}")
 }
 
+/// Whether `pod` is a staging pod of the PersistentVolume named `pv`. Such
+/// a pod is the record that the volume is staged on the pod's node: it is
+/// created before the volume is staged and, held by [`FINALIZER_UNSTAGE`],
+/// outlives the unstaging pod, so from its creation until the node plugin
+/// has unstaged the volume (whatever restarted meanwhile) it exists.
+pub fn stages_pv(pod: &Pod, pv: &str) -> bool {
+    let labels = pod.metadata.labels.as_ref();
+    let annotations = pod.metadata.annotations.as_ref();
+    labels.and_then(|l| l.get(LABEL_PHASE)).map(String::as_str) == Some(Phase::Staging.name())
+        && annotations
+            .and_then(|a| a.get(ANNOTATION_PV))
+            .map(String::as_str)
+            == Some(pv)
+}
+
 /// Namespace of pav's own objects and of pods whose template names none.
 pub const DEFAULT_NAMESPACE: &str = "pav";
 

@@ -443,9 +443,42 @@ impl DriverContext {
         message: &str,
         pod: Option<ObjectReference>,
     ) {
+        self.publish(
+            EventType::Warning,
+            event_reason(phase),
+            regarding,
+            phase,
+            message,
+            pod,
+        )
+        .await;
+    }
+
+    /// Reports, as a Normal event with `reason` on `regarding`, that
+    /// `phase` waits for something (nothing failed), related to `pod`.
+    pub async fn note_waiting(
+        &self,
+        regarding: &ObjectReference,
+        (phase, reason): (Phase, &str),
+        message: &str,
+        pod: Option<ObjectReference>,
+    ) {
+        self.publish(EventType::Normal, reason, regarding, phase, message, pod)
+            .await;
+    }
+
+    async fn publish(
+        &self,
+        type_: EventType,
+        reason: &str,
+        regarding: &ObjectReference,
+        phase: Phase,
+        message: &str,
+        pod: Option<ObjectReference>,
+    ) {
         let event = Event {
-            type_: EventType::Warning,
-            reason: event_reason(phase).to_owned(),
+            type_,
+            reason: reason.to_owned(),
             note: Some(results::truncate(message.to_owned())),
             action: phase.field().to_owned(),
             secondary: pod,

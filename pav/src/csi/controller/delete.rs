@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{
-    PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec, VolumeResourceRequirements,
+    PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::{Api, Resource, ResourceExt};
@@ -17,6 +18,7 @@ use super::cleanup::clean_claim_pods;
 use super::error::DeleteError;
 use crate::csi::context::{api_error, pod_ref};
 use crate::csi::recipe::PodFiles;
+use crate::pods::{LABEL_PHASE, stages_pv};
 
 /// The claim of a volume being deleted: the live object when it still
 /// exists, else rebuilt from the PersistentVolume's `claimRef` and spec.
@@ -72,6 +74,7 @@ impl PodController {
             tracing::debug!(handle = %req.handle, "deleted already: no second deletion pod");
             return Ok(());
         }
+        self.check_unstaged(&pv).await?;
         let client = self.driver.client.clone();
         let live = self
             .bound_claim(&pv)
@@ -141,6 +144,63 @@ impl PodController {
         result
     }
 }
+
+impl PodController {
+    /// Refuses to delete a volume that is staged, or being unstaged, on any
+    /// node, with a Normal event on the volume saying what it waits for.
+    /// Kubernetes does not order DeleteVolume after the last
+    /// NodeUnstageVolume for a driver without attach: once the client pod's
+    /// object is gone the claim may go, and external-provisioner deletes the
+    /// volume while the kubelet is still unpublishing it; a deletion pod
+    /// then would remove the storage under the unstaging pod (which then
+    /// leaks what it should have released, such as a loop device). The
+    /// staging pods are the record (see [`stages_pv`]), read from the API
+    /// server rather than a cache or memory: the check holds across
+    /// restarts of this controller and of the node plugins.
+    async fn check_unstaged(&self, pv: &PersistentVolume) -> std::result::Result<(), DeleteError> {
+        let name = pv.name_any();
+        let staging: Vec<Pod> = self
+            .driver
+            .list_pods(&[(LABEL_PHASE, Phase::Staging.name())])
+            .await
+            .map_err(DeleteError::ListStagingPods)?
+            .into_iter()
+            .filter(|pod| stages_pv(pod, &name))
+            .collect();
+        let Some(first) = staging.first() else {
+            return Ok(());
+        };
+        let mut nodes: Vec<String> = staging
+            .iter()
+            .filter_map(|pod| pod.spec.as_ref()?.node_name.clone())
+            .collect();
+        nodes.sort();
+        nodes.dedup();
+        let pods = staging
+            .iter()
+            .map(|pod| format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()))
+            .collect();
+        let error = DeleteError::Staged {
+            pv: name,
+            nodes,
+            pods,
+        };
+        tracing::info!(error = %error, "deletion postponed");
+        self.driver
+            .note_waiting(
+                &pv.object_ref(&()),
+                (Phase::Deletion, DELETION_WAITS_FOR_UNSTAGING),
+                &error.to_string(),
+                Some(pod_ref(first)),
+            )
+            .await;
+        Err(error)
+    }
+}
+
+/// The reason of the Normal event on a PersistentVolume whose deletion
+/// waits until no node has it staged.
+pub(super) const DELETION_WAITS_FOR_UNSTAGING: &str = "DeletionWaitsForUnstaging";
 
 #[cfg(test)]
 mod tests {

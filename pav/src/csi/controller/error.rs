@@ -167,6 +167,22 @@ impl From<CreateError> for Error {
 /// pav_sdk::Error` is the one mapping to CSI codes.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum DeleteError {
+    /// Listing the staging pods that say whether the volume is staged.
+    #[error(transparent)]
+    ListStagingPods(DriverError),
+    /// The volume is still staged, or being unstaged, on a node: its
+    /// staging pods (`namespace/name`) remain until their node plugin has
+    /// unstaged it, and a deletion pod now would pull the storage from
+    /// under the unstaging (`FAILED_PRECONDITION`: the CO retries).
+    #[error("PersistentVolume {pv} is still staged on node {}: it is deleted once the node plugin has unstaged it (staging pod {})", nodes.join(", "), pods.join(", "))]
+    Staged {
+        /// The PersistentVolume's name.
+        pv: String,
+        /// The nodes it is staged on.
+        nodes: Vec<String>,
+        /// Its staging pods, `namespace/name`.
+        pods: Vec<String>,
+    },
     /// Reading the volume's claim or its StorageClass.
     #[error(transparent)]
     ReadObjects(DriverError),
@@ -179,16 +195,21 @@ pub(super) enum DeleteError {
 }
 
 impl From<DeleteError> for Error {
-    /// A context that the volume's own records do not make, and a failed
+    /// A volume still staged is `FAILED_PRECONDITION` (the CSI spec's code
+    /// for a volume in use; external-provisioner retries with backoff); a
+    /// context that the volume's own records do not make, and a failed
     /// deletion pod, are `INTERNAL`; the API, render and pod-run steps keep
     /// the code of the driver's error.
     fn from(error: DeleteError) -> Self {
         let message = error.to_string();
         match error {
+            DeleteError::Staged { .. } => Error::FailedPrecondition(message),
             DeleteError::Plan(PlanError::Context(_))
             | DeleteError::DeletionPod(PhaseError::Failed(_)) => Error::Internal(message),
             DeleteError::Plan(e) => e.into(),
-            DeleteError::ReadObjects(e) | DeleteError::DeletionPod(PhaseError::Run(e)) => e.into(),
+            DeleteError::ListStagingPods(e)
+            | DeleteError::ReadObjects(e)
+            | DeleteError::DeletionPod(PhaseError::Run(e)) => e.into(),
         }
     }
 }
@@ -402,8 +423,18 @@ mod tests {
             matches!(&failed, Error::Internal(m) if m == "deletion pod pav/d failed: busy"),
             "{failed:?}"
         );
+        let staged = Error::from(DeleteError::Staged {
+            pv: "pvc-1".into(),
+            nodes: vec!["node-a".into(), "node-b".into()],
+            pods: vec!["pav/s-a".into(), "pav/s-b".into()],
+        });
+        assert!(
+            matches!(&staged, Error::FailedPrecondition(m) if m == "PersistentVolume pvc-1 is still staged on node node-a, node-b: it is deleted once the node plugin has unstaged it (staging pod pav/s-a, pav/s-b)"),
+            "{staged:?}"
+        );
         let timed_out = || DriverError::TimedOut("x".into());
         let kept = [
+            DeleteError::ListStagingPods(timed_out()),
             DeleteError::ReadObjects(timed_out()),
             DeleteError::Plan(PlanError::Provisioner(timed_out())),
             DeleteError::DeletionPod(PhaseError::Run(timed_out())),

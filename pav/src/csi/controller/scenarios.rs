@@ -249,19 +249,30 @@ async fn a_volume_without_a_deletion_pod_is_deleted_once_and_its_pods_cleaned_up
         answer.expect("DeleteVolume");
     }
     let pods = "GET /api/v1/pods".to_owned();
-    // The claim and its class for the deletion context, then the
-    // claim's pods; the repeat and the unknown handle ask nothing.
+    // The staging pods (none: the volume is staged nowhere), the claim and
+    // its class for the deletion context, then the claim's pods; the
+    // repeat and the unknown handle ask nothing.
     assert_eq!(
         asked(&server),
-        [format!("GET {CLAIM}"), format!("GET {CLASS}"), pods]
+        [
+            pods.clone(),
+            format!("GET {CLAIM}"),
+            format!("GET {CLASS}"),
+            pods
+        ]
     );
-    let listed = server
+    let listed: Vec<_> = server
         .requests()
         .into_iter()
-        .find(|r| r.line() == "GET /api/v1/pods" && !r.query.contains("limit="))
-        .unwrap();
+        .filter(|r| r.line() == "GET /api/v1/pods" && !r.query.contains("limit="))
+        .map(|r| r.query)
+        .collect();
     assert!(
-        listed.query.contains("volume%3Du-data") || listed.query.contains("volume=u-data"),
+        listed[0].contains("phase%3Dstaging") || listed[0].contains("phase=staging"),
+        "{listed:?}"
+    );
+    assert!(
+        listed[1].contains("volume%3Du-data") || listed[1].contains("volume=u-data"),
         "{listed:?}"
     );
 }
@@ -505,7 +516,9 @@ async fn a_deletion_pod_runs_and_a_failed_one_is_reported_and_retried() {
     assert_eq!(
         asked(&server),
         [
-            // The failed run: its pod goes, the volume is told.
+            // The failed run, the volume staged nowhere: its pod goes, the
+            // volume is told.
+            pods.clone(),
             format!("GET {CLAIM}"),
             format!("GET {CLASS}"),
             format!("POST {PODS_OF_PAV}"),
@@ -513,6 +526,7 @@ async fn a_deletion_pod_runs_and_a_failed_one_is_reported_and_retried() {
             "POST /apis/events.k8s.io/v1/namespaces/default/events".to_owned(),
             // The retry runs the pod again, then cleans up the
             // claim's pods; the repeat asks nothing.
+            pods.clone(),
             format!("GET {CLAIM}"),
             format!("GET {CLASS}"),
             format!("POST {PODS_OF_PAV}"),
@@ -530,6 +544,124 @@ async fn a_deletion_pod_runs_and_a_failed_one_is_reported_and_retried() {
     assert_eq!(event["regarding"]["kind"], "PersistentVolume");
     assert_eq!(event["note"], status.message());
     assert!(server.pods().is_empty(), "{:#?}", server.pods());
+}
+
+/// The staging pod of volume `vol-1` (PersistentVolume `pv`) for a client
+/// pod on `node`, as the node plugin creates it.
+fn staging_pod(pv: &str, node: &str) -> serde_json::Value {
+    let origin = crate::pods::PodOrigin {
+        provisioner: "p",
+        owner: None,
+        default_namespace: "pav",
+    };
+    let staging = pav_templates::StagingPhase {
+        pod_template: serde_json::from_value(
+            json!({"spec": {"containers": [{"name": "c", "image": "i"}]}}),
+        )
+        .unwrap(),
+        timeout: None,
+    };
+    let target = format!("/var/lib/kubelet/pods/u-web-{node}/volumes/kubernetes.io~csi/{pv}/mount");
+    let publication = crate::pods::Publication {
+        handle: "vol-1",
+        target_path: &target,
+        node,
+        claim: "apps/data",
+        pv,
+        client: ("apps", "web", "u-web"),
+        read_only: false,
+    };
+    serde_json::to_value(origin.staging_pod(&staging, None, &publication)).unwrap()
+}
+
+#[tokio::test]
+async fn a_volume_still_staged_is_deleted_only_once_unstaged_whatever_restarts() {
+    let (server, client) = scenario(spec_with_pods());
+    server.route(
+        Method::GET,
+        "/api/v1/persistentvolumes",
+        list("PersistentVolume", vec![volume()]),
+    );
+    server.serve_pods(crate::csi::fixtures::pods_ending(|phase| {
+        assert_eq!(phase, "deletion");
+        succeeded(results::Collected::default())
+    }));
+    // The client pod is gone and its claim with it; the kubelet is still
+    // unpublishing the volume on node-a: the node plugin has stopped the
+    // staging pod, whose finalizer keeps it until the unstaging pod ran.
+    let mut unstaging = staging_pod("pvc-u-data", "node-a");
+    unstaging["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    server.put_pod(unstaging.clone());
+    // Another volume staged on node-b does not hold this one.
+    server.put_pod(staging_pod("pvc-other", "node-b"));
+    let delete = csi::DeleteVolumeRequest {
+        volume_id: "vol-1".into(),
+        ..Default::default()
+    };
+    let staged_name = unstaging["metadata"]["name"].as_str().unwrap().to_owned();
+    // Each call is a new controller: nothing is remembered in memory
+    // between them, as after a restart.
+    let call = || {
+        let (client, delete) = (client.clone(), delete.clone());
+        async move {
+            with_controller(client, async |mut controller| {
+                controller.delete_volume(delete).await.map(|_| ())
+            })
+            .await
+        }
+    };
+    for _ in 0..2 {
+        let status = call().await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+        assert_eq!(
+            status.message(),
+            format!(
+                "PersistentVolume pvc-u-data is still staged on node node-a: it is deleted \
+                 once the node plugin has unstaged it (staging pod pav/{staged_name})"
+            )
+        );
+    }
+    assert!(
+        server.created_pods().is_empty(),
+        "a deletion pod ran while staged"
+    );
+    let events: Vec<_> = (server.requests().into_iter())
+        .filter(|r| r.method == Method::POST && r.path.ends_with("/events"))
+        .filter_map(|r| r.body)
+        .collect();
+    assert_eq!(events.len(), 2, "{events:#?}");
+    let event = &events[0];
+    assert_eq!(event["reason"], super::delete::DELETION_WAITS_FOR_UNSTAGING);
+    assert_eq!(event["type"], "Normal");
+    assert_eq!(event["regarding"]["kind"], "PersistentVolume");
+    assert_eq!(event["regarding"]["name"], "pvc-u-data");
+    assert_eq!(event["related"]["name"], staged_name.as_str());
+    assert!(
+        event["note"]
+            .as_str()
+            .unwrap()
+            .contains("still staged on node node-a"),
+        "{event:#?}"
+    );
+
+    // The node plugin has unstaged the volume and released its staging
+    // pod: the deletion pod runs.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "pav");
+    pods.patch(
+        &staged_name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"metadata": {"finalizers": []}})),
+    )
+    .await
+    .unwrap();
+    call().await.expect("DeleteVolume once unstaged");
+    let created = server.created_pods();
+    assert_eq!(created.len(), 1, "{created:#?}");
+    assert_golden(DELETION_POD, &created[0]);
+    let staging_lists = (server.requests().into_iter())
+        .filter(|r| r.line() == "GET /api/v1/pods" && r.query.contains("staging"))
+        .count();
+    assert_eq!(staging_lists, 3, "each call reads the API server");
 }
 
 /// `spec_with_pods` with pav's expansion and snapshot sections, and the
