@@ -246,6 +246,7 @@ impl DriverBuilder {
             snapshot_cache: Mutex::default(),
             topology_aware: self.topology_aware,
             serves_node: self.node.is_some(),
+            staged: self.node.as_ref().map(|_| Records::new(&state_dir)),
             #[cfg(feature = "kube")]
             claims: self.claims,
         });

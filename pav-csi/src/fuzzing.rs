@@ -34,6 +34,7 @@ impl Controller {
             snapshot_cache: Mutex::default(),
             topology_aware,
             serves_node: false,
+            staged: None,
             #[cfg(feature = "kube")]
             claims: None,
         })

@@ -21,6 +21,10 @@ pub(crate) struct Shared {
     /// Whether this process serves the node service too; a controller-only
     /// process leaves node expansion to the node plugins.
     pub(crate) serves_node: bool,
+    /// The node service's staging records, when this process serves the
+    /// node service too: DeleteVolume refuses a volume they say is staged
+    /// on this node.
+    pub(crate) staged: Option<crate::staged::Records>,
     /// Where Create's claim is completed from (feature `kube`).
     #[cfg(feature = "kube")]
     pub(crate) claims: Option<crate::claims::ClaimLookup>,

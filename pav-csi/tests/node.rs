@@ -552,3 +552,46 @@ async fn node_stats_carry_the_condition_health_reports() {
         h.stop().await;
     }
 }
+
+/// DeleteVolume of a volume this node still has staged is refused as in
+/// use, without asking the provisioner, until NodeUnstageVolume: the CO
+/// does not order the two (a claim deleted with its pod is deleted while
+/// the kubelet unstages), and the process serving both services knows.
+#[tokio::test]
+#[ignore = "needs root (mounts): .ci/run runs it as root"]
+async fn a_volume_staged_on_this_node_is_not_deleted_until_unstaged() {
+    let mut h = Harness::start().await;
+    let stage = stage_request(&h, "in-use", VolumeMode::Filesystem);
+    let staging = h.path("staging-in-use");
+    h.node.node_stage_volume(stage).await.unwrap();
+    let delete = csi::DeleteVolumeRequest {
+        volume_id: "in-use".into(),
+        ..Default::default()
+    };
+    let refused = h
+        .controller
+        .delete_volume(delete.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(
+        refused.message().contains("still staged on this node"),
+        "{refused:?}"
+    );
+    let deletes = |h: &Harness| {
+        let calls = h.provisioner.calls.lock().unwrap();
+        calls.iter().filter(|c| **c == "delete").count()
+    };
+    assert_eq!(deletes(&h), 0, "the provisioner's Delete ran while staged");
+
+    h.node
+        .node_unstage_volume(csi::NodeUnstageVolumeRequest {
+            volume_id: "in-use".into(),
+            staging_target_path: staging.to_string_lossy().into(),
+        })
+        .await
+        .unwrap();
+    h.controller.delete_volume(delete).await.unwrap();
+    assert_eq!(deletes(&h), 1);
+    h.stop().await;
+}

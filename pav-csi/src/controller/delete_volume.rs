@@ -1,4 +1,6 @@
-//! `DeleteVolume`: a volume that is gone already is deleted.
+//! `DeleteVolume`: a volume that is gone already is deleted; one still
+//! staged on this node (when this process serves the node service too) is
+//! not.
 
 use pav_sdk::Secrets;
 use tonic::Status;
@@ -6,7 +8,7 @@ use tonic::Status;
 use super::ControllerService;
 use crate::convert;
 use crate::csi;
-use crate::error::status;
+use crate::error::{internal, status};
 use crate::guard::Key;
 use crate::limits;
 
@@ -27,8 +29,9 @@ pub(crate) fn check(req: &csi::DeleteVolumeRequest) -> Result<Checked, Status> {
     })
 }
 
-/// Holds the volume, asks the provisioner's Delete (if it has one; its
-/// `NOT_FOUND` is success) and forgets a cached `CreateVolume` answer.
+/// Holds the volume, refuses it while it is staged on this node, asks the
+/// provisioner's Delete (if it has one; its `NOT_FOUND` is success) and
+/// forgets a cached `CreateVolume` answer.
 pub(crate) async fn run(
     service: &ControllerService,
     checked: Checked,
@@ -38,6 +41,7 @@ pub(crate) async fn run(
     let shared = &service.shared;
     let _guard = shared.in_flight.claim(Key::Volume(volume_id.to_owned()))?;
     tracing::info!(volume_id, "DeleteVolume");
+    refuse_staged(shared.staged.as_ref(), volume_id).await?;
     if let Some(deleter) = shared.provisioner.delete() {
         let mut delete = pav_sdk::build::delete(volume_id);
         delete.secrets = secrets;
@@ -50,4 +54,34 @@ pub(crate) async fn run(
         .unwrap_or_else(|e| e.into_inner())
         .forget_volume(volume_id);
     Ok(csi::DeleteVolumeResponse {})
+}
+
+/// `FAILED_PRECONDITION` (the CSI spec's "volume in use"; the CO retries)
+/// while this node's staging records hold `volume_id`. The CO does not
+/// order DeleteVolume after the last NodeUnstageVolume: once a client
+/// pod's object is gone its claim may be deleted while the kubelet is still
+/// unstaging, and a Delete then would remove the storage under the
+/// provisioner's Unstage. Only this node's records are known here: a
+/// controller serving no node service (`records` is `None`) leaves the
+/// check to the provisioner's Delete.
+async fn refuse_staged(
+    records: Option<&crate::staged::Records>,
+    volume_id: &str,
+) -> Result<(), Status> {
+    let Some(records) = records.cloned() else {
+        return Ok(());
+    };
+    let id = volume_id.to_owned();
+    let record = tokio::task::spawn_blocking(move || records.get(&id))
+        .await
+        .map_err(|e| internal("staging record task", e))?
+        .map_err(|e| internal("reading the staging record", e))?;
+    match record {
+        None => Ok(()),
+        Some(record) => Err(Status::failed_precondition(format!(
+            "volume {volume_id:?} is still staged on this node at {}: it is deleted once \
+             NodeUnstageVolume has unstaged it",
+            record.staging.display()
+        ))),
+    }
 }
