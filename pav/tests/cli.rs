@@ -230,6 +230,28 @@ fn render_places_the_local_volumes_pods_on_the_volumes_node() {
             "{phase}"
         );
     }
+    // Deletion reads the loop devices' backing files (device and inode)
+    // to refuse an attached image: privileged, with the node's /dev.
+    let pod = local_volumes_pod("deletion");
+    let spec = pod.spec.as_ref().unwrap();
+    let container = &spec.containers[0];
+    assert_eq!(
+        container.security_context.as_ref().unwrap().privileged,
+        Some(true)
+    );
+    let dev = container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.mount_path == "/dev")
+        .expect("the node's /dev is mounted");
+    let volume = spec.volumes.iter().flatten().find(|v| v.name == dev.name);
+    assert_eq!(
+        volume
+            .and_then(|v| v.host_path.as_ref())
+            .map(|h| h.path.as_str()),
+        Some("/dev")
+    );
     // Node expansion sees the staged volume at /pav/volume, privileged.
     let pod = local_volumes_pod("node-expansion");
     let container = &pod.spec.as_ref().unwrap().containers[0];
