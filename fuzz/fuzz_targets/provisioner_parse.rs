@@ -1,25 +1,9 @@
-//! Arbitrary bytes as PavProvisioner YAML through
-//! `CompiledProvisioner::from_yaml`; when it compiles, every phase is
-//! rendered with the sample contexts. Must never panic, hang or exhaust
-//! memory (YAML aliases are bounded too).
+//! Arbitrary bytes as PavProvisioner YAML, compiled and rendered in every
+//! phase.
+//!
+//! The property lives in pav-fuzz-checks (fuzz/checks), whose test replays
+//! fuzz/corpus/provisioner_parse in the workspace build.
 
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use pav_templates::CompiledProvisioner;
-
-#[path = "common.rs"]
-mod common;
-
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    match CompiledProvisioner::from_yaml(text) {
-        Ok(provisioner) => common::render_every_phase(&provisioner),
-        Err(problems) => {
-            assert!(!problems.0.is_empty(), "an error without a problem");
-            let _ = problems.to_string();
-        }
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| pav_fuzz_checks::provisioner_parse(data));

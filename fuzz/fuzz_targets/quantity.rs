@@ -1,23 +1,8 @@
-//! Arbitrary text as a Kubernetes quantity (what claims, classes and
-//! templates give as capacities). Must never panic; a parsed capacity fits
-//! CSI's int64, and rounding down never gives more than rounding up.
+//! Arbitrary text as a Kubernetes quantity.
+//!
+//! The property lives in pav-fuzz-checks (fuzz/checks), whose test replays
+//! fuzz/corpus/quantity in the workspace build.
 
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use pav_templates::quantity::{Rounding, parse_bytes};
-
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    let down = parse_bytes(text, Rounding::Down);
-    let up = parse_bytes(text, Rounding::Up);
-    for bytes in [&down, &up].into_iter().flatten() {
-        assert!(i64::try_from(*bytes).is_ok(), "{text:?}: {bytes} bytes");
-    }
-    if let Ok(up) = up {
-        let down = down.unwrap_or_else(|err| panic!("{text:?}: up {up}, down failed: {err}"));
-        assert!(down <= up, "{text:?}: down {down} > up {up}");
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| pav_fuzz_checks::quantity(data));
