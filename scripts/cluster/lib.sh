@@ -25,7 +25,9 @@ REGISTRAR_SRC_HASH="$(cat "$CLUSTER_DIR"/node-driver-registrar/{main.go,go.mod,g
 REGISTRAR_BIN="$CACHE/bin/csi-node-driver-registrar-$CSI_NODE_DRIVER_REGISTRAR_VERSION-$REGISTRAR_SRC_HASH"
 IMAGES_DIR="$CACHE/images"
 
-export GOFLAGS="${GOFLAGS:-} -trimpath -buildvcs=false"
+# No DWARF: the binaries are stripped (-ldflags "-s -w") and nothing here
+# debugs them, so the compiler need not write it either.
+export GOFLAGS="${GOFLAGS:-} -trimpath -buildvcs=false -gcflags=all=-dwarf=false"
 export CGO_ENABLED=0
 GO_BUILD_P="${PAV_CLUSTER_GO_P:-2}"
 
