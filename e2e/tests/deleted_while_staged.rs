@@ -12,14 +12,14 @@
 //! For examples/local-volumes (a PavProvisioner, whose deletion pod once
 //! removed images still attached to a loop device, and whose unstaging
 //! then left the device: every claim leaked one) and examples/sparse-file
-//! (a native driver). The same on three nodes is in several_nodes.rs.
+//! (a native driver).
 
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::DeleteParams;
 use kube::{Api, Client};
-use pav_e2e::sparse_file::{self, client_pod};
+use pav_e2e::sparse_file;
 use pav_e2e::*;
 
 /// Claims in use when everything is deleted.
@@ -96,20 +96,47 @@ fn left_on_node(images: &[String]) -> Vec<String> {
     left
 }
 
+/// A pod on `node` that keeps claim `claim` in use until deleted.
+fn user_pod(namespace: &str, name: &str, node: &str, claim: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: {name}, namespace: {namespace} }}
+spec:
+  nodeName: {node}
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: user
+      image: busybox:stable
+      imagePullPolicy: IfNotPresent
+      command: [sh, -c, "echo in use > /data/mark; exec sleep 3600"]
+      volumeMounts: [{{ name: data, mountPath: /data }}]
+  volumes:
+    - name: data
+      persistentVolumeClaim: {{ claimName: {claim} }}
+"#
+    )
+}
+
 /// Starts [`CLAIMS`] claims of `driver` in namespace `ns`, each used by a
-/// running pod; returns their volumes' names and images once all pods run.
-async fn claims_in_use(client: &Client, ns: &str, driver: &Driver) -> (Vec<String>, Vec<String>) {
+/// running pod, the pods spread over `nodes` in turn; returns their
+/// volumes' names and images (as this host sees them) once all pods run.
+async fn claims_in_use(
+    client: &Client,
+    ns: &str,
+    driver: &Driver,
+    nodes: &[LocalNode],
+) -> (Vec<String>, Vec<String>) {
     for i in 0..CLAIMS {
-        apply(client, &claim(ns, &format!("data-{i}"), driver.class))
+        let (pod, claim_name) = (format!("user-{i}"), format!("data-{i}"));
+        let node = &nodes[i % nodes.len()];
+        apply(client, &claim(ns, &claim_name, driver.class))
             .await
             .unwrap();
-        let script = "echo in use > /data/mark; sleep 3600";
-        apply(
-            client,
-            &client_pod(ns, &format!("user-{i}"), &format!("data-{i}"), script),
-        )
-        .await
-        .unwrap();
+        apply(client, &user_pod(ns, &pod, &node.name, &claim_name))
+            .await
+            .unwrap();
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
@@ -128,7 +155,13 @@ async fn claims_in_use(client: &Client, ns: &str, driver: &Driver) -> (Vec<Strin
             .and_then(|s| s.csi)
             .expect("a CSI volume")
             .volume_handle;
-        let image = format!("{}/{handle}.img", driver.images);
+        let node = &nodes[i % nodes.len()];
+        let image = node
+            .root
+            .join(driver.images.trim_start_matches('/'))
+            .join(format!("{handle}.img"))
+            .display()
+            .to_string();
         assert!(
             std::path::Path::new(&image).exists() && !loop_devices_of(&image).is_empty(),
             "{image}: the staged volume's image, attached to a loop device"
@@ -140,9 +173,15 @@ async fn claims_in_use(client: &Client, ns: &str, driver: &Driver) -> (Vec<Strin
 }
 
 /// Deletes one claim with its pod at once, then the namespace with the
-/// others, and waits until nothing of the volumes is left.
-async fn delete_everything_at_once(client: &Client, ns: &str, driver: &Driver) {
-    let (volumes, images) = claims_in_use(client, ns, driver).await;
+/// others (their pods on `nodes` in turn), and waits until nothing of the
+/// volumes is left.
+async fn delete_everything_at_once(
+    client: &Client,
+    ns: &str,
+    driver: &Driver,
+    nodes: &[LocalNode],
+) {
+    let (volumes, images) = claims_in_use(client, ns, driver, nodes).await;
 
     // `kubectl delete pod,pvc --wait=false`: both requests at once.
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -181,21 +220,19 @@ async fn delete_everything_at_once(client: &Client, ns: &str, driver: &Driver) {
     assert_no_leaks(client, driver.name, STEP).await;
 }
 
-#[tokio::test]
-#[ignore = "needs a cluster"]
-async fn local_volumes_claims_deleted_with_their_pods_leave_nothing() {
-    const NS: &str = "e2e-deleted-staged-local";
+/// The local-volumes scenario in namespace `ns` with its pods on `nodes`
+/// in turn: everything deleted at once, every volume deleted by its
+/// deletion pod after its unstaging, nothing left.
+async fn local_volumes_deleted_at_once(ns: &str, nodes: &[LocalNode]) {
     let client = cluster().await;
-    let started = Instant::now();
     let objects = [
         example_file("local-volumes", "provisioner.yaml"),
         example_file("local-volumes", "storageclass.yaml"),
     ]
     .join("\n---\n");
-    let observer = start_scenario(&client, NS, LOCAL_VOLUMES.name, &objects).await;
+    let observer = start_scenario(&client, ns, LOCAL_VOLUMES.name, &objects).await;
 
-    delete_everything_at_once(&client, NS, &LOCAL_VOLUMES).await;
-    // Every volume was deleted by its deletion pod, after its unstaging.
+    delete_everything_at_once(&client, ns, &LOCAL_VOLUMES, nodes).await;
     assert_eq!(observer.runs("deletion"), CLAIMS, "{:#?}", observer.seen());
     observer.assert_succeeded("unstaging");
 
@@ -207,6 +244,13 @@ async fn local_volumes_claims_deleted_with_their_pods_leave_nothing() {
         .await
         .unwrap();
     assert_no_leaks(&client, LOCAL_VOLUMES.name, STEP).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster"]
+async fn local_volumes_claims_deleted_with_their_pods_leave_nothing() {
+    let started = Instant::now();
+    local_volumes_deleted_at_once("e2e-deleted-staged-local", &local_nodes().unwrap()[..1]).await;
     eprintln!(
         "local_volumes_claims_deleted_with_their_pods_leave_nothing: {:.1}s",
         started.elapsed().as_secs_f64()
@@ -225,7 +269,7 @@ async fn sparse_file_claims_deleted_with_their_pods_leave_nothing() {
     namespace(&client, NS).await.unwrap();
     sparse_file::install(&client, &FILES).await;
 
-    delete_everything_at_once(&client, NS, &SPARSE_FILE).await;
+    delete_everything_at_once(&client, NS, &SPARSE_FILE, &local_nodes().unwrap()[..1]).await;
 
     sparse_file::uninstall(&client, &FILES).await;
     assert_no_leaks(&client, SPARSE_FILE.name, STEP).await;
