@@ -104,7 +104,13 @@ apiVersion: v1
 kind: Pod
 metadata: {{ name: {name}, namespace: {namespace} }}
 spec:
-  nodeName: {node}
+  # Scheduled, not bound by nodeName: a WaitForFirstConsumer claim gets its
+  # volume on the node the scheduler picks.
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+          - matchFields: [{{ key: metadata.name, operator: In, values: [{node}] }}]
   terminationGracePeriodSeconds: 1
   containers:
     - name: user
