@@ -1,8 +1,8 @@
 //! CSI input: one row per RPC and bad (missing, oversized, inconsistent or
 //! out-of-place) input, each asserting the gRPC code the CSI v1.12 spec
 //! names for it and that the provisioner was not called. Rows whose
-//! fixture mounts (a staged or published volume) need root and are skipped
-//! with a message otherwise.
+//! fixture mounts (a staged or published volume) need root: their tests
+//! are `#[ignore]`d, and `.ci/run` runs them as root in scripts/sandbox.
 //!
 //! Codes, from the spec's general and per-RPC error tables:
 //! missing or invalid field `INVALID_ARGUMENT`; `limit_bytes` below

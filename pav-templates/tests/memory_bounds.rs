@@ -31,10 +31,9 @@ fn peak_rss_kib() -> Option<u64> {
 
 #[test]
 fn python_methods_are_stopped_before_they_allocate() {
-    let Some(before) = peak_rss_kib() else {
-        eprintln!("SKIPPED python_methods_are_stopped_before_they_allocate: no /proc/self/status");
-        return;
-    };
+    // Linux only, as pav: a test that passed without measuring would
+    // hold no promise.
+    let before = peak_rss_kib().expect("VmHWM in /proc/self/status");
     for template in ROWS {
         let provisioner = CompiledProvisioner::from_json(serde_json::json!({
             "apiVersion": "pav.albertofaria.github.io/v1alpha1",
