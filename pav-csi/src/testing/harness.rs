@@ -268,6 +268,7 @@ impl Config {
             }
             if self.socket.exists()
                 && let Ok(channel) = crate::client::connect(&self.socket).await
+                && answers_probe(&channel).await
             {
                 return Ok((Running { stop, task }, channel));
             }
@@ -278,6 +279,21 @@ impl Config {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
+}
+
+/// Whether the driver answers Probe on `channel`. Under load, the first
+/// connection made right after a restart was sometimes reset before its
+/// first call was answered (`transport error`: sparse-file's tests, with
+/// three busy loops beside them, failed 5 times in 25 runs as CI built
+/// them and 2 in 30 as `cargo test` does; 0 in 30 with this check). Why
+/// the connection is reset is not known yet; the check's first call must
+/// not be the one that finds out, so the harness connects again until a
+/// call goes through.
+async fn answers_probe(channel: &Channel) -> bool {
+    IdentityClient::new(channel.clone())
+        .probe(crate::csi::ProbeRequest {})
+        .await
+        .is_ok()
 }
 
 /// A provisioner served as a CSI driver in-process, on a Unix socket in a
