@@ -349,8 +349,15 @@ async fn render_prints_the_pods_the_driver_creates() {
 
     // Unstaging and deletion pods run once the client and the claim go;
     // every pod is gone afterwards, so the dry runs can take their names.
+    // The volume going says the deletion pod has run: PaV runs it only
+    // once the volume is unstaged, on external-provisioner's next retry,
+    // so between the two no PaV pod may exist for a while.
     delete_and_wait(&pods, "reader", STEP).await.unwrap();
     delete_and_wait(&claims, "data", STEP).await.unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    wait_gone(&pvs, &pv_name, std::time::Duration::from_secs(300))
+        .await
+        .unwrap();
     wait_no_pav_pods(&client, PROVISIONER, STEP).await.unwrap();
 
     let volume_args = ["--pvc", &pvc_file, "--sc", &sc_file, "--pv", &pv_file];
