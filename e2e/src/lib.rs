@@ -788,9 +788,10 @@ fn recorded_driver(node: &LocalNode, record: &str) -> Option<String> {
     Some(record.get("driverName")?.as_str()?.to_owned())
 }
 
-/// Loop devices whose backing file was deleted (`/dev/loopN: FILE`): each
-/// holds a deleted volume image's blocks until someone detaches it.
-pub fn loop_devices_of_deleted_files() -> anyhow::Result<Vec<String>> {
+/// Attached loop devices whose backing file (`/sys/block/loopN/loop/backing_file`,
+/// which the kernel marks `FILE (deleted)`) `matching` accepts, as
+/// `/dev/loopN: FILE`, sorted. The path is the attaching process's view.
+pub fn loop_devices(matching: impl Fn(&str) -> bool) -> anyhow::Result<Vec<String>> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/sys/block")? {
         let entry = entry?;
@@ -798,7 +799,7 @@ pub fn loop_devices_of_deleted_files() -> anyhow::Result<Vec<String>> {
             continue;
         };
         let backing = backing.trim_end();
-        if backing.ends_with(" (deleted)") {
+        if matching(backing) {
             found.push(format!(
                 "/dev/{}: {backing}",
                 entry.file_name().to_string_lossy()
@@ -807,6 +808,12 @@ pub fn loop_devices_of_deleted_files() -> anyhow::Result<Vec<String>> {
     }
     found.sort();
     Ok(found)
+}
+
+/// Loop devices whose backing file was deleted: each holds a deleted
+/// volume image's blocks until someone detaches it.
+pub fn loop_devices_of_deleted_files() -> anyhow::Result<Vec<String>> {
+    loop_devices(|backing| backing.ends_with(" (deleted)"))
 }
 
 /// What a scenario may leave behind, found now.

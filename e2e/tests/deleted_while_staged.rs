@@ -68,19 +68,11 @@ spec:
 /// handle, unique) is what is compared.
 fn loop_devices_of(image: &str) -> Vec<String> {
     let name = format!("/{}", image.rsplit('/').next().unwrap_or(image));
-    let Ok(entries) = std::fs::read_dir("/sys/block") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|entry| {
-            let entry = entry.ok()?;
-            let backing = std::fs::read_to_string(entry.path().join("loop/backing_file")).ok()?;
-            let backing = backing.trim_end();
-            let file = backing.strip_suffix(" (deleted)").unwrap_or(backing);
-            file.ends_with(&name)
-                .then(|| format!("/dev/{}: {backing}", entry.file_name().to_string_lossy()))
-        })
-        .collect()
+    loop_devices(|backing| {
+        let file = backing.strip_suffix(" (deleted)").unwrap_or(backing);
+        file.ends_with(&name)
+    })
+    .expect("reading /sys/block")
 }
 
 /// What is left of the volumes whose images are `images`: image files and
