@@ -172,6 +172,35 @@ async fn a_stage_answered_as_in_progress_is_kept_for_kubelet() {
     h.stop().await;
 }
 
+/// Kubelet repeats NodeStageVolume for a volume it has staged (after its
+/// own restart, or for each new pod): a repeat that fails for good must
+/// leave the stage alone, since pods may be using it.
+#[tokio::test]
+async fn a_failed_repeat_stage_keeps_the_volume_staged() {
+    let mut h = Harness::start().await;
+    let stage = stage_request(&h, "kept-in-place");
+    (h.node.node_stage_volume(stage.clone()).await).unwrap();
+    h.provisioner
+        .failing_stages
+        .lock()
+        .unwrap()
+        .push("kept-in-place".into());
+
+    let status = h.node.node_stage_volume(stage.clone()).await.unwrap_err();
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    assert_eq!(h.provisioner.calls(), ["stage", "stage"], "nothing undone");
+    // Still recorded at its path: staging it elsewhere is refused.
+    let mut elsewhere = stage.clone();
+    elsewhere.staging_target_path = h.path("elsewhere").to_string_lossy().into();
+    std::fs::create_dir_all(h.path("elsewhere")).unwrap();
+    let refused = h.node.node_stage_volume(elsewhere).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    // And kubelet's NodeUnstageVolume still reaches the provisioner.
+    (h.node.node_unstage_volume(unstage_request(&stage)).await).unwrap();
+    assert_eq!(h.provisioner.calls(), ["stage", "stage", "unstage"]);
+    h.stop().await;
+}
+
 #[tokio::test]
 async fn a_failed_stage_whose_undo_fails_is_unstaged_by_the_next_unstage() {
     let mut h = Harness::start().await;

@@ -266,7 +266,8 @@ async fn concurrent_operation_on_one_volume_is_aborted() {
     let slow = stage_request(&h, "slow", VolumeMode::Filesystem);
     let mut first = h.node.clone();
     let pending = tokio::spawn(async move { first.node_stage_volume(slow).await });
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    // The first call holds the volume from before it asks the provisioner.
+    h.provisioner.wait_for_calls("stage", 1).await;
     let mut second = h.node.clone();
     let unstage = csi::NodeUnstageVolumeRequest {
         volume_id: "slow".into(),

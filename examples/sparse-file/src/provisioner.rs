@@ -1577,9 +1577,9 @@ mod tests {
     /// CI failed deleting an ephemeral volume just unstaged, "still
     /// staged": udev still held the loop device open after the unmount,
     /// so `losetup --detach` only marked it, and Unstage returned with the
-    /// image attached. Here a process holds the device open a moment past
-    /// Unstage's detach: Unstage returns once it is gone, and Delete
-    /// succeeds.
+    /// image attached. Here the test holds the device open until Unstage
+    /// has asked for the detach and is waiting: Unstage returns once the
+    /// device is gone, and Delete succeeds.
     #[tokio::test]
     #[ignore = "needs root and loop devices: .ci/run runs it as root"]
     async fn unstage_returns_once_the_device_is_detached_even_while_held_open() {
@@ -1589,22 +1589,63 @@ mod tests {
         let target = dir.path().join("staging");
         let _cleanup = Staging(&target, image.clone());
         let holder = std::fs::File::open(&device).unwrap();
-        let released = std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(300));
-            drop(holder);
-        });
         let unstage = pav_sdk::build::unstage(handle, "n1", &target);
-        files.unstage(unstage).await.unwrap();
+        unstage_while_held(&files, unstage, &device, holder).await;
         assert_eq!(loop_devices(&image).await.unwrap(), Vec::<String>::new());
         files.delete(pav_sdk::build::delete(handle)).await.unwrap();
-        released.join().unwrap();
+    }
+
+    /// Whether a detach of loop `device` was asked for while it is held
+    /// open: the kernel then marks it to be cleared once the last holder
+    /// lets go.
+    fn detach_requested(device: &Path) -> bool {
+        let name = device.file_name().unwrap().to_string_lossy();
+        std::fs::read_to_string(format!("/sys/block/{name}/loop/autoclear"))
+            .is_ok_and(|flag| flag.trim() == "1")
+    }
+
+    /// Runs `unstage` while `holder` keeps `device` open (as udev does for
+    /// a moment), and lets go only once Unstage has asked for the detach
+    /// and is still running. Fails when Unstage returns while the device
+    /// is still held: it did not wait for the kernel to let it go.
+    async fn unstage_while_held(
+        files: &SparseFiles,
+        unstage: pav_sdk::UnstageRequest,
+        device: &Path,
+        holder: std::fs::File,
+    ) {
+        let unstaging = files.unstage(unstage);
+        tokio::pin!(unstaging);
+        let mut holder = Some(holder);
+        loop {
+            tokio::select! {
+                biased;
+                unstaged = &mut unstaging => {
+                    unstaged.unwrap();
+                    assert!(
+                        holder.is_none(),
+                        "Unstage returned while {} was held open",
+                        device.display()
+                    );
+                    return;
+                }
+                // Polls the kernel's flag: the event is a detach request.
+                () = tokio::time::sleep(std::time::Duration::from_millis(5)),
+                    if holder.is_some() =>
+                {
+                    if detach_requested(device) {
+                        holder = None;
+                    }
+                }
+            }
+        }
     }
 
     /// An image deleted while staged left its loop device behind at
     /// Unstage, holding the deleted file's blocks: Unstage detaches it.
     /// CI then saw the device still there after Unstage: udev held it
-    /// open, as a process does here a moment past the detach, and Unstage
-    /// did not wait for the kernel to let it go.
+    /// open past the detach (as the test does here, until Unstage has asked
+    /// for it), and Unstage did not wait for the kernel to let it go.
     #[tokio::test]
     #[ignore = "needs root and loop devices: .ci/run runs it as root"]
     async fn unstage_detaches_the_loop_device_of_a_deleted_image() {
@@ -1617,18 +1658,13 @@ mod tests {
         let orphans = crate::attach::devices_of_deleted(&image).unwrap();
         assert_eq!(orphans, [device.to_string_lossy().into_owned()]);
         let holder = std::fs::File::open(&device).unwrap();
-        let released = std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(300));
-            drop(holder);
-        });
         let unstage = pav_sdk::build::unstage(handle, "n1", &target);
-        files.unstage(unstage.clone()).await.unwrap();
+        unstage_while_held(&files, unstage.clone(), &device, holder).await;
         assert_eq!(
             crate::attach::devices_of_deleted(&image).unwrap(),
             Vec::<String>::new()
         );
         files.unstage(unstage).await.unwrap();
-        released.join().unwrap();
     }
 
     /// Images were 0644: any local user could read every volume's data.

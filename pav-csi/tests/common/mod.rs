@@ -31,6 +31,9 @@ pub struct Memory {
     pub calls: Mutex<Vec<&'static str>>,
     /// Snapshots by name.
     pub snapshots: Mutex<HashMap<String, SnapshotInfo>>,
+    /// Handles whose Stage fails (`NotFound`, a final answer) while
+    /// listed here.
+    pub failing_stages: Mutex<Vec<String>>,
     /// Handles whose Unstage fails (`Internal`) while listed here.
     pub failing_unstages: Mutex<Vec<String>>,
     /// For each Unstage, whether something was still mounted at its path
@@ -53,6 +56,7 @@ impl Memory {
             unstages: AtomicUsize::new(0),
             calls: Mutex::default(),
             snapshots: Mutex::default(),
+            failing_stages: Mutex::default(),
             failing_unstages: Mutex::default(),
             mounted_at_unstage: Mutex::default(),
             attributes: Mutex::default(),
@@ -195,7 +199,8 @@ impl Stage for Memory {
             tokio::time::sleep(Duration::from_millis(500)).await;
             self.record("stage finished");
         }
-        if req.handle == "missing" {
+        let failing = (self.failing_stages.lock().unwrap()).contains(&req.handle.to_string());
+        if req.handle == "missing" || failing {
             return Err(Error::NotFound("no such volume".into()));
         }
         // `busy` is still being staged elsewhere: a retry finishes it.

@@ -4,7 +4,11 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// Tokio's clock, which tests can advance, so that how long an answer
+// stands is tested without waiting for it.
+use tokio::time::Instant;
 
 /// Answers per key, each with when it was measured and how long it
 /// stands. The map is behind a mutex held only for a lookup or an insert,

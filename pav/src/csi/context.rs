@@ -560,4 +560,37 @@ mod tests {
             .count();
         assert_eq!(posts, 1);
     }
+
+    /// Another client changes the pod's finalizers between
+    /// `remove_finalizer`'s read and its patch: the patch names the version
+    /// it read, so it is refused instead of writing back a stale list and
+    /// dropping the other client's finalizer; the caller's retry (kubelet
+    /// repeats NodeUnstageVolume) then removes only its own.
+    #[tokio::test]
+    async fn a_finalizer_is_removed_without_losing_a_concurrent_change() {
+        let (server, client) = ApiServer::start();
+        server.serve_pods(|_| Vec::new());
+        server.put_pod(json!({
+            "metadata": {"name": "x", "namespace": "pav", "finalizers": ["pav/ours", "other/kept"]},
+            "spec": {"containers": []},
+        }));
+        let finalizers = |server: &ApiServer| server.pods()[0]["metadata"]["finalizers"].clone();
+        let pod: Pod = serde_json::from_value(server.pods()[0].clone()).unwrap();
+        let driver = driver_context(client);
+        server.change_before_next_patch(
+            "pav",
+            "x",
+            json!({"metadata": {"finalizers": ["pav/ours", "other/kept", "other/late"]}}),
+        );
+
+        let refused = driver.remove_finalizer(&pod, "pav/ours").await;
+        assert!(refused.is_err(), "a stale patch was applied");
+        assert_eq!(
+            finalizers(&server),
+            json!(["pav/ours", "other/kept", "other/late"])
+        );
+
+        (driver.remove_finalizer(&pod, "pav/ours").await).unwrap();
+        assert_eq!(finalizers(&server), json!(["other/kept", "other/late"]));
+    }
 }

@@ -79,6 +79,9 @@ struct State {
     watches: Vec<Watch>,
     /// The pod store, once [`ApiServer::serve_pods`] is called.
     pods: Option<Pods>,
+    /// Merge patches another client applies to a pod (by namespace and
+    /// name) just before the next PATCH of it is handled.
+    concurrent_changes: Vec<((String, String), Value)>,
 }
 
 /// An open watch: what it watches and the sender of its stream.
@@ -291,6 +294,15 @@ impl ApiServer {
         pods.put(key, pod, "ADDED", &mut Vec::new());
     }
 
+    /// Another client's write: `change` (a merge patch) is applied to pod
+    /// `namespace/name`, with a new resourceVersion, just before the next
+    /// PATCH of that pod is handled, as if it came between the patching
+    /// client's read and its write.
+    pub fn change_before_next_patch(&self, namespace: &str, name: &str, change: Value) {
+        let key = (namespace.to_owned(), name.to_owned());
+        (self.state.lock().unwrap().concurrent_changes).push((key, change));
+    }
+
     /// The pods the store holds now.
     pub fn pods(&self) -> Vec<Value> {
         let state = self.state.lock().unwrap();
@@ -363,20 +375,32 @@ impl State {
                 }
                 (201, created)
             }
-            (&Method::PATCH, Some(name)) => match pods.objects.get(&key(name)).cloned() {
-                Some(mut pod) => {
-                    let patch = request.body.clone().unwrap_or_default();
-                    // Optimistic concurrency: a patch naming a version is
-                    // applied only to that version.
-                    let wanted = &patch["metadata"]["resourceVersion"];
-                    if !wanted.is_null() && *wanted != pod["metadata"]["resourceVersion"] {
-                        return Some(status(409, "Conflict", "the object has been modified"));
+            (&Method::PATCH, Some(name)) => {
+                let (changes, others) = std::mem::take(&mut self.concurrent_changes)
+                    .into_iter()
+                    .partition(|(changed, _)| *changed == key(name));
+                self.concurrent_changes = others;
+                for (_, change) in changes {
+                    if let Some(mut pod) = pods.objects.get(&key(name)).cloned() {
+                        merge(&mut pod, &change);
+                        pods.put(key(name), pod, "MODIFIED", &mut events);
                     }
-                    merge(&mut pod, &patch);
-                    (200, pods.put_or_release(key(name), pod, &mut events))
                 }
-                None => not_found(&request.path),
-            },
+                match pods.objects.get(&key(name)).cloned() {
+                    Some(mut pod) => {
+                        let patch = request.body.clone().unwrap_or_default();
+                        // Optimistic concurrency: a patch naming a version is
+                        // applied only to that version.
+                        let wanted = &patch["metadata"]["resourceVersion"];
+                        if !wanted.is_null() && *wanted != pod["metadata"]["resourceVersion"] {
+                            return Some(status(409, "Conflict", "the object has been modified"));
+                        }
+                        merge(&mut pod, &patch);
+                        (200, pods.put_or_release(key(name), pod, &mut events))
+                    }
+                    None => not_found(&request.path),
+                }
+            }
             (&Method::DELETE, Some(name)) => match pods.objects.get(&key(name)).cloned() {
                 Some(mut pod) => {
                     if pod["metadata"]["deletionTimestamp"].is_null() {

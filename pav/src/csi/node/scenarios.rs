@@ -634,6 +634,37 @@ async fn a_staged_volume_is_checked_by_a_pod_on_its_node_at_most_every_interval(
     );
 }
 
+/// An answer stands for `every` and no longer: once the clock has passed
+/// it, the next stats call checks again.
+#[tokio::test]
+async fn a_staged_volume_is_checked_again_once_its_interval_has_passed() {
+    let (server, node, _dir) = scenario_of(checked_spec("1h"), |phase, dir| match phase {
+        "staging" => ready(dir),
+        "health" => checked(dir, "abnormal: true\nmessage: 3 blocks unreadable\n"),
+        other => panic!("a {other:?} pod on the node"),
+    });
+    node.stage_for(&staging_request(), &client_info())
+        .await
+        .expect("staging");
+    let checks = || {
+        let created = server.created_pods();
+        created
+            .iter()
+            .filter(|pod| pod["metadata"]["labels"][LABEL_PHASE] == "health")
+            .count()
+    };
+    condition(&node).await.unwrap();
+    assert_eq!(checks(), 1);
+    tokio::time::pause();
+    tokio::time::advance(std::time::Duration::from_secs(59 * 60)).await;
+    condition(&node).await.unwrap();
+    assert_eq!(checks(), 1, "the answer stands for an hour");
+    tokio::time::advance(std::time::Duration::from_secs(2 * 60)).await;
+    tokio::time::resume();
+    condition(&node).await.unwrap();
+    assert_eq!(checks(), 2, "checked again after the hour");
+}
+
 #[tokio::test]
 async fn a_failed_check_is_abnormal_with_its_message_and_a_silent_one_healthy() {
     let (server, node, _dir) = scenario_of(checked_spec("1h"), |phase, dir| match phase {
