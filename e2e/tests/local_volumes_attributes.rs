@@ -19,7 +19,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::{CSIDriver, CSIStorageCapacity};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSIStorageCapacity, StorageClass};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use pav_e2e::sparse_file::client_pod;
@@ -29,6 +29,9 @@ const NAME: &str = "local-volumes";
 const NS: &str = "e2e-local-attributes";
 /// The example's StorageClass.
 const CLASS: &str = "local-volumes";
+/// A class of the example's provisioner that binds at once (the example's
+/// own waits for the first consumer).
+const IMMEDIATE_CLASS: &str = "e2e-local-immediate";
 /// Where the example keeps images on each node.
 const VOLUMES_DIR: &str = "/var/lib/pav-local-volumes";
 /// The label every pav node plugin reports its node under.
@@ -46,7 +49,8 @@ fn example(file: &str) -> String {
     example_file("local-volumes", file)
 }
 
-/// The example's provisioner and class, and three VolumeAttributesClasses.
+/// The example's provisioner and classes (its own and an `Immediate`
+/// one), and three VolumeAttributesClasses.
 fn objects() -> String {
     let class = |name: &str, mode: &str| {
         format!(
@@ -56,6 +60,9 @@ fn objects() -> String {
     [
         example("provisioner.yaml"),
         example("storageclass.yaml"),
+        format!(
+            "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: {IMMEDIATE_CLASS}\nprovisioner: {NAME}\nvolumeBindingMode: Immediate\n"
+        ),
         class(RW, "rw"),
         class(RO, "ro"),
         class(BAD, "rx"),
@@ -176,30 +183,40 @@ async fn local_volumes_publish_each_nodes_capacity() {
         .collect();
     assert!(nodes.contains(&FIRST_NODE.to_owned()), "nodes: {nodes:?}");
     let capacities: Api<CSIStorageCapacity> = Api::namespaced(client.clone(), PAV_NAMESPACE);
-    let per_node = wait_until("a CSIStorageCapacity of each node", STEP * 2, || async {
-        let found: Vec<(String, u64, CSIStorageCapacity)> = capacities
-            .list(&ListParams::default().labels(&format!("csi.storage.k8s.io/drivername={NAME}")))
-            .await?
-            .items
-            .into_iter()
-            .filter(|c| c.storage_class_name == CLASS)
-            .filter_map(|c| {
-                let node = c
-                    .node_topology
-                    .as_ref()?
-                    .match_labels
-                    .as_ref()?
-                    .get(TOPOLOGY_KEY)?
-                    .clone();
-                let bytes = quantity_bytes(&c.capacity.as_ref()?.0)?;
-                Some((node, bytes, c))
-            })
-            .collect();
-        let all = nodes
-            .iter()
-            .all(|n| found.iter().any(|(node, _, _)| node == n));
-        Ok(all.then_some(found))
-    })
+    // One per node for each class, whatever its binding mode (the
+    // scheduler reads only WaitForFirstConsumer classes' objects, but a
+    // user or a tool reads any).
+    let per_node = wait_until(
+        "a CSIStorageCapacity of each node and class",
+        STEP * 2,
+        || async {
+            let found: Vec<(String, u64, CSIStorageCapacity)> = capacities
+                .list(
+                    &ListParams::default().labels(&format!("csi.storage.k8s.io/drivername={NAME}")),
+                )
+                .await?
+                .items
+                .into_iter()
+                .filter_map(|c| {
+                    let node = c
+                        .node_topology
+                        .as_ref()?
+                        .match_labels
+                        .as_ref()?
+                        .get(TOPOLOGY_KEY)?
+                        .clone();
+                    let bytes = quantity_bytes(&c.capacity.as_ref()?.0)?;
+                    Some((node, bytes, c))
+                })
+                .collect();
+            let all = [CLASS, IMMEDIATE_CLASS].iter().all(|class| {
+                nodes.iter().all(|n| {
+                    (found.iter()).any(|(node, _, c)| node == n && c.storage_class_name == *class)
+                })
+            });
+            Ok(all.then_some(found))
+        },
+    )
     .await;
     let per_node = match per_node {
         Ok(found) => found,
@@ -232,6 +249,10 @@ async fn local_volumes_publish_each_nodes_capacity() {
         "{FIRST_NODE}: published {here} bytes; df says {free} free, {room} once the images there fill up"
     );
 
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    delete_and_wait(&classes, IMMEDIATE_CLASS, STEP)
+        .await
+        .unwrap();
     finish(&client, &[]).await;
     eprintln!(
         "local_volumes_publish_each_nodes_capacity: {:.1}s",

@@ -11,8 +11,14 @@ use serde_json::{Value, json};
 /// the CSI controller's Deployment (level 2: pod, ReplicaSet, Deployment),
 /// so they outlive a rollout and go with the driver. Polled every minute
 /// (the default); the driver reuses a capacity pod's answer for
-/// `cacheFor`.
-pub const CAPACITY_ARGS: [&str; 2] = ["--enable-capacity", "--capacity-ownerref-level=2"];
+/// `cacheFor`. For every StorageClass, whatever its binding mode: without
+/// `--capacity-for-immediate-binding` external-provisioner publishes
+/// nothing for `Immediate` classes, and a user of one sees no capacity.
+pub const CAPACITY_ARGS: [&str; 3] = [
+    "--enable-capacity",
+    "--capacity-ownerref-level=2",
+    "--capacity-for-immediate-binding",
+];
 
 /// The environment external-provisioner reads with `--enable-capacity`:
 /// the namespace its CSIStorageCapacity objects go to (`NAMESPACE`) and
