@@ -244,35 +244,85 @@ async fn local_volumes_deleted_at_once(ns: &str, nodes: &[LocalNode]) {
     assert_no_leaks(&client, LOCAL_VOLUMES.name, STEP).await;
 }
 
+/// The sparse-file scenario in namespace `ns` with its pods on `nodes` in
+/// turn.
+async fn sparse_file_deleted_at_once(ns: &str, nodes: &[LocalNode]) {
+    const FILES: [&str; 2] = ["driver.yaml", "storageclass.yaml"];
+    let client = cluster().await;
+    reset(&client, ns, SPARSE_FILE.name).await.unwrap();
+    sparse_file::uninstall(&client, &FILES).await;
+    namespace(&client, ns).await.unwrap();
+    sparse_file::install(&client, &FILES).await;
+
+    delete_everything_at_once(&client, ns, &SPARSE_FILE, nodes).await;
+
+    sparse_file::uninstall(&client, &FILES).await;
+    assert_no_leaks(&client, SPARSE_FILE.name, STEP).await;
+}
+
+/// This host's node alone.
+fn one_node() -> Vec<LocalNode> {
+    local_nodes().expect("reading the cluster's nodes")[..1].to_vec()
+}
+
+/// This host's node and two more: each claim's pod on its own node, so
+/// each node unstages one volume while it is deleted.
+fn three_nodes() -> Vec<LocalNode> {
+    let nodes = local_nodes().expect("reading the cluster's nodes");
+    assert!(
+        nodes.len() >= CLAIMS,
+        "this scenario needs {CLAIMS} nodes, the cluster has {}: run scripts/cluster-up --nodes 3",
+        nodes.len()
+    );
+    nodes
+}
+
+/// Runs `scenario` and prints how long it took under `name`.
+async fn timed(name: &str, scenario: impl std::future::Future<Output = ()>) {
+    let started = Instant::now();
+    scenario.await;
+    eprintln!("{name}: {:.1}s", started.elapsed().as_secs_f64());
+}
+
 #[tokio::test]
 #[ignore = "needs a cluster"]
 async fn local_volumes_claims_deleted_with_their_pods_leave_nothing() {
-    let started = Instant::now();
-    local_volumes_deleted_at_once("e2e-deleted-staged-local", &local_nodes().unwrap()[..1]).await;
-    eprintln!(
-        "local_volumes_claims_deleted_with_their_pods_leave_nothing: {:.1}s",
-        started.elapsed().as_secs_f64()
-    );
+    timed(
+        "local_volumes_claims_deleted_with_their_pods_leave_nothing",
+        local_volumes_deleted_at_once("e2e-deleted-staged-local", &one_node()),
+    )
+    .await;
 }
 
 #[tokio::test]
 #[ignore = "needs a cluster"]
 async fn sparse_file_claims_deleted_with_their_pods_leave_nothing() {
-    const NS: &str = "e2e-deleted-staged-sparse";
-    const FILES: [&str; 2] = ["driver.yaml", "storageclass.yaml"];
-    let client = cluster().await;
-    let started = Instant::now();
-    reset(&client, NS, SPARSE_FILE.name).await.unwrap();
-    sparse_file::uninstall(&client, &FILES).await;
-    namespace(&client, NS).await.unwrap();
-    sparse_file::install(&client, &FILES).await;
+    timed(
+        "sparse_file_claims_deleted_with_their_pods_leave_nothing",
+        sparse_file_deleted_at_once("e2e-deleted-staged-sparse", &one_node()),
+    )
+    .await;
+}
 
-    delete_everything_at_once(&client, NS, &SPARSE_FILE, &local_nodes().unwrap()[..1]).await;
+// The same on three nodes (scripts/e2e runs these with the three-node
+// scenarios: `on_three_nodes`).
 
-    sparse_file::uninstall(&client, &FILES).await;
-    assert_no_leaks(&client, SPARSE_FILE.name, STEP).await;
-    eprintln!(
-        "sparse_file_claims_deleted_with_their_pods_leave_nothing: {:.1}s",
-        started.elapsed().as_secs_f64()
-    );
+#[tokio::test]
+#[ignore = "needs a cluster"]
+async fn local_volumes_claims_on_three_nodes_deleted_with_their_pods_leave_nothing() {
+    timed(
+        "local_volumes_claims_on_three_nodes_deleted_with_their_pods_leave_nothing",
+        local_volumes_deleted_at_once("e2e-deleted-staged-local-3", &three_nodes()),
+    )
+    .await;
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster"]
+async fn sparse_file_claims_on_three_nodes_deleted_with_their_pods_leave_nothing() {
+    timed(
+        "sparse_file_claims_on_three_nodes_deleted_with_their_pods_leave_nothing",
+        sparse_file_deleted_at_once("e2e-deleted-staged-sparse-3", &three_nodes()),
+    )
+    .await;
 }
