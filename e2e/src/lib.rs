@@ -30,6 +30,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+pub mod deleted_while_staged;
 pub mod faults;
 pub mod group_snapshots;
 pub mod sparse_file;

@@ -352,6 +352,38 @@ impl Drop for Untaint {
 /// Named so that `--skip several_nodes::` leaves them out of a one-node run.
 mod several_nodes {
     use super::*;
+    use pav_e2e::deleted_while_staged::{
+        local_volumes_deleted_at_once, sparse_file_deleted_at_once,
+    };
+
+    /// deleted_while_staged.rs's scenarios with each claim's pod on its
+    /// own node, so that each node unstages one volume while the claims
+    /// are deleted.
+    #[tokio::test]
+    #[ignore = "needs a cluster"]
+    async fn local_volumes_claims_on_three_nodes_deleted_with_their_pods_leave_nothing() {
+        three_nodes();
+        let started = Instant::now();
+        let nodes = local_nodes().expect("reading the cluster's nodes");
+        local_volumes_deleted_at_once("e2e-deleted-staged-local-3", &nodes).await;
+        eprintln!(
+            "local_volumes_claims_on_three_nodes_deleted_with_their_pods_leave_nothing: {:.1}s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+
+    #[tokio::test]
+    #[ignore = "needs a cluster"]
+    async fn sparse_file_claims_on_three_nodes_deleted_with_their_pods_leave_nothing() {
+        three_nodes();
+        let started = Instant::now();
+        let nodes = local_nodes().expect("reading the cluster's nodes");
+        sparse_file_deleted_at_once("e2e-deleted-staged-sparse-3", &nodes).await;
+        eprintln!(
+            "sparse_file_claims_on_three_nodes_deleted_with_their_pods_leave_nothing: {:.1}s",
+            started.elapsed().as_secs_f64()
+        );
+    }
 
     #[tokio::test]
     #[ignore = "needs a cluster"]

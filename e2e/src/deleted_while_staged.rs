@@ -1,0 +1,260 @@
+//! Claims deleted together with the pods that use them, as users do with
+//! one command (`kubectl delete namespace`, `kubectl delete -f app.yaml`,
+//! or a pod and its claim with `--wait=false`): once the pods are gone the
+//! claims are released, and external-provisioner calls DeleteVolume while
+//! kubelet is still unstaging the volumes. Kubernetes does not order the
+//! two for a driver without attach, so the driver must: PaV answers
+//! DeleteVolume of a volume still staged FAILED_PRECONDITION (event
+//! `DeletionWaitsForUnstaging` on the volume) until its unstaging pod has
+//! run. Afterwards nothing is left: no volume, no image, no loop device
+//! (of a deleted image neither), no mount, no PaV pod or directory.
+//!
+//! For examples/local-volumes (a PavProvisioner, whose deletion pod once
+//! removed images still attached to a loop device, and whose unstaging
+//! then left the device: every claim leaked one) and examples/sparse-file
+//! (a native driver).
+
+use std::time::Duration;
+
+use crate::*;
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::DeleteParams;
+use kube::{Api, Client};
+
+/// Claims in use when everything is deleted.
+pub const CLAIMS: usize = 3;
+
+/// One driver of the scenario: its name (a PaV provisioner's, or a CSI
+/// driver's), StorageClass and where it keeps images on node 1.
+struct Driver {
+    name: &'static str,
+    class: &'static str,
+    images: &'static str,
+}
+
+const LOCAL_VOLUMES: Driver = Driver {
+    name: "local-volumes",
+    class: "local-volumes",
+    images: "/var/lib/pav-local-volumes",
+};
+
+const SPARSE_FILE: Driver = Driver {
+    name: sparse_file::DRIVER,
+    class: "sparse-file",
+    images: sparse_file::VOLUMES_DIR,
+};
+
+fn claim(namespace: &str, name: &str, class: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: {name}
+  namespace: {namespace}
+spec:
+  storageClassName: {class}
+  accessModes: [ReadWriteOnce]
+  resources: {{ requests: {{ storage: 64Mi }} }}
+"#
+    )
+}
+
+/// Loop devices of node 1 whose backing file is `image`, deleted or not
+/// (`/sys/block/loopN/loop/backing_file`, which the kernel marks
+/// `FILE (deleted)`). The path is the attaching process's: a staging pod
+/// sees the images' directory elsewhere, so the file's name (a volume
+/// handle, unique) is what is compared.
+fn loop_devices_of(image: &str) -> Vec<String> {
+    let name = format!("/{}", image.rsplit('/').next().unwrap_or(image));
+    loop_devices(|backing| {
+        let file = backing.strip_suffix(" (deleted)").unwrap_or(backing);
+        file.ends_with(&name)
+    })
+    .expect("reading /sys/block")
+}
+
+/// What is left of the volumes whose images are `images`: image files and
+/// loop devices backed by them.
+fn left_on_node(images: &[String]) -> Vec<String> {
+    let mut left = Vec::new();
+    for image in images {
+        if std::path::Path::new(image).exists() {
+            left.push(image.clone());
+        }
+        left.extend(loop_devices_of(image));
+    }
+    left
+}
+
+/// A pod on `node` that keeps claim `claim` in use until deleted.
+fn user_pod(namespace: &str, name: &str, node: &str, claim: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: {name}, namespace: {namespace} }}
+spec:
+  # Scheduled, not bound by nodeName: a WaitForFirstConsumer claim gets its
+  # volume on the node the scheduler picks.
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+          - matchFields: [{{ key: metadata.name, operator: In, values: [{node}] }}]
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: user
+      image: busybox:stable
+      imagePullPolicy: IfNotPresent
+      command: [sh, -c, "echo in use > /data/mark; exec sleep 3600"]
+      volumeMounts: [{{ name: data, mountPath: /data }}]
+  volumes:
+    - name: data
+      persistentVolumeClaim: {{ claimName: {claim} }}
+"#
+    )
+}
+
+/// Starts [`CLAIMS`] claims of `driver` in namespace `ns`, each used by a
+/// running pod, the pods spread over `nodes` in turn; returns their
+/// volumes' names and images (as this host sees them) once all pods run.
+async fn claims_in_use(
+    client: &Client,
+    ns: &str,
+    driver: &Driver,
+    nodes: &[LocalNode],
+) -> (Vec<String>, Vec<String>) {
+    for i in 0..CLAIMS {
+        let (pod, claim_name) = (format!("user-{i}"), format!("data-{i}"));
+        let node = &nodes[i % nodes.len()];
+        apply(client, &claim(ns, &claim_name, driver.class))
+            .await
+            .unwrap();
+        apply(client, &user_pod(ns, &pod, &node.name, &claim_name))
+            .await
+            .unwrap();
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let (mut volumes, mut images) = (Vec::new(), Vec::new());
+    for i in 0..CLAIMS {
+        let (pod, claim) = (format!("user-{i}"), format!("data-{i}"));
+        if let Err(e) = wait_for(&pods, &pod, STEP, "Running", |p| pod_phase(p) == "Running").await
+        {
+            panic!("{e}; events: {:#?}", event_lines(client, ns, &pod).await);
+        }
+        let volume = volume_name(&claims.get(&claim).await.unwrap()).expect("a bound claim");
+        let pv = pvs.get(&volume).await.unwrap();
+        let handle = pv
+            .spec
+            .and_then(|s| s.csi)
+            .expect("a CSI volume")
+            .volume_handle;
+        let node = &nodes[i % nodes.len()];
+        let image = node
+            .root
+            .join(driver.images.trim_start_matches('/'))
+            .join(format!("{handle}.img"))
+            .display()
+            .to_string();
+        assert!(
+            std::path::Path::new(&image).exists() && !loop_devices_of(&image).is_empty(),
+            "{image}: the staged volume's image, attached to a loop device"
+        );
+        volumes.push(volume);
+        images.push(image);
+    }
+    (volumes, images)
+}
+
+/// Deletes one claim with its pod at once, then the namespace with the
+/// others (their pods on `nodes` in turn), and waits until nothing of the
+/// volumes is left.
+async fn delete_everything_at_once(
+    client: &Client,
+    ns: &str,
+    driver: &Driver,
+    nodes: &[LocalNode],
+) {
+    let (volumes, images) = claims_in_use(client, ns, driver, nodes).await;
+
+    // `kubectl delete pod,pvc --wait=false`: both requests at once.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let background = DeleteParams::background();
+    let (pod, claim) = futures::join!(
+        pods.delete("user-0", &background),
+        claims.delete("data-0", &background),
+    );
+    pod.unwrap();
+    claim.unwrap();
+    // `kubectl delete namespace`: its pods and claims go together.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces.delete(ns, &background).await.unwrap();
+
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    for volume in &volumes {
+        // external-provisioner retries a refused DeleteVolume with
+        // backoff: a few rounds while the unstaging pods run.
+        if let Err(e) = wait_gone(&pvs, volume, Duration::from_secs(300)).await {
+            let events = event_lines(client, "default", volume).await;
+            panic!("{e}; volume events: {events:#?}");
+        }
+    }
+    wait_gone(&namespaces, ns, STEP).await.unwrap();
+    wait_until("no image or loop device of the volumes", STEP, || async {
+        let left = left_on_node(&images);
+        if left.is_empty() {
+            Ok(Some(()))
+        } else {
+            anyhow::bail!("left: {left:?}")
+        }
+    })
+    .await
+    .unwrap();
+    assert_no_leaks(client, driver.name, STEP).await;
+}
+
+/// The local-volumes scenario in namespace `ns` with its pods on `nodes`
+/// in turn: everything deleted at once, every volume deleted by its
+/// deletion pod after its unstaging, nothing left.
+pub async fn local_volumes_deleted_at_once(ns: &str, nodes: &[LocalNode]) {
+    let client = cluster().await;
+    let objects = [
+        example_file("local-volumes", "provisioner.yaml"),
+        example_file("local-volumes", "storageclass.yaml"),
+    ]
+    .join("\n---\n");
+    let observer = start_scenario(&client, ns, LOCAL_VOLUMES.name, &objects).await;
+
+    delete_everything_at_once(&client, ns, &LOCAL_VOLUMES, nodes).await;
+    assert_eq!(observer.runs("deletion"), CLAIMS, "{:#?}", observer.seen());
+    observer.assert_succeeded("unstaging");
+
+    wait_no_pav_pods(&client, LOCAL_VOLUMES.name, STEP)
+        .await
+        .unwrap();
+    delete(&client, &objects).await.unwrap();
+    delete_provisioner(&client, LOCAL_VOLUMES.name, STEP)
+        .await
+        .unwrap();
+    assert_no_leaks(&client, LOCAL_VOLUMES.name, STEP).await;
+}
+
+/// The sparse-file scenario in namespace `ns` with its pods on `nodes` in
+/// turn.
+pub async fn sparse_file_deleted_at_once(ns: &str, nodes: &[LocalNode]) {
+    const FILES: [&str; 2] = ["driver.yaml", "storageclass.yaml"];
+    let client = cluster().await;
+    reset(&client, ns, SPARSE_FILE.name).await.unwrap();
+    sparse_file::uninstall(&client, &FILES).await;
+    namespace(&client, ns).await.unwrap();
+    sparse_file::install(&client, &FILES).await;
+
+    delete_everything_at_once(&client, ns, &SPARSE_FILE, nodes).await;
+
+    sparse_file::uninstall(&client, &FILES).await;
+    assert_no_leaks(&client, SPARSE_FILE.name, STEP).await;
+}
