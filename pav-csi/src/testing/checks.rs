@@ -773,6 +773,18 @@ async fn stage_unstage_repeats(ctx: &mut Ctx<'_>) -> Step<Outcome> {
     }
     expect_mounts("after NodeStageVolume three times", &data, 1)?;
     ctx.write_marker(&data)?;
+    // The CO may send DeleteVolume before the last NodeUnstageVolume (a
+    // claim deleted together with its pod): refused while the volume is
+    // staged, and the data kept (checked below).
+    let delete = csi::DeleteVolumeRequest {
+        volume_id: id.to_owned(),
+        ..Default::default()
+    };
+    expect_codes(
+        "DeleteVolume of the staged volume",
+        call(ctx.h.controller.delete_volume(delete)).await,
+        &[Code::FailedPrecondition],
+    )?;
     ctx.restart().await?;
     ctx.stage("NodeStageVolume after a driver restart", id, &staging)
         .await?;

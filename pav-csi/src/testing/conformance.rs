@@ -444,9 +444,13 @@ impl Conformance {
     /// one staging path: `OK` each time (csi-sanity's idempotent node
     /// lifecycle), and one mount at the path, not a stack (a Stage that
     /// mounts at its target path asks
-    /// [`is_mount_point`](crate::mount::is_mount_point) first); writes a
-    /// marker (a file, or the device's first bytes); restarts the driver
-    /// and stages again: `OK`; unstages twice: `OK`, nothing mounted at
+    /// [`is_mounted`](crate::mount::is_mounted) first); writes a marker
+    /// (a file, or the device's first bytes); DeleteVolume of the staged
+    /// volume: `FAILED_PRECONDITION` (the CO may send it before the last
+    /// NodeUnstageVolume, when a claim is deleted with its pod; pav-csi
+    /// refuses it while this process's node service holds the volume
+    /// staged, and a provisioner whose controller runs elsewhere must
+    /// refuse it itself); restarts the driver and stages again: `OK`; unstages twice: `OK`, nothing mounted at
     /// the path; stages again: the marker is there; unstages, deletes the
     /// volume, and nothing is left mounted in the kubelet directory.
     pub async fn stage_unstage_repeats(&self) -> Result<Outcome, Failure> {
