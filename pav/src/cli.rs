@@ -577,9 +577,18 @@ fn render(
             } else {
                 planner.validation(pvc, sc)
             };
-            to_yaml(&name, phase, planned(plan, objects)?)?
+            let plan = planned(plan, objects)?;
+            check_claim(&plan.evaluated, objects)?;
+            to_yaml(&name, phase, plan)?
         }
         Phase::Creation => {
+            // The driver creates nothing its validation rules refuse.
+            if planner.compiled().has_phase(Phase::Validation) {
+                check_claim(
+                    &planned(planner.validation(pvc, sc), objects)?.evaluated,
+                    objects,
+                )?;
+            }
             let plan = planner.creation(pvc, sc, &[], None, &objects.mutable_parameters);
             to_yaml(&name, phase, planned(plan, objects)?.plan)?
         }
@@ -603,8 +612,9 @@ fn render(
             } else {
                 &sample
             };
-            let plan = planner.modification(pv, Some(pvc), requested);
-            to_yaml(&name, phase, planned(plan, objects)?.plan)?
+            let plan = planned(planner.modification(pv, Some(pvc), requested), objects)?;
+            plan.check_refusal(&name, requested)?;
+            to_yaml(&name, phase, plan.plan)?
         }
         Phase::Deletion => {
             // As DeleteVolume: the volume exists, its handle is known.
@@ -634,8 +644,9 @@ fn render(
             // how a user grows a volume.
             let (min, max) = pav_templates::context::requested_capacity(pvc)
                 .map_err(|e| objects.origins.label(e))?;
-            let plan = planner.expansion(pv, Some(pvc), min, max);
-            to_yaml(&name, phase, planned(plan, objects)?)?
+            let plan = planned(planner.expansion(pv, Some(pvc), min, max), objects)?;
+            plan.check_capacity(min)?;
+            to_yaml(&name, phase, plan)?
         }
         Phase::NodeExpansion => {
             // The claim's request is the size the volume grew to.
@@ -688,6 +699,22 @@ fn render(
         }
     };
     out.write_all(yaml.as_bytes())?;
+    Ok(())
+}
+
+/// Refuses the sample claim where the driver's CreateVolume would: its
+/// volume mode, access modes and requested capacity against the evaluated
+/// validation rules.
+fn check_claim(rules: &pav_templates::ValidationPhase, objects: &Objects) -> anyhow::Result<()> {
+    let spec = objects.pvc.spec.as_ref();
+    let volume_mode = match spec.and_then(|s| s.volume_mode.as_deref()) {
+        Some("Block") => pav_templates::VolumeMode::Block,
+        _ => pav_templates::VolumeMode::Filesystem,
+    };
+    let access_modes = crate::csi::recipe::claim_access_modes(&objects.pvc)?;
+    let (min, max) = pav_templates::context::requested_capacity(&objects.pvc)
+        .map_err(|e| objects.origins.label(e))?;
+    rules.admits(volume_mode, &access_modes, min, max)?;
     Ok(())
 }
 

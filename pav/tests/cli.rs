@@ -307,12 +307,22 @@ fn render_places_the_local_volumes_pods_on_the_volumes_node() {
 
 #[test]
 fn render_reports_template_errors_with_the_field() {
-    // The encryption example reads claim annotations the sample claim lacks.
+    // The encryption example reads claim annotations the claim lacks (a
+    // Block claim: its validation refuses the sample Filesystem one first).
+    let dir = tempfile::tempdir().unwrap();
+    let claim = dir.path().join("claim.yaml");
+    std::fs::write(
+        &claim,
+        "metadata: {name: data, namespace: ns, uid: 5d2c8b1a}\nspec: {volumeMode: Block, accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n",
+    )
+    .unwrap();
     let output = pav(&[
         "render",
         "examples/block-encryption/provisioner.yaml",
         "--phase",
         "creation",
+        "--pvc",
+        claim.to_str().unwrap(),
     ]);
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -415,13 +425,88 @@ fn render_prints_the_capacity_pod_and_the_modification_refusal() {
         "apiVersion: storage.k8s.io/v1\nkind: VolumeAttributesClass\nmetadata: {name: x}\ndriverName: local-volumes\nparameters: {speed: fast}\n",
     )
     .unwrap();
-    let refused = render(&[
+    // Refused as ModifyVolume refuses it: exit 1 with the driver's words.
+    let refused = pav(&[
+        "render",
         "examples/local-volumes/provisioner.yaml",
         "--phase",
         "modification",
         "--vac",
         vac.to_str().unwrap(),
     ]);
-    let refusal = refused["evaluated"]["refusal"].as_str().unwrap();
-    assert!(refusal.contains("unknown parameter \"speed\""), "{refusal}");
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.starts_with(
+            "error: PavProvisioner local-volumes refuses the mutable parameters {\"speed\": \"fast\"}: "
+        ) && stderr.contains("unknown parameter \"speed\""),
+        "{stderr}"
+    );
+}
+
+/// `pav render` previews what the driver does, so it fails where the
+/// driver refuses the evaluated fields, with the driver's message: a
+/// claim its validation rules refuse (capacity, access mode), at
+/// validation and at creation, and an expansion to less than the claim
+/// asks for (it rendered with exit 0 while ControllerExpandVolume failed).
+#[test]
+fn render_fails_where_the_driver_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let provisioner = dir.path().join("p.yaml");
+    std::fs::write(
+        &provisioner,
+        "apiVersion: pav.albertofaria.github.io/v1alpha1\nkind: PavProvisioner\nmetadata: {name: p}\nspec:\n  provisioningModes: [Dynamic]\n  volumeValidation: {accessModes: [ReadWriteOnce], maxCapacity: 2Gi}\n  volumeCreation: {handle: h, capacity: 1Gi}\n  volumeExpansion: {capacity: 1Mi}\n  volumeStaging: {podTemplate: {}}\n",
+    )
+    .unwrap();
+    let claim = |name: &str, mode: &str, size: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(
+            &path,
+            format!("metadata: {{name: data, namespace: ns, uid: 5d2c8b1a}}\nspec: {{accessModes: [{mode}], resources: {{requests: {{storage: {size}}}}}}}\n"),
+        )
+        .unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let fails = |phase: &str, pvc: &str, expected: &str| {
+        let output = pav(&[
+            "render",
+            provisioner.to_str().unwrap(),
+            "--phase",
+            phase,
+            "--pvc",
+            pvc,
+        ]);
+        assert_eq!(output.status.code(), Some(1), "{phase} of {pvc}");
+        assert_eq!(
+            String::from_utf8_lossy(&output.stderr),
+            format!("error: {expected}\n")
+        );
+    };
+    let fits = claim("fits.yaml", "ReadWriteOnce", "1Gi");
+    let too_big = claim("big.yaml", "ReadWriteOnce", "3Gi");
+    let shared = claim("shared.yaml", "ReadWriteMany", "1Gi");
+    for phase in ["validation", "creation"] {
+        render(&[
+            provisioner.to_str().unwrap(),
+            "--phase",
+            phase,
+            "--pvc",
+            &fits,
+        ]);
+        fails(
+            phase,
+            &too_big,
+            "requested capacity 3221225472 bytes exceeds the maximum of 2147483648 bytes",
+        );
+        fails(
+            phase,
+            &shared,
+            "access mode ReadWriteMany is not supported (supported: ReadWriteOnce)",
+        );
+    }
+    fails(
+        "expansion",
+        &fits,
+        "the volume grew to 1048576 bytes, less than the 1073741824 bytes requested",
+    );
 }

@@ -12,7 +12,7 @@ use pav_templates::{CompiledProvisioner, DataSourceKind, Phase, Source};
 
 use self::deleted::Deleted;
 use super::context::{DriverContext, api_error};
-use super::recipe::{CreationPlan, Plan, Planner, PodFiles};
+use super::recipe::{CreationPlan, Plan, Planner, PodFiles, claim_access_modes};
 use crate::pods::results;
 
 mod attach;
@@ -143,7 +143,7 @@ impl PodController {
             pav_sdk::VolumeMode::Filesystem => pav_templates::VolumeMode::Filesystem,
             pav_sdk::VolumeMode::Block => pav_templates::VolumeMode::Block,
         };
-        let access_modes = claim_access_modes(&claim.pvc)?;
+        let access_modes = claim_access_modes(&claim.pvc).map_err(CreateError::AccessMode)?;
         rules
             .admits(
                 volume_mode,
@@ -386,24 +386,6 @@ fn volume(created: results::Created, req: &CreateRequest) -> Volume {
         volume = volume.accessible_from(super::node_topology(node));
     }
     volume
-}
-
-/// The claim's access modes in the guide's terms.
-fn claim_access_modes(
-    pvc: &PersistentVolumeClaim,
-) -> std::result::Result<Vec<pav_templates::AccessMode>, CreateError> {
-    pvc.spec
-        .as_ref()
-        .and_then(|s| s.access_modes.as_ref())
-        .into_iter()
-        .flatten()
-        .map(|mode| {
-            pav_templates::AccessMode::ALL
-                .into_iter()
-                .find(|m| m.as_str() == mode)
-                .ok_or_else(|| CreateError::AccessMode(mode.clone()))
-        })
-        .collect()
 }
 
 #[pav_sdk::async_trait]

@@ -10,6 +10,7 @@ pub mod plan;
 pub mod run;
 
 pub use self::plan::{
-    CapacityFor, CreationPlan, ModificationPlan, Plan, PlanError, Planner, StagingFor,
+    CapacityFor, CreationPlan, ModificationPlan, ParametersRefused, Plan, PlanError, Planner,
+    StagingFor, TooSmall, UnknownAccessMode, claim_access_modes, grown,
 };
 pub use self::run::{PhaseError, PodFiles, Ran};

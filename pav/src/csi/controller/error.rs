@@ -5,7 +5,7 @@ use pav_sdk::Error;
 use pav_templates::Phase;
 
 use crate::csi::context::DriverError;
-use crate::csi::recipe::{PhaseError, PlanError};
+use crate::csi::recipe::{PhaseError, PlanError, UnknownAccessMode};
 use crate::pods::results::CreatedError;
 
 /// Why CreateVolume failed: one variant per step. [`CreateError::phase`]
@@ -24,8 +24,8 @@ pub(super) enum CreateError {
     #[error(transparent)]
     Plan(PlanError),
     /// The claim asks for an access mode PaV does not know.
-    #[error("access mode {0} is not supported")]
-    AccessMode(String),
+    #[error(transparent)]
+    AccessMode(UnknownAccessMode),
     /// The request's data source is of a kind pav does not know.
     #[error("data source {0} is not supported")]
     UnknownSource(String),
@@ -302,7 +302,7 @@ mod tests {
                 Phase::Creation,
             ),
             (
-                CreateError::AccessMode("ReadWriteSometimes".into()),
+                CreateError::AccessMode(UnknownAccessMode("ReadWriteSometimes".into())),
                 |e| matches!(e, Error::InvalidArgument(_)),
                 Phase::Creation,
             ),

@@ -9,7 +9,7 @@ use pav_templates::quantity::{Rounding, parse_bytes};
 
 use super::PodController;
 use crate::csi::context::{DriverError, pod_ref};
-use crate::csi::recipe::{PhaseError, PlanError, PodFiles};
+use crate::csi::recipe::{PhaseError, PlanError, PodFiles, TooSmall, grown};
 
 /// Why ControllerExpandVolume failed: one variant per step;
 /// `From<ExpandError> for pav_sdk::Error` is the one mapping to CSI codes.
@@ -47,13 +47,8 @@ enum ExpandError {
         source: pav_templates::quantity::QuantityError,
     },
     /// The volume did not grow to what was asked.
-    #[error("the volume grew to {capacity} bytes, less than the {requested} bytes requested")]
-    TooSmall {
-        /// What the spec or the pod gave.
-        capacity: u64,
-        /// What the claim asks for.
-        requested: u64,
-    },
+    #[error(transparent)]
+    TooSmall(TooSmall),
 }
 
 impl From<ExpandError> for Error {
@@ -70,7 +65,7 @@ impl From<ExpandError> for Error {
             ExpandError::Plan(PlanError::Context(_))
             | ExpandError::ExpansionPod(PhaseError::Failed(_))
             | ExpandError::Capacity { .. }
-            | ExpandError::TooSmall { .. } => Error::Internal(message),
+            | ExpandError::TooSmall(_) => Error::Internal(message),
             ExpandError::Plan(e) => e.into(),
             ExpandError::ReadClaim(e) | ExpandError::ExpansionPod(PhaseError::Run(e)) => e.into(),
         }
@@ -143,16 +138,16 @@ impl PodController {
                 .map_err(|source| ExpandError::Capacity { pod, source })?,
             (None, _) => requested,
         };
-        if capacity < requested {
-            let error = ExpandError::TooSmall {
-                capacity,
-                requested,
-            };
-            self.driver
-                .warn(&regarding, Phase::Expansion, &error.to_string(), None)
-                .await;
-            return Err(error);
-        }
+        let capacity = match grown(capacity, requested) {
+            Ok(capacity) => capacity,
+            Err(too_small) => {
+                let error = ExpandError::TooSmall(too_small);
+                self.driver
+                    .warn(&regarding, Phase::Expansion, &error.to_string(), None)
+                    .await;
+                return Err(error);
+            }
+        };
         tracing::info!(handle = %req.handle, capacity, node_expansion, "volume expanded");
         let expanded = Expanded::new(capacity);
         Ok(if node_expansion {

@@ -11,7 +11,7 @@ use pav_templates::context::MUTABLE_PARAMETERS_KEY;
 
 use super::PodController;
 use crate::csi::context::{DriverError, api_error, pod_ref};
-use crate::csi::recipe::{PhaseError, PlanError, PodFiles};
+use crate::csi::recipe::{ParametersRefused, PhaseError, PlanError, PodFiles};
 
 /// Why ControllerModifyVolume failed: one variant per step;
 /// `From<ModifyError> for pav_sdk::Error` is the one mapping to CSI codes.
@@ -42,15 +42,8 @@ enum ModifyError {
     #[error(transparent)]
     Plan(PlanError),
     /// The `refusal` template refused the parameters.
-    #[error("PavProvisioner {provisioner} refuses the mutable parameters {requested:?}: {refusal}")]
-    Refused {
-        /// Its name.
-        provisioner: String,
-        /// What the class asks for.
-        requested: std::collections::BTreeMap<String, String>,
-        /// The evaluated `refusal`.
-        refusal: String,
-    },
+    #[error(transparent)]
+    Refused(ParametersRefused),
     /// The modification pod failed or did not finish.
     #[error(transparent)]
     ModificationPod(PhaseError),
@@ -71,7 +64,7 @@ impl From<ModifyError> for Error {
         let message = error.to_string();
         match error {
             ModifyError::NoVolume { .. } => Error::NotFound(message),
-            ModifyError::Refused { .. } => Error::InvalidArgument(message),
+            ModifyError::Refused(_) => Error::InvalidArgument(message),
             ModifyError::NoSection { .. } => Error::FailedPrecondition(message),
             ModifyError::Plan(PlanError::Context(_))
             | ModifyError::ModificationPod(PhaseError::Failed(_)) => Error::Internal(message),
@@ -116,13 +109,9 @@ impl PodController {
             .blocking(move |p| p.modification(&volume, claim.as_ref(), &requested))
             .await
             .map_err(ModifyError::Plan)?;
-        if let Some(refusal) = modification.plan.evaluated.refusal {
-            return Err(ModifyError::Refused {
-                provisioner: provisioner.clone(),
-                requested: req.mutable_parameters.clone(),
-                refusal,
-            });
-        }
+        modification
+            .check_refusal(provisioner, &req.mutable_parameters)
+            .map_err(ModifyError::Refused)?;
         // Events go to the claim, whose class changed.
         let regarding = match &pvc {
             Some(pvc) => pvc.object_ref(&()),

@@ -21,8 +21,12 @@ use pav_templates::{
 use crate::csi::context::DriverError;
 
 mod attributes;
+mod refusals;
 
 pub use self::attributes::{CapacityFor, ModificationPlan};
+pub use self::refusals::{
+    ParametersRefused, TooSmall, UnknownAccessMode, claim_access_modes, grown,
+};
 use crate::pods::{PodOrigin, Publication, claim_name};
 
 /// What every plan of one PavProvisioner starts from: its compiled
