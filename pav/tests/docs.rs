@@ -1204,7 +1204,7 @@ fn counts_are_what_they_count() {
 fn trait_lists_are_the_traits_of_pav_sdk() {
     let traits = pav_sdk_traits();
     let mut problems = Vec::new();
-    for path in ["README.md", "docs/concepts.md"] {
+    for path in ["README.md", "docs/concepts.md", "pav-sdk/README.md"] {
         let doc = Doc::read(path);
         let paragraph = doc.paragraph_with("any subset of");
         let (_, list) = paragraph.text.split_once("any subset of").expect("found");
@@ -1218,6 +1218,65 @@ fn trait_lists_are_the_traits_of_pav_sdk() {
         }
     }
     assert_no_problems(&problems);
+}
+
+/// The `[dependencies]` of a Cargo.toml-like text: each crate's name and
+/// the features its own line names.
+fn dependencies(toml: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let mut in_dependencies = false;
+    let mut found = BTreeMap::new();
+    for line in toml.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_dependencies = line == "[dependencies]";
+            continue;
+        }
+        if !in_dependencies || line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        let name = key.trim().trim_end_matches(".workspace").to_owned();
+        let features = value
+            .split_once("features")
+            .map(|(_, list)| {
+                list.split('"')
+                    .skip(1)
+                    .step_by(2)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        found.insert(name, features);
+    }
+    found
+}
+
+/// pav-sdk/README.md's dependency block is what its example's `main`
+/// (examples/hostdir, pav-csi's front page) builds with: the same crates,
+/// and every feature the example names (a missing `logging` made the
+/// documented `main` fail with E0433).
+#[test]
+fn pav_sdk_readme_dependencies_build_its_example() {
+    let readme = read("pav-sdk/README.md");
+    let (_, block) = readme.split_once("```toml\n").expect("a toml block");
+    let (block, _) = block.split_once("```").expect("its end");
+    let documented = dependencies(block);
+    let example = dependencies(&read("examples/hostdir/Cargo.toml"));
+    let names =
+        |deps: &BTreeMap<String, BTreeSet<String>>| deps.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(
+        names(&documented),
+        names(&example),
+        "pav-sdk/README.md's crates"
+    );
+    for (name, features) in &example {
+        let missing: Vec<&String> = features.difference(&documented[name]).collect();
+        assert!(
+            missing.is_empty(),
+            "pav-sdk/README.md: {name} lacks the features {missing:?} examples/hostdir uses"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------
