@@ -10,7 +10,7 @@
 //!    included, in the release namespace;
 //! 2. a claim binds and a client pod writes a token into the volume and
 //!    keeps reading it;
-//! 3. `helm upgrade --reuse-values --set logFormat=json`: the controller,
+//! 3. `helm upgrade --reset-then-reuse-values --set logFormat=json`: the controller,
 //!    the CSI controller and the node plugin are replaced by pods that log
 //!    JSON, and the volume is kept: same claim, same PersistentVolume, the
 //!    writer read it all along and never restarted, the volume was not
@@ -666,7 +666,7 @@ async fn upgrade_keeps_the_volume(
         &chart(),
         "--namespace",
         RELEASE_NAMESPACE,
-        "--reuse-values",
+        "--reset-then-reuse-values",
         "--set",
         "logFormat=json",
         "--wait",
