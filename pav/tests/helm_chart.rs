@@ -351,6 +351,46 @@ fn chart_lints() {
     ]);
 }
 
+/// Values of the wrong type or name are refused when the chart renders
+/// (values.schema.json), naming the value, instead of reaching the
+/// controller as flags it cannot parse (a map for `tolerations`
+/// crash-looped it).
+#[test]
+#[ignore = "needs helm"]
+fn chart_refuses_values_of_the_wrong_type() {
+    let chart = chart();
+    for (values, expected) in [
+        (
+            "controller: {tolerations: {key: x}}",
+            "at '/controller/tolerations': got object, want array",
+        ),
+        (
+            "logFormat: yaml",
+            "at '/logFormat': value must be one of 'text', 'json'",
+        ),
+        (
+            "kubeApi: {qps: fast}",
+            "at '/kubeApi/qps': got string, want number",
+        ),
+        (
+            "imageTag: v1",
+            "additional properties 'imageTag' not allowed",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("values.yaml");
+        std::fs::write(&file, values).unwrap();
+        let output = Command::new(helm())
+            .args(["template", "pav", chart.to_str().unwrap(), "--values"])
+            .arg(&file)
+            .output()
+            .expect("running helm");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{values}: rendered");
+        assert!(stderr.contains(expected), "{values}: {stderr}");
+    }
+}
+
 /// The chart and the image are versioned as the workspace.
 #[test]
 fn chart_version_is_the_workspace_version() {
