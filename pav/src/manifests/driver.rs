@@ -108,6 +108,9 @@ pub const SNAPSHOTTER: Sidecar = Sidecar {
     http_port: 8083,
     port_name: "snapshotter-m",
 };
+/// Every sidecar a driver's CSI controller may run, each with a metrics
+/// port of its own (the `pav-metrics` Service lists them all).
+pub const CONTROLLER_SIDECARS: [Sidecar; 4] = [PROVISIONER, RESIZER, SNAPSHOTTER, ATTACHER];
 
 /// Where the sidecars' leader-election health check is served
 /// (csi-lib-utils' `HealthCheckerAddress`): it fails only while the sidecar

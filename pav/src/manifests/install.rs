@@ -69,7 +69,7 @@ pub fn namespace(args: &Args) -> Namespace {
 /// CSI controller's sidecars' ports), for a Prometheus ServiceMonitor;
 /// each port resolves by name on the pods that declare it.
 pub fn metrics_service(args: &Args) -> Service {
-    let sidecars = [driver::PROVISIONER, driver::RESIZER, driver::SNAPSHOTTER];
+    let sidecars = driver::CONTROLLER_SIDECARS;
     let mut ports = vec![json!({
         "name": "metrics",
         "port": args.metrics_addr.port(),
