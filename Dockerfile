@@ -24,6 +24,14 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && strip /pav
 
 FROM scratch
+# OCI annotations registries and scanners read; the version is the
+# workspace's (docker build --build-arg VERSION=...).
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="pav" \
+      org.opencontainers.image.description="Pods-as-Volumes: Kubernetes volume provisioners whose steps are pods, served as CSI drivers" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/pav-sdk/pav"
 COPY --from=build /pav /usr/local/bin/pav
 # No USER: the node plugin must run as root (privileged, mounts); the
 # controller Deployment sets runAsUser 65532 itself.
