@@ -44,6 +44,15 @@ const SPARSE_FILE: Driver = Driver {
     images: sparse_file::VOLUMES_DIR,
 };
 
+/// sparse-file with its WaitForFirstConsumer (xfs) class: on several
+/// nodes each volume must be made on its pod's node. With the shipped
+/// Immediate class a claim binds at once to a volume on the node the
+/// driver picks, and a pod pinned to another node can never run.
+const SPARSE_FILE_WAITING: Driver = Driver {
+    class: "sparse-file-xfs",
+    ..SPARSE_FILE
+};
+
 fn claim(namespace: &str, name: &str, class: &str) -> String {
     format!(
         r#"
@@ -244,17 +253,22 @@ pub async fn local_volumes_deleted_at_once(ns: &str, nodes: &[LocalNode]) {
 }
 
 /// The sparse-file scenario in namespace `ns` with its pods on `nodes` in
-/// turn.
+/// turn: the shipped Immediate class on one node, the WaitForFirstConsumer
+/// one on several.
 pub async fn sparse_file_deleted_at_once(ns: &str, nodes: &[LocalNode]) {
-    const FILES: [&str; 2] = ["driver.yaml", "storageclass.yaml"];
+    const FILES: [&str; 3] = ["driver.yaml", "storageclass.yaml", "storageclass-xfs.yaml"];
+    let driver = match nodes.len() {
+        1 => &SPARSE_FILE,
+        _ => &SPARSE_FILE_WAITING,
+    };
     let client = cluster().await;
     reset(&client, ns, SPARSE_FILE.name).await.unwrap();
     sparse_file::uninstall(&client, &FILES).await;
     namespace(&client, ns).await.unwrap();
     sparse_file::install(&client, &FILES).await;
 
-    delete_everything_at_once(&client, ns, &SPARSE_FILE, nodes).await;
+    delete_everything_at_once(&client, ns, driver, nodes).await;
 
     sparse_file::uninstall(&client, &FILES).await;
-    assert_no_leaks(&client, SPARSE_FILE.name, STEP).await;
+    assert_no_leaks(&client, driver.name, STEP).await;
 }
