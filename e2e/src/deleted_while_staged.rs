@@ -30,27 +30,28 @@ struct Driver {
     name: &'static str,
     class: &'static str,
     images: &'static str,
+    /// Whether the class waits for the first consumer, so that pinning
+    /// each pod to a node puts its volume there. With an Immediate class
+    /// the volume is made on the node the driver picks, and the pod is
+    /// left to follow it.
+    pods_choose_nodes: bool,
 }
 
 const LOCAL_VOLUMES: Driver = Driver {
     name: "local-volumes",
     class: "local-volumes",
     images: "/var/lib/pav-local-volumes",
+    pods_choose_nodes: true,
 };
 
+/// sparse-file with its shipped Immediate class. (Its WaitForFirstConsumer
+/// class cannot spread volumes over nodes: its one controller measures
+/// only its own node's capacity and publishes 0 for the others.)
 const SPARSE_FILE: Driver = Driver {
     name: sparse_file::DRIVER,
     class: "sparse-file",
     images: sparse_file::VOLUMES_DIR,
-};
-
-/// sparse-file with its WaitForFirstConsumer (xfs) class: on several
-/// nodes each volume must be made on its pod's node. With the shipped
-/// Immediate class a claim binds at once to a volume on the node the
-/// driver picks, and a pod pinned to another node can never run.
-const SPARSE_FILE_WAITING: Driver = Driver {
-    class: "sparse-file-xfs",
-    ..SPARSE_FILE
+    pods_choose_nodes: false,
 };
 
 fn claim(namespace: &str, name: &str, class: &str) -> String {
@@ -96,22 +97,23 @@ fn left_on_node(images: &[String]) -> Vec<String> {
     left
 }
 
-/// A pod on `node` that keeps claim `claim` in use until deleted.
-fn user_pod(namespace: &str, name: &str, node: &str, claim: &str) -> String {
+/// A pod that keeps claim `claim` in use until deleted: on `node` when
+/// given, else where the scheduler puts it (its volume's node).
+fn user_pod(namespace: &str, name: &str, node: Option<&str>, claim: &str) -> String {
+    // Scheduled, not bound by nodeName: a WaitForFirstConsumer claim gets
+    // its volume on the node the scheduler picks.
+    let affinity = node.map_or(String::new(), |node| {
+        format!(
+            "  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms:\n          - matchFields: [{{ key: metadata.name, operator: In, values: [{node}] }}]\n"
+        )
+    });
     format!(
         r#"
 apiVersion: v1
 kind: Pod
 metadata: {{ name: {name}, namespace: {namespace} }}
 spec:
-  # Scheduled, not bound by nodeName: a WaitForFirstConsumer claim gets its
-  # volume on the node the scheduler picks.
-  affinity:
-    nodeAffinity:
-      requiredDuringSchedulingIgnoredDuringExecution:
-        nodeSelectorTerms:
-          - matchFields: [{{ key: metadata.name, operator: In, values: [{node}] }}]
-  terminationGracePeriodSeconds: 1
+{affinity}  terminationGracePeriodSeconds: 1
   containers:
     - name: user
       image: busybox:stable
@@ -126,8 +128,9 @@ spec:
 }
 
 /// Starts [`CLAIMS`] claims of `driver` in namespace `ns`, each used by a
-/// running pod, the pods spread over `nodes` in turn; returns their
-/// volumes' names and images (as this host sees them) once all pods run.
+/// running pod, the pods spread over `nodes` in turn (or following their
+/// volumes, see [`Driver::pods_choose_nodes`]); returns their volumes'
+/// names and images (as this host sees them) once all pods run.
 async fn claims_in_use(
     client: &Client,
     ns: &str,
@@ -136,11 +139,11 @@ async fn claims_in_use(
 ) -> (Vec<String>, Vec<String>) {
     for i in 0..CLAIMS {
         let (pod, claim_name) = (format!("user-{i}"), format!("data-{i}"));
-        let node = &nodes[i % nodes.len()];
+        let node = (driver.pods_choose_nodes).then(|| nodes[i % nodes.len()].name.as_str());
         apply(client, &claim(ns, &claim_name, driver.class))
             .await
             .unwrap();
-        apply(client, &user_pod(ns, &pod, &node.name, &claim_name))
+        apply(client, &user_pod(ns, &pod, node, &claim_name))
             .await
             .unwrap();
     }
@@ -156,12 +159,20 @@ async fn claims_in_use(
         }
         let volume = volume_name(&claims.get(&claim).await.unwrap()).expect("a bound claim");
         let pv = pvs.get(&volume).await.unwrap();
+        let running = pods.get(&pod).await.unwrap();
+        let on = running
+            .spec
+            .and_then(|s| s.node_name)
+            .expect("a running pod's node");
+        let node = nodes
+            .iter()
+            .find(|n| n.name == on)
+            .unwrap_or_else(|| panic!("{pod} runs on {on}, none of {nodes:?}"));
         let handle = pv
             .spec
             .and_then(|s| s.csi)
             .expect("a CSI volume")
             .volume_handle;
-        let node = &nodes[i % nodes.len()];
         let image = node
             .root
             .join(driver.images.trim_start_matches('/'))
@@ -252,23 +263,19 @@ pub async fn local_volumes_deleted_at_once(ns: &str, nodes: &[LocalNode]) {
     assert_no_leaks(&client, LOCAL_VOLUMES.name, STEP).await;
 }
 
-/// The sparse-file scenario in namespace `ns` with its pods on `nodes` in
-/// turn: the shipped Immediate class on one node, the WaitForFirstConsumer
-/// one on several.
+/// The sparse-file scenario in namespace `ns` on `nodes`: its Immediate
+/// class puts each volume on a node of the driver's choosing, and its pod
+/// follows.
 pub async fn sparse_file_deleted_at_once(ns: &str, nodes: &[LocalNode]) {
-    const FILES: [&str; 3] = ["driver.yaml", "storageclass.yaml", "storageclass-xfs.yaml"];
-    let driver = match nodes.len() {
-        1 => &SPARSE_FILE,
-        _ => &SPARSE_FILE_WAITING,
-    };
+    const FILES: [&str; 2] = ["driver.yaml", "storageclass.yaml"];
     let client = cluster().await;
     reset(&client, ns, SPARSE_FILE.name).await.unwrap();
     sparse_file::uninstall(&client, &FILES).await;
     namespace(&client, ns).await.unwrap();
     sparse_file::install(&client, &FILES).await;
 
-    delete_everything_at_once(&client, ns, driver, nodes).await;
+    delete_everything_at_once(&client, ns, &SPARSE_FILE, nodes).await;
 
     sparse_file::uninstall(&client, &FILES).await;
-    assert_no_leaks(&client, driver.name, STEP).await;
+    assert_no_leaks(&client, SPARSE_FILE.name, STEP).await;
 }

@@ -356,9 +356,10 @@ mod several_nodes {
         local_volumes_deleted_at_once, sparse_file_deleted_at_once,
     };
 
-    /// deleted_while_staged.rs's scenarios with each claim's pod on its
-    /// own node, so that each node unstages one volume while the claims
-    /// are deleted.
+    /// deleted_while_staged.rs's scenarios on three nodes: local-volumes
+    /// with each claim's pod on its own node, so that each node unstages
+    /// one volume while the claims are deleted; sparse-file with each pod
+    /// on its volume's node, wherever the driver made it.
     #[tokio::test]
     #[ignore = "needs a cluster"]
     async fn local_volumes_claims_on_three_nodes_deleted_with_their_pods_leave_nothing() {
