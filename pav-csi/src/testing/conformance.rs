@@ -450,9 +450,10 @@ impl Conformance {
     /// NodeUnstageVolume, when a claim is deleted with its pod; pav-csi
     /// refuses it while this process's node service holds the volume
     /// staged, and a provisioner whose controller runs elsewhere must
-    /// refuse it itself); restarts the driver and stages again: `OK`; unstages twice: `OK`, nothing mounted at
-    /// the path; stages again: the marker is there; unstages, deletes the
-    /// volume, and nothing is left mounted in the kubelet directory.
+    /// refuse it itself); restarts the driver and stages again: `OK`;
+    /// unstages twice: `OK`, nothing mounted at the path; stages again:
+    /// the marker is there; unstages, deletes the volume, and nothing is
+    /// left mounted in the kubelet directory.
     pub async fn stage_unstage_repeats(&self) -> Result<Outcome, Failure> {
         self.run(Check::StageUnstageRepeats).await
     }
