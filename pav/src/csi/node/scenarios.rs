@@ -578,8 +578,9 @@ async fn condition(node: &PodNode) -> Result<Option<pav_sdk::VolumeCondition>, E
         .map(|stats| stats.condition)
 }
 
-#[tokio::test]
-async fn a_staged_volume_is_checked_by_a_pod_on_its_node_at_most_every_interval() {
+/// The scenario's volume staged, with a health check every hour whose pod
+/// reports 3 unreadable blocks.
+async fn staged_with_hourly_check() -> (ApiServer, PodNode, tempfile::TempDir) {
     let (server, node, pods_dir) = scenario_of(checked_spec("1h"), |phase, dir| match phase {
         "staging" => ready(dir),
         "health" => checked(dir, "abnormal: true\nmessage: 3 blocks unreadable\n"),
@@ -588,6 +589,12 @@ async fn a_staged_volume_is_checked_by_a_pod_on_its_node_at_most_every_interval(
     node.stage_for(&staging_request(), &client_info())
         .await
         .expect("staging");
+    (server, node, pods_dir)
+}
+
+#[tokio::test]
+async fn a_staged_volume_is_checked_by_a_pod_on_its_node_at_most_every_interval() {
+    let (server, node, pods_dir) = staged_with_hourly_check().await;
     let staging = server.created_pods()[0].clone();
     let abnormal = condition(&node).await.unwrap().unwrap();
     assert!(abnormal.abnormal);
@@ -638,14 +645,7 @@ async fn a_staged_volume_is_checked_by_a_pod_on_its_node_at_most_every_interval(
 /// it, the next stats call checks again.
 #[tokio::test]
 async fn a_staged_volume_is_checked_again_once_its_interval_has_passed() {
-    let (server, node, _dir) = scenario_of(checked_spec("1h"), |phase, dir| match phase {
-        "staging" => ready(dir),
-        "health" => checked(dir, "abnormal: true\nmessage: 3 blocks unreadable\n"),
-        other => panic!("a {other:?} pod on the node"),
-    });
-    node.stage_for(&staging_request(), &client_info())
-        .await
-        .expect("staging");
+    let (server, node, _dir) = staged_with_hourly_check().await;
     let checks = || {
         let created = server.created_pods();
         created
