@@ -71,9 +71,16 @@ impl std::str::FromStr for LogFormat {
 /// Keeps an earlier set-up, so tests that start several components, or a
 /// program that installed its own subscriber, are not disturbed.
 pub fn init(format: LogFormat) {
+    init_at(format, tracing::Level::INFO);
+}
+
+/// [`init`] with `level` as the filter when `RUST_LOG` is unset or
+/// invalid (a driver's `--log-level`; `RUST_LOG` still refines it per
+/// module).
+pub fn init_at(format: LogFormat, level: tracing::Level) {
     let colour = coloured(format, std::io::stdout().is_terminal());
     // try_init also forwards the `log` records of dependencies that use it.
-    let _ = subscriber(format, colour, filter_from_env(), std::io::stdout).try_init();
+    let _ = subscriber(format, colour, filter_from_env(level), std::io::stdout).try_init();
 }
 
 /// Whether lines carry colour codes: text on a terminal only.
@@ -81,9 +88,12 @@ fn coloured(format: LogFormat, stdout_is_terminal: bool) -> bool {
     format == LogFormat::Text && stdout_is_terminal
 }
 
-/// `RUST_LOG`, or `info` when it is unset or cannot be parsed.
-fn filter_from_env() -> EnvFilter {
-    EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))
+/// `RUST_LOG`, or `level` when it is unset or cannot be parsed.
+fn filter_from_env(level: tracing::Level) -> EnvFilter {
+    EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::default()
+            .add_directive(tracing::level_filters::LevelFilter::from_level(level).into())
+    })
 }
 
 /// The subscriber [`init`] installs, writing to `writer`.

@@ -164,6 +164,7 @@ imagePullSecrets:
   - name: mirror
 kubeletDir: /var/lib/k0s/kubelet
 logFormat: json
+logLevel: debug
 kubeApi:
   qps: 20.5
   burst: 40
@@ -236,6 +237,7 @@ const CHANGED_FLAGS: &[&str] = &[
     "--image-pull-secret=mirror",
     "--kubelet-dir=/var/lib/k0s/kubelet",
     "--log-format=json",
+    "--log-level=debug",
     "--kube-api-qps=20.5",
     "--kube-api-burst=40",
     "--selector=pav.example.com/canary=true",

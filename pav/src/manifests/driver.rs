@@ -437,7 +437,6 @@ impl<'a> Builder<'a> {
 
     fn pav_env(&self) -> Value {
         json!([
-            { "name": "RUST_LOG", "value": "info" },
             { "name": "PAV_NAMESPACE", "value": self.settings.namespace },
             { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
             { "name": "POD_NAMESPACE", "valueFrom": { "fieldRef": { "fieldPath": "metadata.namespace" } } },
@@ -461,7 +460,7 @@ impl<'a> Builder<'a> {
                 "command": [PAV_BINARY],
                 "args": [
                     "csi-controller", "--provisioner", self.name, "--endpoint", CSI_SOCKET,
-                    "--log-format", s.logging.format.name(),
+                    "--log-format", s.logging.format.name(), "--log-level", s.logging.level.name(),
                 ],
                 "env": self.pav_env(),
                 "ports": [pav_metrics_port()],
@@ -560,7 +559,7 @@ impl<'a> Builder<'a> {
     /// A sidecar of the CSI controller next to `pav csi-controller`: its
     /// socket, leader election in the pav namespace
     /// ([`sidecar_leader_election`]), [`SIDECAR_TIMEOUT`], pav's own API
-    /// rate limit, `--v=2`, pav's log format, its HTTP server (metrics and
+    /// rate limit, pav's log level and format, its HTTP server (metrics and
     /// the leader-election liveness probe), then `extra`.
     fn sidecar(&self, sidecar: Sidecar, image: &str, resources: &Json, extra: &[&str]) -> Value {
         let mut args = vec![format!("--csi-address={CSI_SOCKET}")];
@@ -576,8 +575,7 @@ impl<'a> Builder<'a> {
         // may send ten times as many.
         args.push(format!("--kube-api-qps={DEFAULT_QPS}"));
         args.push(format!("--kube-api-burst={DEFAULT_BURST}"));
-        args.push("--v=2".to_owned());
-        args.extend(self.sidecar_logging_format());
+        args.extend(self.sidecar_logging());
         args.push(format!("--http-endpoint=:{}", sidecar.http_port));
         args.extend(extra.iter().map(|a| (*a).to_owned()));
         json!({
@@ -592,13 +590,15 @@ impl<'a> Builder<'a> {
         })
     }
 
-    /// The sidecars' (Kubernetes component-base) flag for pav's log
-    /// format: none for text, their default.
-    fn sidecar_logging_format(&self) -> Option<String> {
-        match self.settings.logging.format {
-            LogFormat::Text => None,
-            LogFormat::Json => Some("--logging-format=json".to_owned()),
+    /// The sidecars' (Kubernetes component-base) flags for pav's log level
+    /// (`--v`) and format (none for text, their default).
+    fn sidecar_logging(&self) -> Vec<String> {
+        let logging = self.settings.logging;
+        let mut flags = vec![format!("--v={}", logging.level.klog_verbosity())];
+        if logging.format == LogFormat::Json {
+            flags.push("--logging-format=json".to_owned());
         }
+        flags
     }
 
     fn daemon_set(&self) -> DaemonSet {
@@ -614,11 +614,10 @@ impl<'a> Builder<'a> {
         let mut registrar_args = vec![
             format!("--csi-address={CSI_SOCKET}"),
             format!("--kubelet-registration-path={plugin_dir}/csi.sock"),
-            "--v=2".to_owned(),
         ];
-        // node-driver-registrar v2.11 and later take it, as does the test
-        // cluster's stand-in.
-        registrar_args.extend(self.sidecar_logging_format());
+        // node-driver-registrar v2.11 and later take `--logging-format`, as
+        // does the test cluster's stand-in.
+        registrar_args.extend(self.sidecar_logging());
         let mut pav_args = vec![
             "csi-node",
             "--provisioner",
@@ -632,6 +631,8 @@ impl<'a> Builder<'a> {
             kubelet,
             "--log-format",
             s.logging.format.name(),
+            "--log-level",
+            s.logging.level.name(),
         ];
         if self.lifecycle_modes.contains(&LifecycleMode::Ephemeral) {
             pav_args.push("--ephemeral");
@@ -936,7 +937,9 @@ mod tests {
                 "--endpoint",
                 "/csi/csi.sock",
                 "--log-format",
-                "text"
+                "text",
+                "--log-level",
+                "info"
             ]
         );
         assert_eq!(pav.image.as_deref(), Some(crate::manifests::DEFAULT_IMAGE));
@@ -1272,22 +1275,27 @@ mod tests {
     }
 
     /// pav's containers logged coloured text whatever was asked; with json
-    /// the CSI sidecars must log JSON too.
+    /// the CSI sidecars must log JSON too. The level reaches pav's
+    /// containers as their flag and the sidecars as klog's `--v`.
     #[test]
-    fn drivers_log_in_the_settings_format() {
-        use crate::telemetry::Logging;
+    fn drivers_log_in_the_settings_format_and_level() {
+        use crate::telemetry::{LogLevel, Logging};
         use clap::Parser as _;
-        let json = Settings {
+        let json_debug = Settings {
             logging: Logging {
                 format: LogFormat::Json,
+                level: LogLevel::Debug,
             },
             ..Settings::default()
         };
-        for (settings, name) in [(Settings::default(), "text"), (json, "json")] {
+        for (settings, format, level) in [
+            (Settings::default(), "text", "--v=2"),
+            (json_debug, "json", "--v=4"),
+        ] {
             let (controller, node) = pods(&settings);
             for pod in [&controller, &node] {
                 let args = container(pod, "pav").args.clone().unwrap();
-                // pav's own flag, as pav parses it.
+                // pav's own flags, as pav parses them.
                 let cli = crate::cli::Cli::try_parse_from(
                     ["pav"].into_iter().map(String::from).chain(args.clone()),
                 )
@@ -1297,17 +1305,17 @@ mod tests {
                     crate::cli::Command::CsiNode(a) => a.common,
                     other => panic!("{other:?}"),
                 };
-                assert_eq!(common.logging.format.name(), name);
+                assert_eq!(common.logging, settings.logging);
                 for c in pod.containers.iter().filter(|c| c.name != "pav") {
                     let flags: Vec<&String> = c
                         .args
                         .iter()
                         .flatten()
-                        .filter(|a| a.starts_with("--logging-format"))
+                        .filter(|a| a.starts_with("--logging-format") || a.starts_with("--v="))
                         .collect();
-                    match name {
-                        "json" => assert_eq!(flags, ["--logging-format=json"], "{}", c.name),
-                        _ => assert!(flags.is_empty(), "{}: {flags:?}", c.name),
+                    match format {
+                        "json" => assert_eq!(flags, [level, "--logging-format=json"], "{}", c.name),
+                        _ => assert_eq!(flags, [level], "{}", c.name),
                     }
                 }
             }
@@ -1354,7 +1362,9 @@ mod tests {
                 "--kubelet-dir",
                 "/var/lib/k0s/kubelet",
                 "--log-format",
-                "text"
+                "text",
+                "--log-level",
+                "info"
             ]
         );
         let node_env = pav

@@ -293,7 +293,6 @@ pub fn deployment(args: &Args) -> Deployment {
             "command": [PAV_BINARY],
             "args": controller_args,
             "env": [
-                { "name": "RUST_LOG", "value": "info" },
                 { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
             ],
             "ports": [{ "name": "metrics", "containerPort": args.metrics_addr.port(), "protocol": "TCP" }],
@@ -343,6 +342,7 @@ fn settings_args(settings: &Settings) -> Vec<String> {
         format!("--registrar-image={}", s.registrar_image),
         format!("--kubelet-dir={}", s.kubelet_dir),
         format!("--log-format={}", s.logging.format),
+        format!("--log-level={}", s.logging.level),
         format!(
             "--controller-priority-class={}",
             s.controller.priority_class
@@ -430,6 +430,7 @@ mod tests {
             kubelet_dir: "/var/lib/k0s/kubelet".into(),
             logging: crate::telemetry::Logging {
                 format: crate::telemetry::LogFormat::Json,
+                level: crate::telemetry::LogLevel::Debug,
             },
             image_pull_policy: "Always".into(),
             image_pull_secrets: vec!["one".into(), "two".into()],
