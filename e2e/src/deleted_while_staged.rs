@@ -13,9 +13,21 @@
 //! removed images still attached to a loop device, and whose unstaging
 //! then left the device: every claim leaked one) and examples/sparse-file
 //! (a native driver).
+//!
+//! A PaV driver unstages in NodeUnpublishVolume (staging per client pod),
+//! and the kubelet keeps a pod's object until its volumes are
+//! unpublished, so the claim of a pod deleted gracefully is released only
+//! once unstaging is done. A pod deleted with force (`kubectl delete
+//! --force`, a node's pods garbage-collected) goes at once, while the
+//! kubelet still unpublishes. The local-volumes scenario deletes its first
+//! pod so, with its claim, and holds the unstaging pods at a [`Gate`]
+//! until that volume's DeleteVolume has been refused: the deletion always
+//! comes while the volume is staged, which a race on an idle node would
+//! leave to chance.
 
 use std::time::Duration;
 
+use crate::gate::{self, Gate};
 use crate::*;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::DeleteParams;
@@ -189,31 +201,104 @@ async fn claims_in_use(
     (volumes, images)
 }
 
+/// The PaV unstaging pods' phase at the [`Gate`].
+const UNSTAGING: &str = "unstaging";
+
+/// `objects` with the PavProvisioner's unstaging pods first waiting at
+/// the gate of scenario `name`: an init container of the pod's own image
+/// that runs [`Gate::script`].
+fn with_gated_unstaging(objects: &str, name: &str) -> String {
+    let gate_dir = Gate::dir_of(name).display().to_string();
+    let mut documents = crate::documents(objects).expect("the scenario's objects");
+    for document in &mut documents {
+        if document["kind"] != "PavProvisioner" {
+            continue;
+        }
+        let pod = &mut document["spec"]["volumeUnstaging"]["podTemplate"]["spec"];
+        let image = pod["containers"][0]["image"].clone();
+        pod["initContainers"] = serde_json::json!([{
+            "name": "gate",
+            "image": image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": ["sh", "-c", Gate::script(UNSTAGING)],
+            "volumeMounts": [{ "name": "e2e-gate", "mountPath": gate::MOUNT }],
+        }]);
+        pod["volumes"]
+            .as_array_mut()
+            .expect("the unstaging pod's volumes")
+            .push(serde_json::json!({
+                "name": "e2e-gate",
+                "hostPath": { "path": gate_dir, "type": "DirectoryOrCreate" },
+            }));
+    }
+    documents
+        .iter()
+        .map(|document| serde_yaml::to_string(document).expect("YAML of JSON"))
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// Waits until each of `volumes` has been refused deletion while staged
+/// (event `DeletionWaitsForUnstaging` on the PV).
+async fn wait_deletion_refused(client: &Client, volumes: &[String]) {
+    for volume in volumes {
+        if let Err(e) = wait_event(
+            client,
+            "default",
+            volume,
+            &["DeletionWaitsForUnstaging"],
+            STEP,
+        )
+        .await
+        {
+            let events = event_lines(client, "default", volume).await;
+            panic!(
+                "{e}: DeleteVolume of {volume} was not refused while its unstaging pod was held; \
+                 volume events: {events:#?}"
+            );
+        }
+    }
+}
+
 /// Deletes one claim with its pod at once, then the namespace with the
 /// others (their pods on `nodes` in turn), and waits until nothing of the
-/// volumes is left.
+/// volumes is left. With `held_unstaging`, the first pod is deleted with
+/// force and the unstaging pods wait at the gate until its volume's
+/// deletion has been refused.
 async fn delete_everything_at_once(
     client: &Client,
     ns: &str,
     driver: &Driver,
     nodes: &[LocalNode],
+    held_unstaging: Option<&Gate>,
 ) {
     let (volumes, images) = claims_in_use(client, ns, driver, nodes).await;
 
-    // `kubectl delete pod,pvc --wait=false`: both requests at once.
+    // `kubectl delete pod,pvc --wait=false` (with the gate, `--force`):
+    // both requests at once.
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
     let background = DeleteParams::background();
+    let pod_deletion = match held_unstaging {
+        Some(_) => background.clone().grace_period(0),
+        None => background.clone(),
+    };
     let (pod, claim) = futures::join!(
-        pods.delete("user-0", &background),
+        pods.delete("user-0", &pod_deletion),
         claims.delete("data-0", &background),
     );
     pod.unwrap();
     claim.unwrap();
+    if let Some(gate) = held_unstaging {
+        gate.wait_started(UNSTAGING, 1, STEP).await.unwrap();
+        wait_deletion_refused(client, &volumes[..1]).await;
+    }
     // `kubectl delete namespace`: its pods and claims go together.
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces.delete(ns, &background).await.unwrap();
-
+    if let Some(gate) = held_unstaging {
+        gate.release(UNSTAGING);
+    }
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
     for volume in &volumes {
         // external-provisioner retries a refused DeleteVolume with
@@ -238,8 +323,9 @@ async fn delete_everything_at_once(
 }
 
 /// The local-volumes scenario in namespace `ns` with its pods on `nodes`
-/// in turn: everything deleted at once, every volume deleted by its
-/// deletion pod after its unstaging, nothing left.
+/// in turn: everything deleted at once, the deletion of a volume whose
+/// unstaging waits refused, every volume deleted by one deletion pod after
+/// its unstaging, nothing left.
 pub async fn local_volumes_deleted_at_once(ns: &str, nodes: &[LocalNode]) {
     let client = cluster().await;
     let objects = [
@@ -247,9 +333,13 @@ pub async fn local_volumes_deleted_at_once(ns: &str, nodes: &[LocalNode]) {
         example_file("local-volumes", "storageclass.yaml"),
     ]
     .join("\n---\n");
+    let objects = with_gated_unstaging(&objects, ns);
     let observer = start_scenario(&client, ns, LOCAL_VOLUMES.name, &objects).await;
+    // Closed only now: what an earlier run left is unstaged through the
+    // open gate it left while start_scenario resets the namespace.
+    let gate = Gate::on_nodes(ns, nodes);
 
-    delete_everything_at_once(&client, ns, &LOCAL_VOLUMES, nodes).await;
+    delete_everything_at_once(&client, ns, &LOCAL_VOLUMES, nodes, Some(&gate)).await;
     assert_eq!(observer.runs("deletion"), CLAIMS, "{:#?}", observer.seen());
     observer.assert_succeeded("unstaging");
 
@@ -274,7 +364,7 @@ pub async fn sparse_file_deleted_at_once(ns: &str, nodes: &[LocalNode]) {
     namespace(&client, ns).await.unwrap();
     sparse_file::install(&client, &FILES).await;
 
-    delete_everything_at_once(&client, ns, &SPARSE_FILE, nodes).await;
+    delete_everything_at_once(&client, ns, &SPARSE_FILE, nodes, None).await;
 
     sparse_file::uninstall(&client, &FILES).await;
     assert_no_leaks(&client, SPARSE_FILE.name, STEP).await;

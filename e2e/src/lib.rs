@@ -32,6 +32,7 @@ use serde::de::DeserializeOwned;
 
 pub mod deleted_while_staged;
 pub mod faults;
+pub mod gate;
 pub mod group_snapshots;
 pub mod sparse_file;
 
@@ -86,7 +87,7 @@ pub async fn apply(client: &Client, yaml: &str) -> anyhow::Result<Vec<DynamicObj
 /// The non-empty documents of a YAML stream as JSON, with `<<` merge keys
 /// applied as kubectl applies them (examples/block-encryption and
 /// examples/local-volumes share pod specs that way).
-fn documents(yaml: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+pub(crate) fn documents(yaml: &str) -> anyhow::Result<Vec<serde_json::Value>> {
     let mut found = Vec::new();
     for document in serde_yaml::Deserializer::from_str(yaml) {
         let mut value = <serde_yaml::Value as serde::Deserialize>::deserialize(document)?;

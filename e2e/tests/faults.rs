@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::EvictParams;
 use kube::{Api, Client};
 use pav_e2e::faults;
+use pav_e2e::gate::Gate;
 use pav_e2e::*;
 
 /// A provisioner whose creation pod runs `creation` and whose staging pod
@@ -112,67 +113,6 @@ spec:
       persistentVolumeClaim: {{ claimName: data }}
 "#
     )
-}
-
-/// Where the creation and staging pods of a scenario record each run and
-/// wait for the test: a host directory (the scenarios run on node 1, this
-/// host), `/e2e` in the pods. A pod of phase P appends its name to
-/// `P.runs` when it starts, then blocks until `P.release` exists. So the
-/// test knows a fault landed while the phase's pod ran (it injects the
-/// fault between the two), and how many pods of each phase started, however
-/// briefly (a watch can miss a pod that comes and goes while it lags).
-struct Gate {
-    dir: std::path::PathBuf,
-}
-
-impl Gate {
-    fn dir_of(name: &str) -> std::path::PathBuf {
-        std::path::Path::new("/var/lib/pav-e2e-gates").join(name)
-    }
-
-    /// An empty gate for scenario `name`.
-    fn new(name: &str) -> Gate {
-        let dir = Self::dir_of(name);
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Gate { dir }
-    }
-
-    /// The shell a pod of `phase` runs first.
-    fn script(phase: &str) -> String {
-        format!(
-            "echo \"$HOSTNAME\" >> /e2e/{phase}.runs; \
-             until [ -e /e2e/{phase}.release ]; do sleep 0.2; done"
-        )
-    }
-
-    /// The pods of `phase` that started, in order.
-    fn runs(&self, phase: &str) -> Vec<String> {
-        std::fs::read_to_string(self.dir.join(format!("{phase}.runs")))
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
-
-    /// Waits until a pod of `phase` has started (and so waits at the gate).
-    async fn wait_started(&self, phase: &str, timeout: Duration) -> anyhow::Result<()> {
-        wait_until(&format!("a {phase} pod at the gate"), timeout, || async {
-            Ok((!self.runs(phase).is_empty()).then_some(()))
-        })
-        .await
-    }
-
-    /// Lets the pods of `phase` go on, now and when they start.
-    fn release(&self, phase: &str) {
-        std::fs::write(self.dir.join(format!("{phase}.release")), "").unwrap();
-    }
-}
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 /// Creation and staging that wait at the scenario's [`Gate`], then
@@ -296,7 +236,7 @@ where
     or_diagnose(
         client,
         name,
-        gate.wait_started("creation", AFTER_FAULT).await,
+        gate.wait_started("creation", 1, AFTER_FAULT).await,
     )
     .await;
     fault().await;
@@ -307,7 +247,7 @@ where
     or_diagnose(
         client,
         name,
-        gate.wait_started("staging", AFTER_FAULT).await,
+        gate.wait_started("staging", 1, AFTER_FAULT).await,
     )
     .await;
     fault().await;
@@ -402,7 +342,7 @@ async fn evicted_creation_pod_is_retried() {
     or_diagnose(
         &client,
         name,
-        gate.wait_started("creation", AFTER_FAULT).await,
+        gate.wait_started("creation", 1, AFTER_FAULT).await,
     )
     .await;
     let evicted = gate.runs("creation").remove(0);
