@@ -16,7 +16,7 @@ use crate::{LocalNode, wait_until};
 /// Where the pods see the gate.
 pub const MOUNT: &str = "/e2e";
 
-/// A scenario's gate on some nodes; removed when dropped.
+/// A scenario's gate on some nodes; opened for every phase when dropped.
 pub struct Gate {
     /// The gate's directory on each node, as this host sees it.
     dirs: Vec<PathBuf>,
