@@ -27,7 +27,7 @@
 
 use std::time::Duration;
 
-use crate::gate::{self, Gate};
+use crate::gate::Gate;
 use crate::*;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::DeleteParams;
@@ -208,7 +208,6 @@ const UNSTAGING: &str = "unstaging";
 /// the gate of scenario `name`: an init container of the pod's own image
 /// that runs [`Gate::script`].
 fn with_gated_unstaging(objects: &str, name: &str) -> String {
-    let gate_dir = Gate::dir_of(name).display().to_string();
     let mut documents = crate::documents(objects).expect("the scenario's objects");
     for document in &mut documents {
         if document["kind"] != "PavProvisioner" {
@@ -221,15 +220,12 @@ fn with_gated_unstaging(objects: &str, name: &str) -> String {
             "image": image,
             "imagePullPolicy": "IfNotPresent",
             "command": ["sh", "-c", Gate::script(UNSTAGING)],
-            "volumeMounts": [{ "name": "e2e-gate", "mountPath": gate::MOUNT }],
+            "volumeMounts": [Gate::volume_mount()],
         }]);
         pod["volumes"]
             .as_array_mut()
             .expect("the unstaging pod's volumes")
-            .push(serde_json::json!({
-                "name": "e2e-gate",
-                "hostPath": { "path": gate_dir, "type": "DirectoryOrCreate" },
-            }));
+            .push(Gate::volume(name));
     }
     documents
         .iter()

@@ -16,6 +16,9 @@ use crate::{LocalNode, wait_until};
 /// Where the pods see the gate.
 pub const MOUNT: &str = "/e2e";
 
+/// The name of the gate's volume in a pod.
+const VOLUME: &str = "e2e-gate";
+
 /// A scenario's gate on some nodes; opened for every phase when dropped.
 pub struct Gate {
     /// The gate's directory on each node, as this host sees it.
@@ -27,6 +30,21 @@ impl Gate {
     /// mounts as a `hostPath`.
     pub fn dir_of(name: &str) -> PathBuf {
         Path::new("/var/lib/pav-e2e-gates").join(name)
+    }
+
+    /// The pod volume of scenario `name`'s gate (a `hostPath` of
+    /// [`Gate::dir_of`]), for [`Gate::volume_mount`].
+    pub fn volume(name: &str) -> serde_json::Value {
+        serde_json::json!({
+            "name": VOLUME,
+            "hostPath": { "path": Self::dir_of(name), "type": "DirectoryOrCreate" },
+        })
+    }
+
+    /// A container's mount of [`Gate::volume`] at [`MOUNT`], where
+    /// [`Gate::script`] looks.
+    pub fn volume_mount() -> serde_json::Value {
+        serde_json::json!({ "name": VOLUME, "mountPath": MOUNT })
     }
 
     /// An empty gate for scenario `name` on this host's node.

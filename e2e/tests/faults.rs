@@ -18,9 +18,9 @@ use pav_e2e::*;
 /// A provisioner whose creation pod runs `creation` and whose staging pod
 /// runs `staging`, with staging timing out after `staging_timeout`; its
 /// StorageClass has the same name. Both pods mount the scenario's
-/// [`Gate`] directory at `/e2e`.
+/// [`Gate`] (JSON is YAML's flow style).
 fn objects(name: &str, creation: &str, staging: &str, staging_timeout: &str) -> String {
-    let gate = Gate::dir_of(name).display().to_string();
+    let (volume, mount) = (Gate::volume(name), Gate::volume_mount());
     format!(
         r#"
 apiVersion: pav.albertofaria.github.io/v1alpha1
@@ -41,9 +41,8 @@ spec:
             image: busybox:stable
             imagePullPolicy: IfNotPresent
             command: [sh, -c, {creation:?}]
-            volumeMounts: [{{ name: e2e, mountPath: /e2e }}]
-        volumes:
-          - {{ name: e2e, hostPath: {{ path: {gate:?}, type: DirectoryOrCreate }} }}
+            volumeMounts: [{mount}]
+        volumes: [{volume}]
   volumeStaging:
     timeout: {staging_timeout}
     podTemplate:
@@ -54,9 +53,8 @@ spec:
             image: busybox:stable
             imagePullPolicy: IfNotPresent
             command: [sh, -c, {staging:?}]
-            volumeMounts: [{{ name: e2e, mountPath: /e2e }}]
-        volumes:
-          - {{ name: e2e, hostPath: {{ path: {gate:?}, type: DirectoryOrCreate }} }}
+            volumeMounts: [{mount}]
+        volumes: [{volume}]
   volumeUnstaging:
     podTemplate:
       spec:
