@@ -18,7 +18,7 @@ pub enum Error {
         problem: String,
     },
     /// Preparing or binding a Unix socket failed.
-    #[error("socket {path}: {source}")]
+    #[error("socket {path}")]
     Socket {
         /// The socket path.
         path: std::path::PathBuf,
@@ -26,7 +26,7 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The gRPC server or client transport failed.
-    #[error("gRPC transport: {0}")]
+    #[error("gRPC transport")]
     Transport(#[from] tonic::transport::Error),
 }
 
@@ -134,24 +134,40 @@ pub(crate) fn logged<T>(
 
 /// An `INTERNAL` status for a local failure (I/O, mounting) while `what`.
 pub(crate) fn internal(what: &str, err: impl std::error::Error) -> Status {
-    Status::internal(format!("{what}: {}", chain(&err)))
+    Status::internal(format!("{what}: {}", error_chain(&err)))
 }
 
 /// An `INTERNAL` status for a local failure whose message says the step
 /// (the errors of [`crate::mount`] name their path and step).
 pub(crate) fn failed(err: impl std::error::Error) -> Status {
-    Status::internal(chain(&err))
+    Status::internal(error_chain(&err))
 }
 
 /// `err` and its sources, `: `-separated, as `anyhow`'s `{:#}` prints
-/// them; a source whose message ends its wrapper's already (a
-/// `"{what}: {source}"` message) is not repeated.
-pub(crate) fn chain(err: &dyn std::error::Error) -> String {
+/// them: the whole story of an error whose message says only its step
+/// (`cannot unmount /x: Device or resource busy (os error 16)`).
+///
+/// The errors of pav-csi (and of pav) name the step that failed and
+/// leave the cause to [`source`](std::error::Error::source), so each
+/// cause is said once; print them with this where a person reads them,
+/// in a provisioner's [`pav_sdk::Error`] for one:
+///
+/// ```
+/// # fn f(dir: &std::path::Path) -> pav_sdk::Result<()> {
+/// pav_csi::mount::unmount(dir)
+///     .map_err(|e| pav_sdk::Error::Internal(pav_csi::error_chain(&e)))?;
+/// # Ok(()) }
+/// ```
+///
+/// Some other crates' errors print their source in their own message too
+/// (kube's `"HyperError: {0}"`, `"ApiError: {0} ({0:?})"`): a cause whose
+/// text is printed already is not printed again.
+pub fn error_chain(err: &dyn std::error::Error) -> String {
     let mut message = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {
         let text = cause.to_string();
-        if !message.ends_with(&text) {
+        if !message.contains(&text) {
             message.push_str(": ");
             message.push_str(&text);
         }
@@ -159,6 +175,9 @@ pub(crate) fn chain(err: &dyn std::error::Error) -> String {
     }
     message
 }
+
+#[cfg(test)]
+mod cause_once;
 
 #[cfg(test)]
 mod tests {
@@ -275,14 +294,21 @@ mod tests {
         let gone = || std::io::Error::from(std::io::ErrorKind::NotFound);
         let quiet = crate::mount::TableError::Read(gone());
         assert_eq!(
-            chain(&quiet),
+            error_chain(&quiet),
             format!("reading /proc/self/mountinfo: {}", gone())
         );
-        // UnmountError's messages carry their source already.
-        let loud = crate::mount::UnmountError::MountTable(gone());
+        let unmount = crate::mount::UnmountError::MountTable(gone());
         assert_eq!(
-            chain(&loud),
+            error_chain(&unmount),
             format!("reading /proc/self/mountinfo: {}", gone())
+        );
+        // Another crate's error that prints its source itself (kube's).
+        #[derive(Debug, thiserror::Error)]
+        #[error("HyperError: {0}")]
+        struct Loud(#[source] std::io::Error);
+        assert_eq!(
+            error_chain(&Loud(gone())),
+            format!("HyperError: {}", gone())
         );
         assert_eq!(
             internal("reading mounts", quiet).message(),

@@ -201,5 +201,5 @@ pub mod csi {
 }
 
 pub use driver::{Driver, DriverBuilder};
-pub use error::Error;
+pub use error::{Error, error_chain};
 pub use paths::DEFAULT_KUBELET_DIR;

@@ -16,8 +16,9 @@
 //! | grow a mounted ext4 or xfs to its device (or a size) | [`grow_filesystem`] | [`GrowError`] |
 //!
 //! Errors name the path and the step; the system's answer is their
-//! [`source`](std::error::Error::source) (print the chain, as `anyhow`'s
-//! `{:#}` does, to see both). Everything here blocks: call it from
+//! [`source`](std::error::Error::source) (print the chain, with
+//! [`error_chain`](crate::error_chain) or `anyhow`'s `{:#}`, to see
+//! both). Everything here blocks: call it from
 //! [`tokio::task::spawn_blocking`] in async code.
 //!
 //! ```no_run
@@ -486,10 +487,10 @@ pub fn remount(target: impl AsRef<Path>, flags: MountFlags, data: &str) -> Resul
 #[non_exhaustive]
 pub enum UnmountError {
     /// `/proc/self/mountinfo` could not be read.
-    #[error("reading /proc/self/mountinfo: {0}")]
+    #[error("reading /proc/self/mountinfo")]
     MountTable(#[source] io::Error),
     /// The kernel refused to unmount a mount point (busy, for instance).
-    #[error("cannot unmount {}: {source}", point.display())]
+    #[error("cannot unmount {}", point.display())]
     Unmount {
         /// The mount point that stays mounted.
         point: PathBuf,

@@ -17,8 +17,12 @@
 pub mod cli;
 pub mod client;
 pub mod csi;
+pub mod leader;
 pub mod manifests;
 pub mod operator;
 pub mod pods;
 pub mod snapshots;
 pub mod telemetry;
+
+#[cfg(test)]
+mod cause_once;

@@ -28,7 +28,6 @@
 
 mod apply;
 mod in_use;
-pub mod leader;
 pub mod metrics;
 mod status;
 
@@ -61,6 +60,7 @@ use kube::{Api, Client, Resource, ResourceExt as _};
 use pav_templates::{CompiledProvisioner, PavProvisioner};
 use serde::de::DeserializeOwned;
 
+use crate::leader;
 use crate::manifests::driver::{self, DriverObjects};
 use crate::manifests::{DEFAULT_METRICS_ADDR, FIELD_MANAGER, LABEL_PROVISIONER, Settings};
 use metrics::{Metrics, Outcome};
@@ -116,7 +116,7 @@ pub const LEASE: &str = "pav-controller";
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// An API call failed.
-    #[error("Kubernetes API: {0}")]
+    #[error("Kubernetes API request")]
     Kube(#[from] kube::Error),
     /// Deletion refused: the provisioner still has volumes, claims,
     /// staged volumes or snapshots.
@@ -361,7 +361,9 @@ pub async fn run_with(client: Client, args: Args) -> anyhow::Result<()> {
         .for_each(|result| async move {
             match result {
                 Ok((object, _)) => tracing::debug!(%object, "reconciled"),
-                Err(err) => tracing::debug!(error = %err, "reconcile failed"),
+                Err(err) => {
+                    tracing::debug!(error = %pav_csi::error_chain(&err), "reconcile failed")
+                }
             }
         })
         .await;
@@ -457,7 +459,7 @@ pub fn error_policy(
         }
         err => {
             ctx.metrics.reconciled(Outcome::Error, Duration::ZERO);
-            tracing::warn!(provisioner = %name, retry_in = ?delay, error = %err, "reconcile failed");
+            tracing::warn!(provisioner = %name, retry_in = ?delay, error = %pav_csi::error_chain(&err), "reconcile failed");
         }
     }
     Action::requeue(delay)

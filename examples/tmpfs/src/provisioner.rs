@@ -35,8 +35,11 @@ impl Tmpfs {
     }
 }
 
-fn io(context: &str, path: &Path, e: impl std::fmt::Display) -> Error {
-    Error::Internal(format!("{context} {}: {e}", path.display()))
+/// `INTERNAL`: what failed where, and why (pav_csi::mount's errors say
+/// their step, their source the system's answer: print the chain).
+fn io(context: &str, path: &Path, e: impl std::error::Error) -> Error {
+    let why = pav_csi::error_chain(&e);
+    Error::Internal(format!("{context} {}: {why}", path.display()))
 }
 
 /// Removing what is gone already is success.

@@ -5,7 +5,7 @@ use tonic::{Code, Status};
 
 use crate::convert;
 use crate::csi;
-use crate::error::status;
+use crate::error::{error_chain, status};
 use crate::limits;
 
 /// A `ControllerGetVolumeRequest` that passed [`check`].
@@ -25,9 +25,9 @@ pub(crate) fn check(req: &csi::ControllerGetVolumeRequest) -> Result<Checked, St
 /// Why a `ControllerGetVolume` that passed its checks failed: one variant
 /// per step of [`run`].
 #[derive(Debug, thiserror::Error)]
-enum GetVolumeError {
+pub(crate) enum GetVolumeError {
     /// Listing the volumes, to find this one, failed.
-    #[error("listing the volumes failed: {0}")]
+    #[error("listing the volumes failed")]
     Listing(#[source] pav_sdk::Error),
     /// The listing does not have the volume.
     #[error("volume {0:?} does not exist")]
@@ -36,7 +36,7 @@ enum GetVolumeError {
     #[error("the provisioner listed volume {volume:?} in a form CSI cannot return: {refused}")]
     Unanswerable { volume: String, refused: String },
     /// The provisioner's Health failed.
-    #[error("checking the volume's health failed: {0}")]
+    #[error("checking the volume's health failed")]
     Health(#[source] pav_sdk::Error),
 }
 
@@ -44,7 +44,7 @@ impl From<GetVolumeError> for Status {
     /// One mapping for every failure: the provisioner's codes pass on
     /// (its `NOT_FOUND` from Health too: the volume went away meanwhile).
     fn from(err: GetVolumeError) -> Self {
-        let message = err.to_string();
+        let message = error_chain(&err);
         match err {
             GetVolumeError::Listing(e) | GetVolumeError::Health(e) => {
                 Status::new(status(e).code(), message)
@@ -153,7 +153,7 @@ mod tests {
             (GetVolumeError::Health(not_found), Code::NotFound),
         ];
         for (error, code) in codes {
-            let shown = error.to_string();
+            let shown = error_chain(&error);
             let status = Status::from(error);
             assert_eq!(status.code(), code, "{shown}");
             assert_eq!(status.message(), shown);

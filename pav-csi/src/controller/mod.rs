@@ -14,12 +14,12 @@ pub(crate) mod create_volume;
 mod delete_snapshot;
 pub(crate) mod delete_volume;
 mod expand;
-mod get_volume;
+pub(crate) mod get_volume;
 mod list_snapshots;
 mod list_volumes;
 mod modify_volume;
-mod publish_volume;
-mod unpublish_volume;
+pub(crate) mod publish_volume;
+pub(crate) mod unpublish_volume;
 mod validate;
 
 use std::sync::Arc;

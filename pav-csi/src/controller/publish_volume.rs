@@ -37,7 +37,7 @@ pub(crate) enum PublishError {
     #[error("{}", .0.message())]
     Lookup(Status),
     /// The provisioner's Attach failed, with its code.
-    #[error("attaching to node {node_id:?}: {}", .source.message())]
+    #[error("attaching to node {node_id:?}")]
     Attach {
         node_id: String,
         #[source]
@@ -49,13 +49,20 @@ pub(crate) enum PublishError {
 }
 
 impl From<PublishError> for Status {
+    /// The provisioner's error keeps its code, its message after the
+    /// step's (without its category: the code says it).
     fn from(failed: PublishError) -> Status {
-        let code = match &failed {
-            PublishError::Busy(status) | PublishError::Lookup(status) => status.code(),
-            PublishError::Attach { source, .. } => status(source.clone()).code(),
-            PublishError::Context(_) => Code::Internal,
+        let (code, message) = match &failed {
+            PublishError::Busy(status) | PublishError::Lookup(status) => {
+                (status.code(), failed.to_string())
+            }
+            PublishError::Attach { source, .. } => {
+                let cause = status(source.clone());
+                (cause.code(), format!("{failed}: {}", cause.message()))
+            }
+            PublishError::Context(_) => (Code::Internal, failed.to_string()),
         };
-        Status::new(code, failed.to_string())
+        Status::new(code, message)
     }
 }
 
@@ -163,7 +170,11 @@ mod tests {
         };
         let attach = Status::from(attach);
         assert_eq!(attach.code(), Code::FailedPrecondition);
-        assert!(attach.message().contains("n1"), "{attach:?}");
+        assert_eq!(
+            attach.message(),
+            "attaching to node \"n1\": attached elsewhere",
+            "{attach:?}"
+        );
         let context = Status::from(PublishError::Context(Status::invalid_argument("big")));
         assert_eq!(context.code(), Code::Internal);
         let lookup = Status::from(PublishError::Lookup(Status::not_found("gone")));

@@ -28,17 +28,21 @@ pub(crate) enum UnpublishError {
     #[error("{}", .0.message())]
     Busy(Status),
     /// The provisioner's detach failed, with its code.
-    #[error("detaching: {}", .0.message())]
+    #[error("detaching")]
     Detach(#[source] pav_sdk::Error),
 }
 
 impl From<UnpublishError> for Status {
+    /// The provisioner's error keeps its code, its message after the
+    /// step's (without its category: the code says it).
     fn from(failed: UnpublishError) -> Status {
-        let code = match &failed {
-            UnpublishError::Busy(status) => status.code(),
-            UnpublishError::Detach(source) => status(source.clone()).code(),
-        };
-        Status::new(code, failed.to_string())
+        match &failed {
+            UnpublishError::Busy(status) => Status::new(status.code(), failed.to_string()),
+            UnpublishError::Detach(source) => {
+                let cause = status(source.clone());
+                Status::new(cause.code(), format!("{failed}: {}", cause.message()))
+            }
+        }
     }
 }
 

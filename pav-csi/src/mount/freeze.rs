@@ -8,7 +8,7 @@ use super::ioctl;
 
 /// Freezing or thawing a filesystem failed.
 #[derive(Debug, thiserror::Error)]
-#[error("{doing} the filesystem mounted at {}: {source}", path.display())]
+#[error("{doing} the filesystem mounted at {}", path.display())]
 pub struct FreezeError {
     doing: &'static str,
     path: PathBuf,
@@ -74,7 +74,8 @@ impl Frozen {
 impl Drop for Frozen {
     fn drop(&mut self) {
         if let Err(e) = self.thaw_now() {
-            tracing::error!(error = %e, "a frozen filesystem could not be thawed");
+            let error = crate::error_chain(&e);
+            tracing::error!(error, "a frozen filesystem could not be thawed");
         }
     }
 }

@@ -16,7 +16,7 @@ use super::binds::{bind_once, blocking, published, unmount_and_remove};
 use super::{NodeService, stage_request};
 use crate::convert::{self, Capability};
 use crate::ephemeral::{Record, Records};
-use crate::error::{is_final, status};
+use crate::error::{error_chain, is_final, status};
 use crate::guard::Key;
 use crate::occupancy::check_free;
 
@@ -112,9 +112,9 @@ fn parse_size(text: &str) -> Option<u64> {
 
 /// Why an ephemeral publish or unpublish failed: one variant per step.
 #[derive(Debug, thiserror::Error)]
-enum EphemeralError {
+pub(crate) enum EphemeralError {
     /// Reading or writing the node record.
-    #[error("{doing} the ephemeral volume record: {source}")]
+    #[error("{doing} the ephemeral volume record")]
     Record {
         doing: &'static str,
         #[source]
@@ -128,35 +128,35 @@ enum EphemeralError {
         asked: String,
     },
     /// The provisioner's Validate refused the volume.
-    #[error("validating ephemeral volume {volume_id}: {source}")]
+    #[error("validating ephemeral volume {volume_id}")]
     Validate {
         volume_id: String,
         #[source]
         source: pav_sdk::Error,
     },
     /// The provisioner's Create failed.
-    #[error("creating ephemeral volume {volume_id}: {source}")]
+    #[error("creating ephemeral volume {volume_id}")]
     Create {
         volume_id: String,
         #[source]
         source: pav_sdk::Error,
     },
     /// The provisioner's Stage failed.
-    #[error("staging ephemeral volume {volume_id}: {source}")]
+    #[error("staging ephemeral volume {volume_id}")]
     Stage {
         volume_id: String,
         #[source]
         source: pav_sdk::Error,
     },
     /// The provisioner's Unstage failed.
-    #[error("unstaging ephemeral volume {volume_id}: {source}")]
+    #[error("unstaging ephemeral volume {volume_id}")]
     Unstage {
         volume_id: String,
         #[source]
         source: pav_sdk::Error,
     },
     /// The provisioner's Delete failed.
-    #[error("deleting ephemeral volume {volume_id}: {source}")]
+    #[error("deleting ephemeral volume {volume_id}")]
     Delete {
         volume_id: String,
         #[source]
@@ -165,9 +165,10 @@ enum EphemeralError {
 }
 
 impl From<EphemeralError> for Status {
-    /// One mapping for every failure: the provisioner's codes pass on.
+    /// One mapping for every failure: the provisioner's codes pass on;
+    /// the message is the whole chain, the cause after the step.
     fn from(err: EphemeralError) -> Self {
-        let message = err.to_string();
+        let message = error_chain(&err);
         let code = match err {
             EphemeralError::Record { .. } => Code::Internal,
             EphemeralError::OtherTarget { .. } => Code::FailedPrecondition,

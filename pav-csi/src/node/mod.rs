@@ -9,7 +9,7 @@
 
 mod binds;
 mod capabilities;
-mod ephemeral;
+pub(crate) mod ephemeral;
 mod expand;
 mod info;
 mod publish;

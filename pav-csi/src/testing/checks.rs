@@ -63,7 +63,7 @@ pub(crate) async fn run(conf: &Conformance, check: Check) -> Result<Outcome, Str
              CAP_SYS_ADMIN; Conformance::controller_only checks without it)"
         ),
     })?;
-    stopped.map_err(|e| format!("stopping the driver: {e}"))?;
+    stopped.map_err(|e| format!("stopping the driver: {}", crate::error_chain(&e)))?;
     Ok(outcome)
 }
 
@@ -514,7 +514,8 @@ impl<'a> Ctx<'a> {
 
     /// Stops the driver and serves again (pav-csi's caches emptied).
     pub(super) async fn restart(&mut self) -> Step<()> {
-        (self.h.restart().await).map_err(|e| format!("restarting the driver: {e}"))
+        (self.h.restart().await)
+            .map_err(|e| format!("restarting the driver: {}", crate::error_chain(&e)))
     }
 
     /// Removes what the check left (it failed, or stopped early): best
@@ -592,7 +593,7 @@ impl<'a> Ctx<'a> {
     /// Fails unless nothing is mounted in the kubelet directory.
     fn nothing_mounted(&self, when: &str) -> Step<()> {
         let left = crate::mount::mounts_below(self.h.kubelet_dir())
-            .map_err(|e| format!("reading the mount table: {e}"))?;
+            .map_err(|e| format!("reading the mount table: {}", crate::error_chain(&e)))?;
         match left.is_empty() {
             true => Ok(()),
             false => Err(format!(
@@ -604,7 +605,8 @@ impl<'a> Ctx<'a> {
 
 /// How many mounts are stacked on `path`.
 fn mounts_at(path: &Path) -> Step<usize> {
-    crate::mount::mounts_at(path).map_err(|e| format!("reading the mount table: {e}"))
+    crate::mount::mounts_at(path)
+        .map_err(|e| format!("reading the mount table: {}", crate::error_chain(&e)))
 }
 
 /// Fails unless exactly `expected` mounts are stacked on `path`.
@@ -1618,7 +1620,7 @@ async fn hostile_ids_and_paths(ctx: &mut Ctx<'_>) -> Step<Outcome> {
         ));
     }
     let mounted: Vec<PathBuf> = crate::mount::mounts_below(&dir)
-        .map_err(|e| format!("reading the mount table: {e}"))?
+        .map_err(|e| format!("reading the mount table: {}", crate::error_chain(&e)))?
         .into_iter()
         .filter(|p| !p.starts_with(&kubelet) && !p.starts_with(&storage))
         .collect();

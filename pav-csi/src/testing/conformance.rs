@@ -370,7 +370,7 @@ impl Conformance {
     /// A harness for one check.
     pub(crate) async fn harness(&self) -> Result<Harness, String> {
         let mut builder: HarnessBuilder = Harness::builder()
-            .map_err(|e| format!("starting the harness: {e}"))?
+            .map_err(|e| format!("starting the harness: {}", crate::error_chain(&e)))?
             .node_topology(self.node_topology.clone());
         if let Some(name) = &self.driver_name {
             builder = builder.driver_name(name.clone());
@@ -378,7 +378,8 @@ impl Conformance {
         if self.controller_only {
             builder = builder.controller_only();
         }
-        (builder.serve(self.source.clone()).await).map_err(|e| format!("starting the driver: {e}"))
+        (builder.serve(self.source.clone()).await)
+            .map_err(|e| format!("starting the driver: {}", crate::error_chain(&e)))
     }
 
     /// Runs one check.

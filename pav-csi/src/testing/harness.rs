@@ -30,10 +30,10 @@ const BIND_TIMEOUT: Duration = Duration::from_secs(10);
 #[non_exhaustive]
 pub enum HarnessError {
     /// Preparing the temporary directory failed.
-    #[error("preparing the temporary directory: {0}")]
+    #[error("preparing the temporary directory")]
     Io(#[from] std::io::Error),
     /// The driver refused its configuration, or failed while serving.
-    #[error("the driver failed: {0}")]
+    #[error("the driver failed")]
     Driver(#[from] crate::Error),
     /// The driver's task panicked or was cancelled.
     #[error("the driver's task ended abnormally: {0}")]

@@ -16,15 +16,15 @@ use super::recipe::{CreationPlan, Plan, Planner, PodFiles, claim_access_modes};
 use crate::pods::results;
 
 mod attach;
-mod capacity;
+pub(crate) mod capacity;
 mod cleanup;
 mod delete;
 pub mod deleted;
 mod error;
-mod expand;
+pub(crate) mod expand;
 mod group_snapshot;
 mod modify;
-mod snapshot;
+pub(crate) mod snapshot;
 
 pub use self::cleanup::sweep;
 use self::cleanup::{claim_settled, claim_uid_label, clean_claim_pods};

@@ -27,7 +27,7 @@ pub const RELEASE_EVERY: Duration = Duration::from_secs(30);
 pub async fn release_periodically(driver: Arc<DriverContext>) {
     loop {
         if let Err(err) = release_once(&driver).await {
-            tracing::warn!(error = %err, "looking for staging pods of deleted nodes");
+            tracing::warn!(error = %pav_csi::error_chain(&err), "looking for staging pods of deleted nodes");
         }
         tokio::time::sleep(RELEASE_EVERY).await;
     }

@@ -363,7 +363,8 @@ impl PodNode {
                 && let Some(point) = unmount.mount_point()
                 && self.unmount_failures.first_report(&uid, point)
             {
-                self.warn_claim(&claim, &error.to_string(), staging).await;
+                self.warn_claim(&claim, &pav_csi::error_chain(&error), staging)
+                    .await;
             }
             return Err(error);
         }
@@ -585,7 +586,7 @@ impl PodNode {
                 .warn(
                     &client_pod.object_ref(&()),
                     Phase::Staging,
-                    &e.to_string(),
+                    &pav_csi::error_chain(e),
                     None,
                 )
                 .await;
@@ -618,7 +619,7 @@ impl PodNode {
                         .warn(
                             &reference,
                             Phase::Unstaging,
-                            &e.to_string(),
+                            &pav_csi::error_chain(&e),
                             Some(pod_ref(&pod)),
                         )
                         .await;

@@ -159,7 +159,7 @@ impl PodCache {
                             Ok(true) => return Err(deleted()),
                             Ok(false) => {}
                             Err(e) => tracing::warn!(
-                                pod = name, namespace, error = %e,
+                                pod = name, namespace, error = %pav_csi::error_chain(&e),
                                 "the pod is not in the pod cache, nor can the API server say whether it exists"
                             ),
                         }

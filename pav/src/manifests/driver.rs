@@ -31,7 +31,7 @@ use super::{
     PAV_BINARY, Placement, Settings, labels, typed,
 };
 use crate::client::{DEFAULT_BURST, DEFAULT_QPS};
-use crate::operator::leader;
+use crate::leader;
 use crate::pods::HOST_POD_DIR;
 use crate::telemetry::LogFormat;
 

@@ -11,7 +11,7 @@ pub enum PodDirError {
     #[error(transparent)]
     Unmount(#[from] pav_csi::mount::UnmountError),
     /// The directory itself could not be removed.
-    #[error("removing {}: {source}", dir.display())]
+    #[error("removing {}", dir.display())]
     Remove {
         /// The directory.
         dir: PathBuf,

@@ -239,7 +239,7 @@ pub enum CreatedError {
     #[error("volume handle {0:?} must be 1 to 128 bytes on one line")]
     Handle(String),
     /// `/pav/capacity` is no quantity.
-    #[error("/pav/capacity: {0}")]
+    #[error("/pav/capacity")]
     Capacity(#[source] pav_templates::quantity::QuantityError),
     /// Neither the spec nor the pod gave a capacity.
     #[error(

@@ -156,14 +156,15 @@ fn freeze_mounted(devices: &[String]) -> Result<Vec<Frozen>> {
             (rustix::fs::major(rdev), rustix::fs::minor(rdev))
         })
         .collect();
-    let table =
-        mount_table().map_err(|e| Error::Internal(format!("reading the mount table: {e}")))?;
+    // pav_csi::mount's errors say their step, their source the cause.
+    let internal = |e: &dyn std::error::Error| Error::Internal(pav_csi::error_chain(e));
+    let table = mount_table().map_err(|e| internal(&e))?;
     let mut seen = BTreeSet::new();
     let mut frozen = Vec::new();
     for mount in table {
         if numbers.contains(&mount.device) && seen.insert(mount.device) {
             // `frozen` thaws what is frozen so far when this returns early.
-            frozen.push(freeze(&mount.mount_point).map_err(|e| Error::Internal(e.to_string()))?);
+            frozen.push(freeze(&mount.mount_point).map_err(|e| internal(&e))?);
             tracing::info!(mount_point = %mount.mount_point.display(), "froze a member's filesystem");
         }
     }

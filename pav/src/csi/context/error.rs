@@ -23,7 +23,7 @@ pub enum DriverError {
         message: String,
     },
     /// Any other failed request (the server unreachable, overloaded, ...).
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Api {
         /// The object or action.
         what: String,
@@ -73,7 +73,7 @@ impl From<DriverError> for pav_sdk::Error {
     /// are preconditions; a deleted pod aborts; the transient rest is worth
     /// retrying.
     fn from(error: DriverError) -> Self {
-        let message = error.to_string();
+        let message = pav_csi::error_chain(&error);
         match error {
             DriverError::NotFound { .. } | DriverError::NoProvisioner(_) => {
                 pav_sdk::Error::NotFound(message)

@@ -67,7 +67,7 @@ impl From<AttachError> for Error {
     /// `INTERNAL` (external-attacher retries with backoff); the API,
     /// render and pod-run steps keep the code of the driver's error.
     fn from(error: AttachError) -> Self {
-        let message = error.to_string();
+        let message = pav_csi::error_chain(&error);
         match error {
             AttachError::NoVolume { .. } | AttachError::NoNode(_) => Error::NotFound(message),
             AttachError::NoSection { .. } => Error::FailedPrecondition(message),

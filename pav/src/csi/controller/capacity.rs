@@ -15,7 +15,7 @@ use crate::csi::recipe::{CapacityFor, PhaseError, PlanError, PodFiles};
 /// Why GetCapacity failed: one variant per step; `From<CapacityError> for
 /// pav_sdk::Error` is the one mapping to CSI codes.
 #[derive(Debug, thiserror::Error)]
-enum CapacityError {
+pub(crate) enum CapacityError {
     /// Planning the capacity phase.
     #[error(transparent)]
     Plan(PlanError),
@@ -36,7 +36,7 @@ enum CapacityError {
         pod: String,
     },
     /// The pod's `/pav/capacity` is no quantity.
-    #[error("capacity pod {pod}: /pav/capacity: {source}")]
+    #[error("capacity pod {pod}: /pav/capacity")]
     Quantity {
         /// The pod, `namespace/name`.
         pod: String,
@@ -51,7 +51,7 @@ impl From<CapacityError> for Error {
     /// driver's error. external-provisioner keeps the last
     /// CSIStorageCapacity after any error and asks again at its next poll.
     fn from(error: CapacityError) -> Self {
-        let message = error.to_string();
+        let message = pav_csi::error_chain(&error);
         match error {
             CapacityError::NoSection { .. } => Error::FailedPrecondition(message),
             CapacityError::CapacityPod(PhaseError::Failed(_))
@@ -67,7 +67,7 @@ impl From<CapacityError> for Error {
 impl Capacity for PodController {
     async fn capacity(&self, req: CapacityRequest) -> Result<AvailableCapacity> {
         self.segment_capacity(&req).await.map_err(|error| {
-            tracing::warn!(error = %error, topology = ?req.topology, "GetCapacity failed");
+            tracing::warn!(error = %pav_csi::error_chain(&error), topology = ?req.topology, "GetCapacity failed");
             Error::from(error)
         })
     }

@@ -44,11 +44,11 @@ pub(super) async fn clean_claim_pods(driver: &DriverContext, uid: &str, phases: 
                         .delete_pod(&pod.namespace().unwrap_or_default(), &pod.name_any())
                         .await
                 {
-                    tracing::warn!(pod = %pod.name_any(), error = %e, "cannot delete PaV pod");
+                    tracing::warn!(pod = %pod.name_any(), error = %pav_csi::error_chain(&e), "cannot delete PaV pod");
                 }
             }
         }
-        Err(e) => tracing::warn!(error = %e, "cannot list PaV pods"),
+        Err(e) => tracing::warn!(error = %pav_csi::error_chain(&e), "cannot list PaV pods"),
     }
 }
 
@@ -58,7 +58,7 @@ pub async fn sweep(driver: Arc<DriverContext>) {
     let pods = match driver.list_pods(&[]).await {
         Ok(pods) => pods,
         Err(e) => {
-            tracing::warn!(error = %e, "startup sweep: cannot list PaV pods");
+            tracing::warn!(error = %pav_csi::error_chain(&e), "startup sweep: cannot list PaV pods");
             return;
         }
     };

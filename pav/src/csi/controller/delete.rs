@@ -129,7 +129,7 @@ impl PodController {
                         .warn(
                             &pv.object_ref(&()),
                             Phase::Deletion,
-                            &e.to_string(),
+                            &pav_csi::error_chain(e),
                             Some(pod_ref(pod)),
                         )
                         .await;

@@ -71,13 +71,13 @@ pub(super) enum CreateError {
     },
     /// What the spec evaluated to, or the creation pod (`pod`, `ns/name`)
     /// exported, is no volume; the deletion pod ran to undo a pod's
-    /// creation (`undo`: how that failed).
-    #[error("{}{problem}{}", pod.as_ref().map(|p| format!("creation pod {p}: ")).unwrap_or_default(), then(undo.as_deref()))]
+    /// creation (`undo`: how that failed). Two causes, the problem and the
+    /// undoing's failure, so neither is the source: the message says both.
+    #[error("{}{}{}", pod.as_ref().map(|p| format!("creation pod {p}: ")).unwrap_or_default(), pav_csi::error_chain(problem), then(undo.as_deref()))]
     Created {
         /// The creation pod, if one ran.
         pod: Option<String>,
         /// What was wrong.
-        #[source]
         problem: CreatedError,
         /// The deletion phase's failure, if it failed.
         undo: Option<Box<UndoError>>,
@@ -95,9 +95,11 @@ pub(super) enum UndoError {
     Pod(PhaseError),
 }
 
-/// `; then <how the undoing failed>`, or nothing.
+/// `; then <how the undoing failed>` (and its causes: it is no source),
+/// or nothing.
 pub(super) fn then(undo: Option<&UndoError>) -> String {
-    undo.map(|e| format!("; then {e}")).unwrap_or_default()
+    undo.map(|e| format!("; then {}", pav_csi::error_chain(e)))
+        .unwrap_or_default()
 }
 
 /// How a creation pod's run failed, before the deletion pod undoes it.
@@ -138,7 +140,7 @@ impl From<CreateError> for Error {
     /// of the driver's error.
     fn from(error: CreateError) -> Self {
         use pav_templates::phase::Refusal;
-        let message = error.to_string();
+        let message = pav_csi::error_chain(&error);
         match error {
             CreateError::NoClaim
             | CreateError::AccessMode(_)
@@ -201,7 +203,7 @@ impl From<DeleteError> for Error {
     /// deletion pod, are `INTERNAL`; the API, render and pod-run steps keep
     /// the code of the driver's error.
     fn from(error: DeleteError) -> Self {
-        let message = error.to_string();
+        let message = pav_csi::error_chain(&error);
         match error {
             DeleteError::Staged { .. } => Error::FailedPrecondition(message),
             DeleteError::Plan(PlanError::Context(_))

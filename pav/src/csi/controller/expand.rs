@@ -14,7 +14,7 @@ use crate::csi::recipe::{PhaseError, PlanError, PodFiles, TooSmall, grown};
 /// Why ControllerExpandVolume failed: one variant per step;
 /// `From<ExpandError> for pav_sdk::Error` is the one mapping to CSI codes.
 #[derive(Debug, thiserror::Error)]
-enum ExpandError {
+pub(crate) enum ExpandError {
     /// No PersistentVolume of this driver has the handle.
     #[error("no PersistentVolume of driver {provisioner} has volume handle {handle:?}")]
     NoVolume {
@@ -39,7 +39,7 @@ enum ExpandError {
     #[error(transparent)]
     ExpansionPod(PhaseError),
     /// The pod's `/pav/capacity` is no quantity.
-    #[error("expansion pod {pod}: /pav/capacity: {source}")]
+    #[error("expansion pod {pod}: /pav/capacity")]
     Capacity {
         /// The pod, `namespace/name`.
         pod: String,
@@ -58,7 +58,7 @@ impl From<ExpandError> for Error {
     /// that did not grow enough `INTERNAL`; the API, render and pod-run
     /// steps keep the code of the driver's error.
     fn from(error: ExpandError) -> Self {
-        let message = error.to_string();
+        let message = pav_csi::error_chain(&error);
         match error {
             ExpandError::NoVolume { .. } => Error::NotFound(message),
             ExpandError::NotExpandable { .. } => Error::FailedPrecondition(message),
@@ -143,7 +143,12 @@ impl PodController {
             Err(too_small) => {
                 let error = ExpandError::TooSmall(too_small);
                 self.driver
-                    .warn(&regarding, Phase::Expansion, &error.to_string(), None)
+                    .warn(
+                        &regarding,
+                        Phase::Expansion,
+                        &pav_csi::error_chain(&error),
+                        None,
+                    )
                     .await;
                 return Err(error);
             }

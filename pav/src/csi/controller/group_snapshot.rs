@@ -5,7 +5,7 @@
 //! (VolumeGroupSnapshotContents of this driver) answer Get and say which
 //! snapshots are members.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DynamicObject, ListParams};
@@ -20,6 +20,7 @@ use super::PodController;
 use crate::csi::context::{DriverError, api_error, pod_ref};
 use crate::csi::recipe::{PhaseError, PlanError, PodFiles};
 use crate::pods::results;
+use crate::snapshots::{RecordedGroup, recorded_group};
 
 /// Why a group snapshot call failed: one variant per step;
 /// `From<GroupSnapshotError> for pav_sdk::Error` is the one mapping to CSI
@@ -91,7 +92,7 @@ impl From<GroupSnapshotError> for Error {
     /// `INTERNAL`; the API, render and pod-run steps keep the code of the
     /// driver's error. csi-snapshotter retries every error with backoff.
     fn from(error: GroupSnapshotError) -> Self {
-        let message = error.to_string();
+        let message = pav_csi::error_chain(&error);
         match error {
             GroupSnapshotError::NoVolume { .. } | GroupSnapshotError::Unknown { .. } => {
                 Error::NotFound(message)
@@ -109,77 +110,6 @@ impl From<GroupSnapshotError> for Error {
             }
         }
     }
-}
-
-/// A group snapshot as its VolumeGroupSnapshotContent records it.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct RecordedGroup {
-    /// The group's handle.
-    pub handle: String,
-    /// Its members, each marked with the group; a pre-provisioned
-    /// content names only their handles (no source, size 0: unknown).
-    pub members: Vec<SnapshotInfo>,
-}
-
-/// The group `content` records, if it is one of `driver`'s with a handle:
-/// a dynamic content once CreateVolumeGroupSnapshot has answered
-/// (csi-snapshotter writes the status), or a pre-provisioned one
-/// (`spec.source.groupSnapshotHandles`). Members are ready: PaV answers
-/// only once the pod has taken them.
-pub(super) fn recorded_group(content: &DynamicObject, driver: &str) -> Option<RecordedGroup> {
-    if !crate::snapshots::is_of_driver(content, driver) {
-        return None;
-    }
-    let data = &content.data;
-    let handle = data
-        .pointer("/status/volumeGroupSnapshotHandle")
-        .or_else(|| data.pointer("/spec/source/groupSnapshotHandles/volumeGroupSnapshotHandle"))
-        .and_then(|h| h.as_str())?;
-    let text = |item: &serde_json::Value, key: &str| {
-        item.get(key)
-            .and_then(|v| v.as_str())
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let listed = data
-        .pointer("/status/volumeSnapshotInfoList")
-        .and_then(|l| l.as_array());
-    let members: Vec<SnapshotInfo> = match listed {
-        Some(items) => items
-            .iter()
-            .map(|item| {
-                let created = item
-                    .get("creationTime")
-                    .and_then(|t| t.as_u64())
-                    .map_or(SystemTime::UNIX_EPOCH, |nanos| {
-                        SystemTime::UNIX_EPOCH + Duration::from_nanos(nanos)
-                    });
-                let size = item.get("restoreSize").and_then(|s| s.as_u64());
-                SnapshotInfo::new(
-                    text(item, "snapshotHandle"),
-                    text(item, "volumeHandle"),
-                    size.unwrap_or(0),
-                    created,
-                )
-            })
-            .collect(),
-        None => data
-            .pointer("/spec/source/groupSnapshotHandles/volumeSnapshotHandles")
-            .and_then(|l| l.as_array())
-            .into_iter()
-            .flatten()
-            .filter_map(|h| h.as_str())
-            .map(|h| SnapshotInfo::new(h, "", 0, SystemTime::UNIX_EPOCH))
-            .collect(),
-    };
-    Some(RecordedGroup {
-        handle: handle.to_owned(),
-        members: members
-            .into_iter()
-            .filter(|m| !m.handle.is_empty())
-            .map(|m| m.in_group(handle))
-            .collect(),
-    })
 }
 
 #[pav_sdk::async_trait]

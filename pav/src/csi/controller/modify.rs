@@ -61,7 +61,7 @@ impl From<ModifyError> for Error {
     /// `INTERNAL`; the API and pod-run steps keep the code of the driver's
     /// error.
     fn from(error: ModifyError) -> Self {
-        let message = error.to_string();
+        let message = pav_csi::error_chain(&error);
         match error {
             ModifyError::NoVolume { .. } => Error::NotFound(message),
             ModifyError::Refused(_) => Error::InvalidArgument(message),

@@ -14,11 +14,12 @@ use super::PodController;
 use crate::csi::context::{DriverError, api_error, pod_ref};
 use crate::csi::recipe::{PhaseError, PlanError, PodFiles};
 use crate::pods::results;
+use crate::snapshots::recorded_snapshot;
 
 /// Why CreateSnapshot or DeleteSnapshot failed: one variant per step;
 /// `From<SnapshotError> for pav_sdk::Error` is the one mapping to CSI codes.
 #[derive(Debug, thiserror::Error)]
-enum SnapshotError {
+pub(crate) enum SnapshotError {
     /// No PersistentVolume of this driver has the source handle.
     #[error("no PersistentVolume of driver {provisioner} has volume handle {handle:?}")]
     NoVolume {
@@ -50,7 +51,7 @@ enum SnapshotError {
     #[error("snapshot handle {0:?} must be 1 to 128 bytes on one line")]
     Handle(String),
     /// The pod's `/pav/size` is no quantity.
-    #[error("snapshot creation pod {pod}: /pav/size: {source}")]
+    #[error("snapshot creation pod {pod}: /pav/size")]
     Size {
         /// The pod, `namespace/name`.
         pod: String,
@@ -65,7 +66,7 @@ impl From<SnapshotError> for Error {
     /// the API, render and pod-run steps keep the code of the driver's
     /// error. csi-snapshotter retries every error with backoff.
     fn from(error: SnapshotError) -> Self {
-        let message = error.to_string();
+        let message = pav_csi::error_chain(&error);
         match error {
             SnapshotError::NoVolume { .. } => Error::NotFound(message),
             SnapshotError::NoSnapshots { .. } => Error::FailedPrecondition(message),
@@ -77,53 +78,6 @@ impl From<SnapshotError> for Error {
             SnapshotError::Plan(e) => e.into(),
             SnapshotError::ReadObjects(e) | SnapshotError::Pod(PhaseError::Run(e)) => e.into(),
         }
-    }
-}
-
-/// A snapshot as its VolumeSnapshotContent records it, if it is one of
-/// `driver`'s with a handle: a dynamic content once CreateSnapshot has
-/// answered (csi-snapshotter writes the status), or a pre-provisioned one
-/// (`spec.source.snapshotHandle`, written by an administrator for a
-/// snapshot that exists, with no status until ListSnapshots answers).
-///
-/// Such a snapshot is ready: PaV answers CreateSnapshot only once the
-/// snapshot is taken, so readiness is never read from the content's status
-/// (a pre-provisioned content asking about itself would stay "not ready"
-/// forever). Its size is `status.restoreSize`, 0 (CSI's "unknown") while
-/// there is none.
-fn recorded_snapshot(content: &DynamicObject, driver: &str) -> Option<SnapshotInfo> {
-    if !crate::snapshots::is_of_driver(content, driver) {
-        return None;
-    }
-    let data = &content.data;
-    let handle = data
-        .pointer("/status/snapshotHandle")
-        .or_else(|| data.pointer("/spec/source/snapshotHandle"))
-        .and_then(|h| h.as_str())?;
-    let source = data
-        .pointer("/spec/source/volumeHandle")
-        .and_then(|h| h.as_str())
-        .unwrap_or_default();
-    let size = data
-        .pointer("/status/restoreSize")
-        .and_then(|s| s.as_u64())
-        .unwrap_or(0);
-    // creationTime: nanoseconds since the epoch.
-    let created = data
-        .pointer("/status/creationTime")
-        .and_then(|t| t.as_u64())
-        .map_or(SystemTime::UNIX_EPOCH, |nanos| {
-            SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(nanos)
-        });
-    // SnapshotInfo::new is ready.
-    let info = SnapshotInfo::new(handle, source, size, created);
-    // A group's member, as the snapshot-controller marks its content.
-    match content
-        .annotations()
-        .get(crate::snapshots::GROUP_HANDLE_ANNOTATION)
-    {
-        Some(group) => Some(info.in_group(group.as_str())),
-        None => Some(info),
     }
 }
 

@@ -66,7 +66,7 @@ pub async fn sweep_dirs(driver: Arc<DriverContext>, node: String, pods_dir: Path
                     tracing::info!(dir = %dir.display(), "removed the directory of a finished PaV pod")
                 }
                 Err(e) => {
-                    tracing::warn!(dir = %dir.display(), error = %e, "cannot remove pod directory")
+                    tracing::warn!(dir = %dir.display(), error = %pav_csi::error_chain(&e), "cannot remove pod directory")
                 }
             }
         }
@@ -214,7 +214,7 @@ pub(super) async fn collect_pod(driver: &DriverContext, pods_dir: &Path, pod: &P
         Ok(_) => {
             tracing::info!(pod = %pod.name_any(), namespace, "collected /pav files");
             if let Err(e) = remove_pod_dir(&dir) {
-                tracing::warn!(dir = %dir.display(), error = %e, "cannot remove pod directory");
+                tracing::warn!(dir = %dir.display(), error = %pav_csi::error_chain(&e), "cannot remove pod directory");
             }
             true
         }

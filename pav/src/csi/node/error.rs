@@ -64,10 +64,10 @@ pub enum StageError {
 }
 
 /// How undoing a staging failed, as the end of the staging's message
-/// ("; then ..."), or nothing.
+/// ("; then ..." and its causes: it is no source), or nothing.
 fn then_undo(undo: &Option<Box<UnstageError>>) -> String {
     undo.as_ref()
-        .map(|e| format!("; then {e}"))
+        .map(|e| format!("; then {}", pav_csi::error_chain(e)))
         .unwrap_or_default()
 }
 
@@ -95,7 +95,7 @@ impl From<StageError> for Error {
     /// answer kubelet takes as final: nothing is left to unpublish); the
     /// API and pod steps keep the code of the driver's error.
     fn from(error: StageError) -> Self {
-        let message = error.to_string();
+        let message = pav_csi::error_chain(&error);
         match error {
             StageError::NoPodInfo | StageError::ClientGone { .. } => {
                 Error::FailedPrecondition(message)
@@ -126,7 +126,7 @@ pub enum UnstageError {
     #[error(transparent)]
     Plan(PlanError),
     /// The unstaging phase recorded on the staging pod does not parse.
-    #[error("annotation {ANNOTATION_UNSTAGING}: {0}")]
+    #[error("annotation {ANNOTATION_UNSTAGING}")]
     RecordedUnstaging(#[source] serde_json::Error),
     /// Stopping the staging pod, or waiting for it to stop.
     #[error(transparent)]
@@ -135,7 +135,7 @@ pub enum UnstageError {
     #[error(transparent)]
     UnstagingPod(PhaseError),
     /// Unmounting or removing what the staging pod left.
-    #[error("cleaning up after staging pod {pod}: {source}")]
+    #[error("cleaning up after staging pod {pod}")]
     CleanUp {
         /// `namespace/name` of the staging pod.
         pod: String,
@@ -170,7 +170,7 @@ impl From<UnstageError> for Error {
     /// record, a failed unstaging pod and a failed clean-up `INTERNAL`; the
     /// API and pod steps keep the code of the driver's error.
     fn from(error: UnstageError) -> Self {
-        let message = error.to_string();
+        let message = pav_csi::error_chain(&error);
         match error {
             UnstageError::Plan(e) => e.into(),
             UnstageError::RecordedUnstaging(_)

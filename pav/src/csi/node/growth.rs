@@ -94,7 +94,7 @@ impl From<GrowthError> for Error {
     /// API, render and pod-run steps keep the code of the driver's error.
     /// kubelet retries both calls.
     fn from(error: GrowthError) -> Self {
-        let message = error.to_string();
+        let message = pav_csi::error_chain(&error);
         match error {
             GrowthError::NotStaged { .. } => Error::NotFound(message),
             GrowthError::Unrecorded { .. }

@@ -150,7 +150,7 @@ impl From<PlanError> for pav_sdk::Error {
     /// (its claim's or class's): `INVALID_ARGUMENT`; a lost thread
     /// `INTERNAL`.
     fn from(error: PlanError) -> Self {
-        let message = error.to_string();
+        let message = pav_csi::error_chain(&error);
         match error {
             PlanError::Provisioner(e) => e.into(),
             PlanError::NotDynamic { .. } | PlanError::Context(_) | PlanError::Render { .. } => {

@@ -137,7 +137,7 @@ impl DriverContext {
             if let PodFiles::Local(dir) = files
                 && let Err(e) = crate::pods::dir::remove_pod_dir(dir)
             {
-                tracing::warn!(pod = %pod.name_any(), error = %e, "cannot remove the pod's directory");
+                tracing::warn!(pod = %pod.name_any(), error = %pav_csi::error_chain(&e), "cannot remove the pod's directory");
             }
         }
         result
@@ -148,7 +148,7 @@ impl DriverContext {
     pub async fn delete_quietly(&self, pod: &Pod) {
         let namespace = pod.namespace().unwrap_or_default();
         if let Err(e) = self.delete_pod(&namespace, &pod.name_any()).await {
-            tracing::warn!(pod = %pod.name_any(), error = %e, "cannot delete PaV pod");
+            tracing::warn!(pod = %pod.name_any(), error = %pav_csi::error_chain(&e), "cannot delete PaV pod");
         }
     }
 }

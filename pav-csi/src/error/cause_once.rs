@@ -1,0 +1,300 @@
+//! Errors say their cause once: an error's message says its
+//! step and leaves the cause to [`source`](std::error::Error::source);
+//! [`error_chain`](super::error_chain) (or `anyhow`'s `{:#}`) prints both.
+//! One representative of every variant of pav-csi that has a source; a
+//! variant added with a source belongs in [`every_sourced_variant`].
+
+use std::error::Error;
+use std::io;
+use std::path::PathBuf;
+
+use crate::controller::get_volume::GetVolumeError;
+use crate::controller::publish_volume::PublishError;
+use crate::controller::unpublish_volume::UnpublishError;
+use crate::mount::{
+    DeviceError, GrowError, MountError, MountFlags, ParseError, TableError, UnmountError,
+};
+use crate::node::ephemeral::EphemeralError;
+
+/// A cause no message of pav-csi says by itself.
+const CAUSE: &str = "the disk is on fire";
+
+fn io() -> io::Error {
+    io::Error::other(CAUSE)
+}
+
+fn sdk() -> pav_sdk::Error {
+    pav_sdk::Error::Unavailable(CAUSE.into())
+}
+
+fn path() -> PathBuf {
+    PathBuf::from("/var/lib/pav/x")
+}
+
+/// Fails when `err`'s message repeats its source's (a `{source}` or
+/// `{0}` in its `#[error]`), or a provisioner error's message without
+/// its category; else says the chain holds the cause once.
+fn assert_cause_once(what: &str, err: &dyn Error) {
+    let message = err.to_string();
+    let source = err.source().unwrap_or_else(|| panic!("{what}: no source"));
+    let cause = source.to_string();
+    assert!(
+        !message.contains(&cause),
+        "{what}: {message:?} repeats its source {cause:?}"
+    );
+    if let Some(sdk) = source.downcast_ref::<pav_sdk::Error>() {
+        assert!(
+            !message.contains(sdk.message()),
+            "{what}: {message:?} repeats its source {:?}",
+            sdk.message()
+        );
+    }
+    let chain = super::error_chain(err);
+    assert_eq!(chain.matches(CAUSE).count(), 1, "{what}: {chain:?}");
+}
+
+/// A `tonic::transport::Error`, which has no public constructor.
+fn transport() -> tonic::transport::Error {
+    tonic::transport::Endpoint::from_shared("\0".to_owned()).unwrap_err()
+}
+
+#[test]
+fn every_sourced_variant() {
+    let table = || TableError::Read(io());
+    let cases: Vec<(&str, Box<dyn Error>)> = vec![
+        (
+            "Error::Socket",
+            Box::new(crate::Error::Socket {
+                path: path(),
+                source: io(),
+            }),
+        ),
+        (
+            "ProbeError::Connect",
+            Box::new(crate::client::ProbeError::Connect(crate::Error::Socket {
+                path: path(),
+                source: io(),
+            })),
+        ),
+        (
+            "MountError::Mount",
+            Box::new(MountError::Mount {
+                what: "tmpfs".into(),
+                fstype: "tmpfs".into(),
+                target: path(),
+                source: io(),
+            }),
+        ),
+        (
+            "MountError::Bind",
+            Box::new(MountError::Bind {
+                what: path(),
+                target: path(),
+                source: io(),
+            }),
+        ),
+        (
+            "MountError::BindFlags",
+            Box::new(MountError::BindFlags {
+                target: path(),
+                flags: MountFlags::READ_ONLY,
+                source: io(),
+            }),
+        ),
+        (
+            "MountError::MountTable",
+            Box::new(MountError::MountTable {
+                target: path(),
+                source: table(),
+            }),
+        ),
+        (
+            "MountError::Remount",
+            Box::new(MountError::Remount {
+                target: path(),
+                flags: MountFlags::NOSUID,
+                data: "size=1m".into(),
+                source: io(),
+            }),
+        ),
+        (
+            "UnmountError::MountTable",
+            Box::new(UnmountError::MountTable(io())),
+        ),
+        (
+            "UnmountError::Unmount",
+            Box::new(UnmountError::Unmount {
+                point: path(),
+                source: io(),
+            }),
+        ),
+        ("TableError::Read", Box::new(table())),
+        (
+            "TableError::Parse",
+            Box::new(TableError::Parse(ParseError {
+                line: "1 2".into(),
+                problem: CAUSE,
+            })),
+        ),
+        (
+            "DeviceError::Open",
+            Box::new(DeviceError::Open {
+                path: path(),
+                source: io(),
+            }),
+        ),
+        (
+            "DeviceError::Size",
+            Box::new(DeviceError::Size {
+                path: path(),
+                source: io(),
+            }),
+        ),
+        (
+            "GrowError::MountTable",
+            Box::new(GrowError::MountTable {
+                mount_point: path(),
+                source: table(),
+            }),
+        ),
+        (
+            "GrowError::Open",
+            Box::new(GrowError::Open {
+                mount_point: path(),
+                source: io(),
+            }),
+        ),
+        (
+            "GrowError::Device",
+            Box::new(GrowError::Device {
+                mount_point: path(),
+                source: DeviceError::Open {
+                    path: path(),
+                    source: io(),
+                },
+            }),
+        ),
+        (
+            "GrowError::Size",
+            Box::new(GrowError::Size {
+                mount_point: path(),
+                fstype: "ext4".into(),
+                source: io(),
+            }),
+        ),
+        (
+            "GrowError::Permission",
+            Box::new(GrowError::Permission {
+                mount_point: path(),
+                fstype: "ext4".into(),
+                capability: "CAP_SYS_RESOURCE",
+                source: io(),
+            }),
+        ),
+        (
+            "GrowError::Grow",
+            Box::new(GrowError::Grow {
+                mount_point: path(),
+                fstype: "ext4".into(),
+                wanted: 1 << 30,
+                source: io(),
+            }),
+        ),
+        (
+            "EphemeralError::Record",
+            Box::new(EphemeralError::Record {
+                doing: "reading",
+                source: io(),
+            }),
+        ),
+        (
+            "EphemeralError::Validate",
+            Box::new(EphemeralError::Validate {
+                volume_id: "v".into(),
+                source: sdk(),
+            }),
+        ),
+        (
+            "EphemeralError::Create",
+            Box::new(EphemeralError::Create {
+                volume_id: "v".into(),
+                source: sdk(),
+            }),
+        ),
+        (
+            "EphemeralError::Stage",
+            Box::new(EphemeralError::Stage {
+                volume_id: "v".into(),
+                source: sdk(),
+            }),
+        ),
+        (
+            "EphemeralError::Unstage",
+            Box::new(EphemeralError::Unstage {
+                volume_id: "v".into(),
+                source: sdk(),
+            }),
+        ),
+        (
+            "EphemeralError::Delete",
+            Box::new(EphemeralError::Delete {
+                volume_id: "v".into(),
+                source: sdk(),
+            }),
+        ),
+        (
+            "PublishError::Attach",
+            Box::new(PublishError::Attach {
+                node_id: "n".into(),
+                source: sdk(),
+            }),
+        ),
+        (
+            "UnpublishError::Detach",
+            Box::new(UnpublishError::Detach(sdk())),
+        ),
+        (
+            "GetVolumeError::Listing",
+            Box::new(GetVolumeError::Listing(sdk())),
+        ),
+        (
+            "GetVolumeError::Health",
+            Box::new(GetVolumeError::Health(sdk())),
+        ),
+        #[cfg(feature = "testing")]
+        (
+            "HarnessError::Io",
+            Box::new(crate::testing::HarnessError::Io(io())),
+        ),
+        #[cfg(feature = "testing")]
+        (
+            "HarnessError::Driver",
+            Box::new(crate::testing::HarnessError::Driver(crate::Error::Socket {
+                path: path(),
+                source: io(),
+            })),
+        ),
+    ];
+    for (what, err) in &cases {
+        assert_cause_once(what, err.as_ref());
+    }
+}
+
+/// `Error::Transport`'s source is tonic's, whose text is its own.
+#[test]
+fn the_transport_error_is_said_once() {
+    let err = crate::Error::Transport(transport());
+    let (message, cause) = (err.to_string(), err.source().unwrap().to_string());
+    assert!(!message.contains(&cause), "{message:?} repeats {cause:?}");
+    let chain = super::error_chain(&err);
+    assert!(chain.starts_with(&format!("{message}: {cause}")), "{chain}");
+}
+
+/// `freeze` builds its error itself (its fields are private).
+#[test]
+fn a_freeze_error_is_said_once() {
+    let err = crate::mount::freeze("/nonexistent/pav-cause-once").unwrap_err();
+    let (message, cause) = (err.to_string(), err.source().unwrap().to_string());
+    assert!(!message.contains(&cause), "{message:?} repeats {cause:?}");
+    assert_eq!(super::error_chain(&err), format!("{message}: {cause}"));
+}
