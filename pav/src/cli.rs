@@ -11,6 +11,7 @@ use k8s_openapi::Resource as _;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::DynamicObject;
 use pav_templates::{CompiledProvisioner, Phase, PvcMap, samples};
 use serde::Serialize;
 
@@ -82,6 +83,21 @@ pub enum Command {
         /// volume).
         #[arg(long)]
         target_path: Option<String>,
+        /// The VolumeSnapshotContent (snapshot phases) or
+        /// VolumeGroupSnapshotContent (group snapshot phases) as the cluster
+        /// records it: the name csi-snapshotter gives the snapshot, its
+        /// handle and source, a group's members (default: a snapshot of
+        /// the claim's volume named after the claim's UID).
+        #[arg(long)]
+        snapshot_content: Option<PathBuf>,
+        /// The VolumeSnapshotClass or VolumeGroupSnapshotClass whose
+        /// `parameters` a snapshot is taken with (default: none).
+        #[arg(long)]
+        snapshot_class: Option<PathBuf>,
+        /// When the health check runs, as RFC 3339 (default: the Unix
+        /// epoch): its pod is named after the round of `every` this is in.
+        #[arg(long, value_parser = parse_time)]
+        time: Option<std::time::SystemTime>,
         /// Namespace of pods whose template names none, as the driver's
         /// `--namespace`.
         #[arg(long, default_value = crate::pods::DEFAULT_NAMESPACE)]
@@ -120,6 +136,9 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             claims,
             client_pod,
             target_path,
+            snapshot_content,
+            snapshot_class,
+            time,
             namespace,
         } => {
             let objects = Objects {
@@ -136,6 +155,16 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
                 },
                 vac_given: vac.is_some(),
                 target_path,
+                snapshot: match snapshot_content.as_deref() {
+                    Some(path) => Some(load_content(path)?),
+                    None => None,
+                },
+                snapshot_parameters: match snapshot_class.as_deref() {
+                    Some(path) => {
+                        crate::snapshots::requested_parameters(&load_class_parameters(path)?)
+                    }
+                    None => Default::default(),
+                },
                 claims: claims
                     .iter()
                     .map(|path| load_all::<PersistentVolumeClaim>(path))
@@ -154,6 +183,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
                 static_provisioning,
                 read_only,
                 namespace,
+                time: time.unwrap_or(std::time::UNIX_EPOCH),
             };
             render(&file, phase, &objects, &options, out)?;
             Ok(ExitCode::SUCCESS)
@@ -259,11 +289,32 @@ struct Objects {
     target_path: Option<String>,
     /// The `parameters` of `--vac` (none without it).
     mutable_parameters: BTreeMap<String, String>,
+    /// `--snapshot-content`'s (none: a sample snapshot of the claim's
+    /// volume).
+    snapshot: Option<RecordedSnapshot>,
+    /// The `parameters` of `--snapshot-class`, as a snapshot's templates
+    /// see them.
+    snapshot_parameters: BTreeMap<String, String>,
     /// Whether `--vac` was given.
     vac_given: bool,
     claims: Vec<PersistentVolumeClaim>,
     /// Where each of the four came from, to label errors about them.
     origins: Origins,
+}
+
+impl Objects {
+    /// The name of the snapshot (`prefix` `snapshot`) or group
+    /// (`groupsnapshot`) being taken: csi-snapshotter's for
+    /// `--snapshot-content`, else `PREFIX-<the claim's UID>`.
+    fn snapshot_name(&self, prefix: &str) -> String {
+        match self.snapshot.as_ref().and_then(|s| s.name.clone()) {
+            Some(name) => name,
+            None => {
+                let uid = self.pvc.metadata.uid.as_deref().unwrap_or_default();
+                format!("{prefix}-{uid}")
+            }
+        }
+    }
 }
 
 /// The files `--pvc`, `--sc`, `--pv` and `--node` named (`None`: sample).
@@ -379,6 +430,13 @@ enum ObjectFileError {
         #[source]
         source: serde_json::Error,
     },
+    /// An object of another kind than the option reads.
+    #[error("{}: a {found}, not a {expected}", path.display())]
+    Kind {
+        path: PathBuf,
+        expected: &'static str,
+        found: String,
+    },
     /// An object without `metadata.name`: `{}` deserializes as an empty
     /// object, which would render as if a real claim had been given.
     #[error(
@@ -432,29 +490,136 @@ fn parse_object<T>(path: &Path, document: Option<usize>, text: &str) -> Result<T
 where
     T: serde::de::DeserializeOwned + k8s_openapi::Resource + k8s_openapi::Metadata<Ty = ObjectMeta>,
 {
+    let object: T = parse_document(path, document, T::KIND, text)?;
+    require_name(object.metadata(), path, document, T::KIND)?;
+    Ok(object)
+}
+
+/// Parses one document as `kind`, `T` (a typed object, or a dynamic one
+/// for a CRD's kinds).
+fn parse_document<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    document: Option<usize>,
+    kind: &'static str,
+    text: &str,
+) -> Result<T, ObjectFileError> {
     // Through pav-templates' parser, so aliases and nesting are bounded as
     // in a PavProvisioner.
     let value =
         pav_templates::yaml::yaml_to_json(text).map_err(|message| ObjectFileError::Yaml {
             path: path.to_owned(),
             document,
-            kind: T::KIND,
+            kind,
             message,
         })?;
-    let object: T = serde_json::from_value(value).map_err(|source| ObjectFileError::Parse {
+    serde_json::from_value(value).map_err(|source| ObjectFileError::Parse {
         path: path.to_owned(),
         document,
-        kind: T::KIND,
+        kind,
         source,
-    })?;
-    match object.metadata().name.as_deref() {
-        Some(name) if !name.is_empty() => Ok(object),
+    })
+}
+
+fn require_name(
+    metadata: &ObjectMeta,
+    path: &Path,
+    document: Option<usize>,
+    kind: &'static str,
+) -> Result<(), ObjectFileError> {
+    match metadata.name.as_deref() {
+        Some(name) if !name.is_empty() => Ok(()),
         _ => Err(ObjectFileError::Unnamed {
             path: path.to_owned(),
             document,
-            kind: T::KIND,
+            kind,
         }),
     }
+}
+
+/// Reads a named object of a CRD, of one of two kinds (`expected` names
+/// both in errors).
+fn load_dynamic(
+    path: &Path,
+    [kind, other]: [&'static str; 2],
+    expected: &'static str,
+) -> Result<DynamicObject, ObjectFileError> {
+    let object: DynamicObject = parse_document(path, None, expected, &read_text(path)?)?;
+    let found = object
+        .types
+        .as_ref()
+        .map(|t| t.kind.as_str())
+        .unwrap_or_default();
+    if found != kind && found != other {
+        return Err(ObjectFileError::Kind {
+            path: path.to_owned(),
+            expected,
+            found: found.to_owned(),
+        });
+    }
+    require_name(&object.metadata, path, None, expected)?;
+    Ok(object)
+}
+
+/// `--snapshot-content`: the snapshot or group snapshot it records.
+fn load_content(path: &Path) -> Result<RecordedSnapshot, ObjectFileError> {
+    let content = load_dynamic(
+        path,
+        ["VolumeSnapshotContent", "VolumeGroupSnapshotContent"],
+        "VolumeSnapshotContent or VolumeGroupSnapshotContent",
+    )?;
+    let driver = (content.data.pointer("/spec/driver"))
+        .and_then(|d| d.as_str())
+        .unwrap_or_default();
+    let members = match crate::snapshots::recorded_group(&content, driver) {
+        Some(group) => Some((group.handle, group.members)),
+        None => crate::snapshots::recorded_snapshot(&content, driver)
+            .map(|snapshot| (snapshot.handle.clone(), vec![snapshot])),
+    };
+    let (handle, members) = members.unwrap_or_default();
+    Ok(RecordedSnapshot {
+        name: crate::snapshots::requested_name(&content),
+        handle: Some(handle).filter(|h| !h.is_empty()),
+        members: (members.into_iter())
+            .map(|m| (m.handle, Some(m.source).filter(|s| !s.is_empty())))
+            .collect(),
+    })
+}
+
+/// `--snapshot-class`: its `parameters`.
+fn load_class_parameters(path: &Path) -> Result<BTreeMap<String, String>, ObjectFileError> {
+    let class = load_dynamic(
+        path,
+        ["VolumeSnapshotClass", "VolumeGroupSnapshotClass"],
+        "VolumeSnapshotClass or VolumeGroupSnapshotClass",
+    )?;
+    let parameters = class.data.get("parameters").cloned().unwrap_or_default();
+    serde_json::from_value::<Option<BTreeMap<String, String>>>(parameters)
+        .map(Option::unwrap_or_default)
+        .map_err(|source| ObjectFileError::Parse {
+            path: path.to_owned(),
+            document: None,
+            kind: "snapshot class's parameters",
+            source,
+        })
+}
+
+/// `--time`: an RFC 3339 time.
+fn parse_time(text: &str) -> Result<std::time::SystemTime, String> {
+    let time: k8s_openapi::jiff::Timestamp = text
+        .parse()
+        .map_err(|e| format!("not an RFC 3339 time ({e})"))?;
+    Ok(time.into())
+}
+
+/// A snapshot or group snapshot as `--snapshot-content` records it.
+struct RecordedSnapshot {
+    /// The name csi-snapshotter gives it (`None`: pre-provisioned).
+    name: Option<String>,
+    /// Its handle (`None`: not taken yet).
+    handle: Option<String>,
+    /// A group's members, or the snapshot itself: each handle, and its
+    /// source volume's handle when known.
+    members: Vec<(String, Option<String>)>,
 }
 
 fn load_or<T>(path: Option<&Path>, sample: fn() -> T) -> Result<T, ObjectFileError>
@@ -495,6 +660,8 @@ struct RenderOptions {
     read_only: bool,
     /// The driver's `--namespace`.
     namespace: String,
+    /// When a health check runs.
+    time: std::time::SystemTime,
 }
 
 /// The client pod `pav render` stages for when given none: `sample-client`
@@ -533,6 +700,7 @@ fn render(
         static_provisioning,
         read_only,
         ref namespace,
+        time,
     } = *options;
     let text = read_text(file)?;
     let provisioner =
@@ -666,35 +834,45 @@ fn render(
         }
         Phase::Health => {
             let staging = staging_pod_name(&name, &handle, &target_path, &node_name);
-            let plan = planner.health(pvc, pv, node, read_only, &staging, std::time::UNIX_EPOCH);
+            let plan = planner.health(pvc, pv, node, read_only, &staging, time);
             to_yaml(&name, phase, planned(plan, objects)?.optional())?
         }
         Phase::SnapshotCreation => {
-            let uid = pvc.metadata.uid.as_deref().unwrap_or_default();
-            let snapshot = format!("snapshot-{uid}");
-            let plan = planner.snapshot_creation(&snapshot, &Default::default(), pv, Some(pvc));
+            let snapshot = objects.snapshot_name("snapshot");
+            let plan =
+                planner.snapshot_creation(&snapshot, &objects.snapshot_parameters, pv, Some(pvc));
             to_yaml(&name, phase, planned(plan, objects)?)?
         }
         Phase::SnapshotDeletion => {
-            let uid = pvc.metadata.uid.as_deref().unwrap_or_default();
-            let plan = planner.snapshot_deletion(&format!("snapshot-{uid}"), Some(&handle));
+            let (snapshot, source) = match &objects.snapshot {
+                Some(recorded) => recorded.members.first().cloned().unwrap_or_default(),
+                None => (objects.snapshot_name("snapshot"), Some(handle.clone())),
+            };
+            let plan = planner.snapshot_deletion(&snapshot, source.as_deref());
             to_yaml(&name, phase, planned(plan, objects)?)?
         }
         // A group of the one volume given.
         Phase::GroupSnapshotCreation => {
-            let uid = pvc.metadata.uid.as_deref().unwrap_or_default();
             let member = pav_templates::GroupMember { pv, pvc: Some(pvc) };
             let plan = planner.group_snapshot_creation(
-                &format!("groupsnapshot-{uid}"),
-                &Default::default(),
+                &objects.snapshot_name("groupsnapshot"),
+                &objects.snapshot_parameters,
                 &[member],
             );
             to_yaml(&name, phase, planned(plan, objects)?.optional())?
         }
         Phase::GroupSnapshotDeletion => {
-            let uid = pvc.metadata.uid.as_deref().unwrap_or_default();
-            let members = [(format!("snapshot-{uid}"), Some(handle.clone()))];
-            let plan = planner.group_snapshot_deletion(&format!("groupsnapshot-{uid}"), &members);
+            let (group, members) = match &objects.snapshot {
+                Some(recorded) => (
+                    recorded.handle.clone().unwrap_or_default(),
+                    recorded.members.clone(),
+                ),
+                None => (
+                    objects.snapshot_name("groupsnapshot"),
+                    vec![(objects.snapshot_name("snapshot"), Some(handle.clone()))],
+                ),
+            };
+            let plan = planner.group_snapshot_deletion(&group, &members);
             to_yaml(&name, phase, planned(plan, objects)?)?
         }
     };
@@ -1026,5 +1204,140 @@ spec: {{x: [{aliases}]}}
         );
         assert_eq!(pod, expected);
         assert_eq!(pod.metadata.namespace.as_deref(), Some("pav-system"));
+    }
+
+    /// A provisioner whose snapshot, group snapshot and health pods echo
+    /// what their context holds.
+    const SNAPSHOTTING: &str = r#"
+apiVersion: pav.albertofaria.github.io/v1alpha1
+kind: PavProvisioner
+metadata: {name: snapshotting}
+spec:
+  provisioningModes: [Dynamic]
+  volumeCreation: {capacity: "{{ requestedMinCapacity }}"}
+  volumeStaging:
+    podTemplate:
+      spec:
+        containers: [{name: c, image: i}]
+  snapshotCreation:
+    podTemplate:
+      spec:
+        containers: [{name: c, image: i, command: ["{{ snapshotName }} {{ params | tojson }}"]}]
+  snapshotDeletion:
+    podTemplate:
+      spec:
+        containers: [{name: c, image: i, command: ["{{ snapshotHandle }} of {{ sourceHandle }}"]}]
+  groupSnapshotCreation:
+    podTemplate:
+      spec:
+        containers: [{name: c, image: i, command: ["{{ groupSnapshotName }} {{ params | tojson }}"]}]
+  groupSnapshotDeletion:
+    podTemplate:
+      spec:
+        containers: [{name: c, image: i, command: ["{{ groupSnapshotHandle }}: {{ snapshots | tojson }}"]}]
+  volumeHealth:
+    every: 1h
+    podTemplate:
+      spec:
+        containers: [{name: c, image: i}]
+"#;
+
+    const CONTENT: &str = "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshotContent\nmetadata: {name: snapcontent-1}\nspec:\n  driver: snapshotting\n  source: {volumeHandle: vol-1}\n  volumeSnapshotRef: {name: snap, namespace: ns, uid: 11111111-aaaa}\nstatus: {snapshotHandle: snap-handle-1}\n";
+    const GROUP_CONTENT: &str = "apiVersion: groupsnapshot.storage.k8s.io/v1\nkind: VolumeGroupSnapshotContent\nmetadata: {name: groupcontent-1}\nspec:\n  driver: snapshotting\n  source: {volumeHandles: [vol-1, vol-2]}\n  volumeGroupSnapshotRef: {name: group, namespace: ns, uid: 22222222-bbbb}\nstatus:\n  volumeGroupSnapshotHandle: group-handle-1\n  volumeSnapshotInfoList:\n    - {snapshotHandle: member-1, volumeHandle: vol-1}\n    - {snapshotHandle: member-2, volumeHandle: vol-2}\n";
+    const CLASS: &str = "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshotClass\nmetadata: {name: class}\ndriver: snapshotting\ndeletionPolicy: Delete\nparameters:\n  note: kept\n  csi.storage.k8s.io/snapshotter-secret-name: left-to-csi-snapshotter\n";
+
+    /// The first container's command of `pav render`'s one pod.
+    fn rendered_command(args: &[&str]) -> String {
+        let printed: serde_json::Value = serde_yaml::from_str(&pav(args).unwrap()).unwrap();
+        printed["pods"][0]["spec"]["containers"][0]["command"][0]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// `--snapshot-content` and `--snapshot-class` give the snapshot
+    /// phases what csi-snapshotter gives the driver: its name for the
+    /// snapshot (prefix and the VolumeSnapshot's UID), the class's
+    /// parameters without csi-snapshotter's own keys, the recorded handle,
+    /// source and a group's members in the content's order.
+    #[test]
+    fn render_takes_snapshots_from_their_contents_and_classes() {
+        let dir = tempfile::tempdir().unwrap();
+        let provisioner = write(dir.path(), "provisioner.yaml", SNAPSHOTTING);
+        let content = write(dir.path(), "content.yaml", CONTENT);
+        let group = write(dir.path(), "group.yaml", GROUP_CONTENT);
+        let class = write(dir.path(), "class.yaml", CLASS);
+        let render = |phase: &str, more: &[&str]| {
+            let args = [&["render", &provisioner, "--phase", phase][..], more].concat();
+            rendered_command(&args)
+        };
+        assert_eq!(
+            render(
+                "snapshot-creation",
+                &["--snapshot-content", &content, "--snapshot-class", &class]
+            ),
+            r#"snapshot-11111111-aaaa {"note": "kept"}"#
+        );
+        assert_eq!(
+            render("snapshot-deletion", &["--snapshot-content", &content]),
+            "snap-handle-1 of vol-1"
+        );
+        assert_eq!(
+            render(
+                "group-snapshot-creation",
+                &["--snapshot-content", &group, "--snapshot-class", &class]
+            ),
+            r#"groupsnapshot-22222222-bbbb {"note": "kept"}"#
+        );
+        assert_eq!(
+            render("group-snapshot-deletion", &["--snapshot-content", &group]),
+            r#"group-handle-1: [{"handle": "member-1", "sourceHandle": "vol-1"}, {"handle": "member-2", "sourceHandle": "vol-2"}]"#
+        );
+
+        // A file of another kind is refused, naming both.
+        let err = pav(&[
+            "render",
+            &provisioner,
+            "--phase",
+            "snapshot-creation",
+            "--snapshot-content",
+            &class,
+        ])
+        .unwrap_err();
+        assert_eq!(
+            err,
+            format!(
+                "{class}: a VolumeSnapshotClass, not a VolumeSnapshotContent or VolumeGroupSnapshotContent"
+            )
+        );
+    }
+
+    /// `--time` names the health pod after its round of `every`: the same
+    /// pod within an hour, another one an hour later.
+    #[test]
+    fn render_names_the_health_pod_after_the_time_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let provisioner = write(dir.path(), "provisioner.yaml", SNAPSHOTTING);
+        let name_at = |time: &str| {
+            let printed =
+                pav(&["render", &provisioner, "--phase", "health", "--time", time]).unwrap();
+            let printed: serde_json::Value = serde_yaml::from_str(&printed).unwrap();
+            printed["pods"][0]["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        };
+        let first = name_at("2026-11-29T05:00:00Z");
+        assert_eq!(first, name_at("2026-11-29T05:59:59Z"));
+        assert_ne!(first, name_at("2026-11-29T06:00:00Z"));
+        let refused = Cli::try_parse_from([
+            "pav", "render", "p.yaml", "--phase", "health", "--time", "noon",
+        ]);
+        assert!(
+            refused
+                .unwrap_err()
+                .to_string()
+                .contains("not an RFC 3339 time")
+        );
     }
 }
