@@ -1,7 +1,8 @@
 //! CSI ephemeral inline volumes: a volume that lives and dies with one pod,
 //! declared in the pod itself ([`Provisioner::ephemeral`]).
 
-use crate::provisioner::{Create, Delete, Provisioner, Stage};
+use crate::provisioner::Provisioner;
+use crate::touch_points::{Create, Delete, Stage};
 
 /// The volume attribute that sizes an ephemeral inline volume (bytes, or a
 /// Kubernetes quantity such as `64Mi` or `1G`); without it the volume gets

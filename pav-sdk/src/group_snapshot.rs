@@ -5,8 +5,8 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 
-use crate::provisioner::Snapshot;
-use crate::types::{Parameters, Secrets, SnapshotInfo};
+use crate::snapshot::{Snapshot, SnapshotInfo};
+use crate::types::{Parameters, Secrets};
 use crate::{Result, VolumeId};
 
 /// Takes snapshots of several volumes at one instant, deletes them

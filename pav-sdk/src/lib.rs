@@ -442,7 +442,15 @@
 // The pav image holds no programs to run (clippy.toml).
 #![deny(clippy::disallowed_methods)]
 
+// The modules use each other without a cycle (pav's tests/module_graph.rs),
+// from the bottom up: `error` and `volume_id`; `types`, the values the
+// requests share; the touch points with their requests (`attach`,
+// `health`, `snapshot`, `touch_points`, then `group_snapshot` over
+// `snapshot`); `build`, their constructors; `records`, which wraps the
+// touch points; and on top `provisioner`, which bundles them and the
+// record keeper, with `ephemeral` and `register` over it.
 mod attach;
+pub mod build;
 pub mod ephemeral;
 mod error;
 pub mod group_snapshot;
@@ -452,6 +460,8 @@ pub mod records;
 // Not an API: what the `provisioner!` macro expands to.
 #[doc(hidden)]
 pub mod register;
+mod snapshot;
+mod touch_points;
 mod types;
 mod volume_id;
 
@@ -463,16 +473,16 @@ pub use group_snapshot::{
     GroupSnapshotRequest,
 };
 pub use health::{Health, HealthRequest};
-pub use provisioner::{
-    Capacity, Create, Delete, Expand, Expansion, List, Modify, NodeExpand, Provisioner, Snapshot,
-    Stage, Stats, Unstage, Validate,
+pub use provisioner::{Expansion, Provisioner};
+pub use snapshot::{DeleteSnapshotRequest, Snapshot, SnapshotInfo, SnapshotRequest};
+pub use touch_points::{
+    Capacity, Create, Delete, Expand, List, Modify, NodeExpand, Stage, Stats, Unstage, Validate,
 };
 pub use types::{
     AccessMode, AvailableCapacity, CapacityRange, CapacityRequest, Claim, ContentSource,
-    CreateRequest, DeleteRequest, DeleteSnapshotRequest, ExpandRequest, Expanded, ListedVolume,
-    ModifyRequest, MountOptions, NodeExpandRequest, Parameters, PodInfo, Secrets, SnapshotInfo,
-    SnapshotRequest, StageRequest, Staged, StatsRequest, Topology, TopologyRequirement,
-    UnstageRequest, Usage, ValidateRequest, Volume, VolumeCondition, VolumeMode, VolumeStats,
-    build,
+    CreateRequest, DeleteRequest, ExpandRequest, Expanded, ListedVolume, ModifyRequest,
+    MountOptions, NodeExpandRequest, Parameters, PodInfo, Secrets, StageRequest, Staged,
+    StatsRequest, Topology, TopologyRequirement, UnstageRequest, Usage, ValidateRequest, Volume,
+    VolumeCondition, VolumeMode, VolumeStats,
 };
 pub use volume_id::{PathComponentError, VolumeId};

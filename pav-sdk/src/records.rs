@@ -45,7 +45,8 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::types::{ContentSource, Parameters, SnapshotInfo, Topology, Volume, VolumeMode};
+use crate::snapshot::SnapshotInfo;
+use crate::types::{ContentSource, Parameters, Topology, Volume, VolumeMode};
 use crate::{Error, Result, VolumeId};
 
 mod keeper;

@@ -16,9 +16,10 @@ use std::marker::PhantomData;
 use crate::attach::Attach;
 use crate::group_snapshot::GroupSnapshot;
 use crate::health::Health;
-use crate::provisioner::{
-    Capacity, Create, Delete, Expand, List, Modify, NodeExpand, Provisioner, Snapshot, Stage,
-    Stats, Unstage, Validate,
+use crate::provisioner::Provisioner;
+use crate::snapshot::Snapshot;
+use crate::touch_points::{
+    Capacity, Create, Delete, Expand, List, Modify, NodeExpand, Stage, Stats, Unstage, Validate,
 };
 
 /// Stands for the type of a provisioner's value while the macro probes

@@ -9,10 +9,12 @@ use tokio::sync::OnceCell;
 
 use super::{Index, RecordStore, RecordedSource, Records, SnapshotRecord, VolumeRecord};
 use crate::attach::Attach;
-use crate::provisioner::{Capacity, Create, Delete, Expand, List, Modify, Snapshot};
+use crate::group_snapshot::GroupSnapshot;
+use crate::snapshot::{DeleteSnapshotRequest, Snapshot, SnapshotInfo, SnapshotRequest};
+use crate::touch_points::{Capacity, Create, Delete, Expand, List, Modify};
 use crate::types::{
-    AvailableCapacity, CapacityRequest, CreateRequest, DeleteRequest, DeleteSnapshotRequest,
-    ExpandRequest, Expanded, ListedVolume, ModifyRequest, SnapshotInfo, SnapshotRequest, Volume,
+    AvailableCapacity, CapacityRequest, CreateRequest, DeleteRequest, ExpandRequest, Expanded,
+    ListedVolume, ModifyRequest, Volume,
 };
 use crate::{Error, Result, VolumeId};
 
@@ -30,7 +32,7 @@ pub(crate) struct Wrapped {
     /// The most attachments one node may hold.
     pub(crate) max_volumes_per_node: Option<u32>,
     pub(crate) snapshot: Option<Arc<dyn Snapshot>>,
-    pub(crate) group_snapshot: Option<Arc<dyn crate::GroupSnapshot>>,
+    pub(crate) group_snapshot: Option<Arc<dyn GroupSnapshot>>,
     /// Whether the nodes grow volumes too (NodeExpand is added).
     pub(crate) node_expand: bool,
 }
