@@ -1,11 +1,18 @@
 //! Compile a PavProvisioner once; render its phases for every volume.
 //!
-//! | module | concern |
-//! |---|---|
-//! | `check` | `pav check`: the spec as written against the guide's rules |
-//! | `compile` | templates compiled once, template-free subtrees folded |
-//! | `render` | a phase evaluated, its output bounded, `yaml` outputs parsed |
-//! | `fields` | evaluated keys decoded into their types; the one table of what each key holds |
+//! Each module uses only the ones listed before it:
+//!
+//! | module | concern | uses (of these) |
+//! |---|---|---|
+//! | `node` | a spec subtree with its templates compiled (`Node`), template-free subtrees folded | |
+//! | `message` | the engine's errors as messages, without its locations | |
+//! | `fields` | evaluated keys decoded into their types; the one table of what each key holds | |
+//! | `check` | `pav check`: the spec as written against the guide's rules | `fields` |
+//! | `compile` | templates compiled once, each into a `Node` | `check`, `node`, `message` |
+//! | `render` | a phase evaluated, its output bounded, `yaml` outputs parsed | `node`, `message` |
+//!
+//! This module puts them together: [`CompiledProvisioner::from_json`]
+//! checks each phase, then compiles it; the `render_*` methods render it.
 
 use std::cell::Cell;
 
@@ -32,11 +39,13 @@ use crate::yaml::yaml_to_json;
 mod check;
 mod compile;
 mod fields;
+mod message;
+mod node;
 mod render;
 
 use self::check::Checker;
-use self::compile::Node;
 use self::fields::{Fields, describe_json};
+use self::node::Node;
 
 /// A PavProvisioner checked against the guide's rules, with every template
 /// compiled once, ready to render any phase for any volume.
@@ -157,7 +166,10 @@ impl CompiledProvisioner {
                     checker.check_pod_shape(&format!("{path}.podTemplate"), pod_template);
             }
             phases[phase.index()] = match value {
-                Some(value) => Some(checker.check_phase(phase, &path, value)),
+                Some(value) => {
+                    checker.check_phase(phase, &path, value);
+                    Some(checker.compile(&path, value))
+                }
                 None if phase == Phase::Staging => {
                     checker.problem_schema(
                         &path,

@@ -1,30 +1,29 @@
 //! The conformance checks: each a sequence of CSI calls against one
-//! [`Harness`], failing at the first answer that is not what csi-sanity
-//! (or the spec, where csi-sanity has no such case) expects.
+//! [`Harness`](super::Harness), failing at the first answer that is not
+//! what csi-sanity (or the spec, where csi-sanity has no such case)
+//! expects. Each works with a [`Ctx`] and ends in an [`Outcome`];
+//! [`Conformance`](super::Conformance) runs them.
 
-use std::collections::{BTreeMap, HashMap};
-use std::fmt::Display;
-use std::future::Future;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-use pav_sdk::{AccessMode, VolumeMode};
-use tonic::{Code, Response, Status};
+use tonic::Code;
 
-use super::conformance::{Check, Conformance, Outcome};
-use super::harness::{DECOY, Harness};
+use super::context::{Ctx, Step, answered, call, expect_codes, expect_ok, int64, text};
+use super::harness::DECOY;
+use super::report::Outcome;
 use crate::csi;
 
 mod attach;
 mod group;
+mod modify_health;
 
-/// How long a check waits for one answer.
-const CALL_TIMEOUT: Duration = Duration::from_secs(120);
-/// The file (Filesystem) a check writes into a volume and looks for later.
-const MARKER: &str = "pav-testing-marker";
-/// What the marker holds; for a Block volume, its first bytes.
-const MARKER_TEXT: &[u8] = b"written by pav-csi's conformance checks\n";
+pub(super) use attach::attach_detach_repeats;
+pub(super) use group::group_snapshot_round_trip;
+pub(super) use modify_health::{health, modify};
+
 /// An id that names no volume and no snapshot.
 pub(super) const UNKNOWN: &str = "pav-testing-never-created";
 /// csi-sanity's invalid volume and snapshot ids.
@@ -33,575 +32,9 @@ const FAKE_SNAPSHOT: &str = "reallyfakesnapshotid";
 /// The longest id or name CSI allows.
 const MAX_NAME: usize = 128;
 
-/// A step's result: its value, or what went wrong.
-pub(super) type Step<T> = Result<T, String>;
-
-/// Runs `check` against a fresh harness, removes what it left and stops
-/// the driver.
-pub(crate) async fn run(conf: &Conformance, check: Check) -> Result<Outcome, String> {
-    let harness = conf.harness().await?;
-    let mut ctx = Ctx::new(conf, harness).await?;
-    let result = match check {
-        Check::RepeatedCreate => repeated_create(&mut ctx).await,
-        Check::DeleteUnknownVolume => delete_unknown_volume(&mut ctx).await,
-        Check::StageUnstageRepeats => stage_unstage_repeats(&mut ctx).await,
-        Check::PublishUnpublishRepeats => publish_unpublish_repeats(&mut ctx).await,
-        Check::AttachDetachRepeats => attach::attach_detach_repeats(&mut ctx).await,
-        Check::Expand => expand(&mut ctx).await,
-        Check::SnapshotRoundTrip => snapshot_round_trip(&mut ctx).await,
-        Check::GroupSnapshotRoundTrip => group::group_snapshot_round_trip(&mut ctx).await,
-        Check::HostileIdsAndPaths => hostile_ids_and_paths(&mut ctx).await,
-        Check::Modify => super::checks_modify_health::modify(&mut ctx).await,
-        Check::Health => super::checks_modify_health::health(&mut ctx).await,
-    };
-    ctx.clean_up().await;
-    let stopped = ctx.h.shutdown().await;
-    let outcome = result.map_err(|message| match is_root() {
-        true => message,
-        false => format!(
-            "{message} (not running as root: the node service mounts, which needs \
-             CAP_SYS_ADMIN; Conformance::controller_only checks without it)"
-        ),
-    })?;
-    stopped.map_err(|e| format!("stopping the driver: {}", crate::error_chain(&e)))?;
-    Ok(outcome)
-}
-
-/// Whether this process runs as root (`/proc/self` belongs to its user).
-fn is_root() -> bool {
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
-
-/// What the driver advertises, read through CSI as csi-sanity reads it.
-#[derive(Debug, Default)]
-pub(super) struct Caps {
-    /// Controller `CREATE_DELETE_VOLUME`.
-    pub(super) create: bool,
-    /// Controller `MODIFY_VOLUME`.
-    pub(super) modify: bool,
-    /// Controller `GET_VOLUME`.
-    pub(super) get_volume: bool,
-    /// Controller `EXPAND_VOLUME`.
-    controller_expand: bool,
-    /// Controller `CREATE_DELETE_SNAPSHOT`.
-    snapshots: bool,
-    /// Controller `LIST_SNAPSHOTS`.
-    list_snapshots: bool,
-    /// The node service is served.
-    pub(super) node: bool,
-    /// Node `STAGE_UNSTAGE_VOLUME`.
-    stage_unstage: bool,
-    /// Node `EXPAND_VOLUME`.
-    node_expand: bool,
-    /// Controller `PUBLISH_UNPUBLISH_VOLUME`.
-    attach: bool,
-}
-
 /// Why a check needing a volume is skipped without Create.
 pub(super) const NO_CREATE: &str = "the controller does not advertise CREATE_DELETE_VOLUME \
                          (no Create): the check needs a volume it creates";
-
-/// One check's harness, what the driver advertises, and what the check
-/// created, staged and published (removed at its end, also on failure).
-pub(super) struct Ctx<'a> {
-    pub(super) h: Harness,
-    pub(super) conf: &'a Conformance,
-    mode: VolumeMode,
-    access: AccessMode,
-    pub(super) caps: Caps,
-    /// The node's topology, asked for in CreateVolume as csi-sanity does.
-    topology: Option<csi::Topology>,
-    volumes: Vec<String>,
-    contexts: HashMap<String, HashMap<String, String>>,
-    staged: Vec<(String, PathBuf)>,
-    published: Vec<(String, PathBuf)>,
-    snapshots: Vec<String>,
-    /// Group snapshots taken, with their members' ids.
-    groups: Vec<(String, Vec<String>)>,
-}
-
-/// Waits at most [`CALL_TIMEOUT`] for `call`'s answer.
-pub(super) async fn call<T>(
-    call: impl Future<Output = Result<Response<T>, Status>>,
-) -> Result<T, Status> {
-    match tokio::time::timeout(CALL_TIMEOUT, call).await {
-        Ok(answer) => answer.map(Response::into_inner),
-        Err(_) => Err(Status::deadline_exceeded(format!(
-            "the check gave up waiting after {CALL_TIMEOUT:?}"
-        ))),
-    }
-}
-
-/// A gRPC code as the CSI spec writes it.
-fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "CANCELLED",
-        Code::Unknown => "UNKNOWN",
-        Code::InvalidArgument => "INVALID_ARGUMENT",
-        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::PermissionDenied => "PERMISSION_DENIED",
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Code::FailedPrecondition => "FAILED_PRECONDITION",
-        Code::Aborted => "ABORTED",
-        Code::OutOfRange => "OUT_OF_RANGE",
-        Code::Unimplemented => "UNIMPLEMENTED",
-        Code::Internal => "INTERNAL",
-        Code::Unavailable => "UNAVAILABLE",
-        Code::DataLoss => "DATA_LOSS",
-        Code::Unauthenticated => "UNAUTHENTICATED",
-    }
-}
-
-/// A refusal, for messages: `NOT_FOUND ("volume x does not exist")`.
-fn answered(status: &Status) -> String {
-    format!("{} ({:?})", code_name(status.code()), status.message())
-}
-
-/// The answer of a call that must succeed.
-pub(super) fn expect_ok<T>(what: impl Display, answer: Result<T, Status>) -> Step<T> {
-    answer.map_err(|status| format!("{what}: expected OK, got {}", answered(&status)))
-}
-
-/// `codes` as `NOT_FOUND or INVALID_ARGUMENT`.
-fn code_names(codes: &[Code]) -> String {
-    let names: Vec<&str> = codes.iter().map(|c| code_name(*c)).collect();
-    names.join(" or ")
-}
-
-/// Checks that a call was refused with one of `codes` (`OK` among them
-/// counts as success too); the answer of a call that succeeded, for the
-/// caller to clean up after, otherwise.
-pub(super) fn expect_codes<T>(
-    what: impl Display,
-    answer: Result<T, Status>,
-    codes: &[Code],
-) -> Step<()> {
-    match answer {
-        Err(status) if codes.contains(&status.code()) => Ok(()),
-        Ok(_) if codes.contains(&Code::Ok) => Ok(()),
-        Ok(_) => Err(format!("{what}: expected {}, got OK", code_names(codes))),
-        Err(status) => Err(format!(
-            "{what}: expected {}, got {}",
-            code_names(codes),
-            answered(&status)
-        )),
-    }
-}
-
-/// `bytes` as CSI's int64.
-fn int64(bytes: u64) -> i64 {
-    i64::try_from(bytes).unwrap_or(i64::MAX)
-}
-
-/// A path as a CSI request carries it.
-pub(super) fn text(path: &Path) -> String {
-    path.to_string_lossy().into_owned()
-}
-
-impl<'a> Ctx<'a> {
-    /// Reads what the driver advertises and picks the volume and access
-    /// modes of the check's volumes.
-    async fn new(conf: &'a Conformance, mut h: Harness) -> Step<Ctx<'a>> {
-        use csi::controller_service_capability::Type as ControllerType;
-        use csi::controller_service_capability::rpc::Type as ControllerRpc;
-        use csi::node_service_capability::Type as NodeType;
-        use csi::node_service_capability::rpc::Type as NodeRpc;
-
-        let provisioner = h.provisioner();
-        let mode = conf.volume_mode.unwrap_or(
-            match provisioner.supports_volume_mode(VolumeMode::Filesystem) {
-                true => VolumeMode::Filesystem,
-                false => VolumeMode::Block,
-            },
-        );
-        let access = match provisioner.supports_access_mode(AccessMode::SingleNodeWriter) {
-            true => AccessMode::SingleNodeWriter,
-            false => (AccessMode::ALL.into_iter())
-                .find(|m| provisioner.supports_access_mode(*m))
-                .unwrap_or(AccessMode::SingleNodeWriter),
-        };
-        let mut caps = Caps::default();
-        let answer = call(
-            h.controller
-                .controller_get_capabilities(csi::ControllerGetCapabilitiesRequest {}),
-        )
-        .await;
-        for cap in expect_ok("ControllerGetCapabilities", answer)?.capabilities {
-            let Some(ControllerType::Rpc(rpc)) = cap.r#type else {
-                continue;
-            };
-            match rpc.r#type() {
-                ControllerRpc::CreateDeleteVolume => caps.create = true,
-                ControllerRpc::ExpandVolume => caps.controller_expand = true,
-                ControllerRpc::CreateDeleteSnapshot => caps.snapshots = true,
-                ControllerRpc::ListSnapshots => caps.list_snapshots = true,
-                ControllerRpc::PublishUnpublishVolume => caps.attach = true,
-                ControllerRpc::ModifyVolume => caps.modify = true,
-                ControllerRpc::GetVolume => caps.get_volume = true,
-                _ => {}
-            }
-        }
-        let mut topology = None;
-        if h.serves_node() {
-            caps.node = true;
-            let answer = call(
-                h.node
-                    .node_get_capabilities(csi::NodeGetCapabilitiesRequest {}),
-            )
-            .await;
-            for cap in expect_ok("NodeGetCapabilities", answer)?.capabilities {
-                let Some(NodeType::Rpc(rpc)) = cap.r#type else {
-                    continue;
-                };
-                match rpc.r#type() {
-                    NodeRpc::StageUnstageVolume => caps.stage_unstage = true,
-                    NodeRpc::ExpandVolume => caps.node_expand = true,
-                    _ => {}
-                }
-            }
-            let info = call(h.node.node_get_info(csi::NodeGetInfoRequest {})).await;
-            topology = expect_ok("NodeGetInfo", info)?.accessible_topology;
-        }
-        Ok(Ctx {
-            h,
-            conf,
-            mode,
-            access,
-            caps,
-            topology,
-            volumes: Vec::new(),
-            contexts: HashMap::new(),
-            staged: Vec::new(),
-            published: Vec::new(),
-            snapshots: Vec::new(),
-            groups: Vec::new(),
-        })
-    }
-
-    /// Why a node check is skipped when the node service is not served.
-    fn no_node(&self) -> String {
-        match self.h.provisioner().stage().is_some() {
-            true => "the node service is not served (controller_only)".into(),
-            false => "the node service is not served (the provisioner has no Stage)".into(),
-        }
-    }
-
-    fn capability(&self) -> csi::VolumeCapability {
-        crate::convert::csi_capability(self.mode, self.access)
-    }
-
-    pub(super) fn size(&self) -> u64 {
-        self.conf.volume_size
-    }
-
-    fn expanded_size(&self) -> u64 {
-        (self.conf.expanded_size).unwrap_or(self.conf.volume_size.saturating_mul(2))
-    }
-
-    /// A CreateVolume request for `name` (`limit` 0: none).
-    pub(super) fn create_request(
-        &self,
-        name: &str,
-        required: u64,
-        limit: u64,
-    ) -> csi::CreateVolumeRequest {
-        csi::CreateVolumeRequest {
-            name: name.to_owned(),
-            capacity_range: Some(csi::CapacityRange {
-                required_bytes: int64(required),
-                limit_bytes: int64(limit),
-            }),
-            volume_capabilities: vec![self.capability()],
-            parameters: self.conf.parameters.clone(),
-            accessibility_requirements: (self.topology.clone()).map(|t| csi::TopologyRequirement {
-                requisite: vec![t],
-                preferred: Vec::new(),
-            }),
-            ..Default::default()
-        }
-    }
-
-    /// Remembers a volume the driver created, to delete it at the end.
-    fn track_volume(&mut self, volume: &csi::Volume) {
-        if !self.volumes.contains(&volume.volume_id) {
-            self.volumes.push(volume.volume_id.clone());
-        }
-        (self.contexts).insert(volume.volume_id.clone(), volume.volume_context.clone());
-    }
-
-    /// CreateVolume that must succeed with a volume of at least the
-    /// required size (or 0, unknown).
-    pub(super) async fn create_with(
-        &mut self,
-        what: &str,
-        req: csi::CreateVolumeRequest,
-    ) -> Step<csi::Volume> {
-        let required = req.capacity_range.as_ref().map_or(0, |r| r.required_bytes);
-        let answer = expect_ok(what, call(self.h.controller.create_volume(req)).await)?;
-        let volume = (answer.volume).ok_or_else(|| format!("{what}: OK without a volume"))?;
-        self.track_volume(&volume);
-        if volume.volume_id.is_empty() {
-            return Err(format!("{what}: OK with an empty volume_id"));
-        }
-        if volume.capacity_bytes != 0 && volume.capacity_bytes < required {
-            return Err(format!(
-                "{what}: capacity_bytes {} is less than the required {required}",
-                volume.capacity_bytes
-            ));
-        }
-        Ok(volume)
-    }
-
-    /// Creates `name` with the volume size required.
-    pub(super) async fn create(&mut self, name: &str) -> Step<csi::Volume> {
-        let req = self.create_request(name, self.size(), 0);
-        self.create_with(&format!("CreateVolume {name:?}"), req)
-            .await
-    }
-
-    /// DeleteVolume that must succeed.
-    pub(super) async fn delete(&mut self, what: impl Display, id: &str) -> Step<()> {
-        let req = csi::DeleteVolumeRequest {
-            volume_id: id.to_owned(),
-            ..Default::default()
-        };
-        expect_ok(what, call(self.h.controller.delete_volume(req)).await)?;
-        self.volumes.retain(|v| v != id);
-        // A deleted volume has no context: a CO stages it with none.
-        self.contexts.remove(id);
-        Ok(())
-    }
-
-    fn validate_request(&self, id: &str) -> csi::ValidateVolumeCapabilitiesRequest {
-        csi::ValidateVolumeCapabilitiesRequest {
-            volume_id: id.to_owned(),
-            volume_context: self.contexts.get(id).cloned().unwrap_or_default(),
-            volume_capabilities: vec![self.capability()],
-            ..Default::default()
-        }
-    }
-
-    fn stage_request(&self, id: &str, staging: &str) -> csi::NodeStageVolumeRequest {
-        csi::NodeStageVolumeRequest {
-            volume_id: id.to_owned(),
-            staging_target_path: staging.to_owned(),
-            volume_capability: Some(self.capability()),
-            volume_context: self.contexts.get(id).cloned().unwrap_or_default(),
-            ..Default::default()
-        }
-    }
-
-    fn publish_request(
-        &self,
-        id: &str,
-        staging: &str,
-        target: &str,
-    ) -> csi::NodePublishVolumeRequest {
-        csi::NodePublishVolumeRequest {
-            volume_id: id.to_owned(),
-            staging_target_path: staging.to_owned(),
-            target_path: target.to_owned(),
-            volume_capability: Some(self.capability()),
-            volume_context: self.contexts.get(id).cloned().unwrap_or_default(),
-            ..Default::default()
-        }
-    }
-
-    /// NodeStageVolume that must succeed; the staging path is made first,
-    /// as kubelet does.
-    async fn stage(&mut self, what: impl Display, id: &str, staging: &Path) -> Step<()> {
-        std::fs::create_dir_all(staging)
-            .map_err(|e| format!("creating {}: {e}", staging.display()))?;
-        let req = self.stage_request(id, &text(staging));
-        expect_ok(what, call(self.h.node.node_stage_volume(req)).await)?;
-        if !self.staged.iter().any(|(v, p)| v == id && p == staging) {
-            self.staged.push((id.to_owned(), staging.to_owned()));
-        }
-        Ok(())
-    }
-
-    /// NodeUnstageVolume that must succeed.
-    async fn unstage(&mut self, what: impl Display, id: &str, staging: &Path) -> Step<()> {
-        let req = csi::NodeUnstageVolumeRequest {
-            volume_id: id.to_owned(),
-            staging_target_path: text(staging),
-        };
-        expect_ok(what, call(self.h.node.node_unstage_volume(req)).await)?;
-        self.staged.retain(|(v, p)| !(v == id && p == staging));
-        Ok(())
-    }
-
-    /// NodePublishVolume that must succeed; the target's parent is made
-    /// first, as kubelet does.
-    async fn publish(
-        &mut self,
-        what: impl Display,
-        id: &str,
-        staging: Option<&Path>,
-        target: &Path,
-    ) -> Step<()> {
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| format!("creating {}: {e}", parent.display()))?;
-        }
-        let staging = staging.map(text).unwrap_or_default();
-        let req = self.publish_request(id, &staging, &text(target));
-        expect_ok(what, call(self.h.node.node_publish_volume(req)).await)?;
-        if !self.published.iter().any(|(v, p)| v == id && p == target) {
-            self.published.push((id.to_owned(), target.to_owned()));
-        }
-        Ok(())
-    }
-
-    /// NodeUnpublishVolume that must succeed.
-    async fn unpublish(&mut self, what: impl Display, id: &str, target: &Path) -> Step<()> {
-        let req = csi::NodeUnpublishVolumeRequest {
-            volume_id: id.to_owned(),
-            target_path: text(target),
-        };
-        expect_ok(what, call(self.h.node.node_unpublish_volume(req)).await)?;
-        self.published.retain(|(v, p)| !(v == id && p == target));
-        Ok(())
-    }
-
-    /// Makes volume `id` available on the node, as kubelet would for one
-    /// pod: staged (when the node stages per node) and published. Returns
-    /// the staging path (if staged), the target path, and where the
-    /// volume's data is reachable (the target).
-    pub(super) async fn mount_for_pod(
-        &mut self,
-        id: &str,
-        label: &str,
-    ) -> Step<(Option<PathBuf>, PathBuf)> {
-        let staging = match self.caps.stage_unstage {
-            true => {
-                let staging = self.h.staging_path(label);
-                self.stage(format!("NodeStageVolume of {label}"), id, &staging)
-                    .await?;
-                Some(staging)
-            }
-            false => None,
-        };
-        let target = self.h.target_path("pod-1", label);
-        self.publish(
-            format!("NodePublishVolume of {label}"),
-            id,
-            staging.as_deref(),
-            &target,
-        )
-        .await?;
-        Ok((staging, target))
-    }
-
-    /// Undoes [`mount_for_pod`](Self::mount_for_pod).
-    pub(super) async fn unmount_for_pod(
-        &mut self,
-        id: &str,
-        label: &str,
-        (staging, target): (Option<PathBuf>, PathBuf),
-    ) -> Step<()> {
-        self.unpublish(format!("NodeUnpublishVolume of {label}"), id, &target)
-            .await?;
-        if let Some(staging) = staging {
-            self.unstage(format!("NodeUnstageVolume of {label}"), id, &staging)
-                .await?;
-        }
-        Ok(())
-    }
-
-    /// Stops the driver and serves again (pav-csi's caches emptied).
-    pub(super) async fn restart(&mut self) -> Step<()> {
-        (self.h.restart().await)
-            .map_err(|e| format!("restarting the driver: {}", crate::error_chain(&e)))
-    }
-
-    /// Removes what the check left (it failed, or stopped early): best
-    /// effort, last made first.
-    async fn clean_up(&mut self) {
-        for (id, target) in std::mem::take(&mut self.published).into_iter().rev() {
-            let _ = self.unpublish("", &id, &target).await;
-        }
-        for (id, staging) in std::mem::take(&mut self.staged).into_iter().rev() {
-            let _ = self.unstage("", &id, &staging).await;
-        }
-        for (id, members) in std::mem::take(&mut self.groups).into_iter().rev() {
-            let req = csi::DeleteVolumeGroupSnapshotRequest {
-                group_snapshot_id: id,
-                snapshot_ids: members,
-                ..Default::default()
-            };
-            let _ = call(self.h.group_controller.delete_volume_group_snapshot(req)).await;
-        }
-        for id in std::mem::take(&mut self.snapshots).into_iter().rev() {
-            let req = csi::DeleteSnapshotRequest {
-                snapshot_id: id,
-                ..Default::default()
-            };
-            let _ = call(self.h.controller.delete_snapshot(req)).await;
-        }
-        for id in std::mem::take(&mut self.volumes).into_iter().rev() {
-            let _ = self.delete("", &id).await;
-        }
-    }
-
-    /// Where the data of a volume staged at `staging` is reachable: the
-    /// staging path (Filesystem), or the device pav-csi binds in it (Block).
-    fn staged_data(&self, staging: &Path) -> PathBuf {
-        match self.mode {
-            VolumeMode::Filesystem => staging.to_owned(),
-            VolumeMode::Block => staging.join(crate::node::STAGED_DEVICE),
-        }
-    }
-
-    /// Writes the marker into the volume reachable at `at`.
-    fn write_marker(&self, at: &Path) -> Step<()> {
-        let failed = |e: std::io::Error| format!("writing a marker into {}: {e}", at.display());
-        match self.mode {
-            VolumeMode::Filesystem => std::fs::write(at.join(MARKER), MARKER_TEXT).map_err(failed),
-            VolumeMode::Block => {
-                let device = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(at)
-                    .map_err(failed)?;
-                device.write_all_at(MARKER_TEXT, 0).map_err(failed)?;
-                device.sync_all().map_err(failed)
-            }
-        }
-    }
-
-    /// Whether the volume reachable at `at` holds the marker.
-    fn holds_marker(&self, at: &Path) -> Step<bool> {
-        let failed = |e: std::io::Error| format!("reading {}: {e}", at.display());
-        match self.mode {
-            VolumeMode::Filesystem => match std::fs::read(at.join(MARKER)) {
-                Ok(data) => Ok(data == MARKER_TEXT),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-                Err(e) => Err(failed(e)),
-            },
-            VolumeMode::Block => {
-                let device = std::fs::File::open(at).map_err(failed)?;
-                let mut data = vec![0; MARKER_TEXT.len()];
-                device.read_exact_at(&mut data, 0).map_err(failed)?;
-                Ok(data == MARKER_TEXT)
-            }
-        }
-    }
-
-    /// Fails unless nothing is mounted in the kubelet directory.
-    fn nothing_mounted(&self, when: &str) -> Step<()> {
-        let left = crate::mount::mounts_below(self.h.kubelet_dir())
-            .map_err(|e| format!("reading the mount table: {}", crate::error_chain(&e)))?;
-        match left.is_empty() {
-            true => Ok(()),
-            false => Err(format!(
-                "{when}, still mounted in the kubelet directory: {left:?}"
-            )),
-        }
-    }
-}
 
 /// How many mounts are stacked on `path`.
 fn mounts_at(path: &Path) -> Step<usize> {
@@ -630,7 +63,7 @@ fn expect_mounts(when: &str, path: &Path, expected: usize) -> Step<()> {
 
 /// CreateVolume repeated answers the same volume, also from the
 /// provisioner after a restart; an incompatible repeat is ALREADY_EXISTS.
-async fn repeated_create(ctx: &mut Ctx<'_>) -> Step<Outcome> {
+pub(super) async fn repeated_create(ctx: &mut Ctx<'_>) -> Step<Outcome> {
     if !ctx.caps.create {
         return Ok(Outcome::Skipped(NO_CREATE.into()));
     }
@@ -710,7 +143,7 @@ async fn repeated_create(ctx: &mut Ctx<'_>) -> Step<Outcome> {
 }
 
 /// DeleteVolume of what does not exist is OK; so is a repeat.
-async fn delete_unknown_volume(ctx: &mut Ctx<'_>) -> Step<Outcome> {
+pub(super) async fn delete_unknown_volume(ctx: &mut Ctx<'_>) -> Step<Outcome> {
     if !ctx.caps.create {
         return Ok(Outcome::Skipped(NO_CREATE.into()));
     }
@@ -754,7 +187,7 @@ fn node_check_skipped(ctx: &Ctx<'_>) -> Option<String> {
 
 /// NodeStageVolume three times, a restart, NodeUnstageVolume twice, and
 /// staging again finds the data.
-async fn stage_unstage_repeats(ctx: &mut Ctx<'_>) -> Step<Outcome> {
+pub(super) async fn stage_unstage_repeats(ctx: &mut Ctx<'_>) -> Step<Outcome> {
     if let Some(why) = node_check_skipped(ctx) {
         return Ok(Outcome::Skipped(why));
     }
@@ -813,7 +246,7 @@ async fn stage_unstage_repeats(ctx: &mut Ctx<'_>) -> Step<Outcome> {
 
 /// NodePublishVolume three times, NodeGetVolumeStats, NodeUnpublishVolume
 /// twice (the target removed), and publishing again finds the data.
-async fn publish_unpublish_repeats(ctx: &mut Ctx<'_>) -> Step<Outcome> {
+pub(super) async fn publish_unpublish_repeats(ctx: &mut Ctx<'_>) -> Step<Outcome> {
     if let Some(why) = node_check_skipped(ctx) {
         return Ok(Outcome::Skipped(why));
     }
@@ -883,7 +316,7 @@ async fn publish_unpublish_repeats(ctx: &mut Ctx<'_>) -> Step<Outcome> {
 
 /// ControllerExpandVolume grows, answers repeats and never shrinks;
 /// NodeExpandVolume of the published volume succeeds, twice.
-async fn expand(ctx: &mut Ctx<'_>) -> Step<Outcome> {
+pub(super) async fn expand(ctx: &mut Ctx<'_>) -> Step<Outcome> {
     let node_expands = ctx.caps.node && ctx.caps.node_expand;
     if !ctx.caps.controller_expand && !node_expands {
         return Ok(Outcome::Skipped(
@@ -1061,7 +494,7 @@ async fn list_snapshots(
 
 /// A snapshot taken, answered again (also after a restart), listed,
 /// refused for another volume, restored (with the data) and deleted.
-async fn snapshot_round_trip(ctx: &mut Ctx<'_>) -> Step<Outcome> {
+pub(super) async fn snapshot_round_trip(ctx: &mut Ctx<'_>) -> Step<Outcome> {
     if !ctx.caps.snapshots {
         return Ok(Outcome::Skipped(
             "the controller does not advertise CREATE_DELETE_SNAPSHOT (no Snapshot)".into(),
@@ -1334,7 +767,7 @@ const NO_CLIMBING: &str = "ids that climb (`.`, `..`, `../pav-testing-victim`, .
     Conformance::with_storage(|dir| ...) to send them";
 
 /// Hostile ids and paths reach nothing outside the driver's directories.
-async fn hostile_ids_and_paths(ctx: &mut Ctx<'_>) -> Step<Outcome> {
+pub(super) async fn hostile_ids_and_paths(ctx: &mut Ctx<'_>) -> Step<Outcome> {
     if !ctx.caps.create && !ctx.caps.node {
         return Ok(Outcome::Skipped(format!(
             "{NO_CREATE}, and {}",

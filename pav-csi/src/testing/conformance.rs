@@ -1,197 +1,18 @@
-//! Named conformance checks, each against a fresh [`Harness`].
+//! Named conformance checks, each against a fresh [`Harness`]: the
+//! runner, on top of the checks, their context and their report.
 
 use std::collections::HashMap;
 use std::fmt;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 
 use pav_sdk::{Provisioner, Topology, VolumeMode};
 
 use super::checks;
+use super::context::{Ctx, Settings};
 use super::harness::{Harness, HarnessBuilder, Source};
-
-/// One named conformance check; see [`Conformance`] for what each asserts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum Check {
-    /// [`Conformance::repeated_create`].
-    RepeatedCreate,
-    /// [`Conformance::delete_unknown_volume`].
-    DeleteUnknownVolume,
-    /// [`Conformance::stage_unstage_repeats`].
-    StageUnstageRepeats,
-    /// [`Conformance::publish_unpublish_repeats`].
-    PublishUnpublishRepeats,
-    /// [`Conformance::attach_detach_repeats`].
-    AttachDetachRepeats,
-    /// [`Conformance::expand`].
-    Expand,
-    /// [`Conformance::snapshot_round_trip`].
-    SnapshotRoundTrip,
-    /// [`Conformance::group_snapshot_round_trip`].
-    GroupSnapshotRoundTrip,
-    /// [`Conformance::hostile_ids_and_paths`].
-    HostileIdsAndPaths,
-    /// [`Conformance::modify`].
-    Modify,
-    /// [`Conformance::health`].
-    Health,
-}
-
-impl Check {
-    /// Every check, in the order [`Conformance::run_all`] runs them.
-    pub const ALL: [Check; 11] = [
-        Check::RepeatedCreate,
-        Check::DeleteUnknownVolume,
-        Check::StageUnstageRepeats,
-        Check::PublishUnpublishRepeats,
-        Check::AttachDetachRepeats,
-        Check::Expand,
-        Check::SnapshotRoundTrip,
-        Check::GroupSnapshotRoundTrip,
-        Check::HostileIdsAndPaths,
-        Check::Modify,
-        Check::Health,
-    ];
-
-    /// The check's name: the name of its [`Conformance`] method.
-    pub fn name(self) -> &'static str {
-        match self {
-            Check::RepeatedCreate => "repeated_create",
-            Check::DeleteUnknownVolume => "delete_unknown_volume",
-            Check::StageUnstageRepeats => "stage_unstage_repeats",
-            Check::PublishUnpublishRepeats => "publish_unpublish_repeats",
-            Check::AttachDetachRepeats => "attach_detach_repeats",
-            Check::Expand => "expand",
-            Check::SnapshotRoundTrip => "snapshot_round_trip",
-            Check::GroupSnapshotRoundTrip => "group_snapshot_round_trip",
-            Check::HostileIdsAndPaths => "hostile_ids_and_paths",
-            Check::Modify => "modify",
-            Check::Health => "health",
-        }
-    }
-}
-
-impl fmt::Display for Check {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// How a check that did not fail ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[must_use]
-pub enum Outcome {
-    /// Every part of the check ran and passed.
-    Passed,
-    /// The parts that apply ran and passed; the rest did not apply (why,
-    /// e.g. "node expansion: the node service is not served").
-    Partly(String),
-    /// Nothing of the check applies to this provisioner (why, e.g. "the
-    /// controller does not advertise EXPAND_VOLUME"). Not a pass.
-    Skipped(String),
-}
-
-/// A check that failed: which, and what it found.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Failure {
-    /// The check that failed.
-    pub check: Check,
-    /// The step that failed and what the driver answered.
-    pub message: String,
-}
-
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} failed: {}", self.check, self.message)
-    }
-}
-
-/// The same as `Display`, so that `unwrap()` in a test prints it readably.
-impl fmt::Debug for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-impl std::error::Error for Failure {}
-
-/// What [`Conformance::run_all`] found, one entry per check.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Report {
-    /// Each check and how it ended, in the order they ran.
-    pub results: Vec<(Check, Result<Outcome, Failure>)>,
-}
-
-impl Report {
-    /// The checks that failed.
-    pub fn failures(&self) -> Vec<&Failure> {
-        (self.results.iter())
-            .filter_map(|(_, r)| r.as_ref().err())
-            .collect()
-    }
-
-    /// The checks that were skipped: nothing of them applied.
-    pub fn skipped(&self) -> Vec<Check> {
-        (self.results.iter())
-            .filter(|(_, r)| matches!(r, Ok(Outcome::Skipped(_))))
-            .map(|(check, _)| *check)
-            .collect()
-    }
-
-    /// The checks that passed, wholly or partly.
-    pub fn passed(&self) -> Vec<Check> {
-        (self.results.iter())
-            .filter(|(_, r)| matches!(r, Ok(Outcome::Passed | Outcome::Partly(_))))
-            .map(|(check, _)| *check)
-            .collect()
-    }
-}
-
-/// One line per check: `passed`, `partly` (with what did not apply),
-/// `skipped` (with why) or `FAILED` (with what was found).
-impl fmt::Display for Report {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (check, result) in &self.results {
-            match result {
-                Ok(Outcome::Passed) => writeln!(f, "passed  {check}")?,
-                Ok(Outcome::Partly(why)) => writeln!(f, "partly  {check} ({why})")?,
-                Ok(Outcome::Skipped(why)) => writeln!(f, "skipped {check}: {why}")?,
-                Err(failure) => writeln!(f, "FAILED  {check}: {}", failure.message)?,
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The same as `Display`.
-impl fmt::Debug for Report {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-/// [`Conformance::run_all`]'s error: at least one check failed. Prints
-/// the whole [`Report`].
-#[derive(Clone, PartialEq, Eq)]
-pub struct Failures(pub Report);
-
-impl fmt::Display for Failures {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let failed = self.0.failures().len();
-        writeln!(f, "{failed} conformance check(s) failed:")?;
-        fmt::Display::fmt(&self.0, f)
-    }
-}
-
-/// The same as `Display`, so that `unwrap()` in a test prints the report.
-impl fmt::Debug for Failures {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-impl std::error::Error for Failures {}
+use super::report::{Check, Failure, Failures, Outcome, Report};
 
 /// Named conformance checks of a provisioner served by pav-csi: what
 /// csi-sanity checks for the same cases, without Go, from `cargo test`.
@@ -222,26 +43,18 @@ pub struct Conformance {
     controller_only: bool,
     node_topology: Topology,
     driver_name: Option<String>,
-    pub(crate) volume_mode: Option<VolumeMode>,
-    pub(crate) volume_size: u64,
-    pub(crate) expanded_size: Option<u64>,
-    pub(crate) parameters: HashMap<String, String>,
-    pub(crate) mutable_parameters: HashMap<String, String>,
-    pub(crate) damage: Option<Damage>,
+    /// What the checks read.
+    settings: Settings,
 }
-
-/// How [`Conformance::damage`] damages a volume: given the storage
-/// directory and the volume id.
-pub(crate) type Damage = Arc<dyn Fn(&Path, &str) -> std::io::Result<()> + Send + Sync>;
 
 impl fmt::Debug for Conformance {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Conformance")
             .field("controller_only", &self.controller_only)
             .field("node_topology", &self.node_topology)
-            .field("volume_mode", &self.volume_mode)
-            .field("volume_size", &self.volume_size)
-            .field("expanded_size", &self.expanded_size)
+            .field("volume_mode", &self.settings.volume_mode)
+            .field("volume_size", &self.settings.volume_size)
+            .field("expanded_size", &self.settings.expanded_size)
             .finish_non_exhaustive()
     }
 }
@@ -278,12 +91,14 @@ impl Conformance {
             controller_only: false,
             node_topology: Topology::new(),
             driver_name: None,
-            volume_mode: None,
-            volume_size: 64 << 20,
-            expanded_size: None,
-            parameters: HashMap::new(),
-            mutable_parameters: HashMap::new(),
-            damage: None,
+            settings: Settings {
+                volume_mode: None,
+                volume_size: 64 << 20,
+                expanded_size: None,
+                parameters: HashMap::new(),
+                mutable_parameters: HashMap::new(),
+                damage: None,
+            },
         }
     }
 
@@ -309,21 +124,21 @@ impl Conformance {
     /// The volume mode of the volumes the checks create (default:
     /// Filesystem when the provisioner serves it, else Block).
     pub fn volume_mode(mut self, mode: VolumeMode) -> Self {
-        self.volume_mode = Some(mode);
+        self.settings.volume_mode = Some(mode);
         self
     }
 
     /// The `required_bytes` of the volumes the checks create (default 64
     /// MiB, as `scripts/csi-sanity.sh` passes `--csi.testvolumesize`).
     pub fn volume_size(mut self, bytes: u64) -> Self {
-        self.volume_size = bytes;
+        self.settings.volume_size = bytes;
         self
     }
 
     /// The size [`expand`](Self::expand) grows volumes to (default: twice
     /// [`volume_size`](Self::volume_size)).
     pub fn expanded_size(mut self, bytes: u64) -> Self {
-        self.expanded_size = Some(bytes);
+        self.settings.expanded_size = Some(bytes);
         self
     }
 
@@ -333,7 +148,7 @@ impl Conformance {
         mut self,
         parameters: impl IntoIterator<Item = (K, V)>,
     ) -> Self {
-        self.parameters = (parameters.into_iter())
+        self.settings.parameters = (parameters.into_iter())
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
         self
@@ -346,7 +161,7 @@ impl Conformance {
         mut self,
         parameters: impl IntoIterator<Item = (K, V)>,
     ) -> Self {
-        self.mutable_parameters = (parameters.into_iter())
+        self.settings.mutable_parameters = (parameters.into_iter())
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
         self
@@ -363,12 +178,12 @@ impl Conformance {
     where
         F: Fn(&Path, &str) -> std::io::Result<()> + Send + Sync + 'static,
     {
-        self.damage = Some(Arc::new(damage));
+        self.settings.damage = Some(Arc::new(damage));
         self
     }
 
     /// A harness for one check.
-    pub(crate) async fn harness(&self) -> Result<Harness, String> {
+    async fn harness(&self) -> Result<Harness, String> {
         let mut builder: HarnessBuilder = Harness::builder()
             .map_err(|e| format!("starting the harness: {}", crate::error_chain(&e)))?
             .node_topology(self.node_topology.clone());
@@ -384,9 +199,38 @@ impl Conformance {
 
     /// Runs one check.
     pub async fn run(&self, check: Check) -> Result<Outcome, Failure> {
-        checks::run(self, check)
-            .await
-            .map_err(|message| Failure { check, message })
+        (self.run_check(check).await).map_err(|message| Failure { check, message })
+    }
+
+    /// Runs `check` against a fresh harness, removes what it left and
+    /// stops the driver.
+    async fn run_check(&self, check: Check) -> Result<Outcome, String> {
+        let harness = self.harness().await?;
+        let mut ctx = Ctx::new(&self.settings, harness).await?;
+        let result = match check {
+            Check::RepeatedCreate => checks::repeated_create(&mut ctx).await,
+            Check::DeleteUnknownVolume => checks::delete_unknown_volume(&mut ctx).await,
+            Check::StageUnstageRepeats => checks::stage_unstage_repeats(&mut ctx).await,
+            Check::PublishUnpublishRepeats => checks::publish_unpublish_repeats(&mut ctx).await,
+            Check::AttachDetachRepeats => checks::attach_detach_repeats(&mut ctx).await,
+            Check::Expand => checks::expand(&mut ctx).await,
+            Check::SnapshotRoundTrip => checks::snapshot_round_trip(&mut ctx).await,
+            Check::GroupSnapshotRoundTrip => checks::group_snapshot_round_trip(&mut ctx).await,
+            Check::HostileIdsAndPaths => checks::hostile_ids_and_paths(&mut ctx).await,
+            Check::Modify => checks::modify(&mut ctx).await,
+            Check::Health => checks::health(&mut ctx).await,
+        };
+        ctx.clean_up().await;
+        let stopped = ctx.h.shutdown().await;
+        let outcome = result.map_err(|message| match is_root() {
+            true => message,
+            false => format!(
+                "{message} (not running as root: the node service mounts, which needs \
+                 CAP_SYS_ADMIN; Conformance::controller_only checks without it)"
+            ),
+        })?;
+        stopped.map_err(|e| format!("stopping the driver: {}", crate::error_chain(&e)))?;
+        Ok(outcome)
     }
 
     /// Runs every check ([`Check::ALL`]), each to its end: a report of
@@ -625,4 +469,9 @@ impl Conformance {
     pub async fn hostile_ids_and_paths(&self) -> Result<Outcome, Failure> {
         self.run(Check::HostileIdsAndPaths).await
     }
+}
+
+/// Whether this process runs as root (`/proc/self` belongs to its user).
+fn is_root() -> bool {
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }

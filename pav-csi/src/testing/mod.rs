@@ -165,13 +165,19 @@
 //! # Ok(()) }
 //! ```
 
+// From the bottom up, each using only those below it: `harness` serves
+// a driver; `report` says what checks found; `context` is what every
+// check works with (on a harness); `checks` are the checks (on a
+// context, ending in a report's outcome); `conformance` runs them.
 mod checks;
-mod checks_modify_health;
 mod conformance;
+mod context;
 mod harness;
+mod report;
 
-pub use conformance::{Check, Conformance, Failure, Failures, Outcome, Report};
+pub use conformance::Conformance;
 pub use harness::{Harness, HarnessBuilder, HarnessError, detach_below};
+pub use report::{Check, Failure, Failures, Outcome, Report};
 
 /// The CSI volume capability of `mode` and `access_mode` (no fs type, no
 /// mount flags), for requests.

@@ -4,7 +4,6 @@
 use minijinja::Environment;
 use serde_json::Value as Json;
 
-use super::compile::Node;
 use super::fields::{
     Kind, PodTemplateError, capacity_rounding, describe_json, kind, pod_template_from_json,
 };
@@ -277,7 +276,9 @@ impl Checker {
         }
     }
 
-    pub(super) fn check_phase(&mut self, phase: Phase, path: &str, value: &Json) -> Node {
+    /// Checks a phase as written (its keys, its literal fields, what it
+    /// needs); compiling it is `compile`'s, after.
+    pub(super) fn check_phase(&mut self, phase: Phase, path: &str, value: &Json) {
         if let Json::Object(map) = value {
             for (key, item) in map {
                 let item_path = format!("{path}.{key}");
@@ -324,7 +325,6 @@ impl Checker {
                 ),
             );
         }
-        self.compile(path, value)
     }
 
     /// Checks fields whose value is written literally (no template syntax),

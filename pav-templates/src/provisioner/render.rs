@@ -3,12 +3,12 @@
 
 use std::cell::Cell;
 
-use minijinja::ErrorKind;
 use minijinja::value::{Value, ValueKind};
 use serde_json::Value as Json;
 
 use super::CompiledProvisioner;
-use super::compile::Node;
+use super::message::jinja_message;
+use super::node::Node;
 use crate::engine::{self, MAX_OUTPUT_BYTES, MAX_PHASE_OUTPUT_BYTES};
 use crate::error::{Error, Result};
 use crate::yaml::{MAX_YAML_ALIAS_EXPANSION_BYTES, yaml_to_json_within};
@@ -152,25 +152,4 @@ impl std::io::Write for BoundedOutput {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
-}
-
-/// The engine's message without its own location (we print ours).
-pub(super) fn jinja_message(err: &minijinja::Error) -> String {
-    let mut message = match (err.kind(), err.detail()) {
-        (ErrorKind::OutOfFuel, _) => {
-            "evaluation budget exhausted (does the template loop without end?)".to_owned()
-        }
-        (ErrorKind::UndefinedError, None) => {
-            "undefined value (something undefined was indexed or called; test it with `is defined` or give it a `default`)".to_owned()
-        }
-        (_, Some(detail)) => detail.to_owned(),
-        (kind, None) => kind.to_string(),
-    };
-    let mut source = std::error::Error::source(err);
-    while let Some(inner) = source {
-        message.push_str(": ");
-        message.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    message
 }

@@ -3,13 +3,15 @@
 
 use tonic::Code;
 
-use super::{Ctx, NO_CREATE, Outcome, Step, UNKNOWN, call, expect_codes, expect_ok};
+use super::{NO_CREATE, UNKNOWN};
 use crate::csi;
+use crate::testing::context::{Ctx, Step, call, expect_codes, expect_ok};
+use crate::testing::report::Outcome;
 
 /// Attaches a volume twice (the same publish context both times), an
 /// unknown volume (`NOT_FOUND`), detaches it twice (`OK`) and attaches
 /// it again; the volume is detached at the end, also when a step fails.
-pub(super) async fn attach_detach_repeats(ctx: &mut Ctx<'_>) -> Step<Outcome> {
+pub(in crate::testing) async fn attach_detach_repeats(ctx: &mut Ctx<'_>) -> Step<Outcome> {
     if !ctx.caps.attach {
         return Ok(Outcome::Skipped(
             "the controller does not advertise PUBLISH_UNPUBLISH_VOLUME (no Attach)".into(),

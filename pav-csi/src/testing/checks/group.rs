@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use tonic::Code;
 
-use super::{Ctx, NO_CREATE, Step, answered, call, expect_codes, expect_ok, list_snapshots};
+use super::{NO_CREATE, list_snapshots};
 use crate::csi;
-use crate::testing::conformance::Outcome;
+use crate::testing::context::{Ctx, Step, answered, call, expect_codes, expect_ok};
+use crate::testing::report::Outcome;
 
 /// The name of the check's group snapshot.
 const GROUP: &str = "pav-testing-group";
@@ -116,7 +117,7 @@ fn member_ids(group: &csi::VolumeGroupSnapshot) -> Vec<String> {
 }
 
 /// See [`Conformance::group_snapshot_round_trip`](crate::testing::Conformance::group_snapshot_round_trip).
-pub(super) async fn group_snapshot_round_trip(ctx: &mut Ctx<'_>) -> Step<Outcome> {
+pub(in crate::testing) async fn group_snapshot_round_trip(ctx: &mut Ctx<'_>) -> Step<Outcome> {
     if !advertised(ctx).await? {
         return Ok(Outcome::Skipped(
             "the plugin does not advertise GROUP_CONTROLLER_SERVICE with \

@@ -1,16 +1,17 @@
 //! The `modify` and `health` conformance checks (see
-//! [`Conformance::modify`](super::Conformance::modify) and
-//! [`Conformance::health`](super::Conformance::health)).
+//! [`Conformance::modify`](crate::testing::Conformance::modify) and
+//! [`Conformance::health`](crate::testing::Conformance::health)).
 
 use tonic::Code;
 
-use super::checks::{Ctx, NO_CREATE, Step, UNKNOWN, call, expect_codes, expect_ok, text};
-use super::conformance::Outcome;
+use super::{NO_CREATE, UNKNOWN};
 use crate::csi;
+use crate::testing::context::{Ctx, Step, call, expect_codes, expect_ok, text};
+use crate::testing::report::Outcome;
 
 /// ControllerModifyVolume applies, answers repeats, refuses unknown
 /// volumes, and what it set survives a restart.
-pub(super) async fn modify(ctx: &mut Ctx<'_>) -> Step<Outcome> {
+pub(in crate::testing) async fn modify(ctx: &mut Ctx<'_>) -> Step<Outcome> {
     if !ctx.caps.modify {
         return Ok(Outcome::Skipped(
             "the controller does not advertise MODIFY_VOLUME (no Modify)".into(),
@@ -67,7 +68,7 @@ pub(super) async fn modify(ctx: &mut Ctx<'_>) -> Step<Outcome> {
 }
 
 /// What the controller and the node say of a volume's condition.
-pub(super) async fn health(ctx: &mut Ctx<'_>) -> Step<Outcome> {
+pub(in crate::testing) async fn health(ctx: &mut Ctx<'_>) -> Step<Outcome> {
     if ctx.h.provisioner().health().is_none() {
         return Ok(Outcome::Skipped("the provisioner has no Health".into()));
     }
