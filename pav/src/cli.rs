@@ -15,8 +15,8 @@ use kube::api::DynamicObject;
 use pav_templates::{CompiledProvisioner, Phase, PvcMap, samples};
 use serde::Serialize;
 
-use crate::csi::recipe::{CapacityFor, Plan, PlanError, Planner, StagingFor};
 use crate::pods::PodTarget;
+use crate::recipe::{CapacityFor, Plan, PlanError, Planner, StagingFor};
 
 /// Pods-as-Volumes: volume provisioners written as pod templates.
 #[derive(Debug, Parser)]
@@ -764,7 +764,7 @@ fn render(
             // The node's segment, as its node plugin reports it, for the
             // class's volumes.
             let topology =
-                BTreeMap::from([(crate::csi::TOPOLOGY_KEY.to_owned(), node_name.clone())]);
+                BTreeMap::from([(crate::recipe::TOPOLOGY_KEY.to_owned(), node_name.clone())]);
             let params = sc.parameters.clone().unwrap_or_default();
             let segment = CapacityFor {
                 topology: Some(&topology),
@@ -889,7 +889,7 @@ fn check_claim(rules: &pav_templates::ValidationPhase, objects: &Objects) -> any
         Some("Block") => pav_templates::VolumeMode::Block,
         _ => pav_templates::VolumeMode::Filesystem,
     };
-    let access_modes = crate::csi::recipe::claim_access_modes(&objects.pvc)?;
+    let access_modes = crate::recipe::claim_access_modes(&objects.pvc)?;
     let (min, max) = pav_templates::context::requested_capacity(&objects.pvc)
         .map_err(|e| objects.origins.label(e))?;
     rules.admits(volume_mode, &access_modes, min, max)?;

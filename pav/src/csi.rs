@@ -21,7 +21,6 @@ pub mod metrics;
 pub mod node;
 mod pod_cache;
 mod provisioner_cache;
-pub mod recipe;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -100,10 +99,7 @@ pub struct NodeArgs {
 /// probes and container ports name it).
 pub const METRICS_PORT: u16 = 9808;
 
-/// The topology key of every pav driver: each node plugin reports its
-/// node's name under it (kubelet then labels the Node with it), and a
-/// volume accessible from some nodes only gets node affinity on it.
-pub const TOPOLOGY_KEY: &str = "topology.pav.albertofaria.github.io/node";
+pub use crate::recipe::TOPOLOGY_KEY;
 
 /// The topology segment of one node.
 pub fn node_topology(node: &str) -> pav_sdk::Topology {

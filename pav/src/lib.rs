@@ -17,10 +17,12 @@
 pub mod cli;
 pub mod client;
 pub mod csi;
+pub mod driver_error;
 pub mod leader;
 pub mod manifests;
 pub mod operator;
 pub mod pods;
+pub mod recipe;
 pub mod snapshots;
 pub mod telemetry;
 

@@ -22,13 +22,14 @@ use tokio::sync::watch;
 use super::metrics::Metrics;
 use super::pod_cache::{PodCache, PodWait, Timing, provisioner_selector};
 use super::provisioner_cache::ProvisionerCache;
-use super::recipe::{PhaseError, PlanError, Planner};
 use crate::pods::label_value;
 use crate::pods::results::{self, PodState};
+use crate::recipe::{PlanError, Planner};
 
-mod error;
+mod run;
 
-pub use self::error::{DriverError, api_error};
+pub use self::run::{PhaseError, PodFiles, Ran};
+pub use crate::driver_error::{DriverError, api_error};
 
 /// How long a terminated pod may stay uncollected before its status alone
 /// is used.

@@ -12,8 +12,9 @@ use pav_templates::{CompiledProvisioner, DataSourceKind, Phase, Source};
 
 use self::deleted::Deleted;
 use super::context::{DriverContext, api_error};
-use super::recipe::{CreationPlan, Plan, Planner, PodFiles, claim_access_modes};
+use crate::csi::context::PodFiles;
 use crate::pods::results;
+use crate::recipe::{CreationPlan, Plan, Planner, claim_access_modes};
 
 mod attach;
 pub(crate) mod capacity;

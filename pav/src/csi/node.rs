@@ -13,9 +13,9 @@ use pav_sdk::{PodInfo, Result, Stage, StageRequest, Staged, Unstage, UnstageRequ
 use pav_templates::Phase;
 
 use super::context::{DriverContext, DriverError, api_error, core_ref, pod_ref};
-use super::recipe::PodFiles;
-use super::recipe::{Planner, StagingFor};
+use crate::csi::context::PodFiles;
 use crate::pods::results::{self, PodState};
+use crate::recipe::{Planner, StagingFor};
 
 pub mod collector;
 mod ephemeral;
@@ -634,7 +634,7 @@ impl PodNode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::csi::recipe::PlanError;
+    use crate::recipe::PlanError;
     use pav_sdk::Error;
 
     /// The steps without a scenario of their own: their CSI codes, and

@@ -14,7 +14,7 @@ use kube::{Api, Client};
 use pav_templates::Phase;
 use tokio::sync::watch;
 
-use super::context::DriverError;
+use crate::driver_error::DriverError;
 use crate::pods::results::{self, PodState};
 use crate::pods::{LABEL_PROVISIONER, label_value};
 

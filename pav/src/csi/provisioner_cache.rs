@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 #[cfg(doc)]
 use super::context::DriverContext;
-use super::context::DriverError;
+use crate::driver_error::DriverError;
 
 /// One PavProvisioner as one watch sees it, and the compiled form of its
 /// latest generation: compiled when a request first needs that

@@ -11,8 +11,9 @@ use pav_templates::Phase;
 
 use super::PodController;
 use crate::csi::context::{DriverError, api_error, pod_ref};
-use crate::csi::recipe::{PhaseError, PlanError, PodFiles};
+use crate::csi::context::{PhaseError, PodFiles};
 use crate::pods::results;
+use crate::recipe::PlanError;
 
 /// Why ControllerPublishVolume or ControllerUnpublishVolume failed: one
 /// variant per step; `From<AttachError> for pav_sdk::Error` is the one

@@ -10,7 +10,8 @@ use pav_templates::quantity::{Rounding, parse_bytes};
 
 use super::PodController;
 use crate::csi::TOPOLOGY_KEY;
-use crate::csi::recipe::{CapacityFor, PhaseError, PlanError, PodFiles};
+use crate::csi::context::{PhaseError, PodFiles};
+use crate::recipe::{CapacityFor, PlanError};
 
 /// Why GetCapacity failed: one variant per step; `From<CapacityError> for
 /// pav_sdk::Error` is the one mapping to CSI codes.

@@ -16,8 +16,8 @@ use pav_templates::Phase;
 use super::PodController;
 use super::cleanup::clean_claim_pods;
 use super::error::DeleteError;
+use crate::csi::context::PodFiles;
 use crate::csi::context::{api_error, pod_ref};
-use crate::csi::recipe::PodFiles;
 use crate::pods::{LABEL_PHASE, stages_pv};
 
 /// The claim of a volume being deleted: the live object when it still

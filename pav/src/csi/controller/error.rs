@@ -5,8 +5,9 @@ use pav_sdk::Error;
 use pav_templates::Phase;
 
 use crate::csi::context::DriverError;
-use crate::csi::recipe::{PhaseError, PlanError, UnknownAccessMode};
+use crate::csi::context::PhaseError;
 use crate::pods::results::CreatedError;
+use crate::recipe::{PlanError, UnknownAccessMode};
 
 /// Why CreateVolume failed: one variant per step. [`CreateError::phase`]
 /// names the phase for the claim's event and `From<CreateError> for

@@ -9,7 +9,8 @@ use pav_templates::quantity::{Rounding, parse_bytes};
 
 use super::PodController;
 use crate::csi::context::{DriverError, pod_ref};
-use crate::csi::recipe::{PhaseError, PlanError, PodFiles, TooSmall, grown};
+use crate::csi::context::{PhaseError, PodFiles};
+use crate::recipe::{PlanError, TooSmall, grown};
 
 /// Why ControllerExpandVolume failed: one variant per step;
 /// `From<ExpandError> for pav_sdk::Error` is the one mapping to CSI codes.

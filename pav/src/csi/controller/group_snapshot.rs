@@ -18,8 +18,9 @@ use pav_templates::{GroupMember, Phase};
 
 use super::PodController;
 use crate::csi::context::{DriverError, api_error, pod_ref};
-use crate::csi::recipe::{PhaseError, PlanError, PodFiles};
+use crate::csi::context::{PhaseError, PodFiles};
 use crate::pods::results;
+use crate::recipe::PlanError;
 use crate::snapshots::{RecordedGroup, recorded_group};
 
 /// Why a group snapshot call failed: one variant per step;

@@ -11,7 +11,8 @@ use pav_templates::context::MUTABLE_PARAMETERS_KEY;
 
 use super::PodController;
 use crate::csi::context::{DriverError, api_error, pod_ref};
-use crate::csi::recipe::{ParametersRefused, PhaseError, PlanError, PodFiles};
+use crate::csi::context::{PhaseError, PodFiles};
+use crate::recipe::{ParametersRefused, PlanError};
 
 /// Why ControllerModifyVolume failed: one variant per step;
 /// `From<ModifyError> for pav_sdk::Error` is the one mapping to CSI codes.

@@ -12,8 +12,9 @@ use pav_templates::quantity::{Rounding, parse_bytes};
 
 use super::PodController;
 use crate::csi::context::{DriverError, api_error, pod_ref};
-use crate::csi::recipe::{PhaseError, PlanError, PodFiles};
+use crate::csi::context::{PhaseError, PodFiles};
 use crate::pods::results;
+use crate::recipe::PlanError;
 use crate::snapshots::recorded_snapshot;
 
 /// Why CreateSnapshot or DeleteSnapshot failed: one variant per step;

@@ -3,9 +3,10 @@
 use pav_sdk::Error;
 
 use crate::csi::context::DriverError;
-use crate::csi::recipe::{PhaseError, PlanError};
+use crate::csi::context::PhaseError;
 use crate::pods::ANNOTATION_UNSTAGING;
 use crate::pods::dir::PodDirError;
+use crate::recipe::PlanError;
 
 /// Why NodeStageVolume failed: one variant per step. [`StageError::reported`]
 /// says whether the client pod gets a `StagingFailed` event and

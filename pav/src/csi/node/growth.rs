@@ -18,12 +18,13 @@ use pav_templates::phase::DEFAULT_HEALTH_CHECK_EVERY;
 
 use super::PodNode;
 use crate::csi::context::{DriverError, api_error, core_ref, pod_ref};
-use crate::csi::recipe::{PhaseError, PlanError, PodFiles};
+use crate::csi::context::{PhaseError, PodFiles};
 use crate::pods::results;
 use crate::pods::{
     ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, LABEL_NODE,
     LABEL_PHASE, LABEL_VOLUME, label_value, staging_key,
 };
+use crate::recipe::PlanError;
 
 /// Why NodeExpandVolume or NodeGetVolumeStats failed: one variant per
 /// step; `From<GrowthError> for pav_sdk::Error` is the one mapping to CSI

@@ -3,8 +3,8 @@
 //! `/pav` directories on this node.
 
 use super::*;
+use crate::csi::context::PhaseError;
 use crate::csi::fixtures::{ApiServer, Logged, assert_golden, list, status};
-use crate::csi::recipe::PhaseError;
 use http::Method;
 use pav_sdk::Error;
 use serde_json::{Value, json};

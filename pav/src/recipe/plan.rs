@@ -18,7 +18,7 @@ use pav_templates::{
     StagingContext, StagingPhase, ValidationContext, ValidationPhase,
 };
 
-use crate::csi::context::DriverError;
+use crate::driver_error::DriverError;
 
 mod attributes;
 mod refusals;

@@ -17,7 +17,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use pav_templates::Phase;
 
-use crate::csi::context::{DriverContext, DriverError, Finished};
+use super::{DriverContext, Finished};
+use crate::driver_error::DriverError;
 use crate::pods::results::{self, Collected, PodState};
 
 /// Where a pod's `/pav/error` is read from.
