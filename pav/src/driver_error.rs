@@ -55,7 +55,7 @@ impl DriverError {
     /// Whether the step may succeed by itself on a later try, the pod it
     /// waited for, if any, being left to carry on: exactly the errors that
     /// are `UNAVAILABLE` (a phase run keeps such a pod, see
-    /// [`DriverContext::run_phase`](super::DriverContext::run_phase)).
+    /// [`DriverContext::run`](crate::csi::context::DriverContext::run)).
     pub fn is_transient(&self) -> bool {
         match self {
             DriverError::Api { .. } | DriverError::Watch(_) | DriverError::TimedOut(_) => true,

@@ -28,7 +28,7 @@ use crate::recipe::{PlanError, Planner};
 
 mod run;
 
-pub use self::run::{PhaseError, PodFiles, Ran};
+pub use self::run::{PhaseError, PodFiles, Ran, Regarding};
 pub use crate::driver_error::{DriverError, api_error};
 
 /// How long a terminated pod may stay uncollected before its status alone
@@ -406,22 +406,11 @@ impl DriverContext {
         }
     }
 
-    /// Reports `phase`'s pod failing, if `ran` says it did, as a Warning
-    /// event on the PavProvisioner: for the phases no claim, volume or
-    /// client pod stands for (capacity, snapshot and group snapshot
-    /// deletion).
-    pub async fn warn_provisioner_if_failed<T>(
-        &self,
-        phase: Phase,
-        pod: &Pod,
-        ran: &Result<T, PhaseError>,
-    ) {
+    /// The PavProvisioner, as events name it: with its uid, as `kubectl
+    /// describe` finds events by it, when the object can be read.
+    pub async fn provisioner_ref(&self) -> ObjectReference {
         use pav_templates::PavProvisioner;
-        let Err(PhaseError::Failed(message)) = ran else {
-            return;
-        };
-        // With its uid, as `kubectl describe` finds events by it.
-        let provisioner = match self.provisioner_object().await {
+        match self.provisioner_object().await {
             Ok(Some(object)) => object.object_ref(&()),
             _ => ObjectReference {
                 api_version: Some(PavProvisioner::api_version(&()).into_owned()),
@@ -429,9 +418,7 @@ impl DriverContext {
                 name: Some(self.provisioner.clone()),
                 ..ObjectReference::default()
             },
-        };
-        self.warn(&provisioner, phase, message, Some(pod_ref(pod)))
-            .await;
+        }
     }
 
     /// Reports a failure as a Warning event on `regarding` (a PVC, PV,

@@ -12,7 +12,7 @@ use pav_templates::{CompiledProvisioner, DataSourceKind, Phase, Source};
 
 use self::deleted::Deleted;
 use super::context::{DriverContext, api_error};
-use crate::csi::context::PodFiles;
+use crate::csi::context::{PodFiles, Regarding};
 use crate::pods::results;
 use crate::recipe::{CreationPlan, Plan, Planner, claim_access_modes};
 
@@ -124,8 +124,10 @@ impl PodController {
         if let Some(pod) = &validation.pod
             && !self.creation_started(&creation.plan).await?
         {
-            self.driver
-                .run_phase(Phase::Validation, pod, PodFiles::Collected)
+            // CreateVolume's error reports it (ValidationFailed).
+            let regarding = Regarding::Objects(&[]);
+            (self.driver)
+                .run((Phase::Validation, pod), PodFiles::Collected, regarding)
                 .await
                 .map_err(CreateError::ValidationPod)?;
         }
@@ -234,10 +236,15 @@ impl PodController {
         let undo = match planner.blocking(move |p| p.deletion(&context, &pvc)).await {
             Err(e) => Err(UndoError::Plan(e)),
             Ok(Plan { pod: None, .. }) => Ok(()),
-            Ok(Plan { pod: Some(pod), .. }) => self
-                .driver
-                .run_phase(Phase::Deletion, &pod, PodFiles::Collected)
+            // CreateVolume's error reports it, with the creation's.
+            Ok(Plan { pod: Some(pod), .. }) => (self.driver)
+                .run(
+                    (Phase::Deletion, &pod),
+                    PodFiles::Collected,
+                    Regarding::Objects(&[]),
+                )
                 .await
+                .map(drop)
                 .map_err(UndoError::Pod),
         };
         if undo.is_ok() {

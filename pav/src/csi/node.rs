@@ -13,7 +13,7 @@ use pav_sdk::{PodInfo, Result, Stage, StageRequest, Staged, Unstage, UnstageRequ
 use pav_templates::Phase;
 
 use super::context::{DriverContext, DriverError, api_error, core_ref, pod_ref};
-use crate::csi::context::PodFiles;
+use crate::csi::context::{PodFiles, Regarding};
 use crate::pods::results::{self, PodState};
 use crate::recipe::{Planner, StagingFor};
 
@@ -342,8 +342,10 @@ impl PodNode {
         // 2. The unstaging pod, on this node.
         if let Some(pod) = unstaging_pod {
             let dir = self.dir(&pod.name_any());
-            self.driver
-                .run_phase(Phase::Unstaging, &pod, PodFiles::Local(&dir))
+            // NodeUnpublishVolume's error reports it (UnstagingFailed).
+            let regarding = Regarding::Objects(&[]);
+            (self.driver)
+                .run((Phase::Unstaging, &pod), PodFiles::Local(&dir), regarding)
                 .await
                 .map_err(UnstageError::UnstagingPod)?;
         }

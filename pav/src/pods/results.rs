@@ -257,6 +257,22 @@ pub fn parse_topology(text: &str) -> Result<Vec<String>, String> {
     pav_templates::phase::topology_nodes(&value)
 }
 
+/// A size a phase yields, by the guide's precedence: the evaluated key
+/// when the spec gives it, else the pod's `/pav` file (a quantity or a
+/// number of bytes, rounded by `rounding`); `None` with neither, for the
+/// caller's default (or its error when there is none).
+pub fn evaluated_else_exported(
+    evaluated: Option<u64>,
+    exported: Option<&str>,
+    rounding: Rounding,
+) -> Result<Option<u64>, pav_templates::quantity::QuantityError> {
+    match (evaluated, exported) {
+        (Some(bytes), _) => Ok(Some(bytes)),
+        (None, Some(text)) => parse_bytes(text, rounding).map(Some),
+        (None, None) => Ok(None),
+    }
+}
+
 /// Applies the guide's precedence: handle from the spec, else `/pav/handle`,
 /// else `default_handle`; capacity from the spec, else `/pav/capacity`
 /// (required then, as a quantity or a number of bytes).
@@ -267,14 +283,10 @@ pub fn creation_result(
 ) -> Result<Created, CreatedError> {
     let handle = exported_handle(creation.handle.as_deref(), collected, default_handle)
         .map_err(CreatedError::Handle)?;
-    let capacity = match (
-        creation.capacity,
-        collected.and_then(|c| c.capacity.as_deref()),
-    ) {
-        (Some(bytes), _) => bytes,
-        (None, Some(text)) => parse_bytes(text, Rounding::Down).map_err(CreatedError::Capacity)?,
-        (None, None) => return Err(CreatedError::NoCapacity),
-    };
+    let exported = collected.and_then(|c| c.capacity.as_deref());
+    let capacity = evaluated_else_exported(creation.capacity, exported, Rounding::Down)
+        .map_err(CreatedError::Capacity)?
+        .ok_or(CreatedError::NoCapacity)?;
     let topology = match (
         &creation.topology,
         collected.and_then(|c| c.topology.as_deref()),

@@ -6,18 +6,19 @@
 //! A run creates the pod unless it exists (a restarted driver picks up its
 //! pod), waits for it to terminate (and for the node plugin to collect its
 //! `/pav` files when it ran elsewhere), and turns a failure into the
-//! phase's error. [`DriverContext::run_phase`] also counts it in the
-//! metrics and deletes the pod afterwards, unless the run did not end (a
+//! phase's error. [`DriverContext::run`] also counts it in the
+//! metrics, reports a failed pod as a Warning event, and deletes the pod
+//! afterwards, unless the run did not end (a
 //! transient [`DriverError`]): then the pod carries on and the CO's retry
 //! picks it up.
 
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::ResourceExt;
 use pav_templates::Phase;
 
-use super::{DriverContext, Finished};
+use super::{DriverContext, Finished, pod_ref};
 use crate::driver_error::DriverError;
 use crate::pods::results::{self, Collected, PodState};
 
@@ -44,6 +45,18 @@ pub enum PhaseError {
     /// The pod could not be created, or its run did not end.
     #[error(transparent)]
     Run(DriverError),
+}
+
+/// Whom the Warning event of a failed phase pod is about.
+#[derive(Debug, Clone, Copy)]
+pub enum Regarding<'a> {
+    /// These objects: the claim, volume or client pod the phase is for
+    /// (each member's claim for a group; none when there is no such
+    /// object).
+    Objects(&'a [ObjectReference]),
+    /// The PavProvisioner: for the phases no claim, volume or client pod
+    /// stands for (capacity, snapshot and group snapshot deletion).
+    Provisioner,
 }
 
 /// A phase pod that terminated.
@@ -97,26 +110,16 @@ impl DriverContext {
         })
     }
 
-    /// Runs `pod` for `phase` to the end: counted in the metrics, and the
-    /// pod is deleted afterwards (with its directory for
-    /// [`PodFiles::Local`]) unless the run did not end
-    /// ([`DriverError::is_transient`]).
-    pub async fn run_phase(
+    /// Runs `pod` for `phase` to the end: counted in the metrics, a
+    /// failed pod reported as a Warning event on `regarding`, and the pod
+    /// deleted afterwards (with its directory for [`PodFiles::Local`])
+    /// unless the run did not end ([`DriverError::is_transient`]).
+    /// Returns the `/pav` files the pod exported.
+    pub async fn run(
         &self,
-        phase: Phase,
-        pod: &Pod,
+        (phase, pod): (Phase, &Pod),
         files: PodFiles<'_>,
-    ) -> Result<(), PhaseError> {
-        self.run_phase_exporting(phase, pod, files).await.map(drop)
-    }
-
-    /// [`run_phase`](Self::run_phase), returning the `/pav` files the pod
-    /// exported.
-    pub async fn run_phase_exporting(
-        &self,
-        phase: Phase,
-        pod: &Pod,
-        files: PodFiles<'_>,
+        regarding: Regarding<'_>,
     ) -> Result<Option<Collected>, PhaseError> {
         let op = self.metrics.start(phase);
         let result = match self.run_pod(phase, pod, files).await {
@@ -133,6 +136,9 @@ impl DriverContext {
             Err(e) => Err(PhaseError::Run(e)),
         };
         op.finish(&result);
+        if let Err(PhaseError::Failed(message)) = &result {
+            self.warn_regarding(regarding, phase, message, pod).await;
+        }
         if !matches!(&result, Err(PhaseError::Run(e)) if e.is_transient()) {
             self.delete_quietly(pod).await;
             if let PodFiles::Local(dir) = files
@@ -142,6 +148,23 @@ impl DriverContext {
             }
         }
         result
+    }
+
+    /// Reports `phase`'s pod failing with `message` on `regarding`.
+    async fn warn_regarding(
+        &self,
+        regarding: Regarding<'_>,
+        phase: Phase,
+        message: &str,
+        pod: &Pod,
+    ) {
+        let objects = match regarding {
+            Regarding::Objects(objects) => objects.to_vec(),
+            Regarding::Provisioner => vec![self.provisioner_ref().await],
+        };
+        for object in &objects {
+            self.warn(object, phase, message, Some(pod_ref(pod))).await;
+        }
     }
 
     /// Deletes a PaV pod and waits until it is gone; a failure is logged

@@ -10,8 +10,7 @@ use pav_sdk::{Attach, AttachRequest, Attached, DetachRequest, Error, Result};
 use pav_templates::Phase;
 
 use super::PodController;
-use crate::csi::context::{DriverError, api_error, pod_ref};
-use crate::csi::context::{PhaseError, PodFiles};
+use crate::csi::context::{DriverError, PhaseError, PodFiles, Regarding, api_error};
 use crate::pods::results;
 use crate::recipe::PlanError;
 
@@ -219,16 +218,14 @@ impl PodController {
         pod: &k8s_openapi::api::core::v1::Pod,
         attachment: &Attachment,
     ) -> std::result::Result<Option<results::Collected>, AttachError> {
-        let ran = self
-            .driver
-            .run_phase_exporting(phase, pod, PodFiles::Collected)
-            .await;
-        if let Err(PhaseError::Failed(message)) = &ran {
-            self.driver
-                .warn(&attachment.regarding, phase, message, Some(pod_ref(pod)))
-                .await;
-        }
-        ran.map_err(AttachError::Pod)
+        (self.driver)
+            .run(
+                (phase, pod),
+                PodFiles::Collected,
+                Regarding::Objects(std::slice::from_ref(&attachment.regarding)),
+            )
+            .await
+            .map_err(AttachError::Pod)
     }
 }
 

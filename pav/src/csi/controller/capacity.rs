@@ -10,7 +10,7 @@ use pav_templates::quantity::{Rounding, parse_bytes};
 
 use super::PodController;
 use crate::csi::TOPOLOGY_KEY;
-use crate::csi::context::{PhaseError, PodFiles};
+use crate::csi::context::{PhaseError, PodFiles, Regarding};
 use crate::recipe::{CapacityFor, PlanError};
 
 /// Why GetCapacity failed: one variant per step; `From<CapacityError> for
@@ -125,14 +125,14 @@ impl PodController {
         pod: &k8s_openapi::api::core::v1::Pod,
     ) -> std::result::Result<u64, CapacityError> {
         let name = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
-        let ran = self
-            .driver
-            .run_phase_exporting(Phase::Capacity, pod, PodFiles::Collected)
-            .await;
-        (self.driver)
-            .warn_provisioner_if_failed(Phase::Capacity, pod, &ran)
-            .await;
-        let collected = ran.map_err(CapacityError::CapacityPod)?;
+        let collected = (self.driver)
+            .run(
+                (Phase::Capacity, pod),
+                PodFiles::Collected,
+                Regarding::Provisioner,
+            )
+            .await
+            .map_err(CapacityError::CapacityPod)?;
         let text = collected
             .and_then(|c| c.capacity)
             .ok_or_else(|| CapacityError::NoResult { pod: name.clone() })?;

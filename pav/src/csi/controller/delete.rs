@@ -16,8 +16,7 @@ use pav_templates::Phase;
 use super::PodController;
 use super::cleanup::clean_claim_pods;
 use super::error::DeleteError;
-use crate::csi::context::PodFiles;
-use crate::csi::context::{api_error, pod_ref};
+use crate::csi::context::{PodFiles, Regarding, api_error, pod_ref};
 use crate::pods::{LABEL_PHASE, stages_pv};
 
 /// The claim of a volume being deleted: the live object when it still
@@ -119,10 +118,15 @@ impl PodController {
         let result = match &deletion.pod {
             None => Ok(()),
             Some(pod) => {
-                let result = self
-                    .driver
-                    .run_phase(Phase::Deletion, pod, PodFiles::Collected)
+                // Any error is reported below, a failed pod's included.
+                let result = (self.driver)
+                    .run(
+                        (Phase::Deletion, pod),
+                        PodFiles::Collected,
+                        Regarding::Objects(&[]),
+                    )
                     .await
+                    .map(drop)
                     .map_err(DeleteError::DeletionPod);
                 if let Err(e) = &result {
                     self.driver

@@ -4,8 +4,7 @@
 use pav_sdk::Error;
 use pav_templates::Phase;
 
-use crate::csi::context::DriverError;
-use crate::csi::context::PhaseError;
+use crate::csi::context::{DriverError, PhaseError};
 use crate::pods::results::CreatedError;
 use crate::recipe::{PlanError, UnknownAccessMode};
 

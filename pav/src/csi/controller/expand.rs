@@ -5,11 +5,11 @@
 use kube::{Resource, ResourceExt};
 use pav_sdk::{Error, Expand, ExpandRequest, Expanded, Result};
 use pav_templates::Phase;
-use pav_templates::quantity::{Rounding, parse_bytes};
+use pav_templates::quantity::Rounding;
 
 use super::PodController;
-use crate::csi::context::{DriverError, pod_ref};
-use crate::csi::context::{PhaseError, PodFiles};
+use crate::csi::context::{DriverError, PhaseError, PodFiles, Regarding};
+use crate::pods::results::evaluated_else_exported;
 use crate::recipe::{PlanError, TooSmall, grown};
 
 /// Why ControllerExpandVolume failed: one variant per step;
@@ -118,27 +118,30 @@ impl PodController {
         let exported = match &expansion.pod {
             None => None,
             Some(pod) => {
-                let ran = self
-                    .driver
-                    .run_phase_exporting(Phase::Expansion, pod, PodFiles::Collected)
-                    .await;
-                if let Err(PhaseError::Failed(message)) = &ran {
-                    self.driver
-                        .warn(&regarding, Phase::Expansion, message, Some(pod_ref(pod)))
-                        .await;
-                }
+                let collected = (self.driver)
+                    .run(
+                        (Phase::Expansion, pod),
+                        PodFiles::Collected,
+                        Regarding::Objects(std::slice::from_ref(&regarding)),
+                    )
+                    .await
+                    .map_err(ExpandError::ExpansionPod)?;
                 let pod_name =
                     format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
-                let collected = ran.map_err(ExpandError::ExpansionPod)?;
                 Some((pod_name, collected.and_then(|c| c.capacity)))
             }
         };
-        let capacity = match (expansion.evaluated.capacity, exported) {
-            (Some(bytes), _) => bytes,
-            (None, Some((pod, Some(text)))) => parse_bytes(&text, Rounding::Down)
-                .map_err(|source| ExpandError::Capacity { pod, source })?,
-            (None, _) => requested,
-        };
+        let (pod, text) = exported.unzip();
+        let capacity = (evaluated_else_exported(
+            expansion.evaluated.capacity,
+            text.flatten().as_deref(),
+            Rounding::Down,
+        ))
+        .map_err(|source| ExpandError::Capacity {
+            pod: pod.unwrap_or_default(),
+            source,
+        })?
+        .unwrap_or(requested);
         let capacity = match grown(capacity, requested) {
             Ok(capacity) => capacity,
             Err(too_small) => {

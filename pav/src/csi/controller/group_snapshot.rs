@@ -17,8 +17,7 @@ use pav_sdk::{
 use pav_templates::{GroupMember, Phase};
 
 use super::PodController;
-use crate::csi::context::{DriverError, api_error, pod_ref};
-use crate::csi::context::{PhaseError, PodFiles};
+use crate::csi::context::{DriverError, PhaseError, PodFiles, Regarding, api_error};
 use crate::pods::results;
 use crate::recipe::PlanError;
 use crate::snapshots::{RecordedGroup, recorded_group};
@@ -215,23 +214,19 @@ impl PodController {
             .map_err(GroupSnapshotError::Plan)?;
         let pod = &creation.pod;
         let pod_name = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
-        let ran = self
-            .driver
-            .run_phase_exporting(Phase::GroupSnapshotCreation, pod, PodFiles::Collected)
-            .await;
-        if let Err(PhaseError::Failed(message)) = &ran {
-            for pvc in sources.iter().filter_map(|(_, pvc)| pvc.as_ref()) {
-                self.driver
-                    .warn(
-                        &pvc.object_ref(&()),
-                        Phase::GroupSnapshotCreation,
-                        message,
-                        Some(pod_ref(pod)),
-                    )
-                    .await;
-            }
-        }
-        let exported = ran.map_err(GroupSnapshotError::Pod)?;
+        // Events go to each member's claim.
+        let claims: Vec<_> = (sources.iter())
+            .filter_map(|(_, pvc)| pvc.as_ref())
+            .map(|pvc| pvc.object_ref(&()))
+            .collect();
+        let exported = (self.driver)
+            .run(
+                (Phase::GroupSnapshotCreation, pod),
+                PodFiles::Collected,
+                Regarding::Objects(&claims),
+            )
+            .await
+            .map_err(GroupSnapshotError::Pod)?;
         let handle = results::exported_handle(
             creation.evaluated.handle.as_deref(),
             exported.as_ref(),
@@ -294,13 +289,15 @@ impl PodController {
         let Some(pod) = &deletion.pod else {
             return Ok(());
         };
-        let ran = (self.driver)
-            .run_phase(Phase::GroupSnapshotDeletion, pod, PodFiles::Collected)
-            .await;
         (self.driver)
-            .warn_provisioner_if_failed(Phase::GroupSnapshotDeletion, pod, &ran)
-            .await;
-        ran.map_err(GroupSnapshotError::Pod)
+            .run(
+                (Phase::GroupSnapshotDeletion, pod),
+                PodFiles::Collected,
+                Regarding::Provisioner,
+            )
+            .await
+            .map(drop)
+            .map_err(GroupSnapshotError::Pod)
     }
 
     async fn recorded_group_snapshot(

@@ -10,8 +10,7 @@ use pav_templates::Phase;
 use pav_templates::context::MUTABLE_PARAMETERS_KEY;
 
 use super::PodController;
-use crate::csi::context::{DriverError, api_error, pod_ref};
-use crate::csi::context::{PhaseError, PodFiles};
+use crate::csi::context::{DriverError, PhaseError, PodFiles, Regarding, api_error};
 use crate::recipe::{ParametersRefused, PlanError};
 
 /// Why ControllerModifyVolume failed: one variant per step;
@@ -119,16 +118,14 @@ impl PodController {
             None => pv.object_ref(&()),
         };
         if let Some(pod) = &modification.plan.pod {
-            let ran = self
-                .driver
-                .run_phase(Phase::Modification, pod, PodFiles::Collected)
-                .await;
-            if let Err(PhaseError::Failed(message)) = &ran {
-                self.driver
-                    .warn(&regarding, Phase::Modification, message, Some(pod_ref(pod)))
-                    .await;
-            }
-            ran.map_err(ModifyError::ModificationPod)?;
+            (self.driver)
+                .run(
+                    (Phase::Modification, pod),
+                    PodFiles::Collected,
+                    Regarding::Objects(std::slice::from_ref(&regarding)),
+                )
+                .await
+                .map_err(ModifyError::ModificationPod)?;
         }
         self.record_mutable_parameters(&pv, &modification.after)
             .await

@@ -8,11 +8,10 @@ use kube::api::{Api, DynamicObject, ListParams};
 use kube::{Resource, ResourceExt};
 use pav_sdk::{DeleteSnapshotRequest, Error, Result, Snapshot, SnapshotInfo, SnapshotRequest};
 use pav_templates::Phase;
-use pav_templates::quantity::{Rounding, parse_bytes};
+use pav_templates::quantity::Rounding;
 
 use super::PodController;
-use crate::csi::context::{DriverError, api_error, pod_ref};
-use crate::csi::context::{PhaseError, PodFiles};
+use crate::csi::context::{DriverError, PhaseError, PodFiles, Regarding, api_error};
 use crate::pods::results;
 use crate::recipe::PlanError;
 use crate::snapshots::recorded_snapshot;
@@ -178,39 +177,28 @@ impl PodController {
         let mut pod_name = String::new();
         if let Some(pod) = &creation.pod {
             pod_name = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
-            let ran = self
-                .driver
-                .run_phase_exporting(Phase::SnapshotCreation, pod, PodFiles::Collected)
-                .await;
-            if let (Err(PhaseError::Failed(message)), Some(pvc)) = (&ran, &pvc) {
-                self.driver
-                    .warn(
-                        &pvc.object_ref(&()),
-                        Phase::SnapshotCreation,
-                        message,
-                        Some(pod_ref(pod)),
-                    )
-                    .await;
-            }
-            exported = ran.map_err(SnapshotError::Pod)?;
+            // Events go to the claim, when the volume has one.
+            let claim: Vec<_> = pvc.iter().map(|pvc| pvc.object_ref(&())).collect();
+            exported = (self.driver)
+                .run(
+                    (Phase::SnapshotCreation, pod),
+                    PodFiles::Collected,
+                    Regarding::Objects(&claim),
+                )
+                .await
+                .map_err(SnapshotError::Pod)?;
         }
         let creation = creation.evaluated;
         let handle =
             results::exported_handle(creation.handle.as_deref(), exported.as_ref(), &req.name)
                 .map_err(SnapshotError::Handle)?;
-        let size = match (
-            creation.size,
-            exported.as_ref().and_then(|c| c.size.as_deref()),
-        ) {
-            (Some(bytes), _) => bytes,
-            (None, Some(text)) => {
-                parse_bytes(text, Rounding::Up).map_err(|source| SnapshotError::Size {
-                    pod: pod_name.clone(),
-                    source,
-                })?
-            }
-            (None, None) => source_capacity,
-        };
+        let exported_size = exported.as_ref().and_then(|c| c.size.as_deref());
+        let size = results::evaluated_else_exported(creation.size, exported_size, Rounding::Up)
+            .map_err(|source| SnapshotError::Size {
+                pod: pod_name.clone(),
+                source,
+            })?
+            .unwrap_or(source_capacity);
         tracing::info!(snapshot = %req.name, handle, size, "snapshot taken");
         Ok(SnapshotInfo::new(
             handle,
@@ -244,13 +232,15 @@ impl PodController {
         let Some(pod) = &deletion.pod else {
             return Ok(());
         };
-        let ran = (self.driver)
-            .run_phase(Phase::SnapshotDeletion, pod, PodFiles::Collected)
-            .await;
         (self.driver)
-            .warn_provisioner_if_failed(Phase::SnapshotDeletion, pod, &ran)
-            .await;
-        ran.map_err(SnapshotError::Pod)
+            .run(
+                (Phase::SnapshotDeletion, pod),
+                PodFiles::Collected,
+                Regarding::Provisioner,
+            )
+            .await
+            .map(drop)
+            .map_err(SnapshotError::Pod)
     }
 }
 

@@ -2,8 +2,7 @@
 
 use pav_sdk::Error;
 
-use crate::csi::context::DriverError;
-use crate::csi::context::PhaseError;
+use crate::csi::context::{DriverError, PhaseError};
 use crate::pods::ANNOTATION_UNSTAGING;
 use crate::pods::dir::PodDirError;
 use crate::recipe::PlanError;

@@ -17,8 +17,7 @@ use pav_templates::Phase;
 use pav_templates::phase::DEFAULT_HEALTH_CHECK_EVERY;
 
 use super::PodNode;
-use crate::csi::context::{DriverError, api_error, core_ref, pod_ref};
-use crate::csi::context::{PhaseError, PodFiles};
+use crate::csi::context::{DriverError, PhaseError, PodFiles, Regarding, api_error, core_ref};
 use crate::pods::results;
 use crate::pods::{
     ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, LABEL_NODE,
@@ -195,22 +194,20 @@ impl PodNode {
             .map_err(GrowthError::Plan)?
             .pod;
         let dir = self.dir(&pod.name_any());
-        let ran = self
-            .driver
-            .run_phase(Phase::NodeExpansion, &pod, PodFiles::Local(&dir))
-            .await;
-        if let Err(PhaseError::Failed(message)) = &ran
-            && let Some((ns, name, uid)) = staging
-                .annotations()
-                .get(ANNOTATION_CLIENT)
-                .and_then(|c| crate::pods::parse_client(c))
-        {
-            let client = core_ref("Pod", ns, name, Some(uid));
-            self.driver
-                .warn(&client, Phase::NodeExpansion, message, Some(pod_ref(&pod)))
-                .await;
-        }
-        ran.map_err(GrowthError::NodeExpansionPod)?;
+        // Events go to the client pod the volume was staged for.
+        let client: Vec<_> = (staging.annotations().get(ANNOTATION_CLIENT))
+            .and_then(|c| crate::pods::parse_client(c))
+            .map(|(ns, name, uid)| core_ref("Pod", ns, name, Some(uid)))
+            .into_iter()
+            .collect();
+        (self.driver)
+            .run(
+                (Phase::NodeExpansion, &pod),
+                PodFiles::Local(&dir),
+                Regarding::Objects(&client),
+            )
+            .await
+            .map_err(GrowthError::NodeExpansionPod)?;
         tracing::info!(handle = %req.handle, capacity, "volume grown on the node");
         Ok(capacity)
     }
@@ -336,23 +333,21 @@ impl PodNode {
             .map_err(GrowthError::Plan)?;
         let pod = plan.pod;
         let dir = self.dir(&pod.name_any());
-        let ran = self
-            .driver
-            .run_phase_exporting(Phase::Health, &pod, PodFiles::Local(&dir))
+        // The condition reaches the client pods' events through the
+        // kubelet; the claim says which check failed and why.
+        let ran = (self.driver)
+            .run(
+                (Phase::Health, &pod),
+                PodFiles::Local(&dir),
+                Regarding::Objects(std::slice::from_ref(&claim)),
+            )
             .await;
         let condition = match ran {
             Ok(files) => match files.and_then(|f| f.condition) {
                 Some(text) => parse_condition(&pod, &text)?,
                 None => VolumeCondition::healthy(),
             },
-            Err(PhaseError::Failed(message)) => {
-                // The condition reaches the client pods' events through the
-                // kubelet; the claim says which check failed and why.
-                (self.driver)
-                    .warn(&claim, Phase::Health, &message, Some(pod_ref(&pod)))
-                    .await;
-                VolumeCondition::abnormal(message)
-            }
+            Err(PhaseError::Failed(message)) => VolumeCondition::abnormal(message),
             Err(PhaseError::Run(e)) => return Err(GrowthError::HealthCheckPod(e)),
         };
         if condition.abnormal {
