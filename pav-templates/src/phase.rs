@@ -52,128 +52,218 @@ pub enum Phase {
     GroupSnapshotDeletion,
 }
 
+/// What defines one phase, in one place: the rest of pav (the spec's
+/// checks, `pav render`, events, metrics, pod names) reads it from here.
+#[derive(Debug)]
+pub struct Definition {
+    /// The phase defined.
+    pub phase: Phase,
+    /// The spec field holding it (`volumeStaging`).
+    pub field: &'static str,
+    /// Lower-case name (`staging`), as used on the command line, in pod
+    /// names and labels, and in metrics.
+    pub name: &'static str,
+    /// The keys its section may hold.
+    keys: &'static [&'static str],
+    /// Whether it cannot do without its pod: what it does is only the
+    /// pod's (expose the volume, check it, attach it, say each member's
+    /// snapshot).
+    needs_pod: bool,
+    /// The reason of the Warning event it reports when it fails.
+    pub event_reason: &'static str,
+}
+
+/// The keys of a section that is a pod and nothing else.
+const POD_ONLY: &[&str] = &["podTemplate", "timeout"];
+
+/// Every phase's definition, in [`Phase`]'s order: the original PaV's in
+/// lifecycle order, then pav's.
+const DEFINITIONS: [Definition; 16] = [
+    Definition {
+        phase: Phase::Validation,
+        field: "volumeValidation",
+        name: "validation",
+        keys: &[
+            "volumeModes",
+            "accessModes",
+            "minCapacity",
+            "maxCapacity",
+            "podTemplate",
+            "timeout",
+        ],
+        needs_pod: false,
+        event_reason: "ValidationFailed",
+    },
+    Definition {
+        phase: Phase::Creation,
+        field: "volumeCreation",
+        name: "creation",
+        keys: &["handle", "capacity", "topology", "podTemplate", "timeout"],
+        needs_pod: false,
+        event_reason: "CreationFailed",
+    },
+    Definition {
+        phase: Phase::Deletion,
+        field: "volumeDeletion",
+        name: "deletion",
+        keys: POD_ONLY,
+        needs_pod: false,
+        event_reason: "DeletionFailed",
+    },
+    Definition {
+        phase: Phase::Staging,
+        field: "volumeStaging",
+        name: "staging",
+        keys: POD_ONLY,
+        needs_pod: true,
+        event_reason: "StagingFailed",
+    },
+    Definition {
+        phase: Phase::Unstaging,
+        field: "volumeUnstaging",
+        name: "unstaging",
+        keys: POD_ONLY,
+        needs_pod: false,
+        event_reason: "UnstagingFailed",
+    },
+    Definition {
+        phase: Phase::Expansion,
+        field: "volumeExpansion",
+        name: "expansion",
+        keys: &["capacity", "podTemplate", "timeout"],
+        needs_pod: false,
+        event_reason: "ExpansionFailed",
+    },
+    Definition {
+        phase: Phase::NodeExpansion,
+        field: "volumeNodeExpansion",
+        name: "node-expansion",
+        keys: POD_ONLY,
+        needs_pod: true,
+        event_reason: "NodeExpansionFailed",
+    },
+    Definition {
+        phase: Phase::SnapshotCreation,
+        field: "snapshotCreation",
+        name: "snapshot-creation",
+        keys: &["handle", "size", "podTemplate", "timeout"],
+        needs_pod: false,
+        event_reason: "SnapshotCreationFailed",
+    },
+    Definition {
+        phase: Phase::SnapshotDeletion,
+        field: "snapshotDeletion",
+        name: "snapshot-deletion",
+        keys: POD_ONLY,
+        needs_pod: false,
+        event_reason: "SnapshotDeletionFailed",
+    },
+    Definition {
+        phase: Phase::Capacity,
+        field: "storageCapacity",
+        name: "capacity",
+        keys: &[
+            "availableCapacity",
+            "maximumVolumeSize",
+            "podTemplate",
+            "timeout",
+            "cacheFor",
+        ],
+        needs_pod: false,
+        event_reason: "CapacityFailed",
+    },
+    Definition {
+        phase: Phase::Modification,
+        field: "volumeModification",
+        name: "modification",
+        keys: &["refusal", "podTemplate", "timeout"],
+        needs_pod: false,
+        event_reason: "ModificationFailed",
+    },
+    Definition {
+        phase: Phase::Health,
+        field: "volumeHealth",
+        name: "health",
+        keys: &["podTemplate", "timeout", "every"],
+        needs_pod: true,
+        event_reason: "HealthCheckFailed",
+    },
+    Definition {
+        phase: Phase::Attach,
+        field: "volumeAttach",
+        name: "attach",
+        keys: POD_ONLY,
+        needs_pod: true,
+        event_reason: "AttachFailed",
+    },
+    Definition {
+        phase: Phase::Detach,
+        field: "volumeDetach",
+        name: "detach",
+        keys: POD_ONLY,
+        needs_pod: false,
+        event_reason: "DetachFailed",
+    },
+    Definition {
+        phase: Phase::GroupSnapshotCreation,
+        field: "groupSnapshotCreation",
+        name: "group-snapshot-creation",
+        keys: &["handle", "podTemplate", "timeout"],
+        needs_pod: true,
+        event_reason: "GroupSnapshotCreationFailed",
+    },
+    Definition {
+        phase: Phase::GroupSnapshotDeletion,
+        field: "groupSnapshotDeletion",
+        name: "group-snapshot-deletion",
+        keys: POD_ONLY,
+        needs_pod: false,
+        event_reason: "GroupSnapshotDeletionFailed",
+    },
+];
+
 impl Phase {
-    /// All phases: the original PaV's in lifecycle order, then pav's.
-    pub const ALL: [Phase; 16] = [
-        Phase::Validation,
-        Phase::Creation,
-        Phase::Deletion,
-        Phase::Staging,
-        Phase::Unstaging,
-        Phase::Expansion,
-        Phase::NodeExpansion,
-        Phase::SnapshotCreation,
-        Phase::SnapshotDeletion,
-        Phase::Capacity,
-        Phase::Modification,
-        Phase::Health,
-        Phase::Attach,
-        Phase::Detach,
-        Phase::GroupSnapshotCreation,
-        Phase::GroupSnapshotDeletion,
-    ];
+    /// All phases, in [`DEFINITIONS`]' order: the original PaV's in
+    /// lifecycle order, then pav's.
+    pub const ALL: [Phase; 16] = {
+        let mut all = [Phase::Validation; 16];
+        let mut i = 0;
+        while i < all.len() {
+            all[i] = DEFINITIONS[i].phase;
+            i += 1;
+        }
+        all
+    };
+
+    /// This phase's definition.
+    pub fn definition(self) -> &'static Definition {
+        &DEFINITIONS[self.index()]
+    }
 
     /// The spec field holding this phase (`volumeStaging`).
     pub fn field(self) -> &'static str {
-        match self {
-            Phase::Validation => "volumeValidation",
-            Phase::Creation => "volumeCreation",
-            Phase::Deletion => "volumeDeletion",
-            Phase::Staging => "volumeStaging",
-            Phase::Unstaging => "volumeUnstaging",
-            Phase::Expansion => "volumeExpansion",
-            Phase::NodeExpansion => "volumeNodeExpansion",
-            Phase::SnapshotCreation => "snapshotCreation",
-            Phase::SnapshotDeletion => "snapshotDeletion",
-            Phase::Capacity => "storageCapacity",
-            Phase::Modification => "volumeModification",
-            Phase::Health => "volumeHealth",
-            Phase::Attach => "volumeAttach",
-            Phase::Detach => "volumeDetach",
-            Phase::GroupSnapshotCreation => "groupSnapshotCreation",
-            Phase::GroupSnapshotDeletion => "groupSnapshotDeletion",
-        }
+        self.definition().field
     }
 
     /// Lower-case name (`staging`), as used on the command line and in pod names.
     pub fn name(self) -> &'static str {
-        match self {
-            Phase::Validation => "validation",
-            Phase::Creation => "creation",
-            Phase::Deletion => "deletion",
-            Phase::Staging => "staging",
-            Phase::Unstaging => "unstaging",
-            Phase::Expansion => "expansion",
-            Phase::NodeExpansion => "node-expansion",
-            Phase::SnapshotCreation => "snapshot-creation",
-            Phase::SnapshotDeletion => "snapshot-deletion",
-            Phase::Capacity => "capacity",
-            Phase::Modification => "modification",
-            Phase::Health => "health",
-            Phase::Attach => "attach",
-            Phase::Detach => "detach",
-            Phase::GroupSnapshotCreation => "group-snapshot-creation",
-            Phase::GroupSnapshotDeletion => "group-snapshot-deletion",
-        }
+        self.definition().name
+    }
+
+    /// The reason of the Warning event this phase reports when it fails
+    /// (`StagingFailed`).
+    pub fn event_reason(self) -> &'static str {
+        self.definition().event_reason
     }
 
     /// Keys a phase object may hold.
     pub(crate) fn keys(self) -> &'static [&'static str] {
-        match self {
-            Phase::Validation => &[
-                "volumeModes",
-                "accessModes",
-                "minCapacity",
-                "maxCapacity",
-                "podTemplate",
-                "timeout",
-            ],
-            Phase::Creation => &["handle", "capacity", "topology", "podTemplate", "timeout"],
-            Phase::Expansion => &["capacity", "podTemplate", "timeout"],
-            Phase::SnapshotCreation => &["handle", "size", "podTemplate", "timeout"],
-            Phase::GroupSnapshotCreation => &["handle", "podTemplate", "timeout"],
-            Phase::Capacity => &[
-                "availableCapacity",
-                "maximumVolumeSize",
-                "podTemplate",
-                "timeout",
-                "cacheFor",
-            ],
-            Phase::Modification => &["refusal", "podTemplate", "timeout"],
-            Phase::Health => &["podTemplate", "timeout", "every"],
-            Phase::Deletion
-            | Phase::Staging
-            | Phase::Unstaging
-            | Phase::NodeExpansion
-            | Phase::SnapshotDeletion
-            | Phase::Attach
-            | Phase::Detach
-            | Phase::GroupSnapshotDeletion => &["podTemplate", "timeout"],
-        }
+        self.definition().keys
     }
 
-    /// Whether the phase cannot do without its pod: what it does is only
-    /// the pod's (expose the volume, check it, attach it, say each
-    /// member's snapshot).
+    /// Whether the phase cannot do without its pod.
     pub(crate) fn needs_pod(self) -> bool {
-        match self {
-            Phase::Staging
-            | Phase::NodeExpansion
-            | Phase::Health
-            | Phase::Attach
-            | Phase::GroupSnapshotCreation => true,
-            Phase::Validation
-            | Phase::Creation
-            | Phase::Deletion
-            | Phase::Unstaging
-            | Phase::Expansion
-            | Phase::SnapshotCreation
-            | Phase::SnapshotDeletion
-            | Phase::Capacity
-            | Phase::Modification
-            | Phase::Detach
-            | Phase::GroupSnapshotDeletion => false,
-        }
+        self.definition().needs_pod
     }
 
     pub(crate) fn index(self) -> usize {
@@ -622,5 +712,29 @@ fn serialize_timeout<S: serde::Serializer>(
     match timeout {
         Some(duration) => serializer.serialize_str(&crate::duration::format_timeout(duration)),
         None => serializer.serialize_none(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`Phase::definition`] indexes the table by the enum's order, so
+    /// each entry must sit at its phase's place; names and fields are
+    /// distinct (they name pods, metrics, events and spec sections).
+    #[test]
+    fn each_definition_is_at_its_phases_place() {
+        for (index, definition) in DEFINITIONS.iter().enumerate() {
+            assert_eq!(definition.phase.index(), index, "{definition:?}");
+        }
+        let distinct = |values: Vec<&str>| {
+            let set: std::collections::BTreeSet<&str> = values.iter().copied().collect();
+            set.len() == values.len()
+        };
+        assert!(distinct(DEFINITIONS.iter().map(|d| d.name).collect()));
+        assert!(distinct(DEFINITIONS.iter().map(|d| d.field).collect()));
+        assert!(distinct(
+            DEFINITIONS.iter().map(|d| d.event_reason).collect()
+        ));
     }
 }

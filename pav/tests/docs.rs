@@ -719,7 +719,7 @@ enum Spelling {
     /// `volumeNodeExpansion`: the spec section.
     Field,
     /// `NodeExpansionFailed`: the reason of the Warning event a failed phase
-    /// gets (`pav::csi::context::event_reason`).
+    /// gets (`Phase::event_reason`).
     EventReason,
 }
 
@@ -728,7 +728,7 @@ impl Spelling {
         match self {
             Spelling::Name => phase.name().to_owned(),
             Spelling::Field => phase.field().to_owned(),
-            Spelling::EventReason => pav::csi::context::event_reason(phase).to_owned(),
+            Spelling::EventReason => phase.event_reason().to_owned(),
         }
     }
 

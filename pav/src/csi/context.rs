@@ -243,7 +243,7 @@ impl DriverContext {
     }
 
     /// Pods of this provisioner (any namespace) matching extra `labels`.
-    pub async fn list_pods(&self, labels: &[(&str, &str)]) -> Result<Vec<Pod>, DriverError> {
+    pub async fn list_pods(&self, labels: &[(&str, String)]) -> Result<Vec<Pod>, DriverError> {
         let mut selector = provisioner_selector(&self.provisioner);
         for (key, value) in labels {
             selector.push_str(&format!(",{key}={}", label_value(value)));
@@ -433,7 +433,7 @@ impl DriverContext {
     ) {
         self.publish(
             EventType::Warning,
-            event_reason(phase),
+            phase.event_reason(),
             regarding,
             phase,
             message,
@@ -474,28 +474,6 @@ impl DriverContext {
         if let Err(e) = self.recorder.publish(&event, regarding).await {
             tracing::warn!(error = %e, "cannot publish event");
         }
-    }
-}
-
-/// The reason of the Warning event a failed `phase` reports.
-pub fn event_reason(phase: Phase) -> &'static str {
-    match phase {
-        Phase::Validation => "ValidationFailed",
-        Phase::Creation => "CreationFailed",
-        Phase::Deletion => "DeletionFailed",
-        Phase::Staging => "StagingFailed",
-        Phase::Unstaging => "UnstagingFailed",
-        Phase::Expansion => "ExpansionFailed",
-        Phase::NodeExpansion => "NodeExpansionFailed",
-        Phase::SnapshotCreation => "SnapshotCreationFailed",
-        Phase::SnapshotDeletion => "SnapshotDeletionFailed",
-        Phase::Capacity => "CapacityFailed",
-        Phase::Modification => "ModificationFailed",
-        Phase::Health => "HealthCheckFailed",
-        Phase::Attach => "AttachFailed",
-        Phase::Detach => "DetachFailed",
-        Phase::GroupSnapshotCreation => "GroupSnapshotCreationFailed",
-        Phase::GroupSnapshotDeletion => "GroupSnapshotDeletionFailed",
     }
 }
 
