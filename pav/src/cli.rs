@@ -802,8 +802,7 @@ fn render(
             to_yaml(&name, phase, planned(plan, objects)?.optional())?
         }
         Phase::Unstaging => {
-            let staging_label =
-                crate::pods::label_value(&crate::pods::staging_key(&handle, &target_path));
+            let staging_label = crate::pods::staging_label(&handle, &target_path);
             let plan = planner.unstaging(pvc, pv, node, read_only, &staging_label);
             to_yaml(&name, phase, planned(plan, objects)?)?
         }

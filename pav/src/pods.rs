@@ -135,6 +135,32 @@ pub fn staging_key(handle: &str, target_path: &str) -> String {
     format!("{handle}\n{target_path}")
 }
 
+/// The [`LABEL_VOLUME`] of the staging and unstaging pods of `handle`
+/// published at `target_path`.
+pub fn staging_label(handle: &str, target_path: &str) -> String {
+    label_value(&staging_key(handle, target_path))
+}
+
+/// The labels that select the staging pods of `handle` published at
+/// `target_path` on `node` (besides the provisioner's), as label values.
+pub fn staging_selector(
+    handle: &str,
+    target_path: &str,
+    node: &str,
+) -> [(&'static str, String); 3] {
+    [
+        (LABEL_PHASE, Phase::Staging.name().to_owned()),
+        (LABEL_VOLUME, staging_label(handle, target_path)),
+        (LABEL_NODE, label_value(node)),
+    ]
+}
+
+/// Whether `pod` has every label of `selector`.
+pub fn has_labels(pod: &Pod, selector: &[(&str, String)]) -> bool {
+    let labels = pod.metadata.labels.as_ref();
+    (selector.iter()).all(|(key, value)| labels.and_then(|l| l.get(*key)) == Some(value))
+}
+
 /// Whether `pod` is a staging pod of the PersistentVolume named `pv`. Such
 /// a pod is the record that the volume is staged on the pod's node: it is
 /// created before the volume is staged and, held by [`FINALIZER_UNSTAGE`],

@@ -27,7 +27,7 @@ pub use self::error::{StageError, UnstageError};
 use crate::pods::dir::{PodDirError, ReportedMounts, remove_pod_dir};
 use crate::pods::{
     ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, ANNOTATION_UNSTAGING,
-    FINALIZER_UNSTAGE, LABEL_NODE, LABEL_PHASE, LABEL_VOLUME, staging_key,
+    FINALIZER_UNSTAGE, LABEL_VOLUME, staging_selector,
 };
 
 /// How often a staging in progress checks that its client pod still exists.
@@ -448,17 +448,6 @@ impl PodNode {
             .map_err(UnstageError::Plan)?;
         Ok(LiveUnstaging::Planned(plan.pod.map(Box::new)))
     }
-
-    /// The staging pods of `key` on this node (normally one).
-    async fn staging_pods(&self, key: &str) -> std::result::Result<Vec<Pod>, DriverError> {
-        self.driver
-            .list_pods(&[
-                (LABEL_PHASE, Phase::Staging.name()),
-                (LABEL_VOLUME, key),
-                (LABEL_NODE, &self.node),
-            ])
-            .await
-    }
 }
 
 /// The unstaging phase planned from the live objects, or which of them is
@@ -603,10 +592,11 @@ impl PodNode {
         handle: &str,
         target_path: &Path,
     ) -> std::result::Result<(), UnstageError> {
-        let key =
-            crate::pods::label_value(&staging_key(handle, &target_path.display().to_string()));
+        let target_path = target_path.display().to_string();
+        let selector = staging_selector(handle, &target_path, &self.node);
         let pods = self
-            .staging_pods(&key)
+            .driver
+            .list_pods(&selector)
             .await
             .map_err(UnstageError::ListStagingPods)?;
         for pod in pods {

@@ -130,83 +130,79 @@ pub fn termination_message(pod: &Pod) -> String {
     parts.join("; ")
 }
 
-/// The files a terminated pod exported, as copied into its annotations by
-/// the node plugin on its node.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Collected {
+/// Defines [`Collected`] from the one list of the `/pav` files a pod may
+/// export: each file's name, its field, and the annotation the node plugin
+/// copies it to for a pod on another node (`None`: read from the pod's
+/// directory only).
+macro_rules! exported_files {
+    ($($(#[$doc:meta])* $field:ident: $file:literal => $annotation:expr,)*) => {
+        /// The files a terminated pod exported, as copied into its
+        /// annotations by the node plugin on its node, or read from its
+        /// directory.
+        #[derive(Debug, Clone, Default, PartialEq, Eq)]
+        pub struct Collected {
+            $($(#[$doc])* pub $field: Option<String>,)*
+        }
+
+        impl Collected {
+            /// The collected files, once the node plugin marked the pod
+            /// collected.
+            pub fn of(pod: &Pod) -> Option<Self> {
+                let annotations = pod.metadata.annotations.as_ref()?;
+                if annotations.get(ANNOTATION_COLLECTED).map(String::as_str) != Some("true") {
+                    return None;
+                }
+                let get = |key: Option<&str>| {
+                    annotations
+                        .get(key?)
+                        .map(|v| v.trim().to_owned())
+                        .filter(|v| !v.is_empty())
+                };
+                Some(Collected {
+                    $($field: get($annotation),)*
+                })
+            }
+
+            /// The files a pod exported in its `/pav` directory `dir`, as
+            /// the node sees it.
+            pub fn read(dir: &std::path::Path) -> Self {
+                Collected {
+                    $($field: read_exported(dir, $file),)*
+                }
+            }
+
+            /// The annotations that record these files on the pod.
+            pub fn annotations(&self) -> serde_json::Value {
+                let mut annotations = serde_json::Map::new();
+                $(if let Some(key) = $annotation {
+                    annotations.insert(key.to_owned(), serde_json::json!(self.$field));
+                })*
+                annotations.insert(ANNOTATION_COLLECTED.to_owned(), "true".into());
+                serde_json::Value::Object(annotations)
+            }
+        }
+    };
+}
+
+exported_files! {
     /// `/pav/handle`, trimmed.
-    pub handle: Option<String>,
+    handle: "handle" => Some(ANNOTATION_HANDLE),
     /// `/pav/capacity`, trimmed.
-    pub capacity: Option<String>,
+    capacity: "capacity" => Some(ANNOTATION_CAPACITY),
     /// `/pav/size`, trimmed (a snapshot's size).
-    pub size: Option<String>,
+    size: "size" => Some(ANNOTATION_SIZE),
     /// `/pav/topology`, trimmed (the nodes a new volume is accessible from).
-    pub topology: Option<String>,
+    topology: "topology" => Some(ANNOTATION_TOPOLOGY),
     /// `/pav/error`, trimmed.
-    pub error: Option<String>,
+    error: "error" => Some(ANNOTATION_ERROR),
     /// `/pav/publish-context`, trimmed (what an attach pod tells staging).
-    pub publish_context: Option<String>,
+    publish_context: "publish-context" => Some(ANNOTATION_PUBLISH_CONTEXT),
     /// `/pav/snapshots`, trimmed (a group snapshot's members).
-    pub snapshots: Option<String>,
+    snapshots: "snapshots" => Some(ANNOTATION_SNAPSHOTS),
     /// `/pav/condition`, trimmed: read from the pod's directory only (the
     /// health check pods that write it run on the node plugin's node), so
     /// never copied into annotations.
-    pub condition: Option<String>,
-}
-
-impl Collected {
-    /// The collected files, once the node plugin marked the pod collected.
-    pub fn of(pod: &Pod) -> Option<Self> {
-        let annotations = pod.metadata.annotations.as_ref()?;
-        if annotations.get(ANNOTATION_COLLECTED).map(String::as_str) != Some("true") {
-            return None;
-        }
-        let get = |key: &str| {
-            annotations
-                .get(key)
-                .map(|v| v.trim().to_owned())
-                .filter(|v| !v.is_empty())
-        };
-        Some(Collected {
-            handle: get(ANNOTATION_HANDLE),
-            capacity: get(ANNOTATION_CAPACITY),
-            size: get(ANNOTATION_SIZE),
-            topology: get(ANNOTATION_TOPOLOGY),
-            error: get(ANNOTATION_ERROR),
-            publish_context: get(ANNOTATION_PUBLISH_CONTEXT),
-            snapshots: get(ANNOTATION_SNAPSHOTS),
-            condition: None,
-        })
-    }
-
-    /// The files a pod exported in its `/pav` directory `dir`, as the node
-    /// sees it.
-    pub fn read(dir: &std::path::Path) -> Self {
-        Collected {
-            handle: read_exported(dir, "handle"),
-            capacity: read_exported(dir, "capacity"),
-            size: read_exported(dir, "size"),
-            topology: read_exported(dir, "topology"),
-            error: read_exported(dir, "error"),
-            publish_context: read_exported(dir, "publish-context"),
-            snapshots: read_exported(dir, "snapshots"),
-            condition: read_exported(dir, "condition"),
-        }
-    }
-
-    /// The annotations that record these files on the pod.
-    pub fn annotations(&self) -> serde_json::Value {
-        serde_json::json!({
-            ANNOTATION_HANDLE: self.handle,
-            ANNOTATION_CAPACITY: self.capacity,
-            ANNOTATION_SIZE: self.size,
-            ANNOTATION_TOPOLOGY: self.topology,
-            ANNOTATION_ERROR: self.error,
-            ANNOTATION_PUBLISH_CONTEXT: self.publish_context,
-            ANNOTATION_SNAPSHOTS: self.snapshots,
-            ANNOTATION_COLLECTED: "true",
-        })
-    }
+    condition: "condition" => None::<&str>,
 }
 
 /// Largest file the node plugin copies into an annotation; longer ones are

@@ -35,7 +35,7 @@ pub(super) fn claim_settled(pvc: &PersistentVolumeClaim, uid: &str) -> bool {
 
 /// Deletes this provisioner's pods of claim `uid` in `phases`.
 pub(super) async fn clean_claim_pods(driver: &DriverContext, uid: &str, phases: &[Phase]) {
-    match driver.list_pods(&[(LABEL_VOLUME, uid)]).await {
+    match driver.list_pods(&[(LABEL_VOLUME, uid.to_owned())]).await {
         Ok(pods) => {
             for pod in pods {
                 let phase = pod.labels().get(LABEL_PHASE).cloned().unwrap_or_default();

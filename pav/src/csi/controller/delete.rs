@@ -165,7 +165,7 @@ impl PodController {
         let name = pv.name_any();
         let staging: Vec<Pod> = self
             .driver
-            .list_pods(&[(LABEL_PHASE, Phase::Staging.name())])
+            .list_pods(&[(LABEL_PHASE, Phase::Staging.name().to_owned())])
             .await
             .map_err(DeleteError::ListStagingPods)?
             .into_iter()

@@ -20,8 +20,8 @@ use super::PodNode;
 use crate::csi::context::{DriverError, PhaseError, PodFiles, Regarding, api_error, core_ref};
 use crate::pods::results;
 use crate::pods::{
-    ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, LABEL_NODE,
-    LABEL_PHASE, LABEL_VOLUME, label_value, staging_key,
+    ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, has_labels,
+    staging_selector,
 };
 use crate::recipe::PlanError;
 
@@ -148,19 +148,13 @@ impl PodNode {
         handle: &str,
         path: &Path,
     ) -> std::result::Result<Arc<Pod>, GrowthError> {
-        let key = label_value(&staging_key(handle, &path.display().to_string()));
-        let is_staging_of_key = |pod: &Pod| {
-            let labels = pod.labels();
-            labels.get(LABEL_PHASE).map(String::as_str) == Some(Phase::Staging.name())
-                && labels.get(LABEL_VOLUME) == Some(&key)
-                && labels.get(LABEL_NODE).map(String::as_str) == Some(self.node.as_str())
-        };
+        let selector = staging_selector(handle, &path.display().to_string(), &self.node);
         self.driver
             .cached_pods()
             .await
             .map_err(GrowthError::ListStagingPods)?
             .into_iter()
-            .find(|pod| is_staging_of_key(pod))
+            .find(|pod| has_labels(pod, &selector))
             .ok_or_else(|| GrowthError::NotStaged {
                 handle: handle.to_owned(),
                 path: path.display().to_string(),

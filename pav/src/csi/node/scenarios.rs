@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::csi::context::PhaseError;
+use crate::pods::LABEL_PHASE;
 use crate::csi::fixtures::{ApiServer, Logged, assert_golden, list, status};
 use http::Method;
 use pav_sdk::Error;
