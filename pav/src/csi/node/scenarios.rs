@@ -4,8 +4,8 @@
 
 use super::*;
 use crate::csi::context::PhaseError;
-use crate::pods::LABEL_PHASE;
 use crate::csi::fixtures::{ApiServer, Logged, assert_golden, list, status};
+use crate::pods::LABEL_PHASE;
 use http::Method;
 use pav_sdk::Error;
 use serde_json::{Value, json};
