@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use pav_sdk::Claim;
-use tonic::Status;
+use tonic::Code;
 
 /// The annotation the scheduler sets on a `WaitForFirstConsumer` claim.
 const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
@@ -19,18 +19,44 @@ impl std::fmt::Debug for ClaimLookup {
     }
 }
 
+/// Why a claim could not be completed, naming it
+/// (`PersistentVolumeClaim <namespace>/<name>`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ClaimError {
+    /// The API server did not answer (`UNAVAILABLE`: external-provisioner
+    /// retries). kube's error is printed as it prints itself (its own
+    /// sources are not added).
+    #[error("reading {claim}: {error}")]
+    Unreachable { claim: String, error: kube::Error },
+    /// The claim is gone (`FAILED_PRECONDITION`: final, there is nothing
+    /// left to provision for).
+    #[error("{claim} does not exist")]
+    Gone { claim: String },
+}
+
+impl ClaimError {
+    /// The code of a `CreateVolume` that failed for it.
+    pub(crate) fn code(&self) -> Code {
+        match self {
+            ClaimError::Unreachable { .. } => Code::Unavailable,
+            ClaimError::Gone { .. } => Code::FailedPrecondition,
+        }
+    }
+}
+
 /// Fills `claim`'s labels, annotations and selected node from the claim
-/// object. An unreachable API server is `UNAVAILABLE` (external-provisioner
-/// retries it); a claim that is gone is `FAILED_PRECONDITION` (final: there
-/// is nothing left to provision for).
-pub(crate) async fn complete(client: &kube::Client, claim: &mut Claim) -> Result<(), Status> {
+/// object.
+pub(crate) async fn complete(client: &kube::Client, claim: &mut Claim) -> Result<(), ClaimError> {
     let api = kube::Api::<PersistentVolumeClaim>::namespaced(client.clone(), &claim.namespace);
     let what = format!("PersistentVolumeClaim {}/{}", claim.namespace, claim.name);
     let pvc = api
         .get_opt(&claim.name)
         .await
-        .map_err(|e| Status::unavailable(format!("reading {what}: {e}")))?
-        .ok_or_else(|| Status::failed_precondition(format!("{what} does not exist")))?;
+        .map_err(|error| ClaimError::Unreachable {
+            claim: what.clone(),
+            error,
+        })?
+        .ok_or(ClaimError::Gone { claim: what })?;
     claim.labels = pvc.metadata.labels.unwrap_or_default();
     claim.annotations = pvc.metadata.annotations.unwrap_or_default();
     claim.selected_node = claim.annotations.get(SELECTED_NODE).cloned();

@@ -61,9 +61,7 @@ where
                 Ok(answer) => answer.map_err(Into::into),
                 // A handler that panicked: tonic's error recovery turns a
                 // Status error into an answer with its code.
-                Err(failed) => Err(Box::new(tonic::Status::internal(format!(
-                    "the call failed: {failed}"
-                ))) as BoxError),
+                Err(failed) => Err(Box::new(crate::error::panicked(failed)) as BoxError),
             }
         })
     }

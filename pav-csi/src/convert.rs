@@ -5,12 +5,12 @@ use std::collections::{BTreeMap, HashMap};
 use pav_sdk::{
     AccessMode, Claim, MountOptions, Parameters, PodInfo, Secrets, Topology, VolumeMode,
 };
-use tonic::Status;
+use tonic::Code;
 
 use crate::csi;
 use crate::csi::volume_capability::AccessType;
 use crate::csi::volume_capability::access_mode::Mode;
-use crate::limits;
+use crate::limits::{self, Int64Error, LimitError};
 
 /// Parameter keys the external-provisioner adds with `--extra-create-metadata`.
 pub(crate) const PVC_NAME: &str = "csi.storage.k8s.io/pvc/name";
@@ -29,8 +29,89 @@ pub(crate) struct Capability {
     pub(crate) mount: MountOptions,
 }
 
+/// Why a request's capabilities were refused (`INVALID_ARGUMENT`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CapabilityError {
+    /// A field of one breaks a limit (or the list is missing).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// Neither block nor mount.
+    #[error("{field}.access_type is required (block or mount)")]
+    AccessType { field: String },
+    /// No access mode, or an unknown one.
+    #[error("{field}.access_mode is required")]
+    AccessMode { field: String },
+    /// A list that mixes volume modes, where one is needed.
+    #[error(transparent)]
+    Mixed(#[from] MixedModes),
+}
+
+impl CapabilityError {
+    /// The code of a request refused for it: `INVALID_ARGUMENT`.
+    pub(crate) fn code(&self) -> Code {
+        Code::InvalidArgument
+    }
+}
+
+/// A capability list that asks for two volume modes at once.
+#[derive(Debug, thiserror::Error)]
+#[error("{field} mixes {first} and {other} volume modes")]
+pub(crate) struct MixedModes {
+    field: String,
+    first: VolumeMode,
+    other: VolumeMode,
+}
+
+/// Why a capacity range was refused.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RangeError {
+    /// A negative size (`INVALID_ARGUMENT`).
+    #[error("capacity_range.{field} must not be negative")]
+    Negative { field: &'static str },
+    /// A limit below the required size (`OUT_OF_RANGE`).
+    #[error("capacity_range.limit_bytes {max} is below required_bytes {min}")]
+    Inverted { min: u64, max: u64 },
+}
+
+impl RangeError {
+    /// The code of a request refused for it.
+    pub(crate) fn code(&self) -> Code {
+        match self {
+            RangeError::Negative { .. } => Code::InvalidArgument,
+            RangeError::Inverted { .. } => Code::OutOfRange,
+        }
+    }
+}
+
+/// Why a volume the provisioner answered cannot be carried by CSI (the
+/// RPC that answers it says `INTERNAL`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum VolumeAnswerError {
+    /// Its id, context or topology breaks a limit.
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// Its size does not fit an int64.
+    #[error(transparent)]
+    Size(#[from] Int64Error),
+}
+
+/// Why a snapshot the provisioner answered cannot be carried by CSI (the
+/// RPC that answers it says `INTERNAL`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SnapshotAnswerError {
+    /// Its handle is not one CSI carries.
+    #[error("the provisioner returned a snapshot CSI cannot carry")]
+    Handle(#[source] LimitError),
+    /// Its size does not fit an int64.
+    #[error(transparent)]
+    Size(#[from] Int64Error),
+}
+
 /// Converts and checks one capability; `field` names it in errors.
-pub(crate) fn capability(field: &str, cap: &csi::VolumeCapability) -> Result<Capability, Status> {
+pub(crate) fn capability(
+    field: &str,
+    cap: &csi::VolumeCapability,
+) -> Result<Capability, CapabilityError> {
     let (mode, mount) = match &cap.access_type {
         Some(AccessType::Block(_)) => (VolumeMode::Block, MountOptions::default()),
         Some(AccessType::Mount(m)) => {
@@ -52,9 +133,9 @@ pub(crate) fn capability(field: &str, cap: &csi::VolumeCapability) -> Result<Cap
             )
         }
         None => {
-            return Err(Status::invalid_argument(format!(
-                "{field}.access_type is required (block or mount)"
-            )));
+            return Err(CapabilityError::AccessType {
+                field: field.to_owned(),
+            });
         }
     };
     let access_mode = match cap.access_mode.as_ref().map(|m| m.mode()) {
@@ -66,9 +147,9 @@ pub(crate) fn capability(field: &str, cap: &csi::VolumeCapability) -> Result<Cap
         Some(Mode::SingleNodeSingleWriter) => AccessMode::SingleNodeSingleWriter,
         Some(Mode::SingleNodeMultiWriter) => AccessMode::SingleNodeMultiWriter,
         Some(Mode::Unknown) | None => {
-            return Err(Status::invalid_argument(format!(
-                "{field}.access_mode is required"
-            )));
+            return Err(CapabilityError::AccessMode {
+                field: field.to_owned(),
+            });
         }
     };
     Ok(Capability {
@@ -105,9 +186,12 @@ pub(crate) fn csi_capability(mode: VolumeMode, access_mode: AccessMode) -> csi::
 pub(crate) fn capability_list(
     field: &str,
     caps: &[csi::VolumeCapability],
-) -> Result<Vec<Capability>, Status> {
+) -> Result<Vec<Capability>, CapabilityError> {
     if caps.is_empty() {
-        return Err(Status::invalid_argument(format!("{field} is required")));
+        return Err(LimitError::Required {
+            field: field.to_owned(),
+        }
+        .into());
     }
     limits::repeated(field, caps.len())?;
     caps.iter()
@@ -117,20 +201,21 @@ pub(crate) fn capability_list(
 }
 
 /// The one volume mode of a non-empty list of converted capabilities, its
-/// distinct access modes and the first one's mount options; a message when
+/// distinct access modes and the first one's mount options; an error when
 /// the list mixes volume modes.
 pub(crate) fn one_mode(
     field: &str,
     caps: &[Capability],
-) -> Result<(VolumeMode, Vec<AccessMode>, MountOptions), String> {
+) -> Result<(VolumeMode, Vec<AccessMode>, MountOptions), MixedModes> {
     let first = &caps[0];
     let mut access_modes = Vec::new();
     for cap in caps {
         if cap.mode != first.mode {
-            return Err(format!(
-                "{field} mixes {} and {} volume modes",
-                first.mode, cap.mode
-            ));
+            return Err(MixedModes {
+                field: field.to_owned(),
+                first: first.mode,
+                other: cap.mode,
+            });
         }
         if !access_modes.contains(&cap.access_mode) {
             access_modes.push(cap.access_mode);
@@ -143,8 +228,8 @@ pub(crate) fn one_mode(
 pub(crate) fn capabilities(
     field: &str,
     caps: &[csi::VolumeCapability],
-) -> Result<(VolumeMode, Vec<AccessMode>, MountOptions), Status> {
-    one_mode(field, &capability_list(field, caps)?).map_err(Status::invalid_argument)
+) -> Result<(VolumeMode, Vec<AccessMode>, MountOptions), CapabilityError> {
+    Ok(one_mode(field, &capability_list(field, caps)?)?)
 }
 
 /// Sorted copy of a proto map.
@@ -159,7 +244,7 @@ pub(crate) fn unsorted(map: &BTreeMap<String, String>) -> HashMap<String, String
 
 /// A request's `secrets`, checked against CSI's map size limit
 /// (`INVALID_ARGUMENT` naming the field) and kept unprintable.
-pub(crate) fn secrets(map: &HashMap<String, String>) -> Result<Secrets, Status> {
+pub(crate) fn secrets(map: &HashMap<String, String>) -> Result<Secrets, LimitError> {
     limits::map("secrets", map)?;
     Ok(Secrets::from(sorted(map)))
 }
@@ -168,15 +253,13 @@ pub(crate) fn secrets(map: &HashMap<String, String>) -> Result<Secrets, Status> 
 /// `INVALID_ARGUMENT`, a limit below the required size `OUT_OF_RANGE`.
 pub(crate) fn capacity_range(
     range: Option<&csi::CapacityRange>,
-) -> Result<pav_sdk::CapacityRange, Status> {
+) -> Result<pav_sdk::CapacityRange, RangeError> {
     let Some(range) = range else {
         return Ok(pav_sdk::CapacityRange::default());
     };
-    let bytes = |field: &str, v: i64| match v {
+    let bytes = |field: &'static str, v: i64| match v {
         0 => Ok(None),
-        v if v < 0 => Err(Status::invalid_argument(format!(
-            "capacity_range.{field} must not be negative"
-        ))),
+        v if v < 0 => Err(RangeError::Negative { field }),
         v => Ok(Some(v as u64)),
     };
     let capacity = pav_sdk::CapacityRange {
@@ -186,9 +269,7 @@ pub(crate) fn capacity_range(
     if let (Some(min), Some(max)) = (capacity.min_bytes, capacity.max_bytes)
         && max < min
     {
-        return Err(Status::out_of_range(format!(
-            "capacity_range.limit_bytes {max} is below required_bytes {min}"
-        )));
+        return Err(RangeError::Inverted { min, max });
     }
     Ok(capacity)
 }
@@ -258,7 +339,7 @@ pub(crate) fn from_topology(t: &csi::Topology) -> Topology {
 /// and the sidecars pass it on as the PV's `volumeHandle`), a size that
 /// fits an int64, a `volume_context` of at most 4 KiB and valid topology
 /// segments.
-pub(crate) fn csi_volume(volume: &pav_sdk::Volume) -> Result<csi::Volume, Status> {
+pub(crate) fn csi_volume(volume: &pav_sdk::Volume) -> Result<csi::Volume, VolumeAnswerError> {
     limits::name("volume_id", &volume.handle)?;
     let volume_context = unsorted(&volume.context);
     limits::map("volume_context", &volume_context)?;
@@ -277,15 +358,12 @@ pub(crate) fn csi_volume(volume: &pav_sdk::Volume) -> Result<csi::Volume, Status
     })
 }
 
-/// The CSI form of a snapshot the provisioner returned, or `INTERNAL` when
-/// CSI cannot carry it.
-pub(crate) fn csi_snapshot(snapshot: pav_sdk::SnapshotInfo) -> Result<csi::Snapshot, Status> {
-    limits::name("snapshot_id", &snapshot.handle).map_err(|refused| {
-        Status::internal(format!(
-            "the provisioner returned a snapshot CSI cannot carry: {}",
-            refused.message()
-        ))
-    })?;
+/// The CSI form of a snapshot the provisioner returned, or why CSI cannot
+/// carry it (`INTERNAL`).
+pub(crate) fn csi_snapshot(
+    snapshot: pav_sdk::SnapshotInfo,
+) -> Result<csi::Snapshot, SnapshotAnswerError> {
+    limits::name("snapshot_id", &snapshot.handle).map_err(SnapshotAnswerError::Handle)?;
     Ok(csi::Snapshot {
         size_bytes: limits::int64("size_bytes", snapshot.size_bytes)?,
         snapshot_id: snapshot.handle,

@@ -1,4 +1,12 @@
 //! Errors of pav-csi itself, and the mapping of provisioner errors to gRPC codes.
+//!
+//! Each RPC has an error enum of its own (one variant per step that can
+//! fail) next to its `check` and `run`, and one mapping of it to a
+//! `tonic::Status`: its `impl From<...> for Status`, which picks the code
+//! and prints the message with [`error_chain`]. Nothing else builds a
+//! `Status` (the test `status_is_built_only_where_errors_are_mapped`
+//! holds that); the shared checks (`limits`, `convert`, `paths`, ...) answer
+//! typed errors each RPC wraps.
 
 use tonic::{Code, Status};
 
@@ -30,9 +38,11 @@ pub enum Error {
     Transport(#[from] tonic::transport::Error),
 }
 
-/// The gRPC status for a provisioner error, with the code the CSI spec names.
-pub(crate) fn status(err: pav_sdk::Error) -> Status {
-    let code = match &err {
+/// The gRPC code of a provisioner error, the one the CSI spec names. An
+/// RPC's mapping answers it with the error's message (without the
+/// category its `Display` adds: the code says it).
+pub(crate) fn provisioner_code(err: &pav_sdk::Error) -> Code {
+    match err {
         pav_sdk::Error::InvalidArgument(_) => Code::InvalidArgument,
         pav_sdk::Error::NotFound(_) => Code::NotFound,
         pav_sdk::Error::AlreadyExists(_) => Code::AlreadyExists,
@@ -42,8 +52,13 @@ pub(crate) fn status(err: pav_sdk::Error) -> Status {
         pav_sdk::Error::Aborted(_) => Code::Aborted,
         pav_sdk::Error::Unavailable(_) => Code::Unavailable,
         _ => Code::Internal,
-    };
-    Status::new(code, err.message().to_owned())
+    }
+}
+
+/// The answer to a call whose handler panicked (see
+/// [`crate::completion`]): `INTERNAL`, whatever the RPC.
+pub(crate) fn panicked(failed: tokio::task::JoinError) -> Status {
+    Status::internal(format!("the call failed: {failed}"))
 }
 
 /// Whether kubelet and the CSI sidecars take an answer with `code` as
@@ -132,17 +147,6 @@ pub(crate) fn logged<T>(
     answer
 }
 
-/// An `INTERNAL` status for a local failure (I/O, mounting) while `what`.
-pub(crate) fn internal(what: &str, err: impl std::error::Error) -> Status {
-    Status::internal(format!("{what}: {}", error_chain(&err)))
-}
-
-/// An `INTERNAL` status for a local failure whose message says the step
-/// (the errors of [`crate::mount`] name their path and step).
-pub(crate) fn failed(err: impl std::error::Error) -> Status {
-    Status::internal(error_chain(&err))
-}
-
 /// `err` and its sources, `: `-separated, as `anyhow`'s `{:#}` prints
 /// them: the whole story of an error whose message says only its step
 /// (`cannot unmount /x: Device or resource busy (os error 16)`).
@@ -178,6 +182,8 @@ pub fn error_chain(err: &dyn std::error::Error) -> String {
 
 #[cfg(test)]
 mod cause_once;
+#[cfg(test)]
+mod status_sites;
 
 #[cfg(test)]
 mod tests {
@@ -311,7 +317,7 @@ mod tests {
             format!("HyperError: {}", gone())
         );
         assert_eq!(
-            internal("reading mounts", quiet).message(),
+            error_chain(&crate::occupancy::OccupancyError::MountTable(quiet)),
             format!("reading mounts: reading /proc/self/mountinfo: {}", gone())
         );
     }

@@ -14,6 +14,7 @@ use tonic::Status;
 use crate::controller::{create_volume, delete_volume};
 use crate::csi;
 use crate::guard::InFlight;
+use crate::node::unstage::UnstageError;
 use crate::paths::Confinement;
 use crate::shared::Shared;
 
@@ -45,12 +46,14 @@ impl Controller {
         &self,
         req: &csi::CreateVolumeRequest,
     ) -> Result<CreateRequest, Status> {
-        create_volume::check(req, &self.0).map(|checked| checked.create)
+        let checked = create_volume::check(req, &self.0).map_err(Status::from)?;
+        Ok(checked.create)
     }
 
     /// `DeleteVolume`'s check: the volume id, or the refusal.
     pub fn check_delete_volume(req: &csi::DeleteVolumeRequest) -> Result<String, Status> {
-        delete_volume::check(req).map(|checked| checked.volume_id)
+        let checked = delete_volume::check(req).map_err(Status::from)?;
+        Ok(checked.volume_id)
     }
 }
 
@@ -68,9 +71,10 @@ impl Paths {
     }
 
     /// A required staging or target path (`field`), resolved, as every node
-    /// RPC's check resolves it.
+    /// RPC's check resolves it; refused as `NodeUnstageVolume` refuses it.
     pub fn path(&self, field: &str, value: &str) -> Result<PathBuf, Status> {
-        self.0.path(field, value)
+        let refused = |e| Status::from(UnstageError::from(e));
+        self.0.path(field, value).map_err(refused)
     }
 
     /// A volume path (stats, expansion), resolved when it lies inside the

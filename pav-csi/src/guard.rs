@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use tonic::Status;
+use tonic::Code;
 
 /// What an operation holds while it runs. Its `Display` is the text an
 /// `ABORTED` answer names.
@@ -45,6 +45,18 @@ impl fmt::Display for Key {
     }
 }
 
+/// Another operation holds the key (`ABORTED`: the caller tries again).
+#[derive(Debug, thiserror::Error)]
+#[error("an operation on {0} is already in progress")]
+pub(crate) struct Busy(Key);
+
+impl Busy {
+    /// The code of a call refused for it: `ABORTED`.
+    pub(crate) fn code(&self) -> Code {
+        Code::Aborted
+    }
+}
+
 /// Keys with an operation in progress.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct InFlight(Arc<Mutex<HashSet<Key>>>);
@@ -57,13 +69,11 @@ pub(crate) struct OperationGuard {
 }
 
 impl InFlight {
-    /// Claims `key`, or answers `ABORTED` when another operation holds it.
-    pub(crate) fn claim(&self, key: Key) -> Result<OperationGuard, Status> {
+    /// Claims `key`, or [`Busy`] when another operation holds it.
+    pub(crate) fn claim(&self, key: Key) -> Result<OperationGuard, Busy> {
         let mut set = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if !set.insert(key.clone()) {
-            return Err(Status::aborted(format!(
-                "an operation on {key} is already in progress"
-            )));
+            return Err(Busy(key));
         }
         Ok(OperationGuard {
             set: self.clone(),
@@ -91,7 +101,7 @@ mod tests {
         let refused = in_flight.claim(volume("vol-1")).unwrap_err();
         assert_eq!(refused.code(), tonic::Code::Aborted);
         assert_eq!(
-            refused.message(),
+            refused.to_string(),
             "an operation on volume vol-1 is already in progress"
         );
         assert!(in_flight.claim(volume("vol-2")).is_ok());

@@ -157,9 +157,13 @@
 //! In the source, each RPC is a file of `controller/`, `group_controller/` or `node/` with a
 //! `check` (the rows above that refuse a request: required fields, limits,
 //! conversions, modes the provisioner serves, paths; no mount, record or
-//! provisioner call) and a `run`; conversions between CSI and pav-sdk are
-//! `convert.rs`, the node's mount mechanics `node/binds.rs`, and the
-//! in-flight locks (`ABORTED`) are keyed by `guard::Key`.
+//! provisioner call), a `run`, and an error enum with one variant per
+//! step that can fail, mapped to its gRPC code in one place (its
+//! `impl From<...> for Status`); the shared checks (`limits.rs`,
+//! `convert.rs`, `paths.rs`, ...) answer typed errors those enums wrap.
+//! Conversions between CSI and pav-sdk are `convert.rs`, the node's mount
+//! mechanics `node/binds.rs`, and the in-flight locks (`ABORTED`) are
+//! keyed by `guard::Key`.
 
 // The pav image holds no programs to run (clippy.toml).
 #![deny(clippy::disallowed_methods)]

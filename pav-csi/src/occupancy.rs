@@ -6,42 +6,91 @@
 //! repeated call is answered from the mount table first).
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use tonic::Status;
+use tonic::Code;
 
-use crate::error::internal;
-use crate::mount;
+use crate::mount::{self, TableError};
 use crate::staged::Records;
 
-/// `FAILED_PRECONDITION` naming `field` when mounting on `path` would hide
-/// a mount below it (the kubelet's `pods` directory, another volume's
-/// paths), or when `path` lies inside a volume this driver staged: below a
-/// recorded staging path, or below a mount of one (a published target).
-pub(crate) fn check_free(field: &str, path: &Path, records: &Records) -> Result<(), Status> {
-    let refuse = |why: String| {
-        Err(Status::failed_precondition(format!(
-            "{field} {path:?} {why}"
-        )))
-    };
-    let hidden = mount::mounts_inside(path).map_err(|e| internal("reading mounts", e))?;
-    if let Some(point) = hidden.first() {
-        return refuse(format!(
-            "holds the mount point {point:?} (and {} more): mounting there would hide it",
-            hidden.len() - 1
-        ));
+/// Why a path is not free for a new mount, naming the field and the path;
+/// or why that could not be told.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OccupancyError {
+    /// Mounting there would hide a mount below it.
+    #[error(
+        "{field} {path:?} holds the mount point {point:?} (and {more} more): mounting there would hide it"
+    )]
+    HidesMount {
+        field: &'static str,
+        path: PathBuf,
+        point: PathBuf,
+        more: usize,
+    },
+    /// It lies below a recorded staging path.
+    #[error("{field} {path:?} lies inside the staging path of volume {volume_id:?}")]
+    InsideStaging {
+        field: &'static str,
+        path: PathBuf,
+        volume_id: String,
+    },
+    /// It lies below a mount of a staged volume (a published target).
+    #[error("{field} {path:?} lies inside {ancestor:?}, where volume {volume_id:?} is mounted")]
+    InsideVolume {
+        field: &'static str,
+        path: PathBuf,
+        ancestor: PathBuf,
+        volume_id: String,
+    },
+    /// The mount table could not be read.
+    #[error("reading mounts")]
+    MountTable(#[source] TableError),
+    /// The staging records could not be read.
+    #[error("reading staging records")]
+    Records(#[source] std::io::Error),
+}
+
+impl OccupancyError {
+    /// `FAILED_PRECONDITION` for a path that is not free, `INTERNAL` when
+    /// that could not be told.
+    pub(crate) fn code(&self) -> Code {
+        match self {
+            OccupancyError::HidesMount { .. }
+            | OccupancyError::InsideStaging { .. }
+            | OccupancyError::InsideVolume { .. } => Code::FailedPrecondition,
+            OccupancyError::MountTable(_) | OccupancyError::Records(_) => Code::Internal,
+        }
     }
-    let records = records
-        .all()
-        .map_err(|e| internal("reading staging records", e))?;
+}
+
+/// An error naming `field` when mounting on `path` would hide a mount
+/// below it (the kubelet's `pods` directory, another volume's paths), or
+/// when `path` lies inside a volume this driver staged: below a recorded
+/// staging path, or below a mount of one (a published target).
+pub(crate) fn check_free(
+    field: &'static str,
+    path: &Path,
+    records: &Records,
+) -> Result<(), OccupancyError> {
+    let hidden = mount::mounts_inside(path).map_err(OccupancyError::MountTable)?;
+    if let Some(point) = hidden.first() {
+        return Err(OccupancyError::HidesMount {
+            field,
+            path: path.to_owned(),
+            point: point.clone(),
+            more: hidden.len() - 1,
+        });
+    }
+    let records = records.all().map_err(OccupancyError::Records)?;
     if let Some(record) = records
         .iter()
         .find(|r| path != r.staging && path.starts_with(&r.staging))
     {
-        return refuse(format!(
-            "lies inside the staging path of volume {:?}",
-            record.volume_id
-        ));
+        return Err(OccupancyError::InsideStaging {
+            field,
+            path: path.to_owned(),
+            volume_id: record.volume_id.clone(),
+        });
     }
     // A published target is a bind of a staging path: the same directory.
     let staged: Vec<(u64, u64, &str)> = records
@@ -52,7 +101,7 @@ pub(crate) fn check_free(field: &str, path: &Path, records: &Records) -> Result<
         })
         .collect();
     for ancestor in path.ancestors().skip(1) {
-        if !mount::is_mounted(ancestor).map_err(|e| internal("reading mounts", e))? {
+        if !mount::is_mounted(ancestor).map_err(OccupancyError::MountTable)? {
             continue;
         }
         let Ok(meta) = std::fs::metadata(ancestor) else {
@@ -62,9 +111,12 @@ pub(crate) fn check_free(field: &str, path: &Path, records: &Records) -> Result<
             .iter()
             .find(|(dev, ino, _)| (*dev, *ino) == (meta.dev(), meta.ino()))
         {
-            return refuse(format!(
-                "lies inside {ancestor:?}, where volume {volume:?} is mounted"
-            ));
+            return Err(OccupancyError::InsideVolume {
+                field,
+                path: path.to_owned(),
+                ancestor: ancestor.to_owned(),
+                volume_id: (*volume).to_owned(),
+            });
         }
     }
     Ok(())

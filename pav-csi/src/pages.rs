@@ -5,12 +5,34 @@
 //! neither shifts nor repeats the ones after it, and the token stays valid
 //! when the entry it names is gone.
 
-use tonic::Status;
+use tonic::Code;
 
 const PREFIX: &str = "after:";
 
 /// The longest token this driver issues: the prefix and a 128-byte key in hex.
 const MAX_TOKEN: usize = PREFIX.len() + 2 * crate::limits::MAX_STRING;
+
+/// Why a page was refused.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PageError {
+    /// A negative `max_entries` (`INVALID_ARGUMENT`).
+    #[error("max_entries {max_entries} must not be negative")]
+    Negative { max_entries: i32 },
+    /// A token this driver did not issue (`ABORTED`, as the spec says),
+    /// cut to the longest one it issues.
+    #[error("starting_token {token:?} was not issued by this driver")]
+    Foreign { token: String },
+}
+
+impl PageError {
+    /// The code of a request refused for it.
+    pub(crate) fn code(&self) -> Code {
+        match self {
+            PageError::Negative { .. } => Code::InvalidArgument,
+            PageError::Foreign { .. } => Code::Aborted,
+        }
+    }
+}
 
 /// One page of `entries` (key, entry): those whose key sorts after the
 /// `starting_token`'s, at most `max_entries` of them (0: all), and the token
@@ -21,17 +43,13 @@ pub(crate) fn page<T>(
     mut entries: Vec<(String, T)>,
     starting_token: &str,
     max_entries: i32,
-) -> Result<(Vec<T>, String), Status> {
-    let max_entries = usize::try_from(max_entries).map_err(|_| {
-        Status::invalid_argument(format!("max_entries {max_entries} must not be negative"))
-    })?;
+) -> Result<(Vec<T>, String), PageError> {
+    let max_entries =
+        usize::try_from(max_entries).map_err(|_| PageError::Negative { max_entries })?;
     let after = match starting_token {
         "" => None,
-        token => Some(decode(token).ok_or_else(|| {
-            Status::aborted(format!(
-                "starting_token {:?} was not issued by this driver",
-                token.chars().take(MAX_TOKEN).collect::<String>()
-            ))
+        token => Some(decode(token).ok_or_else(|| PageError::Foreign {
+            token: token.chars().take(MAX_TOKEN).collect(),
         })?),
     };
     entries.sort_by(|a, b| a.0.cmp(&b.0));

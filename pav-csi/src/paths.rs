@@ -8,9 +8,9 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use tonic::Status;
+use tonic::Code;
 
-use crate::limits;
+use crate::limits::{self, LimitError};
 
 /// Kubelet's root directory (`--root-dir`) when the builder names none.
 pub const DEFAULT_KUBELET_DIR: &str = "/var/lib/kubelet";
@@ -24,27 +24,91 @@ pub(crate) struct Confinement {
     pub(crate) state_dir: PathBuf,
 }
 
+/// Why a staging or target path was refused (`INVALID_ARGUMENT`), naming
+/// the field and the path as given.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PathError {
+    /// Missing, or longer than a path may be.
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// It does not resolve (see [`Unresolved`]).
+    #[error("{field} {value:?} {why}")]
+    Unresolved {
+        field: String,
+        value: String,
+        why: Unresolved,
+    },
+    /// It resolves outside the kubelet directory.
+    #[error("{field} {value:?} resolves to {}, outside the kubelet directory {}", resolved.display(), kubelet_dir.display())]
+    Outside {
+        field: String,
+        value: String,
+        resolved: PathBuf,
+        kubelet_dir: PathBuf,
+    },
+    /// It lies in, or contains, pav-csi's state directory.
+    #[error("{field} {value:?} overlaps the driver's state directory {}", state_dir.display())]
+    StateDir {
+        field: String,
+        value: String,
+        state_dir: PathBuf,
+    },
+}
+
+impl PathError {
+    /// The code of a request refused for it: `INVALID_ARGUMENT`.
+    pub(crate) fn code(&self) -> Code {
+        Code::InvalidArgument
+    }
+}
+
+/// Why a path does not resolve: the end of a sentence that names it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Unresolved {
+    #[error("contains a NUL byte")]
+    Nul,
+    #[error("is not an absolute path")]
+    Relative,
+    #[error("contains `..`")]
+    ParentDir,
+    #[error("has a component longer than 255 bytes")]
+    LongComponent,
+    #[error("does not resolve")]
+    Nowhere,
+    /// Its longest existing prefix could not be canonicalized.
+    #[error("does not resolve ({} : {error})", existing.display())]
+    Canonicalize {
+        existing: PathBuf,
+        error: std::io::Error,
+    },
+}
+
 impl Confinement {
-    /// A required path field, resolved, or `INVALID_ARGUMENT` naming the
-    /// field when it is missing, relative, contains `..` or a NUL byte, does
-    /// not resolve, or resolves outside the kubelet directory.
-    pub(crate) fn path(&self, field: &str, value: &str) -> Result<PathBuf, Status> {
+    /// A required path field, resolved, or an error naming the field when
+    /// it is missing, relative, contains `..` or a NUL byte, does not
+    /// resolve, or resolves outside the kubelet directory.
+    pub(crate) fn path(&self, field: &str, value: &str) -> Result<PathBuf, PathError> {
         let value = limits::required_path(field, value)?;
-        let invalid = |why: String| Status::invalid_argument(format!("{field} {value:?} {why}"));
-        let resolved = resolve(value).map_err(invalid)?;
+        let resolved = resolve(value).map_err(|why| PathError::Unresolved {
+            field: field.to_owned(),
+            value: value.to_owned(),
+            why,
+        })?;
         if !self.in_kubelet_dir(&resolved) {
-            return Err(invalid(format!(
-                "resolves to {}, outside the kubelet directory {}",
-                resolved.display(),
-                canonical(&self.kubelet_dir).display()
-            )));
+            return Err(PathError::Outside {
+                field: field.to_owned(),
+                value: value.to_owned(),
+                resolved,
+                kubelet_dir: canonical(&self.kubelet_dir),
+            });
         }
         let state = canonical(&self.state_dir);
         if resolved.starts_with(&state) || state.starts_with(&resolved) {
-            return Err(invalid(format!(
-                "overlaps the driver's state directory {}",
-                state.display()
-            )));
+            return Err(PathError::StateDir {
+                field: field.to_owned(),
+                value: value.to_owned(),
+                state_dir: state,
+            });
         }
         Ok(resolved)
     }
@@ -82,21 +146,21 @@ fn canonical(path: &Path) -> PathBuf {
 /// to where it points) and the components that do not exist yet are
 /// appended. A dangling symlink does not resolve: creating through it would
 /// create its target.
-fn resolve(value: &str) -> Result<PathBuf, String> {
+fn resolve(value: &str) -> Result<PathBuf, Unresolved> {
     if value.contains('\0') {
-        return Err("contains a NUL byte".into());
+        return Err(Unresolved::Nul);
     }
     let path = Path::new(value);
     if !path.is_absolute() {
-        return Err("is not an absolute path".into());
+        return Err(Unresolved::Relative);
     }
     if path.components().any(|c| c == Component::ParentDir) {
-        return Err("contains `..`".into());
+        return Err(Unresolved::ParentDir);
     }
     // Linux's NAME_MAX: such a path can never be created, and finding out
     // only when mounting would leave a staging record behind.
     if path.components().any(|c| c.as_os_str().len() > 255) {
-        return Err("has a component longer than 255 bytes".into());
+        return Err(Unresolved::LongComponent);
     }
     // Without `.`, repeated and trailing slashes.
     let path: PathBuf = path.components().collect();
@@ -104,14 +168,17 @@ fn resolve(value: &str) -> Result<PathBuf, String> {
     let mut missing = Vec::new();
     while std::fs::symlink_metadata(existing).is_err() {
         let (Some(name), Some(parent)) = (existing.file_name(), existing.parent()) else {
-            return Err("does not resolve".into());
+            return Err(Unresolved::Nowhere);
         };
         missing.push(name);
         existing = parent;
     }
     let mut resolved = existing
         .canonicalize()
-        .map_err(|e| format!("does not resolve ({} : {e})", existing.display()))?;
+        .map_err(|error| Unresolved::Canonicalize {
+            existing: existing.to_owned(),
+            error,
+        })?;
     resolved.extend(missing.iter().rev());
     Ok(resolved)
 }
@@ -160,13 +227,13 @@ mod tests {
         ] {
             let err = ok(bad).unwrap_err();
             assert_eq!(err.code(), tonic::Code::InvalidArgument, "{bad}: {err:?}");
-            assert!(err.message().starts_with("target_path"), "{err:?}");
+            assert!(err.to_string().starts_with("target_path"), "{err:?}");
         }
         let long_component = format!("kubelet/pods/a/{}/t", "x".repeat(256));
         assert!(
             ok(&long_component)
                 .unwrap_err()
-                .message()
+                .to_string()
                 .contains("longer than 255 bytes")
         );
         assert!(ok(&format!("kubelet/pods/a/{}", "x".repeat(255))).is_ok());

@@ -1,14 +1,48 @@
 //! `GetCapacity`: what the provisioner has room for.
 
 use pav_sdk::CapacityRequest;
-use tonic::Status;
+use tonic::{Code, Status};
 
-use super::check_modes;
-use crate::convert;
+use super::{Unserved, check_modes};
+use crate::convert::{self, CapabilityError};
 use crate::csi;
-use crate::error::status;
-use crate::limits;
+use crate::error::{error_chain, provisioner_code};
+use crate::limits::{self, Int64Error, LimitError};
 use crate::shared::Shared;
+
+/// Why a `GetCapacity` failed: one variant per step of [`check`] and
+/// [`run`], each mapped to its code once, in [`From`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CapacityError {
+    /// The provisioner does not report capacity (`UNIMPLEMENTED`).
+    #[error(transparent)]
+    Unserved(#[from] Unserved),
+    /// A field breaks CSI's limits (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// The capabilities cannot be converted (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Capability(#[from] CapabilityError),
+    /// The provisioner's Capacity failed (its code).
+    #[error("{}", .0.message())]
+    Capacity(pav_sdk::Error),
+    /// A size it answered does not fit CSI's int64 (`INTERNAL`).
+    #[error(transparent)]
+    Size(#[from] Int64Error),
+}
+
+impl From<CapacityError> for Status {
+    fn from(err: CapacityError) -> Self {
+        let code = match &err {
+            CapacityError::Unserved(_) => Code::Unimplemented,
+            CapacityError::Limit(e) => e.code(),
+            CapacityError::Capability(e) => e.code(),
+            CapacityError::Capacity(e) => provisioner_code(e),
+            CapacityError::Size(_) => Code::Internal,
+        };
+        Status::new(code, error_chain(&err))
+    }
+}
 
 /// A `GetCapacityRequest` that passed [`check`]: the question for the
 /// provisioner, or `None` when no volume can have the capabilities asked
@@ -17,7 +51,10 @@ pub(crate) type Checked = Option<CapacityRequest>;
 
 /// Limits, topology segment and capabilities; capabilities with two
 /// volume modes, or modes the provisioner does not serve, leave no room.
-pub(crate) fn check(req: &csi::GetCapacityRequest, shared: &Shared) -> Result<Checked, Status> {
+pub(crate) fn check(
+    req: &csi::GetCapacityRequest,
+    shared: &Shared,
+) -> Result<Checked, CapacityError> {
     limits::map("parameters", &req.parameters)?;
     if let Some(t) = &req.accessible_topology {
         limits::topology("accessible_topology", &t.segments)?;
@@ -47,13 +84,13 @@ pub(crate) fn check(req: &csi::GetCapacityRequest, shared: &Shared) -> Result<Ch
 pub(crate) async fn run(
     reporter: &dyn pav_sdk::Capacity,
     checked: Checked,
-) -> Result<csi::GetCapacityResponse, Status> {
+) -> Result<csi::GetCapacityResponse, CapacityError> {
     let Some(ask) = checked else {
         return Ok(csi::GetCapacityResponse::default());
     };
     let available = reporter.capacity(ask).await.map_err(|e| {
         tracing::warn!(error = e.message(), "GetCapacity failed");
-        status(e)
+        CapacityError::Capacity(e)
     })?;
     let bytes = limits::int64;
     let size = |field, b: Option<u64>| b.map(|b| bytes(field, b)).transpose();

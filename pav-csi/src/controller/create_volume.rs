@@ -3,15 +3,175 @@
 
 use pav_sdk::VolumeMode;
 use pav_sdk::{CapacityRange, ContentSource, CreateRequest, TopologyRequirement, VolumeId};
-use tonic::Status;
+use tonic::{Code, Status};
 
-use super::{ControllerService, check_modes};
-use crate::convert;
+use super::{ControllerService, ExistsError, ModeError, Unserved, check_modes};
+use crate::convert::{self, CapabilityError, RangeError, VolumeAnswerError};
 use crate::csi;
-use crate::error::status;
-use crate::guard::Key;
-use crate::limits;
+use crate::error::{error_chain, provisioner_code};
+use crate::guard::{Busy, Key};
+use crate::limits::{self, LimitError};
 use crate::shared::Shared;
+
+/// Why a `CreateVolume` failed: one variant per step of [`check`] and
+/// [`run`], each mapped to its code once, in [`From`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CreateVolumeError {
+    /// The provisioner does not create volumes (`UNIMPLEMENTED`).
+    #[error(transparent)]
+    Unserved(#[from] Unserved),
+    /// A field breaks CSI's limits (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// The capabilities cannot be converted (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Capability(#[from] CapabilityError),
+    /// The capacity range is refused (its code).
+    #[error(transparent)]
+    Range(#[from] RangeError),
+    /// Topology requirements to a driver that is not topology-aware
+    /// (`INVALID_ARGUMENT`).
+    #[error(
+        "accessibility_requirements: this driver does not advertise \
+         VOLUME_ACCESSIBILITY_CONSTRAINTS"
+    )]
+    TopologyUnadvertised,
+    /// A snapshot source to a provisioner without snapshots
+    /// (`INVALID_ARGUMENT`).
+    #[error(
+        "volume_content_source: this driver does not restore snapshots (CREATE_DELETE_SNAPSHOT is not advertised)"
+    )]
+    SnapshotSourceUnserved,
+    /// A volume source to a provisioner that does not clone
+    /// (`INVALID_ARGUMENT`).
+    #[error(
+        "volume_content_source: this driver does not clone volumes (CLONE_VOLUME is not advertised)"
+    )]
+    VolumeSourceUnserved,
+    /// A content source naming neither (`INVALID_ARGUMENT`).
+    #[error("volume_content_source: a snapshot or a volume is required")]
+    EmptySource,
+    /// Mutable parameters to a provisioner that does not modify volumes
+    /// (`INVALID_ARGUMENT`).
+    #[error(
+        "mutable_parameters: this driver does not modify volumes \
+         (MODIFY_VOLUME is not advertised), so it takes no volume attributes class"
+    )]
+    MutableParametersUnserved,
+    /// Modes the provisioner does not serve (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Mode(#[from] ModeError),
+    /// Another call holds the name or the source volume (`ABORTED`).
+    #[error(transparent)]
+    Busy(#[from] Busy),
+    /// A recent volume of this name was created from another request
+    /// (`ALREADY_EXISTS`).
+    #[error("volume {name:?} exists with different properties")]
+    OtherProperties { name: String },
+    /// The claim could not be read from the API server (its code).
+    #[cfg(feature = "kube")]
+    #[error(transparent)]
+    Claim(#[from] crate::claims::ClaimError),
+    /// Listing the snapshots, to find the source, failed (the provisioner's
+    /// code).
+    #[error("{}", .0.message())]
+    ListSnapshots(pav_sdk::Error),
+    /// The source snapshot does not exist (`NOT_FOUND`).
+    #[error("volume_content_source: snapshot {id:?} does not exist")]
+    SnapshotSourceMissing { id: VolumeId },
+    /// The source volume does not exist (`NOT_FOUND`).
+    #[error("volume_content_source: volume {id:?} does not exist")]
+    VolumeSourceMissing { id: VolumeId },
+    /// Asking whether the source volume exists failed (its code).
+    #[error(transparent)]
+    SourceLookup(ExistsError),
+    /// Listing the volumes, for the source volume's size, failed (the
+    /// provisioner's code).
+    #[error("{}", .0.message())]
+    ListVolumes(pav_sdk::Error),
+    /// The requested limit is below the source's size (`OUT_OF_RANGE`).
+    #[error(
+        "capacity_range.limit_bytes {limit} is below the {size} bytes of the volume_content_source"
+    )]
+    SourceTooLarge { limit: u64, size: u64 },
+    /// The provisioner's Validate refused (its code).
+    #[error("{}", .0.message())]
+    Validate(pav_sdk::Error),
+    /// The provisioner's Create failed (its code).
+    #[error("{}", .0.message())]
+    Create(pav_sdk::Error),
+    /// The provisioner created a volume CSI cannot return; what became of
+    /// it (`INTERNAL`).
+    #[error("the provisioner created a volume CSI cannot return: {refused}; {outcome}")]
+    Unreturnable {
+        refused: Unreturnable,
+        outcome: Cleanup,
+    },
+}
+
+impl From<CreateVolumeError> for Status {
+    fn from(err: CreateVolumeError) -> Self {
+        let code = match &err {
+            CreateVolumeError::Unserved(_) => Code::Unimplemented,
+            CreateVolumeError::Limit(e) => e.code(),
+            CreateVolumeError::Capability(e) => e.code(),
+            CreateVolumeError::Range(e) => e.code(),
+            CreateVolumeError::TopologyUnadvertised
+            | CreateVolumeError::SnapshotSourceUnserved
+            | CreateVolumeError::VolumeSourceUnserved
+            | CreateVolumeError::EmptySource
+            | CreateVolumeError::MutableParametersUnserved
+            | CreateVolumeError::Mode(_) => Code::InvalidArgument,
+            CreateVolumeError::Busy(e) => e.code(),
+            CreateVolumeError::OtherProperties { .. } => Code::AlreadyExists,
+            #[cfg(feature = "kube")]
+            CreateVolumeError::Claim(e) => e.code(),
+            CreateVolumeError::ListSnapshots(e)
+            | CreateVolumeError::ListVolumes(e)
+            | CreateVolumeError::Validate(e)
+            | CreateVolumeError::Create(e) => provisioner_code(e),
+            CreateVolumeError::SnapshotSourceMissing { .. }
+            | CreateVolumeError::VolumeSourceMissing { .. } => Code::NotFound,
+            CreateVolumeError::SourceLookup(e) => e.code(),
+            CreateVolumeError::SourceTooLarge { .. } => Code::OutOfRange,
+            CreateVolumeError::Unreturnable { .. } => Code::Internal,
+        };
+        Status::new(code, error_chain(&err))
+    }
+}
+
+/// Why a volume the provisioner created cannot be returned.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Unreturnable {
+    /// Its size is outside the requested range.
+    #[error(
+        "capacity_bytes {bytes} is outside the requested range (required_bytes {min}, limit_bytes {max})"
+    )]
+    Size { bytes: u64, min: u64, max: u64 },
+    /// It is accessible from none of the requisite topologies.
+    #[error("accessible_topology {reported:?} is outside every requisite topology {requisite:?}")]
+    Placement {
+        reported: Vec<pav_sdk::Topology>,
+        requisite: Vec<pav_sdk::Topology>,
+    },
+    /// CSI cannot carry it.
+    #[error(transparent)]
+    Form(#[from] VolumeAnswerError),
+}
+
+/// What became of a created volume that cannot be returned.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Cleanup {
+    /// The provisioner has no Delete.
+    #[error("it was not deleted (no Delete)")]
+    NoDelete,
+    /// Deleted (or gone already).
+    #[error("it was deleted")]
+    Deleted,
+    /// Delete failed too (the provisioner's message).
+    #[error("deleting it failed too: {}", .0.message())]
+    DeleteFailed(pav_sdk::Error),
+}
 
 /// A `CreateVolumeRequest` that passed [`check`].
 #[derive(Debug)]
@@ -28,7 +188,10 @@ pub(crate) struct Checked {
 /// driver is topology-aware), content source (only a kind the
 /// provisioner takes) and mutable parameters (only when it modifies
 /// volumes), converted for the provisioner.
-pub(crate) fn check(req: &csi::CreateVolumeRequest, shared: &Shared) -> Result<Checked, Status> {
+pub(crate) fn check(
+    req: &csi::CreateVolumeRequest,
+    shared: &Shared,
+) -> Result<Checked, CreateVolumeError> {
     let name = limits::name("name", &req.name)?;
     limits::map("parameters", &req.parameters)?;
     let secrets = convert::secrets(&req.secrets)?;
@@ -43,14 +206,11 @@ pub(crate) fn check(req: &csi::CreateVolumeRequest, shared: &Shared) -> Result<C
     // CSI: "SHALL NOT be specified unless the SP has the MODIFY_VOLUME
     // plugin capability".
     if !req.mutable_parameters.is_empty() && shared.provisioner.modify().is_none() {
-        return Err(Status::invalid_argument(
-            "mutable_parameters: this driver does not modify volumes \
-             (MODIFY_VOLUME is not advertised), so it takes no volume attributes class",
-        ));
+        return Err(CreateVolumeError::MutableParametersUnserved);
     }
     // The `csi.storage.k8s.io/` keys are the sidecars', not the class's.
     let (mutable_parameters, _, _) = convert::split_parameters(&req.mutable_parameters);
-    check_modes(shared, volume_mode, &access_modes).map_err(Status::invalid_argument)?;
+    check_modes(shared, volume_mode, &access_modes)?;
     let (parameters, claim, legacy_fs_type) = convert::split_parameters(&req.parameters);
     if mount.fs_type.is_none() && volume_mode == VolumeMode::Filesystem {
         mount.fs_type = legacy_fs_type;
@@ -85,12 +245,9 @@ pub(crate) fn check(req: &csi::CreateVolumeRequest, shared: &Shared) -> Result<C
 fn check_requirement(
     requirement: &csi::TopologyRequirement,
     topology_aware: bool,
-) -> Result<(), Status> {
+) -> Result<(), CreateVolumeError> {
     if !topology_aware {
-        return Err(Status::invalid_argument(
-            "accessibility_requirements: this driver does not advertise \
-             VOLUME_ACCESSIBILITY_CONSTRAINTS",
-        ));
+        return Err(CreateVolumeError::TopologyUnadvertised);
     }
     let kinds = [
         ("requisite", &requirement.requisite),
@@ -114,7 +271,7 @@ fn check_requirement(
 fn content_source(
     source: Option<&csi::VolumeContentSource>,
     shared: &Shared,
-) -> Result<Option<ContentSource>, Status> {
+) -> Result<Option<ContentSource>, CreateVolumeError> {
     use csi::volume_content_source::Type;
     let Some(source) = source else {
         return Ok(None);
@@ -132,15 +289,9 @@ fn content_source(
             let id = limits::required("volume_content_source.volume.volume_id", &volume.volume_id)?;
             Ok(Some(ContentSource::Volume(VolumeId::new(id))))
         }
-        Some(Type::Snapshot(_)) => Err(Status::invalid_argument(
-            "volume_content_source: this driver does not restore snapshots (CREATE_DELETE_SNAPSHOT is not advertised)",
-        )),
-        Some(Type::Volume(_)) => Err(Status::invalid_argument(
-            "volume_content_source: this driver does not clone volumes (CLONE_VOLUME is not advertised)",
-        )),
-        None => Err(Status::invalid_argument(
-            "volume_content_source: a snapshot or a volume is required",
-        )),
+        Some(Type::Snapshot(_)) => Err(CreateVolumeError::SnapshotSourceUnserved),
+        Some(Type::Volume(_)) => Err(CreateVolumeError::VolumeSourceUnserved),
+        None => Err(CreateVolumeError::EmptySource),
     }
 }
 
@@ -153,7 +304,7 @@ pub(crate) async fn run(
     service: &ControllerService,
     creator: &dyn pav_sdk::Create,
     checked: Checked,
-) -> Result<csi::CreateVolumeResponse, Status> {
+) -> Result<csi::CreateVolumeResponse, CreateVolumeError> {
     let Checked {
         create,
         content_source,
@@ -194,12 +345,12 @@ pub(crate) async fn run(
         validator
             .validate(pav_sdk::build::validate_for(&create))
             .await
-            .map_err(status)?;
+            .map_err(CreateVolumeError::Validate)?;
     }
-    let volume = creator.create(create).await.map_err(status)?;
+    let volume = (creator.create(create).await).map_err(CreateVolumeError::Create)?;
     let checked = check_sized(&volume, capacity)
         .and_then(|()| check_placed(&volume, &requisite))
-        .and_then(|()| convert::csi_volume(&volume));
+        .and_then(|()| Ok(convert::csi_volume(&volume)?));
     let mut volume = match checked {
         Ok(checked) => checked,
         Err(refused) => return Err(delete_refused(service, name, volume, refused).await),
@@ -224,15 +375,15 @@ fn cached(
     shared: &Shared,
     name: &str,
     fingerprint: &CreateRequest,
-) -> Result<Option<csi::CreateVolumeResponse>, Status> {
+) -> Result<Option<csi::CreateVolumeResponse>, CreateVolumeError> {
     let cache = (shared.create_cache.lock()).unwrap_or_else(|e| e.into_inner());
     let Some((earlier, volume)) = cache.get(name) else {
         return Ok(None);
     };
     if earlier != fingerprint {
-        return Err(Status::already_exists(format!(
-            "volume {name:?} exists with different properties"
-        )));
+        return Err(CreateVolumeError::OtherProperties {
+            name: name.to_owned(),
+        });
     }
     Ok(Some(csi::CreateVolumeResponse {
         volume: Some(volume.clone()),
@@ -241,23 +392,26 @@ fn cached(
 
 /// Checks that a created volume's size is within the requested range. 0
 /// is CSI's "unknown" (an NFS share, say) and passes.
-fn check_sized(volume: &pav_sdk::Volume, capacity: CapacityRange) -> Result<(), Status> {
+fn check_sized(volume: &pav_sdk::Volume, capacity: CapacityRange) -> Result<(), Unreturnable> {
     let bytes = volume.capacity_bytes;
     if bytes == 0 || capacity.contains(bytes) {
         return Ok(());
     }
-    Err(Status::invalid_argument(format!(
-        "capacity_bytes {bytes} is outside the requested range (required_bytes {}, limit_bytes {})",
-        capacity.min_bytes.unwrap_or(0),
-        capacity.max_bytes.unwrap_or(0)
-    )))
+    Err(Unreturnable::Size {
+        bytes,
+        min: capacity.min_bytes.unwrap_or(0),
+        max: capacity.max_bytes.unwrap_or(0),
+    })
 }
 
 /// Checks that a volume created for `requisite` topologies is accessible
 /// from at least one of them, as CSI requires: a segment it reports must
 /// agree with a requisite one on every key both name. A volume that
 /// reports no topology is accessible from everywhere.
-fn check_placed(volume: &pav_sdk::Volume, requisite: &[pav_sdk::Topology]) -> Result<(), Status> {
+fn check_placed(
+    volume: &pav_sdk::Volume,
+    requisite: &[pav_sdk::Topology],
+) -> Result<(), Unreturnable> {
     let agree = |reported: &pav_sdk::Topology, wanted: &pav_sdk::Topology| {
         reported
             .iter()
@@ -270,10 +424,10 @@ fn check_placed(volume: &pav_sdk::Volume, requisite: &[pav_sdk::Topology]) -> Re
     if placed {
         return Ok(());
     }
-    Err(Status::invalid_argument(format!(
-        "accessible_topology {:?} is outside every requisite topology {requisite:?}",
-        volume.accessible_topology
-    )))
+    Err(Unreturnable::Placement {
+        reported: volume.accessible_topology.clone(),
+        requisite: requisite.to_vec(),
+    })
 }
 
 /// The size of `source`, when the provisioner can say: a snapshot's
@@ -282,31 +436,33 @@ fn check_placed(volume: &pav_sdk::Volume, requisite: &[pav_sdk::Topology]) -> Re
 async fn source_size(
     service: &ControllerService,
     source: &ContentSource,
-) -> Result<Option<u64>, Status> {
+) -> Result<Option<u64>, CreateVolumeError> {
     match source {
         ContentSource::Snapshot(id) => {
-            let snapshots = service.list_snapshots_of_provisioner().await?;
+            let snapshots = (service.list_snapshots_of_provisioner().await)
+                .map_err(CreateVolumeError::ListSnapshots)?;
             match snapshots.into_iter().find(|s| s.handle == *id) {
                 Some(snapshot) => Ok(Some(snapshot.size_bytes)),
-                None => Err(Status::not_found(format!(
-                    "volume_content_source: snapshot {id:?} does not exist"
-                ))),
+                None => Err(CreateVolumeError::SnapshotSourceMissing { id: id.clone() }),
             }
         }
         ContentSource::Volume(id) => {
             service
                 .check_exists(id.as_str())
                 .await
-                .map_err(|e| match e.code() {
-                    tonic::Code::NotFound => Status::not_found(format!(
-                        "volume_content_source: volume {id:?} does not exist"
-                    )),
-                    _ => e,
+                .map_err(|e| match e {
+                    ExistsError::Missing { .. } => {
+                        CreateVolumeError::VolumeSourceMissing { id: id.clone() }
+                    }
+                    e => CreateVolumeError::SourceLookup(e),
                 })?;
             let Some(lister) = service.shared.provisioner.list() else {
                 return Ok(None);
             };
-            let volumes = lister.list().await.map_err(status)?;
+            let volumes = lister
+                .list()
+                .await
+                .map_err(CreateVolumeError::ListVolumes)?;
             Ok(volumes
                 .into_iter()
                 .find(|v| v.volume.handle == *id)
@@ -323,43 +479,41 @@ async fn check_source(
     service: &ControllerService,
     source: &ContentSource,
     capacity: CapacityRange,
-) -> Result<(), Status> {
+) -> Result<(), CreateVolumeError> {
     let size = source_size(service, source).await?;
     if let (Some(size), Some(max)) = (size, capacity.max_bytes)
         && max < size
     {
-        return Err(Status::out_of_range(format!(
-            "capacity_range.limit_bytes {max} is below the {size} bytes of the volume_content_source"
-        )));
+        return Err(CreateVolumeError::SourceTooLarge { limit: max, size });
     }
     Ok(())
 }
 
 /// Deletes a volume the provisioner created but CSI cannot carry (see
 /// [`convert::csi_volume`]), so that refusing it leaks nothing, and returns
-/// the `INTERNAL` status that answers the `CreateVolume`: the request
+/// the error (`INTERNAL`) that answers the `CreateVolume`: the request
 /// was fine, the provisioner's answer was not.
 async fn delete_refused(
     service: &ControllerService,
     name: &str,
     volume: pav_sdk::Volume,
-    refused: Status,
-) -> Status {
-    let problem = format!(
-        "the provisioner created a volume CSI cannot return: {}",
-        refused.message()
-    );
+    refused: Unreturnable,
+) -> CreateVolumeError {
+    let problem = format!("the provisioner created a volume CSI cannot return: {refused}");
     let Some(deleter) = service.shared.provisioner.delete() else {
         tracing::error!(name, volume_id = ?volume.handle, problem, "CreateVolume refused; no Delete to remove the volume");
-        return Status::internal(format!("{problem}; it was not deleted (no Delete)"));
+        return CreateVolumeError::Unreturnable {
+            refused,
+            outcome: Cleanup::NoDelete,
+        };
     };
     let outcome = match deleter
         .delete(pav_sdk::build::delete(volume.handle.as_str()))
         .await
     {
-        Ok(()) | Err(pav_sdk::Error::NotFound(_)) => "it was deleted".to_owned(),
-        Err(e) => format!("deleting it failed too: {}", e.message()),
+        Ok(()) | Err(pav_sdk::Error::NotFound(_)) => Cleanup::Deleted,
+        Err(e) => Cleanup::DeleteFailed(e),
     };
-    tracing::error!(name, volume_id = ?volume.handle, problem, outcome, "CreateVolume refused");
-    Status::internal(format!("{problem}; {outcome}"))
+    tracing::error!(name, volume_id = ?volume.handle, problem, outcome = outcome.to_string(), "CreateVolume refused");
+    CreateVolumeError::Unreturnable { refused, outcome }
 }

@@ -2,15 +2,63 @@
 //! staged on this node (when this process serves the node service too) is
 //! not.
 
-use pav_sdk::Secrets;
-use tonic::Status;
+use std::path::PathBuf;
 
-use super::ControllerService;
+use pav_sdk::Secrets;
+use tonic::{Code, Status};
+
+use super::{ControllerService, Unserved};
 use crate::convert;
 use crate::csi;
-use crate::error::{internal, status};
-use crate::guard::Key;
-use crate::limits;
+use crate::error::{error_chain, provisioner_code};
+use crate::guard::{Busy, Key};
+use crate::limits::{self, LimitError};
+
+/// Why a `DeleteVolume` failed: one variant per step of [`check`] and
+/// [`run`], each mapped to its code once, in [`From`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DeleteVolumeError {
+    /// The provisioner does not create volumes (`UNIMPLEMENTED`).
+    #[error(transparent)]
+    Unserved(#[from] Unserved),
+    /// A field breaks CSI's limits (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// Another call holds the volume (`ABORTED`).
+    #[error(transparent)]
+    Busy(#[from] Busy),
+    /// The task reading the staging record failed (`INTERNAL`).
+    #[error("staging record task")]
+    RecordTask(#[source] tokio::task::JoinError),
+    /// The staging record could not be read (`INTERNAL`).
+    #[error("reading the staging record")]
+    Record(#[source] std::io::Error),
+    /// The volume is staged on this node (`FAILED_PRECONDITION`: the CO
+    /// retries).
+    #[error(
+        "volume {volume_id:?} is still staged on this node at {}: it is deleted once \
+         NodeUnstageVolume has unstaged it",
+        staging.display()
+    )]
+    Staged { volume_id: String, staging: PathBuf },
+    /// The provisioner's Delete failed (its code).
+    #[error("{}", .0.message())]
+    Delete(pav_sdk::Error),
+}
+
+impl From<DeleteVolumeError> for Status {
+    fn from(err: DeleteVolumeError) -> Self {
+        let code = match &err {
+            DeleteVolumeError::Unserved(_) => Code::Unimplemented,
+            DeleteVolumeError::Limit(e) => e.code(),
+            DeleteVolumeError::Busy(e) => e.code(),
+            DeleteVolumeError::RecordTask(_) | DeleteVolumeError::Record(_) => Code::Internal,
+            DeleteVolumeError::Staged { .. } => Code::FailedPrecondition,
+            DeleteVolumeError::Delete(e) => provisioner_code(e),
+        };
+        Status::new(code, error_chain(&err))
+    }
+}
 
 /// A `DeleteVolumeRequest` that passed [`check`].
 #[derive(Debug)]
@@ -20,7 +68,7 @@ pub(crate) struct Checked {
 }
 
 /// The volume id is required; secrets within the map limit.
-pub(crate) fn check(req: &csi::DeleteVolumeRequest) -> Result<Checked, Status> {
+pub(crate) fn check(req: &csi::DeleteVolumeRequest) -> Result<Checked, DeleteVolumeError> {
     let volume_id = limits::required("volume_id", &req.volume_id)?;
     let secrets = convert::secrets(&req.secrets)?;
     Ok(Checked {
@@ -35,7 +83,7 @@ pub(crate) fn check(req: &csi::DeleteVolumeRequest) -> Result<Checked, Status> {
 pub(crate) async fn run(
     service: &ControllerService,
     checked: Checked,
-) -> Result<csi::DeleteVolumeResponse, Status> {
+) -> Result<csi::DeleteVolumeResponse, DeleteVolumeError> {
     let Checked { volume_id, secrets } = checked;
     let volume_id = volume_id.as_str();
     let shared = &service.shared;
@@ -47,7 +95,7 @@ pub(crate) async fn run(
         delete.secrets = secrets;
         match deleter.delete(delete).await {
             Ok(()) | Err(pav_sdk::Error::NotFound(_)) => {}
-            Err(e) => return Err(status(e)),
+            Err(e) => return Err(DeleteVolumeError::Delete(e)),
         }
     }
     (shared.create_cache.lock())
@@ -56,8 +104,8 @@ pub(crate) async fn run(
     Ok(csi::DeleteVolumeResponse {})
 }
 
-/// `FAILED_PRECONDITION` (the CSI spec's "volume in use"; the CO retries)
-/// while this node's staging records hold `volume_id`. The CO does not
+/// [`DeleteVolumeError::Staged`] (the CSI spec's "volume in use"; the CO
+/// retries) while this node's staging records hold `volume_id`. The CO does not
 /// order DeleteVolume after the last NodeUnstageVolume: once a client
 /// pod's object is gone its claim may be deleted while the kubelet is still
 /// unstaging, and a Delete then would remove the storage under the
@@ -67,21 +115,20 @@ pub(crate) async fn run(
 async fn refuse_staged(
     records: Option<&crate::staged::Records>,
     volume_id: &str,
-) -> Result<(), Status> {
+) -> Result<(), DeleteVolumeError> {
     let Some(records) = records.cloned() else {
         return Ok(());
     };
     let id = volume_id.to_owned();
     let record = tokio::task::spawn_blocking(move || records.get(&id))
         .await
-        .map_err(|e| internal("staging record task", e))?
-        .map_err(|e| internal("reading the staging record", e))?;
+        .map_err(DeleteVolumeError::RecordTask)?
+        .map_err(DeleteVolumeError::Record)?;
     match record {
         None => Ok(()),
-        Some(record) => Err(Status::failed_precondition(format!(
-            "volume {volume_id:?} is still staged on this node at {}: it is deleted once \
-             NodeUnstageVolume has unstaged it",
-            record.staging.display()
-        ))),
+        Some(record) => Err(DeleteVolumeError::Staged {
+            volume_id: volume_id.to_owned(),
+            staging: record.staging,
+        }),
     }
 }

@@ -1,15 +1,78 @@
 //! `ControllerExpandVolume`: grow a volume within the range asked for.
 
 use pav_sdk::{CapacityRange, Secrets, VolumeMode};
-use tonic::Status;
+use tonic::{Code, Status};
 
-use super::{ControllerService, check_modes};
-use crate::convert;
+use super::{ControllerService, ExistsError, ModeError, Unserved, check_modes};
+use crate::convert::{self, CapabilityError, RangeError};
 use crate::csi;
-use crate::error::status;
-use crate::guard::Key;
-use crate::limits;
+use crate::error::{error_chain, provisioner_code};
+use crate::guard::{Busy, Key};
+use crate::limits::{self, Int64Error, LimitError};
 use crate::shared::Shared;
+
+/// Why a `ControllerExpandVolume` failed: one variant per step of
+/// [`check`] and [`run`], each mapped to its code once, in [`From`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ExpandError {
+    /// The provisioner does not expand volumes (`UNIMPLEMENTED`).
+    #[error(transparent)]
+    Unserved(#[from] Unserved),
+    /// A field breaks CSI's limits (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// No capacity range (`INVALID_ARGUMENT`).
+    #[error("capacity_range is required")]
+    NoRange,
+    /// The capacity range is refused (its code).
+    #[error(transparent)]
+    Range(#[from] RangeError),
+    /// A capacity range with neither bound (`INVALID_ARGUMENT`).
+    #[error("capacity_range: required_bytes or limit_bytes must be set")]
+    Unbounded,
+    /// The capability cannot be converted (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Capability(#[from] CapabilityError),
+    /// Modes the provisioner does not serve (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Mode(#[from] ModeError),
+    /// Another call holds the volume (`ABORTED`).
+    #[error(transparent)]
+    Busy(#[from] Busy),
+    /// The volume does not exist, or asking failed (its code).
+    #[error(transparent)]
+    Lookup(#[from] ExistsError),
+    /// The provisioner's Expand failed (its code).
+    #[error("{}", .0.message())]
+    Expand(pav_sdk::Error),
+    /// It grew the volume outside the range (`INTERNAL`).
+    #[error(
+        "the provisioner grew volume {volume_id:?} to {bytes} bytes, outside the requested range"
+    )]
+    OutsideRange { volume_id: String, bytes: u64 },
+    /// Its size does not fit CSI's int64 (`INTERNAL`).
+    #[error(transparent)]
+    Size(#[from] Int64Error),
+}
+
+impl From<ExpandError> for Status {
+    fn from(err: ExpandError) -> Self {
+        let code = match &err {
+            ExpandError::Unserved(_) => Code::Unimplemented,
+            ExpandError::Limit(e) => e.code(),
+            ExpandError::Range(e) => e.code(),
+            ExpandError::Capability(e) => e.code(),
+            ExpandError::NoRange | ExpandError::Unbounded | ExpandError::Mode(_) => {
+                Code::InvalidArgument
+            }
+            ExpandError::Busy(e) => e.code(),
+            ExpandError::Lookup(e) => e.code(),
+            ExpandError::Expand(e) => provisioner_code(e),
+            ExpandError::OutsideRange { .. } | ExpandError::Size(_) => Code::Internal,
+        };
+        Status::new(code, error_chain(&err))
+    }
+}
 
 /// A `ControllerExpandVolumeRequest` that passed [`check`].
 #[derive(Debug)]
@@ -26,22 +89,20 @@ pub(crate) struct Checked {
 pub(crate) fn check(
     req: &csi::ControllerExpandVolumeRequest,
     shared: &Shared,
-) -> Result<Checked, Status> {
+) -> Result<Checked, ExpandError> {
     let volume_id = limits::required("volume_id", &req.volume_id)?;
     let secrets = convert::secrets(&req.secrets)?;
     let Some(range) = req.capacity_range.as_ref() else {
-        return Err(Status::invalid_argument("capacity_range is required"));
+        return Err(ExpandError::NoRange);
     };
     let capacity = convert::capacity_range(Some(range))?;
     if capacity.min_bytes.is_none() && capacity.max_bytes.is_none() {
-        return Err(Status::invalid_argument(
-            "capacity_range: required_bytes or limit_bytes must be set",
-        ));
+        return Err(ExpandError::Unbounded);
     }
     let volume_mode = match &req.volume_capability {
         Some(cap) => {
             let cap = convert::capability("volume_capability", cap)?;
-            check_modes(shared, cap.mode, &[cap.access_mode]).map_err(Status::invalid_argument)?;
+            check_modes(shared, cap.mode, &[cap.access_mode])?;
             Some(cap.mode)
         }
         None => None,
@@ -61,7 +122,7 @@ pub(crate) async fn run(
     service: &ControllerService,
     expander: &dyn pav_sdk::Expand,
     checked: Checked,
-) -> Result<csi::ControllerExpandVolumeResponse, Status> {
+) -> Result<csi::ControllerExpandVolumeResponse, ExpandError> {
     let Checked {
         volume_id,
         secrets,
@@ -77,12 +138,12 @@ pub(crate) async fn run(
     expand.capacity = capacity;
     expand.volume_mode = volume_mode;
     expand.secrets = secrets;
-    let expanded = expander.expand(expand).await.map_err(status)?;
+    let expanded = expander.expand(expand).await.map_err(ExpandError::Expand)?;
     if !capacity.contains(expanded.capacity_bytes) {
-        return Err(Status::internal(format!(
-            "the provisioner grew volume {volume_id:?} to {} bytes, outside the requested range",
-            expanded.capacity_bytes
-        )));
+        return Err(ExpandError::OutsideRange {
+            volume_id: volume_id.to_owned(),
+            bytes: expanded.capacity_bytes,
+        });
     }
     // A cached CreateVolume answer would report the old size.
     (shared.create_cache.lock())

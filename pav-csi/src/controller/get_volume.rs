@@ -3,10 +3,11 @@
 
 use tonic::{Code, Status};
 
+use super::Unserved;
 use crate::convert;
 use crate::csi;
-use crate::error::{error_chain, status};
-use crate::limits;
+use crate::error::{error_chain, provisioner_code};
+use crate::limits::{self, LimitError};
 
 /// A `ControllerGetVolumeRequest` that passed [`check`].
 #[derive(Debug)]
@@ -15,17 +16,23 @@ pub(crate) struct Checked {
 }
 
 /// The volume id is required and within CSI's limits.
-pub(crate) fn check(req: &csi::ControllerGetVolumeRequest) -> Result<Checked, Status> {
+pub(crate) fn check(req: &csi::ControllerGetVolumeRequest) -> Result<Checked, GetVolumeError> {
     let volume_id = limits::required("volume_id", &req.volume_id)?;
     Ok(Checked {
         volume_id: volume_id.to_owned(),
     })
 }
 
-/// Why a `ControllerGetVolume` that passed its checks failed: one variant
-/// per step of [`run`].
+/// Why a `ControllerGetVolume` failed: one variant per step of [`check`]
+/// and [`run`].
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum GetVolumeError {
+    /// The provisioner has no listing or no Health (`UNIMPLEMENTED`).
+    #[error(transparent)]
+    Unserved(#[from] Unserved),
+    /// The volume id is missing or too long (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
     /// Listing the volumes, to find this one, failed.
     #[error("listing the volumes failed")]
     Listing(#[source] pav_sdk::Error),
@@ -44,14 +51,14 @@ impl From<GetVolumeError> for Status {
     /// One mapping for every failure: the provisioner's codes pass on
     /// (its `NOT_FOUND` from Health too: the volume went away meanwhile).
     fn from(err: GetVolumeError) -> Self {
-        let message = error_chain(&err);
-        match err {
-            GetVolumeError::Listing(e) | GetVolumeError::Health(e) => {
-                Status::new(status(e).code(), message)
-            }
-            GetVolumeError::Unknown(_) => Status::new(Code::NotFound, message),
-            GetVolumeError::Unanswerable { .. } => Status::new(Code::Internal, message),
-        }
+        let code = match &err {
+            GetVolumeError::Unserved(_) => Code::Unimplemented,
+            GetVolumeError::Limit(e) => e.code(),
+            GetVolumeError::Listing(e) | GetVolumeError::Health(e) => provisioner_code(e),
+            GetVolumeError::Unknown(_) => Code::NotFound,
+            GetVolumeError::Unanswerable { .. } => Code::Internal,
+        };
+        Status::new(code, error_chain(&err))
     }
 }
 
@@ -63,13 +70,13 @@ pub(crate) async fn run(
     lister: &dyn pav_sdk::List,
     health: &dyn pav_sdk::Health,
     checked: Checked,
-) -> Result<csi::ControllerGetVolumeResponse, Status> {
+) -> Result<csi::ControllerGetVolumeResponse, GetVolumeError> {
     let Checked { volume_id } = checked;
     let listed = find(lister, &volume_id).await?;
     let volume =
         convert::csi_volume(&listed.volume).map_err(|refused| GetVolumeError::Unanswerable {
             volume: volume_id.clone(),
-            refused: refused.message().to_owned(),
+            refused: refused.to_string(),
         })?;
     let condition = match listed.condition {
         Some(condition) => condition,
@@ -126,10 +133,10 @@ mod tests {
         let request = |id: &str| csi::ControllerGetVolumeRequest {
             volume_id: id.into(),
         };
-        let missing = check(&request("")).unwrap_err();
+        let missing = Status::from(check(&request("")).unwrap_err());
         assert_eq!(missing.code(), Code::InvalidArgument);
         assert!(missing.message().contains("volume_id"), "{missing:?}");
-        let long = check(&request(&"v".repeat(129))).unwrap_err();
+        let long = Status::from(check(&request(&"v".repeat(129))).unwrap_err());
         assert_eq!(long.code(), Code::InvalidArgument);
         assert_eq!(check(&request("vol-1")).unwrap().volume_id, "vol-1");
     }

@@ -3,9 +3,10 @@
 //!
 //! One file per RPC. Each has a `check` (the request's required fields,
 //! limits and conversions, and what the provisioner declares it serves; no
-//! I/O, no provisioner call) giving its `Checked` request, and a `run` that
-//! carries it out. The service below asks whether the RPC is served, then
-//! calls the two; what several RPCs need lives here.
+//! I/O, no provisioner call) giving its `Checked` request, a `run` that
+//! carries it out, and an error enum (one variant per failing step) with
+//! the one mapping of it to a `Status`. The service below asks whether the
+//! RPC is served, then calls the two; what several RPCs need lives here.
 
 mod capabilities;
 mod capacity;
@@ -16,7 +17,7 @@ pub(crate) mod delete_volume;
 mod expand;
 pub(crate) mod get_volume;
 mod list_snapshots;
-mod list_volumes;
+pub(crate) mod list_volumes;
 mod modify_volume;
 pub(crate) mod publish_volume;
 pub(crate) mod unpublish_volume;
@@ -25,10 +26,10 @@ mod validate;
 use std::sync::Arc;
 
 use pav_sdk::{AccessMode, VolumeId, VolumeMode};
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
 
 use crate::csi;
-use crate::error::{Subject, logged, status};
+use crate::error::{Subject, logged, provisioner_code};
 use crate::shared::Shared;
 
 /// Controller service.
@@ -37,81 +38,141 @@ pub(crate) struct ControllerService {
     pub(crate) shared: Arc<Shared>,
 }
 
+/// A touch point the provisioner lacks, so that an RPC is not served
+/// (`UNIMPLEMENTED`; its capability is not advertised).
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+pub(crate) enum Unserved {
+    /// `CreateVolume` without [`pav_sdk::Create`].
+    #[error("this provisioner does not create volumes")]
+    Create,
+    /// `DeleteVolume` without [`pav_sdk::Create`].
+    #[error("this provisioner does not create volumes (CREATE_DELETE_VOLUME is not advertised)")]
+    Delete,
+    /// Snapshot RPCs without [`pav_sdk::Snapshot`].
+    #[error("this provisioner does not take snapshots (CREATE_DELETE_SNAPSHOT is not advertised)")]
+    Snapshot,
+    /// `ControllerPublishVolume` and `ControllerUnpublishVolume` without
+    /// [`pav_sdk::Attach`].
+    #[error(
+        "this provisioner does not attach volumes (PUBLISH_UNPUBLISH_VOLUME is not advertised)"
+    )]
+    Attach,
+    /// `ControllerExpandVolume` without [`pav_sdk::Expand`].
+    #[error("this provisioner does not expand volumes (EXPAND_VOLUME is not advertised)")]
+    Expand,
+    /// `ControllerModifyVolume` without [`pav_sdk::Modify`].
+    #[error("this provisioner does not modify volumes (MODIFY_VOLUME is not advertised)")]
+    Modify,
+    /// `GetCapacity` without [`pav_sdk::Capacity`].
+    #[error("this provisioner does not report capacity (GET_CAPACITY is not advertised)")]
+    Capacity,
+    /// `ListVolumes` without [`pav_sdk::List`].
+    #[error("this provisioner does not list volumes (LIST_VOLUMES is not advertised)")]
+    List,
+    /// `ControllerGetVolume` without [`pav_sdk::List`] and [`pav_sdk::Health`].
+    #[error("this provisioner does not report volume health (GET_VOLUME is not advertised)")]
+    Health,
+}
+
+/// A volume or access mode the provisioner did not declare.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ModeError {
+    #[error("volume mode {0} is not supported")]
+    VolumeMode(VolumeMode),
+    #[error("access mode {0:?} is not supported")]
+    AccessMode(AccessMode),
+}
+
+/// Why a volume was not found to exist.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ExistsError {
+    /// Asking the provisioner failed (with its code).
+    #[error("{}", .0.message())]
+    Lookup(pav_sdk::Error),
+    /// It does not exist (`NOT_FOUND`).
+    #[error("volume {volume_id:?} does not exist")]
+    Missing { volume_id: String },
+}
+
+impl ExistsError {
+    /// The provisioner's code, or `NOT_FOUND`.
+    pub(crate) fn code(&self) -> Code {
+        match self {
+            ExistsError::Lookup(e) => provisioner_code(e),
+            ExistsError::Missing { .. } => Code::NotFound,
+        }
+    }
+}
+
 /// Refuses volume and access modes the provisioner did not declare.
 fn check_modes(
     shared: &Shared,
     mode: VolumeMode,
     access_modes: &[AccessMode],
-) -> Result<(), String> {
+) -> Result<(), ModeError> {
     if !shared.provisioner.supports_volume_mode(mode) {
-        return Err(format!("volume mode {mode} is not supported"));
+        return Err(ModeError::VolumeMode(mode));
     }
     match access_modes
         .iter()
         .find(|m| !shared.provisioner.supports_access_mode(**m))
     {
-        Some(m) => Err(format!("access mode {m:?} is not supported")),
+        Some(m) => Err(ModeError::AccessMode(*m)),
         None => Ok(()),
     }
 }
 
 impl ControllerService {
-    /// `UNIMPLEMENTED` unless the provisioner creates volumes.
-    fn creator(&self, message: &'static str) -> Result<&dyn pav_sdk::Create, Status> {
-        (self.shared.provisioner.create()).ok_or_else(|| Status::unimplemented(message))
+    /// The provisioner's Create, or [`Unserved`] (`unserved` says which RPC
+    /// asked).
+    fn creator(&self, unserved: Unserved) -> Result<&dyn pav_sdk::Create, Unserved> {
+        self.shared.provisioner.create().ok_or(unserved)
     }
 
-    /// `UNIMPLEMENTED` unless the provisioner takes snapshots.
-    fn snapshotter(&self) -> Result<&dyn pav_sdk::Snapshot, Status> {
-        self.shared.provisioner.snapshot().ok_or_else(|| {
-            Status::unimplemented(
-                "this provisioner does not take snapshots (CREATE_DELETE_SNAPSHOT is not advertised)",
-            )
-        })
+    /// The provisioner's Snapshot, or [`Unserved::Snapshot`].
+    fn snapshotter(&self) -> Result<&dyn pav_sdk::Snapshot, Unserved> {
+        self.shared.provisioner.snapshot().ok_or(Unserved::Snapshot)
     }
 
-    /// `UNIMPLEMENTED` unless the provisioner attaches volumes.
-    fn attacher(&self) -> Result<&dyn pav_sdk::Attach, Status> {
-        self.shared.provisioner.attach().ok_or_else(|| {
-            Status::unimplemented(
-                "this provisioner does not attach volumes (PUBLISH_UNPUBLISH_VOLUME is not advertised)",
-            )
-        })
+    /// The provisioner's Attach, or [`Unserved::Attach`].
+    fn attacher(&self) -> Result<&dyn pav_sdk::Attach, Unserved> {
+        self.shared.provisioner.attach().ok_or(Unserved::Attach)
     }
 
     /// The provisioner's snapshots (it has the touch point: callers check).
-    async fn list_snapshots_of_provisioner(&self) -> Result<Vec<pav_sdk::SnapshotInfo>, Status> {
+    async fn list_snapshots_of_provisioner(
+        &self,
+    ) -> Result<Vec<pav_sdk::SnapshotInfo>, pav_sdk::Error> {
         let Some(snapshotter) = self.shared.provisioner.snapshot() else {
             return Ok(Vec::new());
         };
-        snapshotter.list_snapshots().await.map_err(|e| {
+        snapshotter.list_snapshots().await.inspect_err(|e| {
             tracing::warn!(error = e.message(), "listing snapshots failed");
-            status(e)
         })
     }
 
-    /// `NOT_FOUND` unless the volume exists; see [`check_exists`].
-    async fn check_exists(&self, volume_id: &str) -> Result<(), Status> {
+    /// Whether the volume exists; see [`check_exists`].
+    async fn check_exists(&self, volume_id: &str) -> Result<(), ExistsError> {
         check_exists(&self.shared, volume_id).await
     }
 }
 
-/// `NOT_FOUND` unless the volume exists; a provisioner without Create
-/// (static volumes only) cannot say, so every id passes.
-pub(crate) async fn check_exists(shared: &Shared, volume_id: &str) -> Result<(), Status> {
+/// [`ExistsError::Missing`] unless the volume exists; a provisioner
+/// without Create (static volumes only) cannot say, so every id passes.
+pub(crate) async fn check_exists(shared: &Shared, volume_id: &str) -> Result<(), ExistsError> {
     let Some(creator) = shared.provisioner.create() else {
         return Ok(());
     };
     let exists = match creator.exists(&VolumeId::new(volume_id)).await {
         Ok(exists) => exists,
         Err(pav_sdk::Error::NotFound(_)) => false,
-        Err(e) => return Err(status(e)),
+        Err(e) => return Err(ExistsError::Lookup(e)),
     };
     match exists {
         true => Ok(()),
-        false => Err(Status::not_found(format!(
-            "volume {volume_id:?} does not exist"
-        ))),
+        false => Err(ExistsError::Missing {
+            volume_id: volume_id.to_owned(),
+        }),
     }
 }
 
@@ -123,11 +184,11 @@ impl csi::controller_server::Controller for ControllerService {
     ) -> Result<Response<csi::CreateVolumeResponse>, Status> {
         let req = request.get_ref();
         let answer = async {
-            let creator = self.creator("this provisioner does not create volumes")?;
+            let creator = self.creator(Unserved::Create)?;
             let checked = create_volume::check(req, &self.shared)?;
             create_volume::run(self, creator, checked).await
         };
-        let answer = answer.await.map(Response::new);
+        let answer = answer.await.map(Response::new).map_err(Status::from);
         logged("CreateVolume", Subject::Name(&req.name), answer)
     }
 
@@ -137,13 +198,11 @@ impl csi::controller_server::Controller for ControllerService {
     ) -> Result<Response<csi::DeleteVolumeResponse>, Status> {
         let req = request.get_ref();
         let answer = async {
-            self.creator(
-                "this provisioner does not create volumes (CREATE_DELETE_VOLUME is not advertised)",
-            )?;
+            self.creator(Unserved::Delete)?;
             let checked = delete_volume::check(req)?;
             delete_volume::run(self, checked).await
         };
-        let answer = answer.await.map(Response::new);
+        let answer = answer.await.map(Response::new).map_err(Status::from);
         logged("DeleteVolume", Subject::Volume(&req.volume_id), answer)
     }
 
@@ -152,7 +211,7 @@ impl csi::controller_server::Controller for ControllerService {
         request: Request<csi::ValidateVolumeCapabilitiesRequest>,
     ) -> Result<Response<csi::ValidateVolumeCapabilitiesResponse>, Status> {
         let checked = validate::check(request.get_ref(), &self.shared)?;
-        validate::run(self, checked).await.map(Response::new)
+        Ok(Response::new(validate::run(self, checked).await?))
     }
 
     async fn controller_expand_volume(
@@ -161,15 +220,11 @@ impl csi::controller_server::Controller for ControllerService {
     ) -> Result<Response<csi::ControllerExpandVolumeResponse>, Status> {
         let req = request.get_ref();
         let answer = async {
-            let Some(expander) = self.shared.provisioner.expand() else {
-                return Err(Status::unimplemented(
-                    "this provisioner does not expand volumes (EXPAND_VOLUME is not advertised)",
-                ));
-            };
+            let expander = self.shared.provisioner.expand().ok_or(Unserved::Expand)?;
             let checked = expand::check(req, &self.shared)?;
             expand::run(self, expander, checked).await
         };
-        let answer = answer.await.map(Response::new);
+        let answer = answer.await.map(Response::new).map_err(Status::from);
         logged(
             "ControllerExpandVolume",
             Subject::Volume(&req.volume_id),
@@ -183,15 +238,11 @@ impl csi::controller_server::Controller for ControllerService {
     ) -> Result<Response<csi::ControllerModifyVolumeResponse>, Status> {
         let req = request.get_ref();
         let answer = async {
-            let Some(modifier) = self.shared.provisioner.modify() else {
-                return Err(Status::unimplemented(
-                    "this provisioner does not modify volumes (MODIFY_VOLUME is not advertised)",
-                ));
-            };
+            let modifier = self.shared.provisioner.modify().ok_or(Unserved::Modify)?;
             let checked = modify_volume::check(req)?;
             modify_volume::run(self, modifier, checked).await
         };
-        let answer = answer.await.map(Response::new);
+        let answer = answer.await.map(Response::new).map_err(Status::from);
         logged(
             "ControllerModifyVolume",
             Subject::Volume(&req.volume_id),
@@ -207,9 +258,9 @@ impl csi::controller_server::Controller for ControllerService {
         let answer = async {
             let attacher = self.attacher()?;
             let checked = publish_volume::check(req, &self.shared, attacher)?;
-            Ok(publish_volume::run(self, attacher, checked).await?)
+            publish_volume::run(self, attacher, checked).await
         };
-        let answer = answer.await.map(Response::new);
+        let answer = answer.await.map(Response::new).map_err(Status::from);
         logged(
             "ControllerPublishVolume",
             Subject::Volume(&req.volume_id),
@@ -225,9 +276,9 @@ impl csi::controller_server::Controller for ControllerService {
         let answer = async {
             let attacher = self.attacher()?;
             let checked = unpublish_volume::check(req)?;
-            Ok(unpublish_volume::run(self, attacher, checked).await?)
+            unpublish_volume::run(self, attacher, checked).await
         };
-        let answer = answer.await.map(Response::new);
+        let answer = answer.await.map(Response::new).map_err(Status::from);
         logged(
             "ControllerUnpublishVolume",
             Subject::Volume(&req.volume_id),
@@ -239,45 +290,41 @@ impl csi::controller_server::Controller for ControllerService {
         &self,
         request: Request<csi::GetCapacityRequest>,
     ) -> Result<Response<csi::GetCapacityResponse>, Status> {
-        let Some(reporter) = self.shared.provisioner.capacity() else {
-            return Err(Status::unimplemented(
-                "this provisioner does not report capacity (GET_CAPACITY is not advertised)",
-            ));
+        let answer = async {
+            let reporter = self.shared.provisioner.capacity();
+            let reporter = reporter.ok_or(Unserved::Capacity)?;
+            let checked = capacity::check(request.get_ref(), &self.shared)?;
+            capacity::run(reporter, checked).await
         };
-        let checked = capacity::check(request.get_ref(), &self.shared)?;
-        capacity::run(reporter, checked).await.map(Response::new)
+        Ok(Response::new(answer.await?))
     }
 
     async fn list_volumes(
         &self,
         request: Request<csi::ListVolumesRequest>,
     ) -> Result<Response<csi::ListVolumesResponse>, Status> {
-        let Some(lister) = self.shared.provisioner.list() else {
-            return Err(Status::unimplemented(
-                "this provisioner does not list volumes (LIST_VOLUMES is not advertised)",
-            ));
+        let answer = async {
+            let lister = self.shared.provisioner.list().ok_or(Unserved::List)?;
+            let checked = list_volumes::check(request.get_ref());
+            let health = self.shared.provisioner.health();
+            list_volumes::run(lister, health, checked).await
         };
-        let checked = list_volumes::check(request.get_ref());
-        let health = self.shared.provisioner.health();
-        list_volumes::run(lister, health, checked)
-            .await
-            .map(Response::new)
+        Ok(Response::new(answer.await?))
     }
 
     async fn controller_get_volume(
         &self,
         request: Request<csi::ControllerGetVolumeRequest>,
     ) -> Result<Response<csi::ControllerGetVolumeResponse>, Status> {
-        let provisioner = &self.shared.provisioner;
-        let (Some(lister), Some(health)) = (provisioner.list(), provisioner.health()) else {
-            return Err(Status::unimplemented(
-                "this provisioner does not report volume health (GET_VOLUME is not advertised)",
-            ));
+        let answer = async {
+            let provisioner = &self.shared.provisioner;
+            let (Some(lister), Some(health)) = (provisioner.list(), provisioner.health()) else {
+                return Err(Unserved::Health.into());
+            };
+            let checked = get_volume::check(request.get_ref())?;
+            get_volume::run(lister, health, checked).await
         };
-        let checked = get_volume::check(request.get_ref())?;
-        get_volume::run(lister, health, checked)
-            .await
-            .map(Response::new)
+        Ok(Response::new(answer.await?))
     }
 
     async fn create_snapshot(
@@ -290,7 +337,7 @@ impl csi::controller_server::Controller for ControllerService {
             let checked = create_snapshot::check(req)?;
             create_snapshot::run(self, snapshotter, checked).await
         };
-        let answer = answer.await.map(Response::new);
+        let answer = answer.await.map(Response::new).map_err(Status::from);
         logged("CreateSnapshot", Subject::Name(&req.name), answer)
     }
 
@@ -304,7 +351,7 @@ impl csi::controller_server::Controller for ControllerService {
             let checked = delete_snapshot::check(req)?;
             delete_snapshot::run(self, snapshotter, checked).await
         };
-        let answer = answer.await.map(Response::new);
+        let answer = answer.await.map(Response::new).map_err(Status::from);
         logged(
             "DeleteSnapshot",
             Subject::Snapshot(&req.snapshot_id),
@@ -316,9 +363,12 @@ impl csi::controller_server::Controller for ControllerService {
         &self,
         request: Request<csi::ListSnapshotsRequest>,
     ) -> Result<Response<csi::ListSnapshotsResponse>, Status> {
-        self.snapshotter()?;
-        let checked = list_snapshots::check(request.get_ref())?;
-        list_snapshots::run(self, checked).await.map(Response::new)
+        let answer = async {
+            self.snapshotter()?;
+            let checked = list_snapshots::check(request.get_ref())?;
+            list_snapshots::run(self, checked).await
+        };
+        Ok(Response::new(answer.await?))
     }
 
     async fn controller_get_capabilities(

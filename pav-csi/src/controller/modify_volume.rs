@@ -2,14 +2,48 @@
 //! VolumeAttributesClass).
 
 use pav_sdk::{Claim, Parameters, Secrets};
-use tonic::Status;
+use tonic::{Code, Status};
 
-use super::ControllerService;
+use super::{ControllerService, ExistsError, Unserved};
 use crate::convert;
 use crate::csi;
-use crate::error::status;
-use crate::guard::Key;
-use crate::limits;
+use crate::error::{error_chain, provisioner_code};
+use crate::guard::{Busy, Key};
+use crate::limits::{self, LimitError};
+
+/// Why a `ControllerModifyVolume` failed: one variant per step of
+/// [`check`] and [`run`], each mapped to its code once, in [`From`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ModifyError {
+    /// The provisioner does not modify volumes (`UNIMPLEMENTED`).
+    #[error(transparent)]
+    Unserved(#[from] Unserved),
+    /// A field breaks CSI's limits (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// Another call holds the volume (`ABORTED`).
+    #[error(transparent)]
+    Busy(#[from] Busy),
+    /// The volume does not exist, or asking failed (its code).
+    #[error(transparent)]
+    Lookup(#[from] ExistsError),
+    /// The provisioner's Modify failed (its code).
+    #[error("{}", .0.message())]
+    Modify(pav_sdk::Error),
+}
+
+impl From<ModifyError> for Status {
+    fn from(err: ModifyError) -> Self {
+        let code = match &err {
+            ModifyError::Unserved(_) => Code::Unimplemented,
+            ModifyError::Limit(e) => e.code(),
+            ModifyError::Busy(e) => e.code(),
+            ModifyError::Lookup(e) => e.code(),
+            ModifyError::Modify(e) => provisioner_code(e),
+        };
+        Status::new(code, error_chain(&err))
+    }
+}
 
 /// A `ControllerModifyVolumeRequest` that passed [`check`].
 #[derive(Debug)]
@@ -25,7 +59,7 @@ pub(crate) struct Checked {
 /// The volume id is required; `mutable_parameters` and secrets within the
 /// map limit. The `csi.storage.k8s.io/pvc/*` and `.../pv/name` keys
 /// external-resizer adds with `--extra-modify-metadata` become the claim.
-pub(crate) fn check(req: &csi::ControllerModifyVolumeRequest) -> Result<Checked, Status> {
+pub(crate) fn check(req: &csi::ControllerModifyVolumeRequest) -> Result<Checked, ModifyError> {
     let volume_id = limits::required("volume_id", &req.volume_id)?;
     limits::map("mutable_parameters", &req.mutable_parameters)?;
     let secrets = convert::secrets(&req.secrets)?;
@@ -46,7 +80,7 @@ pub(crate) async fn run(
     service: &ControllerService,
     modifier: &dyn pav_sdk::Modify,
     checked: Checked,
-) -> Result<csi::ControllerModifyVolumeResponse, Status> {
+) -> Result<csi::ControllerModifyVolumeResponse, ModifyError> {
     let Checked {
         volume_id,
         mutable_parameters,
@@ -64,7 +98,7 @@ pub(crate) async fn run(
     let mut modify = pav_sdk::build::modify(volume_id, mutable_parameters);
     modify.claim = claim;
     modify.secrets = secrets;
-    modifier.modify(modify).await.map_err(status)?;
+    modifier.modify(modify).await.map_err(ModifyError::Modify)?;
     (shared.create_cache.lock())
         .unwrap_or_else(|e| e.into_inner())
         .forget_volume(volume_id);
@@ -89,20 +123,20 @@ mod tests {
 
     #[test]
     fn the_volume_id_is_required_and_maps_are_limited() {
-        let no_id = check(&request("", &[])).unwrap_err();
+        let no_id = Status::from(check(&request("", &[])).unwrap_err());
         assert_eq!(no_id.code(), tonic::Code::InvalidArgument);
         assert!(no_id.message().contains("volume_id"), "{no_id:?}");
-        let long = check(&request(&"v".repeat(129), &[])).unwrap_err();
+        let long = Status::from(check(&request(&"v".repeat(129), &[])).unwrap_err());
         assert!(long.message().contains("volume_id"), "{long:?}");
         let big = "x".repeat(5000);
-        let params = check(&request("vol-1", &[("tier", &big)])).unwrap_err();
+        let params = Status::from(check(&request("vol-1", &[("tier", &big)])).unwrap_err());
         assert!(
             params.message().contains("mutable_parameters"),
             "{params:?}"
         );
         let mut secret = request("vol-1", &[]);
         secret.secrets.insert("token".into(), big);
-        let secret = check(&secret).unwrap_err();
+        let secret = Status::from(check(&secret).unwrap_err());
         assert!(secret.message().contains("secrets"), "{secret:?}");
         assert!(
             check(&request("vol-1", &[]))

@@ -7,12 +7,12 @@ use std::collections::HashMap;
 use pav_sdk::{Parameters, Secrets};
 use tonic::{Code, Status};
 
-use super::{ControllerService, check_modes};
-use crate::convert::{self, Capability};
+use super::{ControllerService, ExistsError, ModeError, Unserved, check_modes};
+use crate::convert::{self, Capability, CapabilityError};
 use crate::csi;
-use crate::error::status;
-use crate::guard::Key;
-use crate::limits;
+use crate::error::{error_chain, provisioner_code};
+use crate::guard::{Busy, Key};
+use crate::limits::{self, LimitError};
 use crate::shared::Shared;
 
 /// A `ControllerPublishVolumeRequest` that passed [`check`].
@@ -26,16 +26,37 @@ pub(crate) struct Checked {
     secrets: Secrets,
 }
 
-/// Why a checked request was not attached: one variant per step of
-/// [`run`], each mapped to its code once, in [`From`].
+/// Why a `ControllerPublishVolume` failed: one variant per step of
+/// [`check`] and [`run`], each mapped to its code once, in [`From`].
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum PublishError {
+    /// The provisioner does not attach volumes (`UNIMPLEMENTED`).
+    #[error(transparent)]
+    Unserved(#[from] Unserved),
+    /// A field breaks CSI's limits (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// No capability (`INVALID_ARGUMENT`).
+    #[error("volume_capability is required")]
+    NoCapability,
+    /// The capability cannot be converted (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Capability(#[from] CapabilityError),
+    /// Modes the provisioner does not serve (`INVALID_ARGUMENT`).
+    #[error("volume_capability")]
+    Mode(#[source] ModeError),
+    /// A read-only attach the provisioner does not make
+    /// (`INVALID_ARGUMENT`).
+    #[error(
+        "readonly: this provisioner does not attach read-only (PUBLISH_READONLY is not advertised)"
+    )]
+    ReadOnly,
     /// Another call holds the volume (`ABORTED`).
-    #[error("{}", .0.message())]
-    Busy(Status),
+    #[error(transparent)]
+    Busy(#[from] Busy),
     /// The volume does not exist (`NOT_FOUND`), or asking failed.
-    #[error("{}", .0.message())]
-    Lookup(Status),
+    #[error(transparent)]
+    Lookup(#[from] ExistsError),
     /// The provisioner's Attach failed, with its code.
     #[error("attaching to node {node_id:?}")]
     Attach {
@@ -44,26 +65,43 @@ pub(crate) enum PublishError {
         source: pav_sdk::Error,
     },
     /// Attach answered a publish context CSI cannot carry (`INTERNAL`).
-    #[error("the provisioner's publish context cannot be sent: {}", .0.message())]
-    Context(Status),
+    #[error("the provisioner's publish context cannot be sent")]
+    Context(#[source] ContextError),
 }
 
 impl From<PublishError> for Status {
     /// The provisioner's error keeps its code, its message after the
     /// step's (without its category: the code says it).
     fn from(failed: PublishError) -> Status {
-        let (code, message) = match &failed {
-            PublishError::Busy(status) | PublishError::Lookup(status) => {
-                (status.code(), failed.to_string())
+        let code = match &failed {
+            PublishError::Unserved(_) => Code::Unimplemented,
+            PublishError::Limit(e) => e.code(),
+            PublishError::Capability(e) => e.code(),
+            PublishError::NoCapability | PublishError::Mode(_) | PublishError::ReadOnly => {
+                Code::InvalidArgument
             }
-            PublishError::Attach { source, .. } => {
-                let cause = status(source.clone());
-                (cause.code(), format!("{failed}: {}", cause.message()))
-            }
-            PublishError::Context(_) => (Code::Internal, failed.to_string()),
+            PublishError::Busy(e) => e.code(),
+            PublishError::Lookup(e) => e.code(),
+            PublishError::Attach { source, .. } => provisioner_code(source),
+            PublishError::Context(_) => Code::Internal,
+        };
+        let message = match &failed {
+            PublishError::Attach { source, .. } => format!("{failed}: {}", source.message()),
+            _ => error_chain(&failed),
         };
         Status::new(code, message)
     }
+}
+
+/// Why a publish context cannot be carried by CSI.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ContextError {
+    /// Too large, or a key or value breaks the string limits.
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// A key or value with a control character.
+    #[error("publish_context[{key:?}] holds a control character")]
+    Control { key: String },
 }
 
 /// Volume id, node id and capability required, the capability's modes
@@ -74,18 +112,14 @@ pub(crate) fn check(
     req: &csi::ControllerPublishVolumeRequest,
     shared: &Shared,
     attacher: &dyn pav_sdk::Attach,
-) -> Result<Checked, Status> {
+) -> Result<Checked, PublishError> {
     let volume_id = limits::required("volume_id", &req.volume_id)?;
     let node_id = limits::required("node_id", &req.node_id)?;
-    let capability = (req.volume_capability.as_ref())
-        .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
+    let capability = (req.volume_capability.as_ref()).ok_or(PublishError::NoCapability)?;
     let capability = convert::capability("volume_capability", capability)?;
-    check_modes(shared, capability.mode, &[capability.access_mode])
-        .map_err(|message| Status::invalid_argument(format!("volume_capability: {message}")))?;
+    check_modes(shared, capability.mode, &[capability.access_mode]).map_err(PublishError::Mode)?;
     if req.readonly && !attacher.attaches_read_only() {
-        return Err(Status::invalid_argument(
-            "readonly: this provisioner does not attach read-only (PUBLISH_READONLY is not advertised)",
-        ));
+        return Err(PublishError::ReadOnly);
     }
     limits::map("volume_context", &req.volume_context)?;
     let secrets = convert::secrets(&req.secrets)?;
@@ -114,8 +148,8 @@ pub(crate) async fn run(
         secrets,
     } = checked;
     let in_flight = &service.shared.in_flight;
-    let _guard = (in_flight.claim(Key::Volume(volume_id.clone()))).map_err(PublishError::Busy)?;
-    (service.check_exists(&volume_id).await).map_err(PublishError::Lookup)?;
+    let _guard = in_flight.claim(Key::Volume(volume_id.clone()))?;
+    service.check_exists(&volume_id).await?;
     tracing::info!(volume_id, node_id, mode = %capability.mode, read_only, "ControllerPublishVolume");
     let mut attach = pav_sdk::build::attach(volume_id.as_str(), node_id.as_str(), capability.mode);
     attach.access_mode = capability.access_mode;
@@ -130,16 +164,14 @@ pub(crate) async fn run(
 
 /// The publish context as CSI carries it: within the map limit, keys and
 /// values strings of at most 128 bytes with no control characters.
-fn answerable(context: &Parameters) -> Result<HashMap<String, String>, Status> {
+fn answerable(context: &Parameters) -> Result<HashMap<String, String>, ContextError> {
     let context = convert::unsorted(context);
     limits::map("publish_context", &context)?;
     for (key, value) in &context {
         limits::required("publish_context key", key)?;
         limits::limited(&format!("publish_context[{key:?}]"), value)?;
         if key.chars().chain(value.chars()).any(char::is_control) {
-            return Err(Status::invalid_argument(format!(
-                "publish_context[{key:?}] holds a control character"
-            )));
+            return Err(ContextError::Control { key: key.clone() });
         }
     }
     Ok(context)
@@ -175,9 +207,13 @@ mod tests {
             "attaching to node \"n1\": attached elsewhere",
             "{attach:?}"
         );
-        let context = Status::from(PublishError::Context(Status::invalid_argument("big")));
+        let big = ContextError::Control { key: "big".into() };
+        let context = Status::from(PublishError::Context(big));
         assert_eq!(context.code(), Code::Internal);
-        let lookup = Status::from(PublishError::Lookup(Status::not_found("gone")));
+        let gone = ExistsError::Missing {
+            volume_id: "gone".into(),
+        };
+        let lookup = Status::from(PublishError::Lookup(gone));
         assert_eq!(lookup.code(), Code::NotFound);
     }
 }

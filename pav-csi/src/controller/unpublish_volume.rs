@@ -2,14 +2,14 @@
 //! node; what is not attached is detached.
 
 use pav_sdk::Secrets;
-use tonic::Status;
+use tonic::{Code, Status};
 
-use super::ControllerService;
+use super::{ControllerService, Unserved};
 use crate::convert;
 use crate::csi;
-use crate::error::status;
-use crate::guard::Key;
-use crate::limits;
+use crate::error::{error_chain, provisioner_code};
+use crate::guard::{Busy, Key};
+use crate::limits::{self, LimitError};
 
 /// A `ControllerUnpublishVolumeRequest` that passed [`check`].
 #[derive(Debug)]
@@ -20,13 +20,19 @@ pub(crate) struct Checked {
     secrets: Secrets,
 }
 
-/// Why a checked request was not detached: one variant per step of
-/// [`run`], each mapped to its code once, in [`From`].
+/// Why a `ControllerUnpublishVolume` failed: one variant per step of
+/// [`check`] and [`run`], each mapped to its code once, in [`From`].
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum UnpublishError {
+    /// The provisioner does not attach volumes (`UNIMPLEMENTED`).
+    #[error(transparent)]
+    Unserved(#[from] Unserved),
+    /// A field breaks CSI's limits (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
     /// Another call holds the volume (`ABORTED`).
-    #[error("{}", .0.message())]
-    Busy(Status),
+    #[error(transparent)]
+    Busy(#[from] Busy),
     /// The provisioner's detach failed, with its code.
     #[error("detaching")]
     Detach(#[source] pav_sdk::Error),
@@ -36,19 +42,25 @@ impl From<UnpublishError> for Status {
     /// The provisioner's error keeps its code, its message after the
     /// step's (without its category: the code says it).
     fn from(failed: UnpublishError) -> Status {
-        match &failed {
-            UnpublishError::Busy(status) => Status::new(status.code(), failed.to_string()),
-            UnpublishError::Detach(source) => {
-                let cause = status(source.clone());
-                Status::new(cause.code(), format!("{failed}: {}", cause.message()))
-            }
-        }
+        let code = match &failed {
+            UnpublishError::Unserved(_) => Code::Unimplemented,
+            UnpublishError::Limit(e) => e.code(),
+            UnpublishError::Busy(e) => e.code(),
+            UnpublishError::Detach(source) => provisioner_code(source),
+        };
+        let message = match &failed {
+            UnpublishError::Detach(source) => format!("{failed}: {}", source.message()),
+            _ => error_chain(&failed),
+        };
+        Status::new(code, message)
     }
 }
 
 /// The volume id is required; the node id optional (empty: every node);
 /// secrets within the map limit.
-pub(crate) fn check(req: &csi::ControllerUnpublishVolumeRequest) -> Result<Checked, Status> {
+pub(crate) fn check(
+    req: &csi::ControllerUnpublishVolumeRequest,
+) -> Result<Checked, UnpublishError> {
     let volume_id = limits::required("volume_id", &req.volume_id)?;
     let node_id = limits::limited("node_id", &req.node_id)?;
     let secrets = convert::secrets(&req.secrets)?;
@@ -74,7 +86,7 @@ pub(crate) async fn run(
         secrets,
     } = checked;
     let in_flight = &service.shared.in_flight;
-    let _guard = (in_flight.claim(Key::Volume(volume_id.clone()))).map_err(UnpublishError::Busy)?;
+    let _guard = in_flight.claim(Key::Volume(volume_id.clone()))?;
     tracing::info!(volume_id, ?node_id, "ControllerUnpublishVolume");
     let mut detach = pav_sdk::build::detach(volume_id.as_str(), node_id);
     detach.secrets = secrets;
@@ -97,9 +109,9 @@ mod tests {
             node_id: node_id.into(),
             secrets: HashMap::new(),
         };
-        let no_id = check(&request("", "n1")).unwrap_err();
+        let no_id = Status::from(check(&request("", "n1")).unwrap_err());
         assert!(no_id.message().contains("volume_id"), "{no_id:?}");
-        let long = check(&request("vol-1", &"n".repeat(129))).unwrap_err();
+        let long = Status::from(check(&request("vol-1", &"n".repeat(129))).unwrap_err());
         assert!(long.message().contains("node_id"), "{long:?}");
         assert_eq!(check(&request("vol-1", "")).unwrap().node_id, None);
         let one = check(&request("vol-1", "n1")).unwrap();

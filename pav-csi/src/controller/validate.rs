@@ -4,14 +4,49 @@
 use pav_sdk::ValidateRequest;
 use tonic::Status;
 
-use super::{ControllerService, check_modes};
-use crate::convert;
+use super::{ControllerService, ExistsError, check_modes};
+use crate::convert::{self, CapabilityError};
 use crate::csi;
 use crate::csi::validate_volume_capabilities_response::Confirmed;
-use crate::error::status;
-use crate::guard::Key;
-use crate::limits;
+use crate::error::{error_chain, provisioner_code};
+use crate::guard::{Busy, Key};
+use crate::limits::{self, LimitError};
 use crate::shared::Shared;
+
+/// Why a `ValidateVolumeCapabilities` failed ("not confirmed" is an
+/// answer, not one of these): one variant per step of [`check`] and
+/// [`run`], each mapped to its code once, in [`From`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ValidateError {
+    /// A field breaks CSI's limits (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// The capabilities cannot be converted (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Capability(#[from] CapabilityError),
+    /// Another call holds the volume (`ABORTED`).
+    #[error(transparent)]
+    Busy(#[from] Busy),
+    /// The volume does not exist, or asking failed (its code).
+    #[error(transparent)]
+    Lookup(#[from] ExistsError),
+    /// The provisioner's Validate failed other than by refusing (its code).
+    #[error("{}", .0.message())]
+    Validate(pav_sdk::Error),
+}
+
+impl From<ValidateError> for Status {
+    fn from(err: ValidateError) -> Self {
+        let code = match &err {
+            ValidateError::Limit(e) => e.code(),
+            ValidateError::Capability(e) => e.code(),
+            ValidateError::Busy(e) => e.code(),
+            ValidateError::Lookup(e) => e.code(),
+            ValidateError::Validate(e) => provisioner_code(e),
+        };
+        Status::new(code, error_chain(&err))
+    }
+}
 
 /// A `ValidateVolumeCapabilitiesRequest` that passed [`check`].
 #[derive(Debug)]
@@ -35,7 +70,7 @@ pub(crate) enum Checked {
 pub(crate) fn check(
     req: &csi::ValidateVolumeCapabilitiesRequest,
     shared: &Shared,
-) -> Result<Checked, Status> {
+) -> Result<Checked, ValidateError> {
     let volume_id = limits::required("volume_id", &req.volume_id)?;
     limits::map("volume_context", &req.volume_context)?;
     limits::map("parameters", &req.parameters)?;
@@ -47,7 +82,7 @@ pub(crate) fn check(
     let (volume_mode, access_modes, mount) =
         match convert::one_mode("volume_capabilities", &capabilities) {
             Ok(one) => one,
-            Err(message) => return Ok(Checked::Unconfirmed(message)),
+            Err(mixed) => return Ok(Checked::Unconfirmed(mixed.to_string())),
         };
     let mut validate = pav_sdk::build::validate_existing(volume_id, volume_mode);
     validate.access_modes = access_modes;
@@ -58,8 +93,8 @@ pub(crate) fn check(
     validate.claim = claim;
     validate.mount = mount;
     validate.secrets = secrets;
-    if let Err(message) = check_modes(shared, volume_mode, &validate.access_modes) {
-        return Ok(Checked::Unconfirmed(message));
+    if let Err(unserved) = check_modes(shared, volume_mode, &validate.access_modes) {
+        return Ok(Checked::Unconfirmed(unserved.to_string()));
     }
     if !req.mutable_parameters.is_empty() && shared.provisioner.modify().is_none() {
         return Ok(Checked::Unconfirmed(
@@ -86,7 +121,7 @@ pub(crate) fn check(
 pub(crate) async fn run(
     service: &ControllerService,
     checked: Checked,
-) -> Result<csi::ValidateVolumeCapabilitiesResponse, Status> {
+) -> Result<csi::ValidateVolumeCapabilitiesResponse, ValidateError> {
     let unconfirmed = |message: String| csi::ValidateVolumeCapabilitiesResponse {
         confirmed: None,
         message,
@@ -110,7 +145,7 @@ pub(crate) async fn run(
             Err(pav_sdk::Error::InvalidArgument(message) | pav_sdk::Error::OutOfRange(message)) => {
                 return Ok(unconfirmed(message));
             }
-            Err(e) => return Err(status(e)),
+            Err(e) => return Err(ValidateError::Validate(e)),
         }
     }
     Ok(csi::ValidateVolumeCapabilitiesResponse {

@@ -8,13 +8,22 @@ use std::error::Error;
 use std::io;
 use std::path::PathBuf;
 
+use crate::controller::delete_volume::DeleteVolumeError;
 use crate::controller::get_volume::GetVolumeError;
-use crate::controller::publish_volume::PublishError;
+use crate::controller::list_volumes::ListVolumesError;
+use crate::controller::publish_volume::{ContextError, PublishError};
 use crate::controller::unpublish_volume::UnpublishError;
+use crate::convert::{SnapshotAnswerError, VolumeAnswerError};
+use crate::group_controller::AnswerError;
+use crate::limits::LimitError;
 use crate::mount::{
     DeviceError, GrowError, MountError, MountFlags, ParseError, TableError, UnmountError,
 };
+use crate::node::binds::BindError;
 use crate::node::ephemeral::EphemeralError;
+use crate::node::stats::StatsError;
+use crate::node::{RecordError, UndoStageError};
+use crate::occupancy::OccupancyError;
 
 /// A cause no message of pav-csi says by itself.
 const CAUSE: &str = "the disk is on fire";
@@ -29,6 +38,25 @@ fn sdk() -> pav_sdk::Error {
 
 fn path() -> PathBuf {
     PathBuf::from("/var/lib/pav/x")
+}
+
+/// A limit broken by a field named after [`CAUSE`].
+fn limit() -> LimitError {
+    LimitError::Required {
+        field: CAUSE.into(),
+    }
+}
+
+/// A `JoinError` (no public constructor): a task aborted.
+fn join_error() -> tokio::task::JoinError {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let task = tokio::spawn(std::future::pending::<()>());
+        task.abort();
+        task.await.unwrap_err()
+    })
 }
 
 /// Fails when `err`'s message repeats its source's (a `{source}` or
@@ -261,6 +289,60 @@ fn every_sourced_variant() {
             "GetVolumeError::Health",
             Box::new(GetVolumeError::Health(sdk())),
         ),
+        (
+            "PublishError::Context",
+            Box::new(PublishError::Context(ContextError::Limit(limit()))),
+        ),
+        (
+            "DeleteVolumeError::Record",
+            Box::new(DeleteVolumeError::Record(io())),
+        ),
+        (
+            "ListVolumesError::Answer",
+            Box::new(ListVolumesError::Answer(VolumeAnswerError::Limit(limit()))),
+        ),
+        (
+            "SnapshotAnswerError::Handle",
+            Box::new(SnapshotAnswerError::Handle(limit())),
+        ),
+        (
+            "AnswerError::Handle",
+            Box::new(AnswerError::Handle(limit())),
+        ),
+        (
+            "AnswerError::Member",
+            Box::new(AnswerError::Member(SnapshotAnswerError::Handle(limit()))),
+        ),
+        (
+            "OccupancyError::MountTable",
+            Box::new(OccupancyError::MountTable(table())),
+        ),
+        (
+            "OccupancyError::Records",
+            Box::new(OccupancyError::Records(io())),
+        ),
+        (
+            "BindError::MountTable",
+            Box::new(BindError::MountTable(table())),
+        ),
+        ("BindError::TargetDir", Box::new(BindError::TargetDir(io()))),
+        (
+            "BindError::TargetParent",
+            Box::new(BindError::TargetParent(io())),
+        ),
+        (
+            "BindError::TargetFile",
+            Box::new(BindError::TargetFile(io())),
+        ),
+        ("BindError::Remove", Box::new(BindError::Remove(io()))),
+        ("RecordError::Read", Box::new(RecordError::Read(io()))),
+        ("RecordError::Write", Box::new(RecordError::Write(io()))),
+        ("RecordError::Remove", Box::new(RecordError::Remove(io()))),
+        (
+            "UndoStageError::Unmount",
+            Box::new(UndoStageError::Unmount(UnmountError::MountTable(io()))),
+        ),
+        ("StatsError::Usage", Box::new(StatsError::Usage(io()))),
         #[cfg(feature = "testing")]
         (
             "HarnessError::Io",
@@ -277,6 +359,37 @@ fn every_sourced_variant() {
     ];
     for (what, err) in &cases {
         assert_cause_once(what, err.as_ref());
+    }
+}
+
+/// Causes whose text is not pav-csi's to choose (a task's failure, a mode
+/// refused): said once too.
+#[test]
+fn other_causes_are_said_once() {
+    let cases: Vec<(&str, Box<dyn Error>)> = vec![
+        ("BindError::Task", Box::new(BindError::Task(join_error()))),
+        (
+            "DeleteVolumeError::RecordTask",
+            Box::new(DeleteVolumeError::RecordTask(join_error())),
+        ),
+        (
+            "PublishError::Mode",
+            Box::new(PublishError::Mode(
+                crate::controller::ModeError::VolumeMode(pav_sdk::VolumeMode::Block),
+            )),
+        ),
+    ];
+    for (what, err) in &cases {
+        let (message, cause) = (err.to_string(), err.source().unwrap().to_string());
+        assert!(
+            !message.contains(&cause),
+            "{what}: {message:?} repeats {cause:?}"
+        );
+        assert_eq!(
+            super::error_chain(err.as_ref()),
+            format!("{message}: {cause}"),
+            "{what}"
+        );
     }
 }
 

@@ -4,22 +4,26 @@
 use std::collections::BTreeSet;
 
 use pav_sdk::GroupSnapshotRequest;
-use tonic::Status;
+use tonic::{Code, Status};
 
-use super::{AnswerError, csi_group};
+use super::{AnswerError, Unserved, csi_group};
+use crate::controller::ExistsError;
 use crate::convert;
 use crate::csi;
-use crate::error::status;
-use crate::guard::{Key, OperationGuard};
-use crate::limits;
+use crate::error::{error_chain, provisioner_code};
+use crate::guard::{Busy, Key, OperationGuard};
+use crate::limits::{self, LimitError};
 use crate::shared::Shared;
 
 /// Why a `CreateVolumeGroupSnapshot` failed, one variant per step.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CreateGroupError {
+    /// The provisioner takes no group snapshots (`UNIMPLEMENTED`).
+    #[error(transparent)]
+    Unserved(#[from] Unserved),
     /// A field breaks the spec's rules or limits (`INVALID_ARGUMENT`).
-    #[error("{}", .0.message())]
-    Request(Status),
+    #[error(transparent)]
+    Request(#[from] LimitError),
     /// No source volume (`INVALID_ARGUMENT`).
     #[error("source_volume_ids is required")]
     NoSources,
@@ -27,11 +31,11 @@ pub(crate) enum CreateGroupError {
     #[error("source_volume_ids names volume {0:?} twice")]
     DuplicateSource(String),
     /// Another call holds the name or a source (`ABORTED`).
-    #[error("{}", .0.message())]
-    Busy(Status),
+    #[error(transparent)]
+    Busy(#[from] Busy),
     /// A source volume does not exist (`NOT_FOUND`), or its check failed.
-    #[error("{}", .0.message())]
-    Source(Status),
+    #[error(transparent)]
+    Source(#[from] ExistsError),
     /// The provisioner's answer, with its code.
     #[error("{}", .0.message())]
     Provisioner(pav_sdk::Error),
@@ -50,18 +54,18 @@ pub(crate) enum CreateGroupError {
 
 impl From<CreateGroupError> for Status {
     fn from(error: CreateGroupError) -> Status {
-        match error {
-            CreateGroupError::Request(s)
-            | CreateGroupError::Busy(s)
-            | CreateGroupError::Source(s) => s,
+        let code = match &error {
+            CreateGroupError::Unserved(_) => Code::Unimplemented,
+            CreateGroupError::Request(e) => e.code(),
             CreateGroupError::NoSources | CreateGroupError::DuplicateSource(_) => {
-                Status::invalid_argument(error.to_string())
+                Code::InvalidArgument
             }
-            CreateGroupError::Provisioner(e) => status(e),
-            CreateGroupError::Members { .. } | CreateGroupError::Answer(_) => {
-                Status::internal(error.to_string())
-            }
-        }
+            CreateGroupError::Busy(e) => e.code(),
+            CreateGroupError::Source(e) => e.code(),
+            CreateGroupError::Provisioner(e) => provisioner_code(e),
+            CreateGroupError::Members { .. } | CreateGroupError::Answer(_) => Code::Internal,
+        };
+        Status::new(code, error_chain(&error))
     }
 }
 
@@ -75,22 +79,20 @@ pub(crate) type Checked = GroupSnapshotRequest;
 pub(crate) fn check(
     req: &csi::CreateVolumeGroupSnapshotRequest,
 ) -> Result<Checked, CreateGroupError> {
-    let name = limits::name("name", &req.name).map_err(CreateGroupError::Request)?;
+    let name = limits::name("name", &req.name)?;
     if req.source_volume_ids.is_empty() {
         return Err(CreateGroupError::NoSources);
     }
-    limits::repeated("source_volume_ids", req.source_volume_ids.len())
-        .map_err(CreateGroupError::Request)?;
+    limits::repeated("source_volume_ids", req.source_volume_ids.len())?;
     let mut seen = BTreeSet::new();
     for (i, id) in req.source_volume_ids.iter().enumerate() {
-        limits::required(&format!("source_volume_ids[{i}]"), id)
-            .map_err(CreateGroupError::Request)?;
+        limits::required(&format!("source_volume_ids[{i}]"), id)?;
         if !seen.insert(id.as_str()) {
             return Err(CreateGroupError::DuplicateSource(id.clone()));
         }
     }
-    limits::map("parameters", &req.parameters).map_err(CreateGroupError::Request)?;
-    let secrets = convert::secrets(&req.secrets).map_err(CreateGroupError::Request)?;
+    limits::map("parameters", &req.parameters)?;
+    let secrets = convert::secrets(&req.secrets)?;
     let mut group = pav_sdk::group_snapshot::build::group_snapshot(
         name,
         req.source_volume_ids.iter().map(String::as_str),
@@ -110,9 +112,7 @@ pub(crate) async fn run(
     let _held = hold(shared, &group)?;
     tracing::info!(name = group.name, sources = ?group.sources, secrets = ?group.secrets, "CreateVolumeGroupSnapshot");
     for source in &group.sources {
-        crate::controller::check_exists(shared, source.as_str())
-            .await
-            .map_err(CreateGroupError::Source)?;
+        crate::controller::check_exists(shared, source.as_str()).await?;
     }
     let name = group.name.clone();
     let mut requested: Vec<String> = group.sources.iter().map(|s| s.to_string()).collect();
@@ -146,8 +146,7 @@ pub(crate) async fn run(
 fn hold(shared: &Shared, group: &Checked) -> Result<Vec<OperationGuard>, CreateGroupError> {
     let keys = std::iter::once(Key::GroupSnapshotName(group.name.clone()))
         .chain(group.sources.iter().map(|s| Key::Volume(s.to_string())));
-    keys.map(|key| shared.in_flight.claim(key).map_err(CreateGroupError::Busy))
-        .collect()
+    keys.map(|key| Ok(shared.in_flight.claim(key)?)).collect()
 }
 
 #[cfg(test)]

@@ -2,24 +2,28 @@
 //! that is gone already is deleted.
 
 use pav_sdk::{Secrets, VolumeId};
-use tonic::Status;
+use tonic::{Code, Status};
 
+use super::Unserved;
 use crate::convert;
 use crate::csi;
-use crate::error::status;
-use crate::guard::Key;
-use crate::limits;
+use crate::error::{error_chain, provisioner_code};
+use crate::guard::{Busy, Key};
+use crate::limits::{self, LimitError};
 use crate::shared::Shared;
 
 /// Why a `DeleteVolumeGroupSnapshot` failed, one variant per step.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum DeleteGroupError {
+    /// The provisioner takes no group snapshots (`UNIMPLEMENTED`).
+    #[error(transparent)]
+    Unserved(#[from] Unserved),
     /// A field breaks the spec's rules or limits (`INVALID_ARGUMENT`).
-    #[error("{}", .0.message())]
-    Request(Status),
+    #[error(transparent)]
+    Request(#[from] LimitError),
     /// Another call holds the group (`ABORTED`).
-    #[error("{}", .0.message())]
-    Busy(Status),
+    #[error(transparent)]
+    Busy(#[from] Busy),
     /// The provisioner's answer, with its code (`NOT_FOUND` is success).
     #[error("{}", .0.message())]
     Provisioner(pav_sdk::Error),
@@ -27,10 +31,13 @@ pub(crate) enum DeleteGroupError {
 
 impl From<DeleteGroupError> for Status {
     fn from(error: DeleteGroupError) -> Status {
-        match error {
-            DeleteGroupError::Request(s) | DeleteGroupError::Busy(s) => s,
-            DeleteGroupError::Provisioner(e) => status(e),
-        }
+        let code = match &error {
+            DeleteGroupError::Unserved(_) => Code::Unimplemented,
+            DeleteGroupError::Request(e) => e.code(),
+            DeleteGroupError::Busy(e) => e.code(),
+            DeleteGroupError::Provisioner(e) => provisioner_code(e),
+        };
+        Status::new(code, error_chain(&error))
     }
 }
 
@@ -48,10 +55,9 @@ pub(crate) struct Checked {
 pub(crate) fn check(
     req: &csi::DeleteVolumeGroupSnapshotRequest,
 ) -> Result<Checked, DeleteGroupError> {
-    let group_snapshot_id = limits::required("group_snapshot_id", &req.group_snapshot_id)
-        .map_err(DeleteGroupError::Request)?;
-    let snapshot_ids = super::snapshot_ids(&req.snapshot_ids).map_err(DeleteGroupError::Request)?;
-    let secrets = convert::secrets(&req.secrets).map_err(DeleteGroupError::Request)?;
+    let group_snapshot_id = limits::required("group_snapshot_id", &req.group_snapshot_id)?;
+    let snapshot_ids = super::snapshot_ids(&req.snapshot_ids)?;
+    let secrets = convert::secrets(&req.secrets)?;
     Ok(Checked {
         group_snapshot_id: group_snapshot_id.to_owned(),
         snapshot_ids,
@@ -70,9 +76,7 @@ pub(crate) async fn run(
         snapshot_ids,
         secrets,
     } = checked;
-    let _guard = (shared.in_flight)
-        .claim(Key::GroupSnapshot(group_snapshot_id.clone()))
-        .map_err(DeleteGroupError::Busy)?;
+    let _guard = (shared.in_flight).claim(Key::GroupSnapshot(group_snapshot_id.clone()))?;
     tracing::info!(
         group_snapshot_id,
         ?snapshot_ids,

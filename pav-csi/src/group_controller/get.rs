@@ -1,20 +1,23 @@
 //! `GetVolumeGroupSnapshot`: a group snapshot as it is now.
 
 use pav_sdk::{Secrets, VolumeId};
-use tonic::Status;
+use tonic::{Code, Status};
 
-use super::{AnswerError, csi_group};
+use super::{AnswerError, Unserved, csi_group};
 use crate::convert;
 use crate::csi;
-use crate::error::status;
-use crate::limits;
+use crate::error::{error_chain, provisioner_code};
+use crate::limits::{self, LimitError};
 
 /// Why a `GetVolumeGroupSnapshot` failed, one variant per step.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum GetGroupError {
+    /// The provisioner takes no group snapshots (`UNIMPLEMENTED`).
+    #[error(transparent)]
+    Unserved(#[from] Unserved),
     /// A field breaks the spec's rules or limits (`INVALID_ARGUMENT`).
-    #[error("{}", .0.message())]
-    Request(Status),
+    #[error(transparent)]
+    Request(#[from] LimitError),
     /// The provisioner's answer, with its code (`NOT_FOUND`: no such group).
     #[error("{}", .0.message())]
     Provisioner(pav_sdk::Error),
@@ -29,11 +32,13 @@ pub(crate) enum GetGroupError {
 
 impl From<GetGroupError> for Status {
     fn from(error: GetGroupError) -> Status {
-        match error {
-            GetGroupError::Request(s) => s,
-            GetGroupError::Provisioner(e) | GetGroupError::Members(e) => status(e),
-            GetGroupError::Answer(_) => Status::internal(error.to_string()),
-        }
+        let code = match &error {
+            GetGroupError::Unserved(_) => Code::Unimplemented,
+            GetGroupError::Request(e) => e.code(),
+            GetGroupError::Provisioner(e) | GetGroupError::Members(e) => provisioner_code(e),
+            GetGroupError::Answer(_) => Code::Internal,
+        };
+        Status::new(code, error_chain(&error))
     }
 }
 
@@ -48,10 +53,9 @@ pub(crate) struct Checked {
 /// The group id is required; the members' ids each within the limits;
 /// secrets within the map limit.
 pub(crate) fn check(req: &csi::GetVolumeGroupSnapshotRequest) -> Result<Checked, GetGroupError> {
-    let group_snapshot_id = limits::required("group_snapshot_id", &req.group_snapshot_id)
-        .map_err(GetGroupError::Request)?;
-    let snapshot_ids = super::snapshot_ids(&req.snapshot_ids).map_err(GetGroupError::Request)?;
-    let secrets = convert::secrets(&req.secrets).map_err(GetGroupError::Request)?;
+    let group_snapshot_id = limits::required("group_snapshot_id", &req.group_snapshot_id)?;
+    let snapshot_ids = super::snapshot_ids(&req.snapshot_ids)?;
+    let secrets = convert::secrets(&req.secrets)?;
     Ok(Checked {
         group_snapshot_id: group_snapshot_id.to_owned(),
         snapshot_ids,

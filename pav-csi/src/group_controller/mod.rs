@@ -8,6 +8,7 @@
 //! a `run` of named steps, and an error enum with one mapping to gRPC
 //! codes.
 
+mod capabilities;
 mod create;
 mod delete;
 mod get;
@@ -17,8 +18,10 @@ use std::sync::Arc;
 use pav_sdk::{GroupSnapshot, GroupSnapshotInfo, VolumeId};
 use tonic::{Request, Response, Status};
 
+use crate::convert::SnapshotAnswerError;
 use crate::csi;
 use crate::error::{Subject, logged};
+use crate::limits::LimitError;
 use crate::shared::Shared;
 
 /// GroupController service.
@@ -27,23 +30,28 @@ pub(crate) struct GroupControllerService {
     pub(crate) shared: Arc<Shared>,
 }
 
-impl GroupControllerService {
-    /// `UNIMPLEMENTED` unless the provisioner takes group snapshots.
-    fn grouper(&self) -> Result<&dyn GroupSnapshot, Status> {
-        self.shared.provisioner.group_snapshot().ok_or_else(|| {
-            Status::unimplemented(
-                "this provisioner does not take group snapshots (GROUP_CONTROLLER_SERVICE is not advertised)",
-            )
-        })
-    }
+/// The provisioner takes no group snapshots: every RPC of the service is
+/// `UNIMPLEMENTED`.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error(
+    "this provisioner does not take group snapshots (GROUP_CONTROLLER_SERVICE is not advertised)"
+)]
+pub(crate) struct Unserved;
+
+/// The provisioner's group snapshots, or [`Unserved`].
+fn grouper(shared: &Shared) -> Result<&dyn GroupSnapshot, Unserved> {
+    shared.provisioner.group_snapshot().ok_or(Unserved)
 }
 
 /// Why the provisioner's group snapshot cannot be answered as it is.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum AnswerError {
-    /// Its handle or a member is not one CSI can carry.
-    #[error("the provisioner returned a group snapshot CSI cannot carry: {0}")]
-    Uncarried(String),
+    /// Its handle is not one CSI can carry.
+    #[error("the provisioner returned a group snapshot CSI cannot carry")]
+    Handle(#[source] LimitError),
+    /// A member is not one CSI can carry.
+    #[error("the provisioner returned a group snapshot CSI cannot carry")]
+    Member(#[source] SnapshotAnswerError),
     /// A member names another group.
     #[error("the provisioner answered member {member:?} of group {other:?} in group {group:?}")]
     OtherGroup {
@@ -60,8 +68,7 @@ pub(crate) enum AnswerError {
 /// marked with the group's handle (CSI: the same `group_snapshot_id`),
 /// `ready_to_use` only when every member is.
 fn csi_group(info: GroupSnapshotInfo) -> Result<csi::VolumeGroupSnapshot, AnswerError> {
-    let uncarried = |s: Status| AnswerError::Uncarried(s.message().to_owned());
-    crate::limits::name("group_snapshot_id", &info.handle).map_err(uncarried)?;
+    crate::limits::name("group_snapshot_id", &info.handle).map_err(AnswerError::Handle)?;
     let ready = info.ready();
     let mut snapshots = Vec::with_capacity(info.snapshots.len());
     for mut member in info.snapshots {
@@ -75,7 +82,7 @@ fn csi_group(info: GroupSnapshotInfo) -> Result<csi::VolumeGroupSnapshot, Answer
             }
             _ => member.group = Some(info.handle.clone()),
         }
-        snapshots.push(crate::convert::csi_snapshot(member).map_err(uncarried)?);
+        snapshots.push(crate::convert::csi_snapshot(member).map_err(AnswerError::Member)?);
     }
     Ok(csi::VolumeGroupSnapshot {
         group_snapshot_id: info.handle,
@@ -86,7 +93,7 @@ fn csi_group(info: GroupSnapshotInfo) -> Result<csi::VolumeGroupSnapshot, Answer
 }
 
 /// The members the request names, as ids (checked by each RPC's `check`).
-fn snapshot_ids(ids: &[String]) -> Result<Vec<VolumeId>, Status> {
+fn snapshot_ids(ids: &[String]) -> Result<Vec<VolumeId>, LimitError> {
     crate::limits::repeated("snapshot_ids", ids.len())?;
     (ids.iter().enumerate())
         .map(|(i, id)| {
@@ -101,16 +108,7 @@ impl csi::group_controller_server::GroupController for GroupControllerService {
         &self,
         _request: Request<csi::GroupControllerGetCapabilitiesRequest>,
     ) -> Result<Response<csi::GroupControllerGetCapabilitiesResponse>, Status> {
-        use csi::group_controller_service_capability::{Rpc, Type, rpc::Type as RpcType};
-        self.grouper()?;
-        let capability = csi::GroupControllerServiceCapability {
-            r#type: Some(Type::Rpc(Rpc {
-                r#type: RpcType::CreateDeleteGetVolumeGroupSnapshot as i32,
-            })),
-        };
-        Ok(Response::new(csi::GroupControllerGetCapabilitiesResponse {
-            capabilities: vec![capability],
-        }))
+        Ok(Response::new(capabilities::answer(&self.shared)?))
     }
 
     async fn create_volume_group_snapshot(
@@ -119,11 +117,11 @@ impl csi::group_controller_server::GroupController for GroupControllerService {
     ) -> Result<Response<csi::CreateVolumeGroupSnapshotResponse>, Status> {
         let req = request.get_ref();
         let answer = async {
-            let grouper = self.grouper()?;
+            let grouper = grouper(&self.shared)?;
             let checked = create::check(req)?;
-            Ok(create::run(&self.shared, grouper, checked).await?)
+            create::run(&self.shared, grouper, checked).await
         };
-        let answer = answer.await.map(Response::new);
+        let answer = answer.await.map(Response::new).map_err(Status::from);
         logged(
             "CreateVolumeGroupSnapshot",
             Subject::Name(&req.name),
@@ -137,11 +135,11 @@ impl csi::group_controller_server::GroupController for GroupControllerService {
     ) -> Result<Response<csi::DeleteVolumeGroupSnapshotResponse>, Status> {
         let req = request.get_ref();
         let answer = async {
-            let grouper = self.grouper()?;
+            let grouper = grouper(&self.shared)?;
             let checked = delete::check(req)?;
-            Ok(delete::run(&self.shared, grouper, checked).await?)
+            delete::run(&self.shared, grouper, checked).await
         };
-        let answer = answer.await.map(Response::new);
+        let answer = answer.await.map(Response::new).map_err(Status::from);
         logged(
             "DeleteVolumeGroupSnapshot",
             Subject::GroupSnapshot(&req.group_snapshot_id),
@@ -153,8 +151,11 @@ impl csi::group_controller_server::GroupController for GroupControllerService {
         &self,
         request: Request<csi::GetVolumeGroupSnapshotRequest>,
     ) -> Result<Response<csi::GetVolumeGroupSnapshotResponse>, Status> {
-        let grouper = self.grouper()?;
-        let checked = get::check(request.get_ref())?;
-        Ok(Response::new(get::run(grouper, checked).await?))
+        let answer = async {
+            let grouper = grouper(&self.shared)?;
+            let checked = get::check(request.get_ref())?;
+            get::run(grouper, checked).await
+        };
+        Ok(Response::new(answer.await?))
     }
 }

@@ -12,13 +12,13 @@ use std::path::PathBuf;
 use pav_sdk::{CapacityRange, PodInfo, Secrets};
 use tonic::{Code, Status};
 
-use super::binds::{bind_once, blocking, published, unmount_and_remove};
-use super::{NodeService, stage_request};
+use super::binds::{BindError, bind_once, blocking, published, unmount_and_remove};
+use super::{NodeService, Unserved, stage_request};
 use crate::convert::{self, Capability};
 use crate::ephemeral::{Record, Records};
-use crate::error::{error_chain, is_final, status};
-use crate::guard::Key;
-use crate::occupancy::check_free;
+use crate::error::{error_chain, is_final, provisioner_code};
+use crate::guard::{Busy, Key};
+use crate::occupancy::{OccupancyError, check_free};
 
 /// The volume context key the kubelet sets on an ephemeral inline volume.
 pub(crate) const EPHEMERAL_KEY: &str = "csi.storage.k8s.io/ephemeral";
@@ -39,10 +39,10 @@ pub(crate) struct Checked {
     secrets: Secrets,
 }
 
-/// `INVALID_ARGUMENT` naming the key unless the provisioner serves
-/// ephemeral volumes; the `size` attribute parsed, the other attributes
-/// (the `csi.storage.k8s.io/` keys aside, which are the pod) the
-/// parameters. The common checks (ids, paths, capability, limits) are
+/// An error naming the key (`INVALID_ARGUMENT`) unless the provisioner
+/// serves ephemeral volumes; the `size` attribute parsed, the other
+/// attributes (the `csi.storage.k8s.io/` keys aside, which are the pod)
+/// the parameters. The common checks (ids, paths, capability, limits) are
 /// the caller's.
 pub(crate) fn check(
     serves_ephemeral: bool,
@@ -52,21 +52,13 @@ pub(crate) fn check(
     read_only: bool,
     volume_context: &HashMap<String, String>,
     secrets: Secrets,
-) -> Result<Checked, Status> {
+) -> Result<Checked, EphemeralError> {
     if !serves_ephemeral {
-        return Err(Status::invalid_argument(format!(
-            "volume_context: {EPHEMERAL_KEY} is \"true\" but this driver serves no ephemeral \
-             inline volumes (Ephemeral is not among its CSIDriver's volumeLifecycleModes)"
-        )));
+        return Err(EphemeralError::Unserved);
     }
     let (mut parameters, pod) = convert::split_pod_info(volume_context);
     let size = match parameters.remove(pav_sdk::ephemeral::SIZE_ATTRIBUTE) {
-        Some(size) => Some(parse_size(&size).ok_or_else(|| {
-            Status::invalid_argument(format!(
-                "volume_context: {} {size:?} is not a number of bytes or a quantity such as 64Mi",
-                pav_sdk::ephemeral::SIZE_ATTRIBUTE
-            ))
-        })?),
+        Some(size) => Some(parse_size(&size).ok_or(EphemeralError::Size { size })?),
         None => None,
     };
     Ok(Checked {
@@ -110,9 +102,25 @@ fn parse_size(text: &str) -> Option<u64> {
     digits.parse::<u64>().ok()?.checked_mul(unit)
 }
 
-/// Why an ephemeral publish or unpublish failed: one variant per step.
+/// Why an ephemeral publish or unpublish failed: one variant per step,
+/// each given its code once, in [`EphemeralError::code`].
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum EphemeralError {
+    /// The driver serves no ephemeral inline volumes (`INVALID_ARGUMENT`).
+    #[error(
+        "volume_context: {EPHEMERAL_KEY} is \"true\" but this driver serves no ephemeral \
+         inline volumes (Ephemeral is not among its CSIDriver's volumeLifecycleModes)"
+    )]
+    Unserved,
+    /// The `size` attribute is no quantity (`INVALID_ARGUMENT`).
+    #[error(
+        "volume_context: {} {size:?} is not a number of bytes or a quantity such as 64Mi",
+        pav_sdk::ephemeral::SIZE_ATTRIBUTE
+    )]
+    Size { size: String },
+    /// Another call holds the volume or the target (`ABORTED`).
+    #[error(transparent)]
+    Busy(#[from] Busy),
     /// Reading or writing the node record.
     #[error("{doing} the ephemeral volume record")]
     Record {
@@ -141,6 +149,9 @@ pub(crate) enum EphemeralError {
         #[source]
         source: pav_sdk::Error,
     },
+    /// The provisioner has no Stage (`UNIMPLEMENTED`).
+    #[error(transparent)]
+    NoStage(#[from] Unserved),
     /// The provisioner's Stage failed.
     #[error("staging ephemeral volume {volume_id}")]
     Stage {
@@ -148,6 +159,13 @@ pub(crate) enum EphemeralError {
         #[source]
         source: pav_sdk::Error,
     },
+    /// The target is not free for a new mount (its code).
+    #[error(transparent)]
+    Occupancy(#[from] OccupancyError),
+    /// What is mounted at the target, binding, or unmounting failed (its
+    /// code).
+    #[error(transparent)]
+    Bind(#[from] BindError),
     /// The provisioner's Unstage failed.
     #[error("unstaging ephemeral volume {volume_id}")]
     Unstage {
@@ -164,21 +182,30 @@ pub(crate) enum EphemeralError {
     },
 }
 
-impl From<EphemeralError> for Status {
-    /// One mapping for every failure: the provisioner's codes pass on;
-    /// the message is the whole chain, the cause after the step.
-    fn from(err: EphemeralError) -> Self {
-        let message = error_chain(&err);
-        let code = match err {
+impl EphemeralError {
+    /// One code for every failure: the provisioner's codes pass on.
+    pub(crate) fn code(&self) -> Code {
+        match self {
+            EphemeralError::Unserved | EphemeralError::Size { .. } => Code::InvalidArgument,
+            EphemeralError::Busy(e) => e.code(),
             EphemeralError::Record { .. } => Code::Internal,
             EphemeralError::OtherTarget { .. } => Code::FailedPrecondition,
+            EphemeralError::NoStage(_) => Code::Unimplemented,
+            EphemeralError::Occupancy(e) => e.code(),
+            EphemeralError::Bind(e) => e.code(),
             EphemeralError::Validate { source, .. }
             | EphemeralError::Create { source, .. }
             | EphemeralError::Stage { source, .. }
             | EphemeralError::Unstage { source, .. }
-            | EphemeralError::Delete { source, .. } => status(source).code(),
-        };
-        Status::new(code, message)
+            | EphemeralError::Delete { source, .. } => provisioner_code(source),
+        }
+    }
+}
+
+impl From<EphemeralError> for Status {
+    /// The message is the whole chain, the cause after the step.
+    fn from(err: EphemeralError) -> Self {
+        Status::new(err.code(), error_chain(&err))
     }
 }
 
@@ -226,7 +253,10 @@ impl NodeService {
     /// `volume_id`: an ephemeral volume's is the handle Create answered
     /// (the kubelet knows only the id it made up); any other volume's is
     /// its id.
-    pub(crate) async fn provisioner_handle(&self, volume_id: &str) -> Result<String, Status> {
+    pub(crate) async fn provisioner_handle(
+        &self,
+        volume_id: &str,
+    ) -> Result<String, EphemeralError> {
         let record = self.ephemeral_records().get(volume_id).await?;
         Ok(record
             .and_then(|r| r.handle)
@@ -239,7 +269,7 @@ impl NodeService {
         &self,
         volume_id: &str,
         target: &std::path::Path,
-    ) -> Result<Option<Record>, Status> {
+    ) -> Result<Option<Record>, EphemeralError> {
         let record = self.ephemeral_records().get(volume_id).await?;
         Ok(record.filter(|r| r.target == target))
     }
@@ -254,7 +284,7 @@ impl NodeService {
 pub(crate) async fn publish(
     service: &NodeService,
     checked: Checked,
-) -> Result<pav_sdk::Volume, Status> {
+) -> Result<pav_sdk::Volume, EphemeralError> {
     let Checked {
         record: asked,
         read_only,
@@ -272,8 +302,7 @@ pub(crate) async fn publish(
                 volume_id,
                 recorded: recorded.target.display().to_string(),
                 asked: asked.target.display().to_string(),
-            }
-            .into());
+            });
         }
         Some(recorded) => recorded,
         None => {
@@ -282,7 +311,8 @@ pub(crate) async fn publish(
         }
     };
     let (path, mode) = (record.target.clone(), record.capability.mode);
-    let repeat = blocking(move || published(&path, None, mode, read_only, true)).await?;
+    let repeat =
+        blocking::<_, BindError>(move || published(&path, None, mode, read_only, true)).await?;
     let volume = create(service, &record, secrets.clone()).await?;
     if repeat {
         return Ok(volume);
@@ -304,7 +334,7 @@ pub(crate) async fn publish(
     match staged {
         Err(failure) if is_final(failure.code()) => {
             if let Err(undo) = undo(service, &record, &handle).await {
-                tracing::warn!(volume_id, error = %undo.message(), "undoing a failed ephemeral publish failed: the record keeps the volume for NodeUnpublishVolume");
+                tracing::warn!(volume_id, error = %error_chain(&undo), "undoing a failed ephemeral publish failed: the record keeps the volume for NodeUnpublishVolume");
             }
             Err(failure)
         }
@@ -358,9 +388,8 @@ async fn stage_and_bind(
     read_only: bool,
     pod: Option<PodInfo>,
     secrets: Secrets,
-) -> Result<(), Status> {
-    let stager = (service.shared.provisioner.stage())
-        .ok_or_else(|| Status::unimplemented("this provisioner does not stage volumes"))?;
+) -> Result<(), EphemeralError> {
+    let stager = (service.shared.provisioner.stage()).ok_or(Unserved::Stage)?;
     let node_id = &service.node.node_id;
     let handle = volume.handle.as_str();
     let target = record.target.clone();
@@ -384,7 +413,7 @@ async fn stage_and_bind(
     let (records, mode) = (service.node.staged.clone(), record.capability.mode);
     blocking(move || {
         check_free("target_path", &target, &records)?;
-        bind_once(&staged.path, &target, mode, read_only)
+        Ok(bind_once(&staged.path, &target, mode, read_only)?)
     })
     .await
 }
@@ -393,11 +422,11 @@ async fn stage_and_bind(
 /// provisioner has it), Delete, and forgets the record. Each step
 /// succeeds on what is already undone, so a repeat after a failure (or a
 /// crash) finishes it.
-async fn undo(service: &NodeService, record: &Record, handle: &str) -> Result<(), Status> {
+async fn undo(service: &NodeService, record: &Record, handle: &str) -> Result<(), EphemeralError> {
     let provisioner = &service.shared.provisioner;
     let volume_id = record.volume_id.clone();
     let path = record.target.clone();
-    blocking(move || unmount_and_remove(&path)).await?;
+    blocking::<_, BindError>(move || unmount_and_remove(&path)).await?;
     if let Some(unstager) = provisioner.unstage() {
         let node_id = service.node.node_id.clone();
         let unstage = pav_sdk::build::unstage(handle, node_id, record.target.clone());
@@ -424,7 +453,7 @@ async fn undo(service: &NodeService, record: &Record, handle: &str) -> Result<()
 /// the record, or from Create asked again when a crash came between
 /// Create and the record of its answer), then [`undo`]. The caller holds
 /// the volume.
-pub(crate) async fn unpublish(service: &NodeService, record: Record) -> Result<(), Status> {
+pub(crate) async fn unpublish(service: &NodeService, record: Record) -> Result<(), EphemeralError> {
     let handle = match &record.handle {
         Some(handle) => handle.clone(),
         None => {
@@ -465,6 +494,7 @@ mod tests {
             &ctx,
             Secrets::default(),
         )
+        .map_err(Status::from)
     }
 
     #[test]

@@ -4,33 +4,35 @@
 //! limits, conversions, the capability against what the provisioner
 //! serves, and staging and target paths resolved inside the kubelet
 //! directory, which reads symlinks but neither mounts nor records) giving
-//! its `Checked` request, and a `run` that carries it out. The mount
-//! mechanics are in [`binds`]; what several RPCs need lives here.
+//! its `Checked` request, a `run` that carries it out, and an error enum
+//! (one variant per failing step) with the one mapping of it to a
+//! `Status`. The mount mechanics are in [`binds`]; what several RPCs need
+//! lives here.
 
-mod binds;
+pub(crate) mod binds;
 mod capabilities;
 pub(crate) mod ephemeral;
 mod expand;
 mod info;
 mod publish;
 mod stage;
-mod stats;
+pub(crate) mod stats;
 mod unpublish;
-mod unstage;
+pub(crate) mod unstage;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use pav_sdk::{Topology, VolumeMode};
-use tonic::{Request, Response, Status};
+use pav_sdk::{AccessMode, Topology, VolumeMode};
+use tonic::{Code, Request, Response, Status};
 
 // Where a staged Block volume's device is bound (the `testing` checks too).
 pub(crate) use self::binds::STAGED_DEVICE;
-use self::binds::{blocking, unmount_and_remove};
+use self::binds::{BindError, blocking, unmount_and_remove};
 use crate::convert;
 use crate::csi;
-use crate::error::{Subject, internal, logged, status};
-use crate::mount;
+use crate::error::{Subject, logged, provisioner_code};
+use crate::mount::{self, UnmountError};
 use crate::paths::Confinement;
 use crate::shared::Shared;
 use crate::staged::Records;
@@ -54,22 +56,98 @@ pub(crate) struct NodeService {
     pub(crate) node: Arc<NodeConfig>,
 }
 
+/// A touch point the provisioner lacks, so that an RPC is not served
+/// (`UNIMPLEMENTED`; its capability is not advertised).
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+pub(crate) enum Unserved {
+    /// Node staging RPCs of a provisioner that stages on publish.
+    #[error("this driver stages on publish: STAGE_UNSTAGE_VOLUME is not advertised")]
+    StagesOnPublish,
+    /// A provisioner without [`pav_sdk::Stage`].
+    #[error("this provisioner does not stage volumes")]
+    Stage,
+    /// `NodeExpandVolume` without [`pav_sdk::NodeExpand`].
+    #[error("this provisioner does not expand volumes on nodes (EXPAND_VOLUME is not advertised)")]
+    NodeExpand,
+}
+
+/// Why a request's `volume_capability` was refused (`INVALID_ARGUMENT`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CapabilityError {
+    /// It is missing.
+    #[error("volume_capability is required")]
+    Missing,
+    /// It cannot be converted.
+    #[error(transparent)]
+    Convert(#[from] convert::CapabilityError),
+    /// Its volume mode is not one the provisioner declared.
+    #[error("volume_capability: volume mode {0} is not supported")]
+    VolumeMode(VolumeMode),
+    /// Its access mode is not one the provisioner declared.
+    #[error("volume_capability: access mode {} is not supported", crate::staged::access_mode_name(*.0))]
+    AccessMode(AccessMode),
+}
+
+impl CapabilityError {
+    /// The code of a request refused for it: `INVALID_ARGUMENT`.
+    pub(crate) fn code(&self) -> Code {
+        Code::InvalidArgument
+    }
+}
+
+/// The staging records could not be read or written (`INTERNAL`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RecordError {
+    #[error("reading staging records")]
+    Read(#[source] std::io::Error),
+    #[error("writing the staging record")]
+    Write(#[source] std::io::Error),
+    #[error("removing the staging record")]
+    Remove(#[source] std::io::Error),
+}
+
+/// Why undoing a recorded stage failed; the record is kept for the next
+/// NodeUnstageVolume.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UndoStageError {
+    /// Unmounting or removing the device bind failed (its code).
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    /// Unmounting the staging path failed (`INTERNAL`).
+    #[error("unmounting staging path")]
+    Unmount(#[source] UnmountError),
+    /// The provisioner's Unstage failed (its code).
+    #[error("{}", .0.message())]
+    Unstage(pav_sdk::Error),
+    /// Removing the record failed (`INTERNAL`).
+    #[error(transparent)]
+    Record(#[from] RecordError),
+}
+
+impl UndoStageError {
+    /// The code of the call that undid the stage.
+    pub(crate) fn code(&self) -> Code {
+        match self {
+            UndoStageError::Bind(e) => e.code(),
+            UndoStageError::Unmount(_) | UndoStageError::Record(_) => Code::Internal,
+            UndoStageError::Unstage(e) => provisioner_code(e),
+        }
+    }
+}
+
 /// Refuses a capability the provisioner does not serve: a volume mode or
 /// access mode it never declared is unsupported by the plugin, not by
 /// one volume (`INVALID_ARGUMENT`, not "Exceeds capabilities").
-fn check_capability(shared: &Shared, capability: &convert::Capability) -> Result<(), Status> {
+fn check_capability(
+    shared: &Shared,
+    capability: &convert::Capability,
+) -> Result<(), CapabilityError> {
     let provisioner = &shared.provisioner;
     if !provisioner.supports_volume_mode(capability.mode) {
-        return Err(Status::invalid_argument(format!(
-            "volume_capability: volume mode {} is not supported",
-            capability.mode
-        )));
+        return Err(CapabilityError::VolumeMode(capability.mode));
     }
     if !provisioner.supports_access_mode(capability.access_mode) {
-        return Err(Status::invalid_argument(format!(
-            "volume_capability: access mode {} is not supported",
-            crate::staged::access_mode_name(capability.access_mode)
-        )));
+        return Err(CapabilityError::AccessMode(capability.access_mode));
     }
     Ok(())
 }
@@ -77,22 +155,18 @@ fn check_capability(shared: &Shared, capability: &convert::Capability) -> Result
 /// A request's required `volume_capability`, converted.
 fn required_capability(
     capability: Option<&csi::VolumeCapability>,
-) -> Result<convert::Capability, Status> {
-    let capability =
-        capability.ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
-    convert::capability("volume_capability", capability)
+) -> Result<convert::Capability, CapabilityError> {
+    let capability = capability.ok_or(CapabilityError::Missing)?;
+    Ok(convert::capability("volume_capability", capability)?)
 }
 
-/// `UNIMPLEMENTED` unless the node service stages per node.
-fn stages_per_node(shared: &Shared) -> Result<&dyn pav_sdk::Stage, Status> {
+/// The provisioner's Stage when the node service stages per node, or
+/// [`Unserved`].
+fn stages_per_node(shared: &Shared) -> Result<&dyn pav_sdk::Stage, Unserved> {
     match shared.provisioner.stage() {
-        Some(_) if shared.provisioner.stages_on_publish() => Err(Status::unimplemented(
-            "this driver stages on publish: STAGE_UNSTAGE_VOLUME is not advertised",
-        )),
+        Some(_) if shared.provisioner.stages_on_publish() => Err(Unserved::StagesOnPublish),
         Some(stager) => Ok(stager),
-        None => Err(Status::unimplemented(
-            "this provisioner does not stage volumes",
-        )),
+        None => Err(Unserved::Stage),
     }
 }
 
@@ -114,22 +188,19 @@ fn stage_request(
 }
 
 /// The volume path of a stats or expansion request, resolved, and its
-/// staging path when given and inside the kubelet directory; `NOT_FOUND`
-/// with `message` when the volume path lies outside it (where nothing of
-/// this driver's is mounted).
+/// staging path when given and inside the kubelet directory; `None` when
+/// the volume path lies outside it (where nothing of this driver's is
+/// mounted: the caller's `NOT_FOUND`).
 fn volume_paths(
     paths: &Confinement,
     volume_path: &str,
     staging_target_path: &str,
-    message: &str,
-) -> Result<(PathBuf, Option<PathBuf>), Status> {
-    let path = paths
-        .lookup(volume_path)
-        .ok_or_else(|| Status::not_found(message))?;
+) -> Option<(PathBuf, Option<PathBuf>)> {
+    let path = paths.lookup(volume_path)?;
     let staging_path = (!staging_target_path.is_empty())
         .then(|| paths.lookup(staging_target_path))
         .flatten();
-    Ok((path, staging_path))
+    Some((path, staging_path))
 }
 
 impl NodeService {
@@ -142,7 +213,7 @@ impl NodeService {
         volume_id: &str,
         staging: PathBuf,
         mode: VolumeMode,
-    ) -> Result<(), Status> {
+    ) -> Result<(), UndoStageError> {
         let path = staging.clone();
         blocking(move || {
             // Only a Block volume's staging path holds our device bind; in
@@ -152,18 +223,18 @@ impl NodeService {
             }
             mount::unmount(&path)
                 .map(|_| ())
-                .map_err(|e| internal("unmounting staging path", e))
+                .map_err(UndoStageError::Unmount)
         })
         .await?;
         if let Some(unstager) = self.shared.provisioner.unstage() {
             let unstage = pav_sdk::build::unstage(volume_id, self.node.node_id.clone(), staging);
-            unstager.unstage(unstage).await.map_err(status)?;
+            (unstager.unstage(unstage).await).map_err(UndoStageError::Unstage)?;
         }
         let (records, id) = (self.node.staged.clone(), volume_id.to_owned());
         blocking(move || {
             records
                 .remove(&id)
-                .map_err(|e| internal("removing the staging record", e))
+                .map_err(|e| RecordError::Remove(e).into())
         })
         .await
     }
@@ -181,7 +252,7 @@ impl csi::node_server::Node for NodeService {
             let checked = stage::check(req, &self.shared, &self.node)?;
             stage::run(self, stager, checked).await
         };
-        let answer = answer.await.map(Response::new);
+        let answer = answer.await.map(Response::new).map_err(Status::from);
         logged("NodeStageVolume", Subject::Volume(&req.volume_id), answer)
     }
 
@@ -195,7 +266,7 @@ impl csi::node_server::Node for NodeService {
             let checked = unstage::check(req, &self.node)?;
             unstage::run(self, checked).await
         };
-        let answer = answer.await.map(Response::new);
+        let answer = answer.await.map(Response::new).map_err(Status::from);
         logged("NodeUnstageVolume", Subject::Volume(&req.volume_id), answer)
     }
 
@@ -208,7 +279,7 @@ impl csi::node_server::Node for NodeService {
             let checked = publish::check(req, &self.shared, &self.node)?;
             publish::run(self, checked).await
         };
-        let answer = answer.await.map(Response::new);
+        let answer = answer.await.map(Response::new).map_err(Status::from);
         logged("NodePublishVolume", Subject::Volume(&req.volume_id), answer)
     }
 
@@ -221,7 +292,7 @@ impl csi::node_server::Node for NodeService {
             let checked = unpublish::check(req, &self.node)?;
             unpublish::run(self, checked).await
         };
-        let answer = answer.await.map(Response::new);
+        let answer = answer.await.map(Response::new).map_err(Status::from);
         logged(
             "NodeUnpublishVolume",
             Subject::Volume(&req.volume_id),
@@ -233,8 +304,11 @@ impl csi::node_server::Node for NodeService {
         &self,
         request: Request<csi::NodeGetVolumeStatsRequest>,
     ) -> Result<Response<csi::NodeGetVolumeStatsResponse>, Status> {
-        let checked = stats::check(request.get_ref())?;
-        stats::run(self, checked).await.map(Response::new)
+        let answer = async {
+            let checked = stats::check(request.get_ref())?;
+            stats::run(self, checked).await
+        };
+        Ok(Response::new(answer.await?))
     }
 
     async fn node_expand_volume(
@@ -243,15 +317,12 @@ impl csi::node_server::Node for NodeService {
     ) -> Result<Response<csi::NodeExpandVolumeResponse>, Status> {
         let req = request.get_ref();
         let answer = async {
-            let Some(expander) = self.shared.provisioner.node_expand() else {
-                return Err(Status::unimplemented(
-                    "this provisioner does not expand volumes on nodes (EXPAND_VOLUME is not advertised)",
-                ));
-            };
+            let expander = self.shared.provisioner.node_expand();
+            let expander = expander.ok_or(Unserved::NodeExpand)?;
             let checked = expand::check(req, &self.shared)?;
             expand::run(self, expander, checked).await
         };
-        let answer = answer.await.map(Response::new);
+        let answer = answer.await.map(Response::new).map_err(Status::from);
         logged("NodeExpandVolume", Subject::Volume(&req.volume_id), answer)
     }
 

@@ -5,21 +5,122 @@
 use std::path::PathBuf;
 
 use pav_sdk::{AccessMode, VolumeMode};
-use tonic::Status;
+use tonic::{Code, Status};
 
-use super::binds::{STAGED_DEVICE, bind_once, blocking, check_published_nowhere, published};
-use super::ephemeral;
+use super::binds::{
+    BindError, STAGED_DEVICE, bind_once, blocking, check_published_nowhere, published,
+};
+use super::ephemeral::{self, EphemeralError};
 use super::{
-    NodeConfig, NodeService, check_capability, required_capability, stage_request, stages_per_node,
+    CapabilityError, NodeConfig, NodeService, RecordError, Unserved, check_capability,
+    required_capability, stage_request, stages_per_node,
 };
 use crate::convert::{self, Capability};
 use crate::csi;
-use crate::error::{internal, status};
-use crate::guard::Key;
-use crate::limits;
+use crate::error::{error_chain, provisioner_code};
+use crate::guard::{Busy, Key};
+use crate::limits::{self, LimitError};
 use crate::mount;
-use crate::occupancy::check_free;
+use crate::occupancy::{OccupancyError, check_free};
+use crate::paths::PathError;
 use crate::shared::Shared;
+
+/// Why a `NodePublishVolume` failed: one variant per step of [`check`] and
+/// [`run`], each mapped to its code once, in [`From`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PublishError {
+    /// The provisioner does not stage volumes (`UNIMPLEMENTED`).
+    #[error(transparent)]
+    Unserved(#[from] Unserved),
+    /// A field breaks CSI's limits (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// The target or staging path is refused (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Path(#[from] PathError),
+    /// The capability is missing, malformed or not served
+    /// (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Capability(#[from] CapabilityError),
+    /// An ephemeral inline volume was refused or failed (its code).
+    #[error(transparent)]
+    Ephemeral(#[from] EphemeralError),
+    /// No staging path, where the driver stages per node
+    /// (`FAILED_PRECONDITION`).
+    #[error("staging_target_path is required: this driver advertises STAGE_UNSTAGE_VOLUME")]
+    NoStagingPath,
+    /// The target and the staging path overlap (`INVALID_ARGUMENT`).
+    #[error(
+        "target_path {} and staging_target_path {} overlap",
+        target.display(),
+        staging.display()
+    )]
+    Overlap { target: PathBuf, staging: PathBuf },
+    /// Another call holds the volume or the target (`ABORTED`).
+    #[error(transparent)]
+    Busy(#[from] Busy),
+    /// The staging records could not be read (`INTERNAL`).
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// The volume is not staged on this node (`FAILED_PRECONDITION`).
+    #[error("volume {volume_id} is not staged on this node")]
+    NotStaged { volume_id: String },
+    /// It is staged at another path (`FAILED_PRECONDITION`).
+    #[error(
+        "volume {volume_id} is staged at {}, not at {}",
+        recorded.display(),
+        staging.display()
+    )]
+    StagedElsewhere {
+        volume_id: String,
+        recorded: PathBuf,
+        staging: PathBuf,
+    },
+    /// It is staged in the other volume mode (`FAILED_PRECONDITION`).
+    #[error("volume {volume_id} is staged as {staged}; it cannot be published as {mode}")]
+    OtherMode {
+        volume_id: String,
+        staged: VolumeMode,
+        mode: VolumeMode,
+    },
+    /// Nothing is mounted at its recorded staging path
+    /// (`FAILED_PRECONDITION`).
+    #[error("volume {volume_id} is not staged at {}", staged.display())]
+    NotMounted { volume_id: String, staged: PathBuf },
+    /// The target is not free for a new mount (its code).
+    #[error(transparent)]
+    Occupancy(#[from] OccupancyError),
+    /// The provisioner's Stage failed (its code).
+    #[error("{}", .0.message())]
+    Stage(pav_sdk::Error),
+    /// What is mounted at the target, or binding, failed (its code).
+    #[error(transparent)]
+    Bind(#[from] BindError),
+}
+
+impl From<PublishError> for Status {
+    fn from(err: PublishError) -> Self {
+        let code = match &err {
+            PublishError::Unserved(_) => Code::Unimplemented,
+            PublishError::Limit(e) => e.code(),
+            PublishError::Path(e) => e.code(),
+            PublishError::Capability(e) => e.code(),
+            PublishError::Ephemeral(e) => e.code(),
+            PublishError::Overlap { .. } => Code::InvalidArgument,
+            PublishError::Busy(e) => e.code(),
+            PublishError::Record(_) => Code::Internal,
+            PublishError::NoStagingPath
+            | PublishError::NotStaged { .. }
+            | PublishError::StagedElsewhere { .. }
+            | PublishError::OtherMode { .. }
+            | PublishError::NotMounted { .. } => Code::FailedPrecondition,
+            PublishError::Occupancy(e) => e.code(),
+            PublishError::Stage(e) => provisioner_code(e),
+            PublishError::Bind(e) => e.code(),
+        };
+        Status::new(code, error_chain(&err))
+    }
+}
 
 /// A `NodePublishVolumeRequest` that passed [`check`].
 #[derive(Debug)]
@@ -47,7 +148,7 @@ pub(crate) fn check(
     req: &csi::NodePublishVolumeRequest,
     shared: &Shared,
     node: &NodeConfig,
-) -> Result<Checked, Status> {
+) -> Result<Checked, PublishError> {
     let volume_id = limits::required("volume_id", &req.volume_id)?;
     let target = node.paths.path("target_path", &req.target_path)?;
     let capability = required_capability(req.volume_capability.as_ref())?;
@@ -77,19 +178,13 @@ pub(crate) fn check(
     }
     stages_per_node(shared)?;
     if req.staging_target_path.is_empty() {
-        return Err(Status::failed_precondition(
-            "staging_target_path is required: this driver advertises STAGE_UNSTAGE_VOLUME",
-        ));
+        return Err(PublishError::NoStagingPath);
     }
     let staging = node
         .paths
         .path("staging_target_path", &req.staging_target_path)?;
     if target.starts_with(&staging) || staging.starts_with(&target) {
-        return Err(Status::invalid_argument(format!(
-            "target_path {} and staging_target_path {} overlap",
-            target.display(),
-            staging.display()
-        )));
+        return Err(PublishError::Overlap { target, staging });
     }
     Ok(Checked::Bind {
         volume_id: volume_id.to_owned(),
@@ -106,7 +201,7 @@ pub(crate) fn check(
 pub(crate) async fn run(
     service: &NodeService,
     checked: Checked,
-) -> Result<csi::NodePublishVolumeResponse, Status> {
+) -> Result<csi::NodePublishVolumeResponse, PublishError> {
     let (volume_id, target, staging, capability, read_only) = match checked {
         Checked::StageOnPublish(stage) => return stage_and_publish(service, *stage).await,
         Checked::Ephemeral(checked) => {
@@ -132,39 +227,36 @@ pub(crate) async fn run(
     let kubelet_dir = service.node.paths.kubelet_dir.clone();
     let records = service.node.staged.clone();
     let id = volume_id.to_owned();
-    blocking(move || {
+    blocking(move || -> Result<(), PublishError> {
         // The source is the staging path recorded when this volume was
         // staged, never a path the request alone names.
-        let record = records
-            .get(&id)
-            .map_err(|e| internal("reading staging records", e))?
-            .ok_or_else(|| {
-                Status::failed_precondition(format!("volume {id} is not staged on this node"))
-            })?;
+        let record = (records.get(&id).map_err(RecordError::Read)?).ok_or_else(|| {
+            PublishError::NotStaged {
+                volume_id: id.clone(),
+            }
+        })?;
         if record.staging != staging {
-            return Err(Status::failed_precondition(format!(
-                "volume {id} is staged at {}, not at {}",
-                record.staging.display(),
-                staging.display()
-            )));
+            return Err(PublishError::StagedElsewhere {
+                volume_id: id,
+                recorded: record.staging,
+                staging,
+            });
         }
         if record.capability.mode != mode {
-            return Err(Status::failed_precondition(format!(
-                "volume {id} is staged as {}; it cannot be published as {mode}",
-                record.capability.mode
-            )));
+            return Err(PublishError::OtherMode {
+                volume_id: id,
+                staged: record.capability.mode,
+                mode,
+            });
         }
         let source = match mode {
             VolumeMode::Filesystem => record.staging,
             VolumeMode::Block => record.staging.join(STAGED_DEVICE),
         };
-        let source_read_only = mount::read_only(&source)
-            .map_err(|e| internal("reading mounts", e))?
-            .ok_or_else(|| {
-                Status::failed_precondition(format!(
-                    "volume {id} is not staged at {}",
-                    source.display()
-                ))
+        let source_read_only = (mount::read_only(&source).map_err(BindError::MountTable)?)
+            .ok_or_else(|| PublishError::NotMounted {
+                volume_id: id.clone(),
+                staged: source.clone(),
             })?;
         if published(&target, Some(&source), mode, read_only, source_read_only)? {
             return Ok(());
@@ -173,7 +265,7 @@ pub(crate) async fn run(
             check_published_nowhere(&id, &source, &kubelet_dir)?;
         }
         check_free("target_path", &target, &records)?;
-        bind_once(&source, &target, mode, read_only)
+        Ok(bind_once(&source, &target, mode, read_only)?)
     })
     .await?;
     Ok(csi::NodePublishVolumeResponse {})
@@ -185,11 +277,9 @@ pub(crate) async fn run(
 async fn stage_and_publish(
     service: &NodeService,
     stage: pav_sdk::StageRequest,
-) -> Result<csi::NodePublishVolumeResponse, Status> {
+) -> Result<csi::NodePublishVolumeResponse, PublishError> {
     let Some(stager) = service.shared.provisioner.stage() else {
-        return Err(Status::unimplemented(
-            "this provisioner does not stage volumes",
-        ));
+        return Err(Unserved::Stage.into());
     };
     let volume_id = stage.handle.to_string();
     let volume_id = volume_id.as_str();
@@ -201,16 +291,16 @@ async fn stage_and_publish(
     let (path, mode, read_only) = (target.clone(), stage.volume_mode, stage.read_only);
     // What the provisioner stages is unknown until it runs: a read-only
     // mount there may be the provisioner's own choice.
-    if blocking(move || published(&path, None, mode, read_only, true)).await? {
+    if blocking::<_, BindError>(move || published(&path, None, mode, read_only, true)).await? {
         return Ok(csi::NodePublishVolumeResponse {});
     }
     tracing::info!(volume_id, target = ?target, read_only, %mode, "NodePublishVolume: staging");
-    let staged = stager.stage(stage).await.map_err(status)?;
+    let staged = stager.stage(stage).await.map_err(PublishError::Stage)?;
     let records = service.node.staged.clone();
     let published_at = target.clone();
-    blocking(move || {
+    blocking(move || -> Result<(), PublishError> {
         check_free("target_path", &target, &records)?;
-        bind_once(&staged.path, &target, mode, read_only)
+        Ok(bind_once(&staged.path, &target, mode, read_only)?)
     })
     .await?;
     // With the "staging" line above, a volume's time in this call.

@@ -4,19 +4,117 @@
 use std::path::PathBuf;
 
 use pav_sdk::{AccessMode, Parameters, Secrets, VolumeMode};
-use tonic::Status;
+use tonic::{Code, Status};
 
-use super::binds::{STAGED_DEVICE, bind_once, blocking};
-use super::{NodeConfig, NodeService, check_capability, required_capability, stage_request};
+use super::binds::{BindError, STAGED_DEVICE, bind_once, blocking};
+use super::{
+    CapabilityError, NodeConfig, NodeService, RecordError, Unserved, check_capability,
+    required_capability, stage_request,
+};
 use crate::convert::{self, Capability};
-use crate::error::{internal, is_final, status};
-use crate::guard::Key;
-use crate::limits;
+use crate::error::{error_chain, is_final, provisioner_code};
+use crate::guard::{Busy, Key};
+use crate::limits::{self, LimitError};
 use crate::mount;
-use crate::occupancy::check_free;
+use crate::occupancy::{OccupancyError, check_free};
+use crate::paths::PathError;
 use crate::shared::Shared;
 use crate::staged::{Record, Records};
 use crate::{csi, staged};
+
+/// Why a `NodeStageVolume` failed: one variant per step of [`check`] and
+/// [`run`], each given its code once, in [`StageError::code`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StageError {
+    /// The node service does not stage per node (`UNIMPLEMENTED`).
+    #[error(transparent)]
+    Unserved(#[from] Unserved),
+    /// A field breaks CSI's limits (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// The staging path is refused (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Path(#[from] PathError),
+    /// The capability is missing, malformed or not served
+    /// (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Capability(#[from] CapabilityError),
+    /// Another call holds the volume or the staging path (`ABORTED`).
+    #[error(transparent)]
+    Busy(#[from] Busy),
+    /// The staging records could not be read or written (`INTERNAL`).
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// The volume is staged at another path (`FAILED_PRECONDITION`).
+    #[error(
+        "volume {volume_id} is staged at {}, not at {}: unstage it there first",
+        recorded.display(),
+        staging.display()
+    )]
+    StagedElsewhere {
+        volume_id: String,
+        recorded: PathBuf,
+        staging: PathBuf,
+    },
+    /// The volume is staged here with an incompatible capability
+    /// (`ALREADY_EXISTS`).
+    #[error(
+        "volume {volume_id} is staged at {} as {recorded}, incompatible with {wanted}",
+        staging.display()
+    )]
+    Incompatible {
+        volume_id: String,
+        staging: PathBuf,
+        /// The recorded capability, in words.
+        recorded: String,
+        /// The capability asked for, in words.
+        wanted: String,
+    },
+    /// Another volume is staged at the path (`FAILED_PRECONDITION`).
+    #[error("staging_target_path {} holds volume {other}", staging.display())]
+    OtherVolume { staging: PathBuf, other: String },
+    /// Something this driver did not stage is mounted there
+    /// (`FAILED_PRECONDITION`).
+    #[error("{} is a mount point this driver did not stage", path.display())]
+    ForeignMount { path: PathBuf },
+    /// The staging path is not free for a new mount (its code).
+    #[error(transparent)]
+    Occupancy(#[from] OccupancyError),
+    /// The provisioner's Stage failed (its code).
+    #[error("{}", .0.message())]
+    Stage(pav_sdk::Error),
+    /// Binding what it staged failed (its code).
+    #[error(transparent)]
+    Bind(#[from] BindError),
+}
+
+impl StageError {
+    /// The code the call is answered with; whether it is final for
+    /// kubelet decides whether a new stage is undone.
+    pub(crate) fn code(&self) -> Code {
+        match self {
+            StageError::Unserved(_) => Code::Unimplemented,
+            StageError::Limit(e) => e.code(),
+            StageError::Path(e) => e.code(),
+            StageError::Capability(e) => e.code(),
+            StageError::Busy(e) => e.code(),
+            StageError::Record(_) => Code::Internal,
+            StageError::StagedElsewhere { .. }
+            | StageError::OtherVolume { .. }
+            | StageError::ForeignMount { .. } => Code::FailedPrecondition,
+            StageError::Incompatible { .. } => Code::AlreadyExists,
+            StageError::Occupancy(e) => e.code(),
+            StageError::Stage(e) => provisioner_code(e),
+            StageError::Bind(e) => e.code(),
+        }
+    }
+}
+
+impl From<StageError> for Status {
+    fn from(err: StageError) -> Self {
+        Status::new(err.code(), error_chain(&err))
+    }
+}
 
 /// A `NodeStageVolumeRequest` that passed [`check`].
 #[derive(Debug)]
@@ -37,7 +135,7 @@ pub(crate) fn check(
     req: &csi::NodeStageVolumeRequest,
     shared: &Shared,
     node: &NodeConfig,
-) -> Result<Checked, Status> {
+) -> Result<Checked, StageError> {
     let volume_id = limits::required("volume_id", &req.volume_id)?;
     let staging = node
         .paths
@@ -64,7 +162,7 @@ pub(crate) async fn run(
     service: &NodeService,
     stager: &dyn pav_sdk::Stage,
     checked: Checked,
-) -> Result<csi::NodeStageVolumeResponse, Status> {
+) -> Result<csi::NodeStageVolumeResponse, StageError> {
     let Checked {
         volume_id,
         staging,
@@ -112,47 +210,40 @@ pub(crate) async fn run(
 /// Checks that the volume's record allows staging it at `wanted.staging`
 /// with `wanted.capability`, and records it before anything is mounted;
 /// true when the record is new (this call made it).
-fn record_stage(records: &Records, wanted: &Record) -> Result<bool, Status> {
-    let io = |e| internal("reading staging records", e);
+fn record_stage(records: &Records, wanted: &Record) -> Result<bool, StageError> {
     let id = &wanted.volume_id;
     let staging = &wanted.staging;
-    if let Some(record) = records.get(id).map_err(io)? {
+    if let Some(record) = records.get(id).map_err(RecordError::Read)? {
         if record.staging != *staging {
-            return Err(Status::failed_precondition(format!(
-                "volume {id} is staged at {}, not at {}: unstage it there first",
-                record.staging.display(),
-                staging.display()
-            )));
+            return Err(StageError::StagedElsewhere {
+                volume_id: id.clone(),
+                recorded: record.staging,
+                staging: staging.clone(),
+            });
         }
         if !same_use(&record.capability, &wanted.capability) {
-            return Err(Status::already_exists(format!(
-                "volume {id} is staged at {} as {}, incompatible with {}",
-                staging.display(),
-                describe(&record.capability),
-                describe(&wanted.capability)
-            )));
+            return Err(StageError::Incompatible {
+                volume_id: id.clone(),
+                staging: staging.clone(),
+                recorded: describe(&record.capability),
+                wanted: describe(&wanted.capability),
+            });
         }
         return Ok(false);
     }
-    if let Some(other) = records.at(staging).map_err(io)? {
-        return Err(Status::failed_precondition(format!(
-            "staging_target_path {} holds volume {}",
-            staging.display(),
-            other.volume_id
-        )));
+    if let Some(other) = records.at(staging).map_err(RecordError::Read)? {
+        return Err(StageError::OtherVolume {
+            staging: staging.clone(),
+            other: other.volume_id,
+        });
     }
     for path in [staging.clone(), staging.join(STAGED_DEVICE)] {
-        if mount::is_mounted(&path).map_err(|e| internal("reading mounts", e))? {
-            return Err(Status::failed_precondition(format!(
-                "{} is a mount point this driver did not stage",
-                path.display()
-            )));
+        if mount::is_mounted(&path).map_err(BindError::MountTable)? {
+            return Err(StageError::ForeignMount { path });
         }
     }
     check_free("staging_target_path", staging, records)?;
-    records
-        .put(wanted)
-        .map_err(|e| internal("writing the staging record", e))?;
+    records.put(wanted).map_err(RecordError::Write)?;
     Ok(true)
 }
 
@@ -190,20 +281,20 @@ fn describe(c: &Capability) -> String {
 async fn stage_and_bind(
     stager: &dyn pav_sdk::Stage,
     stage: pav_sdk::StageRequest,
-) -> Result<(), Status> {
+) -> Result<(), StageError> {
     let (staging, mode, read_only) = (
         stage.target_path.clone(),
         stage.volume_mode,
         stage.read_only,
     );
-    let staged = stager.stage(stage).await.map_err(status)?;
+    let staged = stager.stage(stage).await.map_err(StageError::Stage)?;
     blocking(move || {
         let (source, target) = match mode {
             VolumeMode::Filesystem if staged.path == staging => return Ok(()),
             VolumeMode::Filesystem => (staged.path, staging),
             VolumeMode::Block => (staged.path, staging.join(STAGED_DEVICE)),
         };
-        bind_once(&source, &target, mode, read_only)
+        Ok(bind_once(&source, &target, mode, read_only)?)
     })
     .await
 }
@@ -219,7 +310,7 @@ async fn undo_failed_stage(
     if let Err(failed) = service.unstage_recorded(volume_id, staging, mode).await {
         tracing::warn!(
             volume_id,
-            error = failed.message(),
+            error = error_chain(&failed).as_str(),
             "NodeStageVolume: undoing the failed stage failed; the next NodeUnstageVolume tries again"
         );
     }

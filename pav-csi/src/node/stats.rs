@@ -4,13 +4,58 @@
 use std::path::Path;
 
 use pav_sdk::{Usage, VolumeCondition, VolumeMode, VolumeStats};
-use tonic::Status;
+use tonic::{Code, Status};
 
-use super::binds::{blocking, mounted_mode};
+use super::binds::{BindError, blocking, mounted_mode};
+use super::ephemeral::EphemeralError;
 use super::{NodeService, volume_paths};
 use crate::csi;
-use crate::error::{internal, status};
-use crate::limits;
+use crate::error::{error_chain, provisioner_code};
+use crate::limits::{self, Int64Error, LimitError};
+
+/// Why a `NodeGetVolumeStats` failed: one variant per step of [`check`]
+/// and [`run`], each mapped to its code once, in [`From`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StatsError {
+    /// A field breaks CSI's limits (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// No volume is mounted at the path (`NOT_FOUND`).
+    #[error("no volume is published at {volume_path}")]
+    NotPublished { volume_path: String },
+    /// Reading what is mounted there failed (its code).
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    /// Reading the ephemeral volume record failed (its code).
+    #[error(transparent)]
+    Ephemeral(#[from] EphemeralError),
+    /// Measuring the volume failed (`INTERNAL`).
+    #[error("reading usage")]
+    Usage(#[source] std::io::Error),
+    /// The provisioner's Stats failed (its code).
+    #[error("{}", .0.message())]
+    Stats(pav_sdk::Error),
+    /// The provisioner's Health failed (its code).
+    #[error("{}", .0.message())]
+    Health(pav_sdk::Error),
+    /// A count does not fit CSI's int64 (`INTERNAL`).
+    #[error(transparent)]
+    Size(#[from] Int64Error),
+}
+
+impl From<StatsError> for Status {
+    fn from(err: StatsError) -> Self {
+        let code = match &err {
+            StatsError::Limit(e) => e.code(),
+            StatsError::NotPublished { .. } => Code::NotFound,
+            StatsError::Bind(e) => e.code(),
+            StatsError::Ephemeral(e) => e.code(),
+            StatsError::Usage(_) | StatsError::Size(_) => Code::Internal,
+            StatsError::Stats(e) | StatsError::Health(e) => provisioner_code(e),
+        };
+        Status::new(code, error_chain(&err))
+    }
+}
 
 /// A `NodeGetVolumeStatsRequest` that passed [`check`].
 #[derive(Debug)]
@@ -22,7 +67,7 @@ pub(crate) struct Checked {
 }
 
 /// The volume id, the volume path and the paths' limits.
-pub(crate) fn check(req: &csi::NodeGetVolumeStatsRequest) -> Result<Checked, Status> {
+pub(crate) fn check(req: &csi::NodeGetVolumeStatsRequest) -> Result<Checked, StatsError> {
     limits::required("volume_id", &req.volume_id)?;
     let volume_path = limits::required_path("volume_path", &req.volume_path)?;
     limits::path("staging_target_path", &req.staging_target_path)?;
@@ -40,36 +85,36 @@ pub(crate) fn check(req: &csi::NodeGetVolumeStatsRequest) -> Result<Checked, Sta
 pub(crate) async fn run(
     service: &NodeService,
     checked: Checked,
-) -> Result<csi::NodeGetVolumeStatsResponse, Status> {
+) -> Result<csi::NodeGetVolumeStatsResponse, StatsError> {
     let Checked {
         volume_id,
         volume_path,
         staging_target_path,
     } = checked;
-    let message = format!("no volume is published at {volume_path}");
-    let (path, staging_path) = volume_paths(
-        &service.node.paths,
-        &volume_path,
-        &staging_target_path,
-        &message,
-    )?;
-    let (path, mode, measured) = blocking(move || {
-        let mode = mounted_mode(&path, || Status::not_found(message.clone()))?;
+    let not_published = || StatsError::NotPublished {
+        volume_path: volume_path.clone(),
+    };
+    let paths = volume_paths(&service.node.paths, &volume_path, &staging_target_path);
+    let (path, staging_path) = paths.ok_or_else(not_published)?;
+    let mounted = blocking(move || -> Result<_, BindError> {
+        let Some(mode) = mounted_mode(&path)? else {
+            return Ok(None);
+        };
         let measured = measure(&path, mode);
-        Ok((path, mode, measured))
-    })
-    .await?;
+        Ok(Some((path, mode, measured)))
+    });
+    let (path, mode, measured) = mounted.await?.ok_or_else(not_published)?;
     let provisioner = &service.shared.provisioner;
     let volume_id = service.provisioner_handle(&volume_id).await?;
     let mut stats = match provisioner.stats() {
-        None => measured.map_err(|e| internal("reading usage", e))?,
+        None => measured.map_err(StatsError::Usage)?,
         Some(provisioner) => {
             let mut ask = pav_sdk::build::stats(volume_id.as_str(), path.clone(), mode);
             ask.staging_path = staging_path;
             ask.measured = measured.ok();
             provisioner.stats(ask).await.map_err(|e| {
                 tracing::warn!(volume_id, error = e.message(), "NodeGetVolumeStats failed");
-                status(e)
+                StatsError::Stats(e)
             })?
         }
     };
@@ -77,12 +122,12 @@ pub(crate) async fn run(
         let ask = pav_sdk::HealthRequest::node(volume_id.as_str(), path, mode);
         let condition = health.condition(ask).await.map_err(|e| {
             tracing::warn!(volume_id, error = e.message(), "checking health failed");
-            status(e)
+            StatsError::Health(e)
         })?;
         stats.condition = Some(condition);
     }
     let condition_advertised = provisioner.stats().is_some() || provisioner.health().is_some();
-    csi_stats(stats, condition_advertised)
+    Ok(csi_stats(stats, condition_advertised)?)
 }
 
 /// What pav-csi measures of the volume at `path` itself: `statvfs` (bytes
@@ -119,14 +164,14 @@ fn measure(path: &Path, mode: VolumeMode) -> std::io::Result<VolumeStats> {
 fn csi_stats(
     stats: VolumeStats,
     condition_advertised: bool,
-) -> Result<csi::NodeGetVolumeStatsResponse, Status> {
+) -> Result<csi::NodeGetVolumeStatsResponse, Int64Error> {
     use csi::volume_usage::Unit;
     let usage = |unit: Unit, u: Usage| {
         let count = |field: &str, value| {
             let field = format!("{} {field}", unit.as_str_name().to_lowercase());
             limits::int64(&field, value)
         };
-        Ok::<_, Status>(csi::VolumeUsage {
+        Ok::<_, Int64Error>(csi::VolumeUsage {
             available: count("available", u.available)?,
             total: count("total", u.total)?,
             used: count("used", u.used)?,

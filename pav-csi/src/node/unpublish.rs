@@ -5,13 +5,52 @@ use std::path::PathBuf;
 
 use tonic::Status;
 
-use super::binds::{blocking, unmount_and_remove};
-use super::ephemeral;
+use super::binds::{BindError, blocking, unmount_and_remove};
+use super::ephemeral::{self, EphemeralError};
 use super::{NodeConfig, NodeService};
 use crate::csi;
-use crate::error::status;
-use crate::guard::Key;
-use crate::limits;
+use crate::error::{error_chain, provisioner_code};
+use crate::guard::{Busy, Key};
+use crate::limits::{self, LimitError};
+use crate::paths::PathError;
+
+/// Why a `NodeUnpublishVolume` failed: one variant per step of [`check`]
+/// and [`run`], each mapped to its code once, in [`From`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UnpublishError {
+    /// A field breaks CSI's limits (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// The target path is refused (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Path(#[from] PathError),
+    /// Another call holds the volume (`ABORTED`).
+    #[error(transparent)]
+    Busy(#[from] Busy),
+    /// Looking up or undoing an ephemeral volume failed (its code).
+    #[error(transparent)]
+    Ephemeral(#[from] EphemeralError),
+    /// Unmounting or removing the target failed (its code).
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    /// The provisioner's Unstage failed (its code).
+    #[error("{}", .0.message())]
+    Unstage(pav_sdk::Error),
+}
+
+impl From<UnpublishError> for Status {
+    fn from(err: UnpublishError) -> Self {
+        let code = match &err {
+            UnpublishError::Limit(e) => e.code(),
+            UnpublishError::Path(e) => e.code(),
+            UnpublishError::Busy(e) => e.code(),
+            UnpublishError::Ephemeral(e) => e.code(),
+            UnpublishError::Bind(e) => e.code(),
+            UnpublishError::Unstage(e) => provisioner_code(e),
+        };
+        Status::new(code, error_chain(&err))
+    }
+}
 
 /// A `NodeUnpublishVolumeRequest` that passed [`check`].
 #[derive(Debug)]
@@ -25,7 +64,7 @@ pub(crate) struct Checked {
 pub(crate) fn check(
     req: &csi::NodeUnpublishVolumeRequest,
     node: &NodeConfig,
-) -> Result<Checked, Status> {
+) -> Result<Checked, UnpublishError> {
     let volume_id = limits::required("volume_id", &req.volume_id)?;
     let target = node.paths.path("target_path", &req.target_path)?;
     Ok(Checked {
@@ -41,7 +80,7 @@ pub(crate) fn check(
 pub(crate) async fn run(
     service: &NodeService,
     checked: Checked,
-) -> Result<csi::NodeUnpublishVolumeResponse, Status> {
+) -> Result<csi::NodeUnpublishVolumeResponse, UnpublishError> {
     let Checked { volume_id, target } = checked;
     let volume_id = volume_id.as_str();
     let shared = &service.shared;
@@ -55,12 +94,12 @@ pub(crate) async fn run(
     }
     tracing::info!(volume_id, target = ?target, "NodeUnpublishVolume");
     let path = target.clone();
-    blocking(move || unmount_and_remove(&path)).await?;
+    blocking::<_, BindError>(move || unmount_and_remove(&path)).await?;
     if shared.provisioner.stages_on_publish()
         && let Some(unstager) = shared.provisioner.unstage()
     {
         let unstage = pav_sdk::build::unstage(volume_id, service.node.node_id.clone(), target);
-        unstager.unstage(unstage).await.map_err(status)?;
+        (unstager.unstage(unstage).await).map_err(UnpublishError::Unstage)?;
     }
     Ok(csi::NodeUnpublishVolumeResponse {})
 }

@@ -2,14 +2,57 @@
 
 use std::path::PathBuf;
 
-use tonic::Status;
+use tonic::{Code, Status};
 
-use super::binds::blocking;
-use super::{NodeConfig, NodeService};
+use super::binds::{BindError, blocking};
+use super::{NodeConfig, NodeService, RecordError, UndoStageError, Unserved};
 use crate::csi;
-use crate::error::internal;
-use crate::guard::Key;
-use crate::limits;
+use crate::error::error_chain;
+use crate::guard::{Busy, Key};
+use crate::limits::{self, LimitError};
+use crate::paths::PathError;
+
+/// Why a `NodeUnstageVolume` failed: one variant per step of [`check`] and
+/// [`run`], each mapped to its code once, in [`From`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UnstageError {
+    /// The node service does not stage per node (`UNIMPLEMENTED`).
+    #[error(transparent)]
+    Unserved(#[from] Unserved),
+    /// A field breaks CSI's limits (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// The staging path is refused (`INVALID_ARGUMENT`).
+    #[error(transparent)]
+    Path(#[from] PathError),
+    /// Another call holds the volume (`ABORTED`).
+    #[error(transparent)]
+    Busy(#[from] Busy),
+    /// The staging records could not be read (`INTERNAL`).
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// The blocking task reading them failed (`INTERNAL`).
+    #[error(transparent)]
+    Task(#[from] BindError),
+    /// Undoing the stage failed (its code); the record is kept.
+    #[error(transparent)]
+    Undo(#[from] UndoStageError),
+}
+
+impl From<UnstageError> for Status {
+    fn from(err: UnstageError) -> Self {
+        let code = match &err {
+            UnstageError::Unserved(_) => Code::Unimplemented,
+            UnstageError::Limit(e) => e.code(),
+            UnstageError::Path(e) => e.code(),
+            UnstageError::Busy(e) => e.code(),
+            UnstageError::Record(_) => Code::Internal,
+            UnstageError::Task(e) => e.code(),
+            UnstageError::Undo(e) => e.code(),
+        };
+        Status::new(code, error_chain(&err))
+    }
+}
 
 /// A `NodeUnstageVolumeRequest` that passed [`check`].
 #[derive(Debug)]
@@ -23,7 +66,7 @@ pub(crate) struct Checked {
 pub(crate) fn check(
     req: &csi::NodeUnstageVolumeRequest,
     node: &NodeConfig,
-) -> Result<Checked, Status> {
+) -> Result<Checked, UnstageError> {
     let volume_id = limits::required("volume_id", &req.volume_id)?;
     let staging = node
         .paths
@@ -40,7 +83,7 @@ pub(crate) fn check(
 pub(crate) async fn run(
     service: &NodeService,
     checked: Checked,
-) -> Result<csi::NodeUnstageVolumeResponse, Status> {
+) -> Result<csi::NodeUnstageVolumeResponse, UnstageError> {
     let Checked { volume_id, staging } = checked;
     let volume_id = volume_id.as_str();
     let _guard = (service.shared.in_flight).claim(Key::Volume(volume_id.to_owned()))?;
@@ -49,10 +92,8 @@ pub(crate) async fn run(
         volume_id.to_owned(),
         staging.clone(),
     );
-    let recorded = blocking(move || {
-        let record = records
-            .get(&id)
-            .map_err(|e| internal("reading staging records", e))?;
+    let recorded = blocking(move || -> Result<_, UnstageError> {
+        let record = records.get(&id).map_err(RecordError::Read)?;
         Ok(record.filter(|r| r.staging == path))
     })
     .await?;
