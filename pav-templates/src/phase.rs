@@ -223,8 +223,8 @@ const DEFINITIONS: [Definition; 16] = [
 ];
 
 impl Phase {
-    /// All phases, in [`DEFINITIONS`]' order: the original PaV's in
-    /// lifecycle order, then pav's.
+    /// All phases, in the order of their definitions: the original PaV's
+    /// in lifecycle order, then pav's.
     pub const ALL: [Phase; 16] = {
         let mut all = [Phase::Validation; 16];
         let mut i = 0;

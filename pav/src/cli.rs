@@ -303,6 +303,46 @@ struct Objects {
 }
 
 impl Objects {
+    /// `--snapshot-content` for `phase`: refused when it records the
+    /// other kind (a group for a snapshot phase, or the reverse), or, for a
+    /// deletion, no handle (a snapshot not taken yet).
+    fn recorded_snapshot(&self, phase: Phase) -> anyhow::Result<Option<&RecordedSnapshot>> {
+        let Some(recorded) = &self.snapshot else {
+            return Ok(None);
+        };
+        let group = matches!(
+            phase,
+            Phase::GroupSnapshotCreation | Phase::GroupSnapshotDeletion
+        );
+        let kind = |group| {
+            if group {
+                "VolumeGroupSnapshotContent"
+            } else {
+                "VolumeSnapshotContent"
+            }
+        };
+        if recorded.group != group {
+            anyhow::bail!(
+                "--snapshot-content {}: a {}, but --phase {phase} reads a {}",
+                recorded.path.display(),
+                kind(recorded.group),
+                kind(group)
+            );
+        }
+        let deletion = matches!(
+            phase,
+            Phase::SnapshotDeletion | Phase::GroupSnapshotDeletion
+        );
+        if deletion && recorded.handle.is_none() {
+            anyhow::bail!(
+                "--snapshot-content {}: the {} records no handle (the snapshot was not taken)",
+                recorded.path.display(),
+                kind(group)
+            );
+        }
+        Ok(Some(recorded))
+    }
+
     /// The name of the snapshot (`prefix` `snapshot`) or group
     /// (`groupsnapshot`) being taken: csi-snapshotter's for
     /// `--snapshot-content`, else `PREFIX-<the claim's UID>`.
@@ -570,13 +610,17 @@ fn load_content(path: &Path) -> Result<RecordedSnapshot, ObjectFileError> {
     let driver = (content.data.pointer("/spec/driver"))
         .and_then(|d| d.as_str())
         .unwrap_or_default();
-    let members = match crate::snapshots::recorded_group(&content, driver) {
-        Some(group) => Some((group.handle, group.members)),
-        None => crate::snapshots::recorded_snapshot(&content, driver)
-            .map(|snapshot| (snapshot.handle.clone(), vec![snapshot])),
+    let group = crate::snapshots::is_group(&content);
+    let recorded = if group {
+        crate::snapshots::recorded_group(&content, driver).map(|g| (g.handle, g.members))
+    } else {
+        crate::snapshots::recorded_snapshot(&content, driver)
+            .map(|snapshot| (snapshot.handle.clone(), vec![snapshot]))
     };
-    let (handle, members) = members.unwrap_or_default();
+    let (handle, members) = recorded.unwrap_or_default();
     Ok(RecordedSnapshot {
+        path: path.to_owned(),
+        group,
         name: crate::snapshots::requested_name(&content),
         handle: Some(handle).filter(|h| !h.is_empty()),
         members: (members.into_iter())
@@ -613,6 +657,10 @@ fn parse_time(text: &str) -> Result<std::time::SystemTime, String> {
 
 /// A snapshot or group snapshot as `--snapshot-content` records it.
 struct RecordedSnapshot {
+    /// The file it was read from.
+    path: PathBuf,
+    /// Whether it is a group (a VolumeGroupSnapshotContent).
+    group: bool,
     /// The name csi-snapshotter gives it (`None`: pre-provisioned).
     name: Option<String>,
     /// Its handle (`None`: not taken yet).
@@ -837,13 +885,14 @@ fn render(
             to_yaml(&name, phase, planned(plan, objects)?.optional())?
         }
         Phase::SnapshotCreation => {
+            objects.recorded_snapshot(phase)?;
             let snapshot = objects.snapshot_name("snapshot");
             let plan =
                 planner.snapshot_creation(&snapshot, &objects.snapshot_parameters, pv, Some(pvc));
             to_yaml(&name, phase, planned(plan, objects)?)?
         }
         Phase::SnapshotDeletion => {
-            let (snapshot, source) = match &objects.snapshot {
+            let (snapshot, source) = match objects.recorded_snapshot(phase)? {
                 Some(recorded) => recorded.members.first().cloned().unwrap_or_default(),
                 None => (objects.snapshot_name("snapshot"), Some(handle.clone())),
             };
@@ -852,6 +901,7 @@ fn render(
         }
         // A group of the one volume given.
         Phase::GroupSnapshotCreation => {
+            objects.recorded_snapshot(phase)?;
             let member = pav_templates::GroupMember { pv, pvc: Some(pvc) };
             let plan = planner.group_snapshot_creation(
                 &objects.snapshot_name("groupsnapshot"),
@@ -861,7 +911,7 @@ fn render(
             to_yaml(&name, phase, planned(plan, objects)?.optional())?
         }
         Phase::GroupSnapshotDeletion => {
-            let (group, members) = match &objects.snapshot {
+            let (group, members) = match objects.recorded_snapshot(phase)? {
                 Some(recorded) => (
                     recorded.handle.clone().unwrap_or_default(),
                     recorded.members.clone(),
@@ -1291,6 +1341,42 @@ spec:
         assert_eq!(
             render("group-snapshot-deletion", &["--snapshot-content", &group]),
             r#"group-handle-1: [{"handle": "member-1", "sourceHandle": "vol-1"}, {"handle": "member-2", "sourceHandle": "vol-2"}]"#
+        );
+
+        // A content of the other kind, or one not taken yet for a
+        // deletion, is refused.
+        let err = pav(&[
+            "render",
+            &provisioner,
+            "--phase",
+            "group-snapshot-deletion",
+            "--snapshot-content",
+            &content,
+        ])
+        .unwrap_err();
+        assert_eq!(
+            err,
+            format!(
+                "--snapshot-content {content}: a VolumeSnapshotContent, but --phase group-snapshot-deletion reads a VolumeGroupSnapshotContent"
+            )
+        );
+        let pending = write(
+            dir.path(),
+            "pending.yaml",
+            CONTENT.split("status:").next().unwrap(),
+        );
+        let err = pav(&[
+            "render",
+            &provisioner,
+            "--phase",
+            "snapshot-deletion",
+            "--snapshot-content",
+            &pending,
+        ])
+        .unwrap_err();
+        assert!(
+            err.ends_with("records no handle (the snapshot was not taken)"),
+            "{err}"
         );
 
         // A file of another kind is refused, naming both.

@@ -5,10 +5,12 @@
 //! |---|---|
 //! | [`controller`] | Create (validation + creation pods, from a source), Delete (deletion pod), Expand (expansion pod), Snapshot (snapshot pods) |
 //! | [`node`] | Stage / Unstage per client pod (staging and unstaging pods), node expansion pods, volume stats, collection of `/pav` files |
-//! | [`context`] | the per-driver context: API access, the PavProvisioner watch, pod runs by watch, events, `get_pvc` |
+//! | [`context`] | the per-driver context, a part per concept: its PaV pods (API and cache), the PavProvisioner served (watch, compiled form, planner, `get_pvc`), events, and the run of a phase pod |
 //! | `pod_cache` | the one watch of this provisioner's pods, and waits on it |
 //! | `provisioner_cache` | the watch of the PavProvisioner, compiled once per generation |
-//! | [`recipe`] | every phase's recipe: a pure plan (context, evaluated fields, pod), then the pod's run (create, wait, collect, interpret) |
+//!
+//! Every phase is planned by [`crate::recipe`] (pure: context, evaluated
+//! fields, pod) and its pod run by [`context::DriverContext::run`].
 //! | [`metrics`] | Prometheus `/metrics` and `/healthz` |
 
 mod answers;
@@ -206,11 +208,11 @@ pub async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
     args.common.logging.init();
     let driver = driver_context(&args.common, "csi-controller").await?;
     // Listed at startup, so the first CreateVolume does not wait for them.
-    driver.start_pod_cache(None);
-    driver.start_provisioner_watch();
+    driver.pods.start_cache(None);
+    driver.served.start_watch();
     tokio::spawn(controller::sweep(driver.clone()));
     tokio::spawn(deleted_nodes::release_periodically(driver.clone()));
-    let object = driver.provisioner_object().await?;
+    let object = driver.served.object().await?;
     let provisioner = served_sections(
         controller_provisioner(driver),
         object.as_ref().map(|p| &p.spec),
@@ -230,8 +232,8 @@ pub async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     args.common.logging.init();
     let driver = driver_context(&args.common, "csi-node").await?;
     // Only this node's staging and unstaging pods.
-    driver.start_pod_cache(Some(&args.node_id));
-    driver.start_provisioner_watch();
+    driver.pods.start_cache(Some(&args.node_id));
+    driver.served.start_watch();
     tokio::spawn(node::collect(driver.clone(), args.pods_dir.clone()));
     tokio::spawn(node::sweep_dirs(
         driver.clone(),

@@ -191,9 +191,73 @@ pub fn requested_parameters(
 
 /// Whether `content` is a VolumeGroupSnapshotContent (else a
 /// VolumeSnapshotContent).
-fn is_group(content: &DynamicObject) -> bool {
+pub fn is_group(content: &DynamicObject) -> bool {
     content
         .types
         .as_ref()
         .is_some_and(|t| t.kind == "VolumeGroupSnapshotContent")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn content(data: serde_json::Value) -> DynamicObject {
+        let mut object = DynamicObject::new("g", &crate::snapshots::group_api_resource());
+        object.data = data;
+        object
+    }
+
+    #[test]
+    fn a_dynamic_group_lists_its_members_with_sources_and_sizes() {
+        let dynamic = content(serde_json::json!({
+            "spec": {"driver": "d", "source": {"volumeHandles": ["v1", "v2"]}},
+            "status": {
+                "volumeGroupSnapshotHandle": "g-1",
+                "volumeSnapshotInfoList": [
+                    {"volumeHandle": "v1", "snapshotHandle": "s1", "restoreSize": 1024, "creationTime": 5},
+                    {"volumeHandle": "v2", "snapshotHandle": "s2", "restoreSize": 2048, "creationTime": 7},
+                ],
+            },
+        }));
+        let group = recorded_group(&dynamic, "d").unwrap();
+        assert_eq!(group.handle, "g-1");
+        let members: Vec<_> = (group.members.iter())
+            .map(|m| {
+                (
+                    m.handle.as_str(),
+                    m.source.as_str(),
+                    m.size_bytes,
+                    m.group.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            members,
+            [
+                ("s1", "v1", 1024, Some("g-1")),
+                ("s2", "v2", 2048, Some("g-1"))
+            ]
+        );
+        assert!(recorded_group(&dynamic, "e").is_none());
+    }
+
+    #[test]
+    fn a_pre_provisioned_group_names_its_members_only() {
+        let pre_provisioned = content(serde_json::json!({
+            "spec": {"driver": "d", "source": {"groupSnapshotHandles": {
+                "volumeGroupSnapshotHandle": "g-2",
+                "volumeSnapshotHandles": ["s3", "s4"],
+            }}},
+        }));
+        let group = recorded_group(&pre_provisioned, "d").unwrap();
+        assert_eq!(group.handle, "g-2");
+        let handles: Vec<_> = group.members.iter().map(|m| m.handle.as_str()).collect();
+        assert_eq!(handles, ["s3", "s4"]);
+        // Not yet answered: no handle, nothing recorded.
+        let pending = content(serde_json::json!({
+            "spec": {"driver": "d", "source": {"volumeHandles": ["v1"]}},
+        }));
+        assert!(recorded_group(&pending, "d").is_none());
+    }
 }

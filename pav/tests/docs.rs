@@ -1076,7 +1076,7 @@ fn counts_are_what_they_count() {
         ),
         stated(
             "docs/concepts.md",
-            "There are {n}; the list is `Phase::ALL`",
+            "There are {n}, each defined once",
             all,
             "Phase::ALL",
         ),

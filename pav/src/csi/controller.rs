@@ -25,17 +25,19 @@ mod error;
 pub(crate) mod expand;
 mod group_snapshot;
 mod modify;
+mod records;
 pub(crate) mod snapshot;
 
 pub use self::cleanup::sweep;
 use self::cleanup::{claim_settled, claim_uid_label, clean_claim_pods};
 use self::error::{CreateError, Failed, UndoError};
+use self::records::Records;
 
 /// The pav-sdk Create and Delete of a PavProvisioner.
 #[derive(Debug)]
 pub struct PodController {
     driver: Arc<DriverContext>,
-    volumes: Store<PersistentVolume>,
+    records: Records,
     deleted: Deleted,
     capacities: crate::csi::answers::Answers<u64>,
 }
@@ -53,8 +55,8 @@ impl PodController {
     /// PersistentVolumes, to find a volume's claim from its handle.
     pub fn new(driver: Arc<DriverContext>, volumes: Store<PersistentVolume>) -> Self {
         PodController {
+            records: Records::new(driver.clone(), volumes),
             driver,
-            volumes,
             deleted: Deleted::default(),
             capacities: Default::default(),
         }
@@ -100,7 +102,12 @@ impl PodController {
         req: &CreateRequest,
         claim: &ClaimObjects,
     ) -> std::result::Result<Volume, CreateError> {
-        let planner = self.driver.planner().await.map_err(CreateError::Plan)?;
+        let planner = self
+            .driver
+            .served
+            .planner()
+            .await
+            .map_err(CreateError::Plan)?;
         let (pvc, sc) = (claim.pvc.clone(), claim.sc.clone());
         let validation = planner
             .blocking(move |p| p.validation(&pvc, &sc))
@@ -167,7 +174,8 @@ impl PodController {
         };
         let cached = self
             .driver
-            .cached_pod(&pod.namespace().unwrap_or_default(), &pod.name_any())
+            .pods
+            .cached(&pod.namespace().unwrap_or_default(), &pod.name_any())
             .await
             .map_err(CreateError::PodCache)?;
         Ok(cached.is_some())
@@ -289,7 +297,8 @@ impl PodController {
         };
         let capacity = match kind {
             DataSourceKind::VolumeSnapshot => {
-                self.recorded_snapshots()
+                self.records
+                    .snapshots()
                     .await
                     .map_err(CreateError::ReadObjects)?
                     .into_iter()
@@ -298,7 +307,7 @@ impl PodController {
                     .size_bytes
             }
             DataSourceKind::PersistentVolumeClaim => {
-                let pv = self.volume_pv(handle).await.ok_or_else(missing)?;
+                let pv = self.records.volume(handle).await.ok_or_else(missing)?;
                 pav_templates::context::pv_capacity(&pv).map_err(CreateError::SourceCapacity)?
             }
         };
@@ -307,39 +316,6 @@ impl PodController {
             handle: handle.to_string(),
             capacity,
         })
-    }
-
-    /// The PersistentVolume of this driver whose handle is `handle`, from
-    /// the watch of PersistentVolumes (the volumes' records).
-    async fn volume_pv(&self, handle: &str) -> Option<Arc<PersistentVolume>> {
-        let _ = self.volumes.wait_until_ready().await;
-        let provisioner = &self.driver.provisioner;
-        self.volumes.find(|pv| {
-            pv.spec
-                .as_ref()
-                .and_then(|s| s.csi.as_ref())
-                .is_some_and(|c| &c.driver == provisioner && c.volume_handle == handle)
-        })
-    }
-
-    /// The claim `pv` is bound to, as it is now; `None` when the volume
-    /// has no claim or the claim is gone.
-    async fn bound_claim(
-        &self,
-        pv: &PersistentVolume,
-    ) -> std::result::Result<Option<PersistentVolumeClaim>, super::context::DriverError> {
-        let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
-            return Ok(None);
-        };
-        let (namespace, name) = (
-            claim_ref.namespace.as_deref().unwrap_or_default(),
-            claim_ref.name.as_deref().unwrap_or_default(),
-        );
-        let live = Api::<PersistentVolumeClaim>::namespaced(self.driver.client.clone(), namespace)
-            .get_opt(name)
-            .await
-            .map_err(|e| api_error(&format!("PersistentVolumeClaim {namespace}/{name}"), e))?;
-        Ok(live.filter(|pvc| pvc.uid() == claim_ref.uid))
     }
 
     /// Deletes the claim's validation and creation pods once the claim is
@@ -406,6 +382,7 @@ impl Create for PodController {
                 let phase = failure.phase();
                 let error = Error::from(failure);
                 self.driver
+                    .events
                     .warn(&claim.reference, phase, error.message(), None)
                     .await;
                 Err(error)
@@ -415,7 +392,7 @@ impl Create for PodController {
 
     /// A volume exists while a PersistentVolume of this driver has its handle.
     async fn exists(&self, volume: &pav_sdk::VolumeId) -> Result<bool> {
-        Ok(self.volume_pv(volume).await.is_some())
+        Ok(self.records.volume(volume).await.is_some())
     }
 }
 

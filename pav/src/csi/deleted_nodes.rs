@@ -40,7 +40,7 @@ pub async fn release_once(driver: &DriverContext) -> Result<Vec<String>, DriverE
     let nodes: Api<Node> = Api::all(driver.client.clone());
     let mut node_exists: HashMap<String, bool> = HashMap::new();
     let mut released = Vec::new();
-    for pod in driver.cached_pods().await? {
+    for pod in driver.pods.cached_all().await? {
         if !pod.finalizers().iter().any(|f| f == FINALIZER_UNSTAGE) {
             continue;
         }
@@ -73,8 +73,8 @@ pub async fn release_once(driver: &DriverContext) -> Result<Vec<String>, DriverE
 async fn release(driver: &DriverContext, pod: &Pod, node: &str) -> Result<(), DriverError> {
     let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
     tracing::warn!(pod = %format!("{namespace}/{name}"), %node, "node deleted: releasing its staging pod without unstaging");
-    driver.remove_finalizer(pod, FINALIZER_UNSTAGE).await?;
-    driver.delete_pod(&namespace, &name).await?;
+    driver.pods.remove_finalizer(pod, FINALIZER_UNSTAGE).await?;
+    driver.pods.delete(&namespace, &name).await?;
     if let Some(volume) = pod.annotations().get(ANNOTATION_PV) {
         let message = format!(
             "node {node} was deleted while it had this volume staged: its staging pod {namespace}/{name} was released without unstaging (nothing is left to unstage on a node that is gone)"
@@ -87,6 +87,7 @@ async fn release(driver: &DriverContext, pod: &Pod, node: &str) -> Result<(), Dr
             ..ObjectReference::default()
         };
         driver
+            .events
             .warn(&regarding, Phase::Unstaging, &message, Some(pod_ref(pod)))
             .await;
     }
@@ -185,7 +186,7 @@ mod tests {
         // Nothing left to do the next time, once the pod cache has seen the
         // deletions.
         for _ in 0..500 {
-            if driver.cached_pods().await.unwrap().len() == 1 {
+            if driver.pods.cached_all().await.unwrap().len() == 1 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;

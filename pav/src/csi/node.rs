@@ -151,7 +151,12 @@ impl PodNode {
                     what: format!("Node {}", self.node),
                 })
             })?;
-        let planner = self.driver.planner().await.map_err(StageError::Plan)?;
+        let planner = self
+            .driver
+            .served
+            .planner()
+            .await
+            .map_err(StageError::Plan)?;
         let (handle, target_path) = (
             req.handle.to_string(),
             req.target_path.display().to_string(),
@@ -180,7 +185,8 @@ impl PodNode {
         let namespace = pod.namespace().unwrap_or_default();
         let name = pod.name_any();
         self.driver
-            .ensure_pod(&pod)
+            .pods
+            .ensure(&pod)
             .await
             .map_err(StageError::StagingPod)?;
         let dir = self.dir(&name);
@@ -190,7 +196,8 @@ impl PodNode {
         };
         let staged = self
             .driver
-            .wait_pod(Phase::Staging, &namespace, &name, |pod| {
+            .pods
+            .wait(Phase::Staging, &namespace, &name, |pod| {
                 let state = PodState::of(pod);
                 let volume = dir.join("volume");
                 match state {
@@ -276,7 +283,12 @@ impl PodNode {
         // when the claim, volume or node is gone already (a terminated
         // client pod does not keep them), use what was rendered when
         // staging.
-        let planner = self.driver.planner().await.map_err(UnstageError::Plan)?;
+        let planner = self
+            .driver
+            .served
+            .planner()
+            .await
+            .map_err(UnstageError::Plan)?;
         let unstaging_pod = match self
             .plan_unstaging(&planner, &claim, &pv_name, read_only, &key)
             .await?
@@ -304,7 +316,8 @@ impl PodNode {
         if staging.metadata.deletion_timestamp.is_none() {
             match self
                 .driver
-                .pods(&namespace)
+                .pods
+                .api(&namespace)
                 .delete(&name, &Default::default())
                 .await
             {
@@ -320,7 +333,8 @@ impl PodNode {
         }
         let stopped = self
             .driver
-            .wait_pod(Phase::Unstaging, &namespace, &name, |pod| {
+            .pods
+            .wait(Phase::Unstaging, &namespace, &name, |pod| {
                 let stopped = PodState::of(pod).is_terminated()
                     || pod
                         .status
@@ -372,6 +386,7 @@ impl PodNode {
         }
         self.unmount_failures.forget(&uid);
         self.driver
+            .pods
             .remove_finalizer(staging, FINALIZER_UNSTAGE)
             .await
             .map_err(UnstageError::ReleaseStagingPod)?;
@@ -387,6 +402,7 @@ impl PodNode {
         };
         let reference = core_ref("PersistentVolumeClaim", namespace, name, None);
         self.driver
+            .events
             .warn(
                 &reference,
                 Phase::Unstaging,
@@ -574,6 +590,7 @@ impl PodNode {
             && e.reported()
         {
             self.driver
+                .events
                 .warn(
                     &client_pod.object_ref(&()),
                     Phase::Staging,
@@ -596,7 +613,8 @@ impl PodNode {
         let selector = staging_selector(handle, &target_path, &self.node);
         let pods = self
             .driver
-            .list_pods(&selector)
+            .pods
+            .list(&selector)
             .await
             .map_err(UnstageError::ListStagingPods)?;
         for pod in pods {
@@ -608,6 +626,7 @@ impl PodNode {
                 {
                     let reference = core_ref("Pod", ns, name, Some(uid));
                     self.driver
+                        .events
                         .warn(
                             &reference,
                             Phase::Unstaging,

@@ -1,6 +1,6 @@
 //! The process-wide cache of one provisioner's PaV pods: a reflector store
 //! kept by a single watch, and the waits for a pod that read it (no request
-//! of their own). See [`DriverContext::start_pod_cache`](super::context::DriverContext::start_pod_cache).
+//! of their own). See [`PavPods::start_cache`](super::context::PavPods::start_cache).
 
 use std::pin::pin;
 use std::sync::Arc;
@@ -102,7 +102,7 @@ impl PodCache {
         self.store.get(&ObjectRef::new(name).within(namespace))
     }
 
-    /// [`DriverContext::wait_pod`] on this cache. A pod not (yet) in the cache is
+    /// [`PavPods::wait`](super::context::PavPods::wait) on this cache. A pod not (yet) in the cache is
     /// not taken as deleted: a pod created just now shows up a moment
     /// later. Only a pod once seen and then gone was deleted, or one still
     /// not seen after `unseen_grace` that `absent` (asking the API server)

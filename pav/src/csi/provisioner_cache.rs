@@ -1,5 +1,5 @@
 //! The driver's PavProvisioner: one watch of the object, and its compiled
-//! form per generation (see [`DriverContext::compiled`]).
+//! form per generation (see [`ServedProvisioner::compiled`]).
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,7 +15,7 @@ use pav_templates::{CompiledProvisioner, PavProvisioner};
 use tokio::sync::watch;
 
 #[cfg(doc)]
-use super::context::DriverContext;
+use super::context::ServedProvisioner;
 use crate::driver_error::DriverError;
 
 /// One PavProvisioner as one watch sees it, and the compiled form of its
@@ -217,7 +217,7 @@ mod tests {
         let burst: Vec<_> = (0..50)
             .map(|_| {
                 let driver = driver.clone();
-                tokio::spawn(async move { driver.compiled().await })
+                tokio::spawn(async move { driver.served.compiled().await })
             })
             .collect();
         for rpc in burst {
@@ -225,7 +225,7 @@ mod tests {
             assert_eq!(staging_image(&compiled), "busybox:1");
             assert_eq!(owner.unwrap().uid, "u-p");
         }
-        assert_eq!(driver.compilations(), 1);
+        assert_eq!(driver.served.compilations(), 1);
         let requests = server.requests();
         let gets = requests
             .iter()
@@ -253,10 +253,10 @@ mod tests {
         );
         let compiled = wait_for_image(&driver, "busybox:2").await;
         for _ in 0..20 {
-            let (again, _) = driver.compiled().await.unwrap();
+            let (again, _) = driver.served.compiled().await.unwrap();
             assert!(Arc::ptr_eq(&compiled, &again));
         }
-        assert_eq!(driver.compilations(), 2);
+        assert_eq!(driver.served.compilations(), 2);
 
         // A change that leaves the generation (a status update): no compilation.
         server.send(
@@ -265,8 +265,8 @@ mod tests {
             &provisioner_object(2, "3", "busybox:2"),
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
-        driver.compiled().await.unwrap();
-        assert_eq!(driver.compilations(), 2);
+        driver.served.compiled().await.unwrap();
+        assert_eq!(driver.served.compilations(), 2);
 
         // Gone: NotFound, as a GET answered.
         server.send(
@@ -275,7 +275,7 @@ mod tests {
             &provisioner_object(2, "4", "busybox:2"),
         );
         let err = loop {
-            match driver.compiled().await {
+            match driver.served.compiled().await {
                 Err(e) => break e,
                 Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
             }
@@ -301,7 +301,7 @@ mod tests {
 
     async fn wait_for_image(driver: &DriverContext, image: &str) -> Arc<CompiledProvisioner> {
         for _ in 0..500 {
-            let (compiled, _) = driver.compiled().await.unwrap();
+            let (compiled, _) = driver.served.compiled().await.unwrap();
             if staging_image(&compiled) == image {
                 return compiled;
             }

@@ -81,9 +81,9 @@ impl DriverContext {
     ) -> Result<Ran, DriverError> {
         let namespace = pod.namespace().unwrap_or_default();
         let name = pod.name_any();
-        self.ensure_pod(pod).await?;
+        self.pods.ensure(pod).await?;
         let collect = matches!(files, PodFiles::Collected);
-        let finished = self
+        let finished = (self.pods)
             .wait_terminated(phase, &namespace, &name, collect)
             .await?;
         let collected = Collected::of(&finished.pod);
@@ -160,10 +160,12 @@ impl DriverContext {
     ) {
         let objects = match regarding {
             Regarding::Objects(objects) => objects.to_vec(),
-            Regarding::Provisioner => vec![self.provisioner_ref().await],
+            Regarding::Provisioner => vec![self.served.reference().await],
         };
         for object in &objects {
-            self.warn(object, phase, message, Some(pod_ref(pod))).await;
+            self.events
+                .warn(object, phase, message, Some(pod_ref(pod)))
+                .await;
         }
     }
 
@@ -171,7 +173,7 @@ impl DriverContext {
     /// (the startup sweeps remove what is left).
     pub async fn delete_quietly(&self, pod: &Pod) {
         let namespace = pod.namespace().unwrap_or_default();
-        if let Err(e) = self.delete_pod(&namespace, &pod.name_any()).await {
+        if let Err(e) = self.pods.delete(&namespace, &pod.name_any()).await {
             tracing::warn!(pod = %pod.name_any(), error = %pav_csi::error_chain(&e), "cannot delete PaV pod");
         }
     }

@@ -110,7 +110,12 @@ impl PodController {
                 handle: req.handle.to_string(),
             });
         };
-        let planner = self.driver.planner().await.map_err(AttachError::Plan)?;
+        let planner = self
+            .driver
+            .served
+            .planner()
+            .await
+            .map_err(AttachError::Plan)?;
         if !planner.compiled().has_phase(Phase::Attach) {
             return Err(AttachError::NoSection {
                 provisioner: self.driver.provisioner.clone(),
@@ -147,7 +152,12 @@ impl PodController {
             // Gone with its volume: attached nowhere.
             return Ok(());
         };
-        let planner = self.driver.planner().await.map_err(AttachError::Plan)?;
+        let planner = self
+            .driver
+            .served
+            .planner()
+            .await
+            .map_err(AttachError::Plan)?;
         if !planner.compiled().has_phase(Phase::Detach) {
             return Ok(());
         }
@@ -179,12 +189,13 @@ impl PodController {
         &self,
         handle: &str,
     ) -> std::result::Result<Option<Attachment>, AttachError> {
-        let Some(pv) = self.volume_pv(handle).await else {
+        let Some(pv) = self.records.volume(handle).await else {
             return Ok(None);
         };
         let pv = PersistentVolume::clone(&pv);
         let pvc = match self
-            .bound_claim(&pv)
+            .records
+            .claim_of(&pv)
             .await
             .map_err(AttachError::ReadObjects)?
         {

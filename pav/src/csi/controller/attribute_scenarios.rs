@@ -94,7 +94,7 @@ async fn with_group_controller<T>(
 /// it.
 async fn serving<T>(client: Client, calls: impl AsyncFnOnce(tonic::transport::Channel) -> T) -> T {
     let driver = std::sync::Arc::new(crate::csi::fixtures::driver_context(client));
-    let object = driver.provisioner_object().await.unwrap();
+    let object = driver.served.object().await.unwrap();
     let provisioner = crate::csi::served_sections(
         crate::csi::controller_provisioner(driver),
         object.as_ref().map(|p| &p.spec),

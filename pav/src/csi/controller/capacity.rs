@@ -79,7 +79,12 @@ impl PodController {
         &self,
         req: &CapacityRequest,
     ) -> std::result::Result<AvailableCapacity, CapacityError> {
-        let planner = self.driver.planner().await.map_err(CapacityError::Plan)?;
+        let planner = self
+            .driver
+            .served
+            .planner()
+            .await
+            .map_err(CapacityError::Plan)?;
         if !planner.compiled().has_phase(Phase::Capacity) {
             return Err(CapacityError::NoSection {
                 provisioner: self.driver.provisioner.clone(),

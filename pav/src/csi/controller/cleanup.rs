@@ -35,13 +35,14 @@ pub(super) fn claim_settled(pvc: &PersistentVolumeClaim, uid: &str) -> bool {
 
 /// Deletes this provisioner's pods of claim `uid` in `phases`.
 pub(super) async fn clean_claim_pods(driver: &DriverContext, uid: &str, phases: &[Phase]) {
-    match driver.list_pods(&[(LABEL_VOLUME, uid.to_owned())]).await {
+    match driver.pods.list(&[(LABEL_VOLUME, uid.to_owned())]).await {
         Ok(pods) => {
             for pod in pods {
                 let phase = pod.labels().get(LABEL_PHASE).cloned().unwrap_or_default();
                 if phases.iter().any(|p| p.name() == phase)
                     && let Err(e) = driver
-                        .delete_pod(&pod.namespace().unwrap_or_default(), &pod.name_any())
+                        .pods
+                        .delete(&pod.namespace().unwrap_or_default(), &pod.name_any())
                         .await
                 {
                     tracing::warn!(pod = %pod.name_any(), error = %pav_csi::error_chain(&e), "cannot delete PaV pod");
@@ -55,7 +56,7 @@ pub(super) async fn clean_claim_pods(driver: &DriverContext, uid: &str, phases: 
 /// At startup: deletes validation and creation pods whose claim is bound
 /// or gone (left by a run that stopped before cleaning up).
 pub async fn sweep(driver: Arc<DriverContext>) {
-    let pods = match driver.list_pods(&[]).await {
+    let pods = match driver.pods.list(&[]).await {
         Ok(pods) => pods,
         Err(e) => {
             tracing::warn!(error = %pav_csi::error_chain(&e), "startup sweep: cannot list PaV pods");
@@ -88,7 +89,8 @@ pub async fn sweep(driver: Arc<DriverContext>) {
         if settled {
             tracing::info!(pod = %pod.name_any(), "startup sweep: deleting a finished PaV pod");
             let _ = driver
-                .delete_pod(&pod.namespace().unwrap_or_default(), &pod.name_any())
+                .pods
+                .delete(&pod.namespace().unwrap_or_default(), &pod.name_any())
                 .await;
         }
     }

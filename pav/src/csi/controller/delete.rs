@@ -64,7 +64,7 @@ impl Delete for PodController {
 impl PodController {
     async fn delete_volume(&self, req: &DeleteRequest) -> std::result::Result<(), DeleteError> {
         let provisioner = &self.driver.provisioner;
-        let Some(pv) = self.volume_pv(&req.handle).await else {
+        let Some(pv) = self.records.volume(&req.handle).await else {
             tracing::info!(handle = %req.handle, "no PersistentVolume has this handle: nothing to delete");
             return Ok(());
         };
@@ -76,7 +76,8 @@ impl PodController {
         self.check_unstaged(&pv).await?;
         let client = self.driver.client.clone();
         let live = self
-            .bound_claim(&pv)
+            .records
+            .claim_of(&pv)
             .await
             .map_err(DeleteError::ReadObjects)?;
         let Some(pvc) = claim_from_pv(&pv, live) else {
@@ -109,7 +110,12 @@ impl PodController {
                 ..StorageClass::default()
             },
         };
-        let planner = self.driver.planner().await.map_err(DeleteError::Plan)?;
+        let planner = self
+            .driver
+            .served
+            .planner()
+            .await
+            .map_err(DeleteError::Plan)?;
         let handle = req.handle.to_string();
         let deletion = planner
             .blocking(move |p| p.volume_deletion(&pvc, &sc, &handle))
@@ -130,6 +136,7 @@ impl PodController {
                     .map_err(DeleteError::DeletionPod);
                 if let Err(e) = &result {
                     self.driver
+                        .events
                         .warn(
                             &pv.object_ref(&()),
                             Phase::Deletion,
@@ -165,7 +172,8 @@ impl PodController {
         let name = pv.name_any();
         let staging: Vec<Pod> = self
             .driver
-            .list_pods(&[(LABEL_PHASE, Phase::Staging.name().to_owned())])
+            .pods
+            .list(&[(LABEL_PHASE, Phase::Staging.name().to_owned())])
             .await
             .map_err(DeleteError::ListStagingPods)?
             .into_iter()
@@ -191,6 +199,7 @@ impl PodController {
         };
         tracing::info!(error = %error, "deletion postponed");
         self.driver
+            .events
             .note_waiting(
                 &pv.object_ref(&()),
                 (Phase::Deletion, DELETION_WAITS_FOR_UNSTAGING),

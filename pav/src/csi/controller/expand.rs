@@ -87,13 +87,19 @@ impl PodController {
     ) -> std::result::Result<Expanded, ExpandError> {
         let provisioner = &self.driver.provisioner;
         let pv = self
-            .volume_pv(&req.handle)
+            .records
+            .volume(&req.handle)
             .await
             .ok_or_else(|| ExpandError::NoVolume {
                 provisioner: provisioner.clone(),
                 handle: req.handle.to_string(),
             })?;
-        let planner = self.driver.planner().await.map_err(ExpandError::Plan)?;
+        let planner = self
+            .driver
+            .served
+            .planner()
+            .await
+            .map_err(ExpandError::Plan)?;
         if !planner.compiled().has_phase(Phase::Expansion) {
             return Err(ExpandError::NotExpandable {
                 provisioner: provisioner.clone(),
@@ -101,7 +107,8 @@ impl PodController {
         }
         let node_expansion = planner.compiled().has_phase(Phase::NodeExpansion);
         let pvc = self
-            .bound_claim(&pv)
+            .records
+            .claim_of(&pv)
             .await
             .map_err(ExpandError::ReadClaim)?;
         let requested = req.capacity.min_bytes.unwrap_or(0);
@@ -147,6 +154,7 @@ impl PodController {
             Err(too_small) => {
                 let error = ExpandError::TooSmall(too_small);
                 self.driver
+                    .events
                     .warn(
                         &regarding,
                         Phase::Expansion,

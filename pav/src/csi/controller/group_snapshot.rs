@@ -8,7 +8,6 @@
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Api, DynamicObject, ListParams};
 use kube::{Resource, ResourceExt};
 use pav_sdk::{
     DeleteGroupSnapshotRequest, Error, GetGroupSnapshotRequest, GroupSnapshot, GroupSnapshotInfo,
@@ -17,10 +16,10 @@ use pav_sdk::{
 use pav_templates::{GroupMember, Phase};
 
 use super::PodController;
-use crate::csi::context::{DriverError, PhaseError, PodFiles, Regarding, api_error};
+use crate::csi::context::{DriverError, PhaseError, PodFiles, Regarding};
 use crate::pods::results;
 use crate::recipe::PlanError;
-use crate::snapshots::{RecordedGroup, recorded_group};
+use crate::snapshots::RecordedGroup;
 
 /// Why a group snapshot call failed: one variant per step;
 /// `From<GroupSnapshotError> for pav_sdk::Error` is the one mapping to CSI
@@ -133,30 +132,13 @@ impl GroupSnapshot for PodController {
 }
 
 impl PodController {
-    /// The groups the cluster records for this driver; none when the
-    /// group snapshot CRDs are not installed.
-    pub(super) async fn recorded_groups(
-        &self,
-    ) -> std::result::Result<Vec<RecordedGroup>, DriverError> {
-        let api: Api<DynamicObject> = Api::all_with(
-            self.driver.client.clone(),
-            &crate::snapshots::group_api_resource(),
-        );
-        match api.list(&ListParams::default()).await {
-            Ok(contents) => Ok((contents.items.iter())
-                .filter_map(|c| recorded_group(c, &self.driver.provisioner))
-                .collect()),
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Vec::new()),
-            Err(e) => Err(api_error("listing VolumeGroupSnapshotContents", e)),
-        }
-    }
-
     async fn recorded_group(
         &self,
         handle: &str,
     ) -> std::result::Result<Option<RecordedGroup>, GroupSnapshotError> {
         let groups = self
-            .recorded_groups()
+            .records
+            .groups()
             .await
             .map_err(GroupSnapshotError::ReadObjects)?;
         Ok(groups.into_iter().find(|g| g.handle == handle))
@@ -169,6 +151,7 @@ impl PodController {
         let provisioner = &self.driver.provisioner;
         let planner = self
             .driver
+            .served
             .planner()
             .await
             .map_err(GroupSnapshotError::Plan)?;
@@ -180,15 +163,17 @@ impl PodController {
         let mut sources: Vec<(PersistentVolume, Option<PersistentVolumeClaim>)> = Vec::new();
         let mut sizes = Vec::with_capacity(req.sources.len());
         for handle in &req.sources {
-            let pv = self
-                .volume_pv(handle)
-                .await
-                .ok_or_else(|| GroupSnapshotError::NoVolume {
-                    provisioner: provisioner.clone(),
-                    handle: handle.to_string(),
-                })?;
+            let pv =
+                self.records
+                    .volume(handle)
+                    .await
+                    .ok_or_else(|| GroupSnapshotError::NoVolume {
+                        provisioner: provisioner.clone(),
+                        handle: handle.to_string(),
+                    })?;
             let pvc = self
-                .bound_claim(&pv)
+                .records
+                .claim_of(&pv)
                 .await
                 .map_err(GroupSnapshotError::ReadObjects)?;
             // A member needs its source's capacity to be restored.
@@ -258,6 +243,7 @@ impl PodController {
     ) -> std::result::Result<(), GroupSnapshotError> {
         let planner = self
             .driver
+            .served
             .planner()
             .await
             .map_err(GroupSnapshotError::Plan)?;
@@ -322,69 +308,5 @@ impl PodController {
             .min()
             .unwrap_or(SystemTime::UNIX_EPOCH);
         Ok(GroupSnapshotInfo::new(group.handle, group.members, created))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn content(data: serde_json::Value) -> DynamicObject {
-        let mut object = DynamicObject::new("g", &crate::snapshots::group_api_resource());
-        object.data = data;
-        object
-    }
-
-    #[test]
-    fn a_dynamic_group_lists_its_members_with_sources_and_sizes() {
-        let dynamic = content(serde_json::json!({
-            "spec": {"driver": "d", "source": {"volumeHandles": ["v1", "v2"]}},
-            "status": {
-                "volumeGroupSnapshotHandle": "g-1",
-                "volumeSnapshotInfoList": [
-                    {"volumeHandle": "v1", "snapshotHandle": "s1", "restoreSize": 1024, "creationTime": 5},
-                    {"volumeHandle": "v2", "snapshotHandle": "s2", "restoreSize": 2048, "creationTime": 7},
-                ],
-            },
-        }));
-        let group = recorded_group(&dynamic, "d").unwrap();
-        assert_eq!(group.handle, "g-1");
-        let members: Vec<_> = (group.members.iter())
-            .map(|m| {
-                (
-                    m.handle.as_str(),
-                    m.source.as_str(),
-                    m.size_bytes,
-                    m.group.as_deref(),
-                )
-            })
-            .collect();
-        assert_eq!(
-            members,
-            [
-                ("s1", "v1", 1024, Some("g-1")),
-                ("s2", "v2", 2048, Some("g-1"))
-            ]
-        );
-        assert!(recorded_group(&dynamic, "e").is_none());
-    }
-
-    #[test]
-    fn a_pre_provisioned_group_names_its_members_only() {
-        let pre_provisioned = content(serde_json::json!({
-            "spec": {"driver": "d", "source": {"groupSnapshotHandles": {
-                "volumeGroupSnapshotHandle": "g-2",
-                "volumeSnapshotHandles": ["s3", "s4"],
-            }}},
-        }));
-        let group = recorded_group(&pre_provisioned, "d").unwrap();
-        assert_eq!(group.handle, "g-2");
-        let handles: Vec<_> = group.members.iter().map(|m| m.handle.as_str()).collect();
-        assert_eq!(handles, ["s3", "s4"]);
-        // Not yet answered: no handle, nothing recorded.
-        let pending = content(serde_json::json!({
-            "spec": {"driver": "d", "source": {"volumeHandles": ["v1"]}},
-        }));
-        assert!(recorded_group(&pending, "d").is_none());
     }
 }

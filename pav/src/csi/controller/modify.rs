@@ -87,20 +87,27 @@ impl PodController {
     async fn modify_volume(&self, req: &ModifyRequest) -> std::result::Result<(), ModifyError> {
         let provisioner = &self.driver.provisioner;
         let pv = self
-            .volume_pv(&req.handle)
+            .records
+            .volume(&req.handle)
             .await
             .ok_or_else(|| ModifyError::NoVolume {
                 provisioner: provisioner.clone(),
                 handle: req.handle.to_string(),
             })?;
-        let planner = self.driver.planner().await.map_err(ModifyError::Plan)?;
+        let planner = self
+            .driver
+            .served
+            .planner()
+            .await
+            .map_err(ModifyError::Plan)?;
         if !planner.compiled().has_phase(Phase::Modification) {
             return Err(ModifyError::NoSection {
                 provisioner: provisioner.clone(),
             });
         }
         let pvc = self
-            .bound_claim(&pv)
+            .records
+            .claim_of(&pv)
             .await
             .map_err(ModifyError::ReadClaim)?;
         let (volume, claim) = (pv.clone(), pvc.clone());

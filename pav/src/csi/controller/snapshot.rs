@@ -4,17 +4,15 @@
 
 use std::time::SystemTime;
 
-use kube::api::{Api, DynamicObject, ListParams};
 use kube::{Resource, ResourceExt};
 use pav_sdk::{DeleteSnapshotRequest, Error, Result, Snapshot, SnapshotInfo, SnapshotRequest};
 use pav_templates::Phase;
 use pav_templates::quantity::Rounding;
 
 use super::PodController;
-use crate::csi::context::{DriverError, PhaseError, PodFiles, Regarding, api_error};
+use crate::csi::context::{DriverError, PhaseError, PodFiles, Regarding};
 use crate::pods::results;
 use crate::recipe::PlanError;
-use crate::snapshots::recorded_snapshot;
 
 /// Why CreateSnapshot or DeleteSnapshot failed: one variant per step;
 /// `From<SnapshotError> for pav_sdk::Error` is the one mapping to CSI codes.
@@ -81,31 +79,6 @@ impl From<SnapshotError> for Error {
     }
 }
 
-/// One entry per handle: a handle recorded twice (a pre-provisioned
-/// content naming a snapshot that a dynamic content records too, a group
-/// member recorded by its group and its own content) keeps what either
-/// knows of its source, size and group.
-fn by_handle(recorded: impl Iterator<Item = SnapshotInfo>) -> Vec<SnapshotInfo> {
-    let mut snapshots = std::collections::BTreeMap::<String, SnapshotInfo>::new();
-    for info in recorded {
-        match snapshots.get_mut(&info.handle) {
-            None => {
-                snapshots.insert(info.handle.clone(), info);
-            }
-            Some(known) => {
-                if known.source.is_empty() {
-                    known.source = info.source;
-                }
-                known.size_bytes = known.size_bytes.max(info.size_bytes);
-                if known.group.is_none() {
-                    known.group = info.group;
-                }
-            }
-        }
-    }
-    snapshots.into_values().collect()
-}
-
 #[pav_sdk::async_trait]
 impl Snapshot for PodController {
     async fn create_snapshot(&self, req: SnapshotRequest) -> Result<SnapshotInfo> {
@@ -120,50 +93,38 @@ impl Snapshot for PodController {
     /// PaV snapshot lives in its VolumeSnapshotContent, as a volume's in
     /// its PersistentVolume.
     async fn list_snapshots(&self) -> Result<Vec<SnapshotInfo>> {
-        self.recorded_snapshots().await.map_err(Error::from)
+        self.records.snapshots().await.map_err(Error::from)
     }
 }
 
 impl PodController {
-    pub(super) async fn recorded_snapshots(
-        &self,
-    ) -> std::result::Result<Vec<SnapshotInfo>, DriverError> {
-        let api: Api<DynamicObject> = Api::all_with(
-            self.driver.client.clone(),
-            &crate::snapshots::api_resource(),
-        );
-        let contents = api
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| api_error("listing VolumeSnapshotContents", e))?;
-        let members = (self.recorded_groups().await?.into_iter()).flat_map(|g| g.members);
-        Ok(by_handle(
-            (contents.items.iter())
-                .filter_map(|c| recorded_snapshot(c, &self.driver.provisioner))
-                .chain(members),
-        ))
-    }
-
     async fn take_snapshot(
         &self,
         req: &SnapshotRequest,
     ) -> std::result::Result<SnapshotInfo, SnapshotError> {
         let provisioner = &self.driver.provisioner;
         let pv = self
-            .volume_pv(&req.source)
+            .records
+            .volume(&req.source)
             .await
             .ok_or_else(|| SnapshotError::NoVolume {
                 provisioner: provisioner.clone(),
                 handle: req.source.to_string(),
             })?;
-        let planner = self.driver.planner().await.map_err(SnapshotError::Plan)?;
+        let planner = self
+            .driver
+            .served
+            .planner()
+            .await
+            .map_err(SnapshotError::Plan)?;
         if !planner.compiled().has_phase(Phase::SnapshotCreation) {
             return Err(SnapshotError::NoSnapshots {
                 provisioner: provisioner.clone(),
             });
         }
         let pvc = self
-            .bound_claim(&pv)
+            .records
+            .claim_of(&pv)
             .await
             .map_err(SnapshotError::ReadObjects)?;
         let source_capacity =
@@ -212,12 +173,18 @@ impl PodController {
         &self,
         req: &DeleteSnapshotRequest,
     ) -> std::result::Result<(), SnapshotError> {
-        let planner = self.driver.planner().await.map_err(SnapshotError::Plan)?;
+        let planner = self
+            .driver
+            .served
+            .planner()
+            .await
+            .map_err(SnapshotError::Plan)?;
         if !planner.compiled().has_phase(Phase::SnapshotDeletion) {
             return Ok(());
         }
         let source = self
-            .recorded_snapshots()
+            .records
+            .snapshots()
             .await
             .map_err(SnapshotError::ReadObjects)?
             .into_iter()
@@ -241,50 +208,5 @@ impl PodController {
             .await
             .map(drop)
             .map_err(SnapshotError::Pod)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn content(data: serde_json::Value) -> DynamicObject {
-        let mut object = DynamicObject::new("c", &crate::snapshots::api_resource());
-        object.data = data;
-        object
-    }
-
-    /// A pre-provisioned content (kubernetes' "Pre-provisioned Snapshot"
-    /// specs) has no status until ListSnapshots answers: it must be ready.
-    #[test]
-    fn a_pre_provisioned_snapshot_is_ready_and_known_once() {
-        let pre_provisioned = content(serde_json::json!({
-            "spec": {"driver": "d", "source": {"snapshotHandle": "snap-1"}},
-        }));
-        let dynamic = content(serde_json::json!({
-            "spec": {"driver": "d", "source": {"volumeHandle": "vol-1"}},
-            "status": {"snapshotHandle": "snap-1", "restoreSize": 1024, "readyToUse": true},
-        }));
-        let other_driver = content(serde_json::json!({
-            "spec": {"driver": "e", "source": {"snapshotHandle": "snap-2"}},
-        }));
-        let alone = recorded_snapshot(&pre_provisioned, "d").unwrap();
-        assert!(alone.ready);
-        assert_eq!((alone.handle.as_str(), alone.size_bytes), ("snap-1", 0));
-        assert!(recorded_snapshot(&other_driver, "d").is_none());
-        let listed = by_handle(
-            [pre_provisioned, dynamic, other_driver]
-                .iter()
-                .filter_map(|c| recorded_snapshot(c, "d")),
-        );
-        assert_eq!(listed.len(), 1);
-        assert_eq!(
-            (
-                listed[0].source.as_str(),
-                listed[0].size_bytes,
-                listed[0].ready
-            ),
-            ("vol-1", 1024, true)
-        );
     }
 }

@@ -158,7 +158,7 @@ impl Collection {
 /// cache (no watch of its own): scans it after each change, and every 5 s
 /// to retry what failed.
 pub async fn collect(driver: Arc<DriverContext>, pods_dir: PathBuf) {
-    let (store, mut changed) = driver.pod_updates();
+    let (store, mut changed) = driver.pods.updates();
     let mut retry = tokio::time::interval(std::time::Duration::from_secs(5));
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut collection = Collection::default();
@@ -203,7 +203,8 @@ pub(super) async fn collect_pod(driver: &DriverContext, pods_dir: &Path, pod: &P
     let patch = serde_json::json!({"metadata": {"annotations": files.annotations()}});
     let namespace = pod.namespace().unwrap_or_default();
     let patched = driver
-        .pods(&namespace)
+        .pods
+        .api(&namespace)
         .patch(
             &pod.name_any(),
             &PatchParams::default(),

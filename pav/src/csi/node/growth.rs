@@ -150,7 +150,8 @@ impl PodNode {
     ) -> std::result::Result<Arc<Pod>, GrowthError> {
         let selector = staging_selector(handle, &path.display().to_string(), &self.node);
         self.driver
-            .cached_pods()
+            .pods
+            .cached_all()
             .await
             .map_err(GrowthError::ListStagingPods)?
             .into_iter()
@@ -164,7 +165,12 @@ impl PodNode {
 
     async fn grow(&self, req: &NodeExpandRequest) -> std::result::Result<u64, GrowthError> {
         let staging = self.staging_pod_at(&req.handle, &req.volume_path).await?;
-        let planner = self.driver.planner().await.map_err(GrowthError::Plan)?;
+        let planner = self
+            .driver
+            .served
+            .planner()
+            .await
+            .map_err(GrowthError::Plan)?;
         let (pvc, pv, node) = self.staged_objects(&staging).await?;
         let capacity = match req.capacity.min_bytes {
             Some(bytes) => bytes,
@@ -299,7 +305,7 @@ impl PodNode {
         staging: &Pod,
     ) -> std::result::Result<Option<VolumeCondition>, GrowthError> {
         let staging_name = staging.name_any();
-        let planner = (self.driver.planner().await).map_err(GrowthError::Plan)?;
+        let planner = (self.driver.served.planner().await).map_err(GrowthError::Plan)?;
         // An ephemeral inline volume has no claim or volume for a check's
         // context: its staging pod alone may tell.
         let ephemeral = (staging.annotations().get(ANNOTATION_CLAIM)).is_none_or(String::is_empty);

@@ -126,7 +126,7 @@ fn scenario_of(
     });
     server.put_pod(client_pod());
     let driver = Arc::new(crate::csi::fixtures::driver_context(client));
-    driver.start_pod_cache(Some("n1"));
+    driver.pods.start_cache(Some("n1"));
     let node = PodNode::new(driver, "n1".into(), pods_dir.path().to_owned());
     (server, node, pods_dir)
 }
