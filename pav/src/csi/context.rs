@@ -21,7 +21,7 @@ pub mod served;
 
 pub use self::events::Events;
 pub use self::pods::{Finished, PavPods};
-pub use self::run::{PhaseError, PodFiles, Ran, Regarding};
+pub use self::run::{Lifetime, PhaseError, PodFiles, Regarding, RunFailure};
 pub use self::served::ServedProvisioner;
 pub use crate::driver_error::{DriverError, api_error};
 

@@ -12,7 +12,7 @@ use pav_templates::{CompiledProvisioner, DataSourceKind, Phase, Source};
 
 use self::deleted::Deleted;
 use super::context::{DriverContext, api_error};
-use crate::csi::context::{PodFiles, Regarding};
+use crate::csi::context::{Lifetime, PhaseError, PodFiles, Regarding, RunFailure};
 use crate::pods::results;
 use crate::recipe::{CreationPlan, Plan, Planner, claim_access_modes};
 
@@ -200,34 +200,39 @@ impl PodController {
                 }
             });
         };
-        let op = self.driver.metrics.start(Phase::Creation);
-        let result = match self
-            .driver
-            .run_pod(Phase::Creation, pod, PodFiles::Collected)
-            .await
-        {
-            // A timeout or API trouble: the pod carries on, the retry picks it up.
-            Err(e) => Err(CreateError::CreationPod(e)),
-            Ok(ran) => {
-                let checked = match ran.failure {
-                    Some(message) => Err(Failed::Pod(message)),
-                    None => {
-                        results::creation_result(evaluated, ran.collected.as_ref(), default_handle)
-                            .map_err(Failed::Result)
-                    }
-                };
-                match checked {
-                    Ok(created) => Ok(created),
-                    Err(failed) => Err(self
-                        .undo_creation(planner, creation, claim, pod, failed)
-                        .await),
-                }
-            }
+        // The pod stays: until the claim is bound, and after a failure
+        // until the deletion phase undid it.
+        let lifetime = Lifetime {
+            kept: true,
+            ..Lifetime::default()
         };
-        op.finish(&result);
-        let created = result?;
-        self.clean_up_when_bound(claim);
-        Ok(created)
+        let read = |collected: Option<results::Collected>| {
+            results::creation_result(evaluated, collected.as_ref(), default_handle)
+        };
+        // CreateVolume's error reports a failure (CreationFailed).
+        let regarding = Regarding::Objects(&[]);
+        let ran = (self.driver)
+            .run_with(
+                (Phase::Creation, pod),
+                PodFiles::Collected,
+                regarding,
+                lifetime,
+                read,
+            )
+            .await;
+        let failed = match ran {
+            Ok(created) => {
+                self.clean_up_when_bound(claim);
+                return Ok(created);
+            }
+            // A timeout or API trouble: the pod carries on, the retry picks it up.
+            Err(RunFailure::Pod(PhaseError::Run(e))) => return Err(CreateError::CreationPod(e)),
+            Err(RunFailure::Pod(PhaseError::Failed(message))) => Failed::Pod(message),
+            Err(RunFailure::Unusable(problem)) => Failed::Result(problem),
+        };
+        Err(self
+            .undo_creation(planner, creation, claim, pod, failed)
+            .await)
     }
 
     /// Runs the deletion pod after a failed creation (the guide), deletes

@@ -13,7 +13,7 @@ use pav_sdk::{PodInfo, Result, Stage, StageRequest, Staged, Unstage, UnstageRequ
 use pav_templates::Phase;
 
 use super::context::{DriverContext, DriverError, api_error, core_ref, pod_ref};
-use crate::csi::context::{PodFiles, Regarding};
+use crate::csi::context::{Lifetime, PhaseError, PodFiles, Regarding, RunFailure};
 use crate::pods::results::{self, PodState};
 use crate::recipe::{Planner, StagingFor};
 
@@ -182,39 +182,31 @@ impl PodNode {
             .await
             .map_err(StageError::Plan)?
             .pod;
-        let namespace = pod.namespace().unwrap_or_default();
         let name = pod.name_any();
-        self.driver
-            .pods
-            .ensure(&pod)
-            .await
-            .map_err(StageError::StagingPod)?;
         let dir = self.dir(&name);
+        let volume = dir.join("volume");
         let block = req.block;
-        let unusable = |e: VolumeCheckError| PodState::Failed {
-            message: e.to_string(),
+        // The pod stays while its volume is staged; the run ends once the
+        // volume it exposes is ready (or the pod ended), then checked.
+        let lifetime = Lifetime {
+            ends_when_ready: true,
+            kept: true,
         };
-        let staged = self
-            .driver
-            .pods
-            .wait(Phase::Staging, &namespace, &name, |pod| {
-                let state = PodState::of(pod);
-                let volume = dir.join("volume");
-                match state {
-                    PodState::Failed { .. } => Some(Err(state)),
-                    PodState::Succeeded => Some(check_volume(&volume, block).map_err(unusable)),
-                    PodState::Running if dir.join("ready").exists() => {
-                        Some(check_volume(&volume, block).map_err(unusable))
-                    }
-                    _ => None,
-                }
-            });
+        // NodeStageVolume's error reports a failure, on the client pod.
+        let regarding = Regarding::Objects(&[]);
+        let staged = self.driver.run_with(
+            (Phase::Staging, &pod),
+            PodFiles::Local(&dir),
+            regarding,
+            lifetime,
+            |_| check_volume(&volume, block),
+        );
         // The call runs to completion even once kubelet has given up on
         // it, and holds the volume meanwhile: a staging pod that never
         // ends must not keep the NodeUnpublishVolume for a deleted client
         // waiting until the phase times out.
         let finished = tokio::select! {
-            finished = staged => finished.map_err(StageError::StagingPod)?,
+            finished = staged => finished,
             () = self.client_gone(info) => {
                 let client = format!("{}/{}", info.namespace, info.name);
                 tracing::info!(pod = %name, client, "the client pod went mid-staging: undoing the staging");
@@ -222,26 +214,22 @@ impl PodNode {
                 return Err(StageError::ClientGone { pod: client, undo });
             }
         };
-        match finished {
-            Ok(()) => Ok(Staged::at(dir.join("volume"))),
-            Err(state) => {
-                let termination = match state {
-                    PodState::Failed { message } => message,
-                    _ => String::new(),
-                };
-                let exported = results::read_exported(&dir, "error");
-                let message = results::pod_failure(
-                    Phase::Staging,
-                    &namespace,
-                    &name,
-                    exported.as_deref(),
-                    &termination,
-                );
-                // The guide: a failed staging runs the unstaging pod.
-                let undo = self.tear_down(&pod).await.err().map(Box::new);
-                Err(StageError::Failed { message, undo })
-            }
-        }
+        let message = match finished {
+            Ok(()) => return Ok(Staged::at(volume)),
+            Err(RunFailure::Pod(PhaseError::Run(e))) => return Err(StageError::StagingPod(e)),
+            Err(RunFailure::Pod(PhaseError::Failed(message))) => message,
+            // An unusable volume fails the pod's staging as its failure would.
+            Err(RunFailure::Unusable(unusable)) => results::pod_failure(
+                Phase::Staging,
+                &pod.namespace().unwrap_or_default(),
+                &name,
+                results::read_exported(&dir, "error").as_deref(),
+                &unusable.to_string(),
+            ),
+        };
+        // The guide: a failed staging runs the unstaging pod.
+        let undo = self.tear_down(&pod).await.err().map(Box::new);
+        Err(StageError::Failed { message, undo })
     }
 
     /// Returns once client pod `info` is gone or terminating (a pod of
@@ -583,9 +571,7 @@ impl PodNode {
                     e,
                 ))
             })?;
-        let op = self.driver.metrics.start(Phase::Staging);
         let result = self.stage_volume(req, info, &client_pod).await;
-        op.finish(&result);
         if let Err(e) = &result
             && e.reported()
         {

@@ -1,17 +1,18 @@
-//! The async half of the recipe: running one phase pod. The validation,
-//! creation, deletion, expansion, node expansion, snapshot and unstaging
-//! pods take this path; the staging pod, which may keep running, waits for
-//! `/pav/ready` instead (see the node plugin).
+//! The async half of the recipe: running one phase pod, for every phase.
 //!
 //! A run creates the pod unless it exists (a restarted driver picks up its
 //! pod), waits for it to terminate (and for the node plugin to collect its
-//! `/pav` files when it ran elsewhere), and turns a failure into the
-//! phase's error. [`DriverContext::run`] also counts it in the
-//! metrics, reports a failed pod as a Warning event, and deletes the pod
-//! afterwards, unless the run did not end (a
-//! transient [`DriverError`]): then the pod carries on and the CO's retry
-//! picks it up.
+//! `/pav` files when it ran elsewhere), reads what it left, and turns a
+//! failure into the phase's error. [`DriverContext::run_with`] also counts
+//! it in the metrics, reports a failure as a Warning event, and deletes
+//! the pod afterwards, unless the run did not end (a transient
+//! [`DriverError`]: the pod carries on and the CO's retry picks it up) or
+//! the pod is [`Lifetime::kept`]. Two phases need the [`Lifetime`] options:
+//! the staging pod's run ends when it is ready, and it stays while its
+//! volume is staged; the creation pod stays until its claim is bound or
+//! its failure undone.
 
+use std::convert::Infallible;
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
@@ -47,6 +48,31 @@ pub enum PhaseError {
     Run(DriverError),
 }
 
+/// Why a run that reads what its pod left failed: the run's failure, or
+/// the pod succeeded but what it left is unusable (the reader's error).
+#[derive(Debug)]
+pub enum RunFailure<E> {
+    /// The pod failed, could not be created, or its run did not end.
+    Pod(PhaseError),
+    /// The pod succeeded, but its results cannot be used.
+    Unusable(E),
+}
+
+/// When a phase pod's run ends and whose the pod is afterwards: the
+/// defaults (the run ends when the pod terminates, then the pod is
+/// deleted) fit every phase but creation and staging.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Lifetime {
+    /// The run also ends when the pod, still running, wrote `ready` into
+    /// its [`PodFiles::Local`] directory: the staging pod, which holds its
+    /// volume for as long as the volume is staged.
+    pub ends_when_ready: bool,
+    /// The pod is the caller's after the run, whatever its result: the
+    /// creation pod stays until its claim is bound (or its failure was
+    /// undone), the staging pod while its volume is staged.
+    pub kept: bool,
+}
+
 /// Whom the Warning event of a failed phase pod is about.
 #[derive(Debug, Clone, Copy)]
 pub enum Regarding<'a> {
@@ -59,34 +85,58 @@ pub enum Regarding<'a> {
     Provisioner,
 }
 
-/// A phase pod that terminated.
+/// A phase pod whose run ended.
 #[derive(Debug, Clone)]
-pub struct Ran {
-    /// The pod as last seen, and its state.
-    pub finished: Finished,
-    /// The files it exported, when collected.
-    pub collected: Option<Collected>,
+struct Ran {
+    /// The files it exported: copied to annotations by the node plugin
+    /// (`None` until collected), or read from the local directory.
+    collected: Option<Collected>,
     /// The message of a failed pod (`<phase> pod ns/name failed: why`).
-    pub failure: Option<String>,
+    failure: Option<String>,
 }
 
 impl DriverContext {
     /// Creates `pod` for `phase` unless it exists and waits until it
-    /// terminated (and, for [`PodFiles::Collected`], was collected).
-    pub async fn run_pod(
+    /// terminated (and, for [`PodFiles::Collected`], was collected) or, for
+    /// [`Lifetime::ends_when_ready`], said it is ready.
+    async fn run_pod(
         &self,
         phase: Phase,
         pod: &Pod,
         files: PodFiles<'_>,
+        lifetime: Lifetime,
     ) -> Result<Ran, DriverError> {
         let namespace = pod.namespace().unwrap_or_default();
         let name = pod.name_any();
         self.pods.ensure(pod).await?;
-        let collect = matches!(files, PodFiles::Collected);
-        let finished = (self.pods)
-            .wait_terminated(phase, &namespace, &name, collect)
-            .await?;
-        let collected = Collected::of(&finished.pod);
+        let finished = match files {
+            PodFiles::Local(dir) if lifetime.ends_when_ready => {
+                let ready = dir.join("ready");
+                (self.pods)
+                    .wait(phase, &namespace, &name, |pod| {
+                        let state = PodState::of(pod);
+                        let done = state.is_terminated()
+                            || (matches!(state, PodState::Running) && ready.exists());
+                        done.then(|| Finished {
+                            pod: pod.clone(),
+                            state,
+                        })
+                    })
+                    .await?
+            }
+            _ => {
+                let collect = matches!(files, PodFiles::Collected);
+                (self.pods)
+                    .wait_terminated(phase, &namespace, &name, collect)
+                    .await?
+            }
+        };
+        let collected = match files {
+            PodFiles::Collected => Collected::of(&finished.pod),
+            // A pod on this node: its files are read before its
+            // directory goes with it.
+            PodFiles::Local(dir) => Some(Collected::read(dir)),
+        };
         let failure = match &finished.state {
             PodState::Failed { message } => {
                 let exported = match files {
@@ -103,43 +153,66 @@ impl DriverContext {
             }
             _ => None,
         };
-        Ok(Ran {
-            finished,
-            collected,
-            failure,
-        })
+        Ok(Ran { collected, failure })
     }
 
-    /// Runs `pod` for `phase` to the end: counted in the metrics, a
-    /// failed pod reported as a Warning event on `regarding`, and the pod
-    /// deleted afterwards (with its directory for [`PodFiles::Local`])
-    /// unless the run did not end ([`DriverError::is_transient`]).
-    /// Returns the `/pav` files the pod exported.
+    /// Runs `pod` for `phase` to the end ([`DriverContext::run_with`],
+    /// with the default [`Lifetime`]) and returns the `/pav` files it
+    /// exported.
     pub async fn run(
+        &self,
+        phase_pod: (Phase, &Pod),
+        files: PodFiles<'_>,
+        regarding: Regarding<'_>,
+    ) -> Result<Option<Collected>, PhaseError> {
+        let read = Ok::<_, Infallible>;
+        match (self.run_with(phase_pod, files, regarding, Lifetime::default(), read)).await {
+            Ok(collected) => Ok(collected),
+            Err(RunFailure::Pod(e)) => Err(e),
+            Err(RunFailure::Unusable(never)) => match never {},
+        }
+    }
+
+    /// Runs `pod` for `phase` and `read`s what it left: counted in the
+    /// metrics, a failure (of the pod, or of `read`) reported as a Warning
+    /// event on `regarding`, and the pod deleted afterwards (with its
+    /// directory for [`PodFiles::Local`]) unless it is
+    /// [`Lifetime::kept`] or the run did not end
+    /// ([`DriverError::is_transient`]).
+    pub async fn run_with<T, E: std::error::Error>(
         &self,
         (phase, pod): (Phase, &Pod),
         files: PodFiles<'_>,
         regarding: Regarding<'_>,
-    ) -> Result<Option<Collected>, PhaseError> {
+        lifetime: Lifetime,
+        read: impl FnOnce(Option<Collected>) -> Result<T, E>,
+    ) -> Result<T, RunFailure<E>> {
         let op = self.metrics.start(phase);
-        let result = match self.run_pod(phase, pod, files).await {
+        let result = match self.run_pod(phase, pod, files, lifetime).await {
             Ok(Ran {
                 failure: Some(message),
                 ..
-            }) => Err(PhaseError::Failed(message)),
-            // A pod on this node: its files are read before its
-            // directory goes with it.
-            Ok(ran) => Ok(match files {
-                PodFiles::Collected => ran.collected,
-                PodFiles::Local(dir) => Some(Collected::read(dir)),
-            }),
-            Err(e) => Err(PhaseError::Run(e)),
+            }) => Err(RunFailure::Pod(PhaseError::Failed(message))),
+            Ok(ran) => read(ran.collected).map_err(RunFailure::Unusable),
+            Err(e) => Err(RunFailure::Pod(PhaseError::Run(e))),
         };
         op.finish(&result);
-        if let Err(PhaseError::Failed(message)) = &result {
-            self.warn_regarding(regarding, phase, message, pod).await;
+        let failure = match &result {
+            Err(RunFailure::Pod(PhaseError::Failed(message))) => Some(message.clone()),
+            Err(RunFailure::Unusable(e)) => Some(format!(
+                "{phase} pod {}/{}: {}",
+                pod.namespace().unwrap_or_default(),
+                pod.name_any(),
+                pav_csi::error_chain(e)
+            )),
+            _ => None,
+        };
+        if let Some(message) = failure {
+            self.warn_regarding(regarding, phase, &message, pod).await;
         }
-        if !matches!(&result, Err(PhaseError::Run(e)) if e.is_transient()) {
+        let ended =
+            !matches!(&result, Err(RunFailure::Pod(PhaseError::Run(e))) if e.is_transient());
+        if ended && !lifetime.kept {
             self.delete_quietly(pod).await;
             if let PodFiles::Local(dir) = files
                 && let Err(e) = crate::pods::dir::remove_pod_dir(dir)
