@@ -21,6 +21,13 @@ pub(crate) const PV_NAME: &str = "csi.storage.k8s.io/pv/name";
 /// Keys with this prefix are reserved for the Kubernetes sidecars.
 const RESERVED_PREFIX: &str = "csi.storage.k8s.io/";
 
+/// Whether `key` is one of the `csi.storage.k8s.io/` keys the sidecars add
+/// to or read from a class's parameters (secrets, object names, fsType),
+/// which pav-csi takes out before a provisioner sees them.
+pub fn is_reserved_parameter(key: &str) -> bool {
+    key.starts_with(RESERVED_PREFIX)
+}
+
 /// One CSI volume capability in pav-sdk terms.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Capability {
@@ -290,7 +297,7 @@ pub(crate) fn split_parameters(
     let fs_type = map.get("csi.storage.k8s.io/fstype").cloned();
     let parameters = map
         .iter()
-        .filter(|(k, _)| !k.starts_with(RESERVED_PREFIX))
+        .filter(|(k, _)| !is_reserved_parameter(k))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     (parameters, claim, fs_type)
@@ -315,7 +322,7 @@ pub(crate) fn split_pod_info(map: &HashMap<String, String>) -> (Parameters, Opti
     };
     let context = map
         .iter()
-        .filter(|(k, _)| !k.starts_with(RESERVED_PREFIX))
+        .filter(|(k, _)| !is_reserved_parameter(k))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     (context, pod)

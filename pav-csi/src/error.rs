@@ -180,6 +180,26 @@ pub fn error_chain(err: &dyn std::error::Error) -> String {
     message
 }
 
+/// How `err` says its cause twice, for the tests of error enums (this
+/// crate's and its users'): `None` when its message leaves out its
+/// source's (the rule: a variant's `#[error]` names the step that failed,
+/// [`error_chain`] adds the cause once), else what is repeated. A
+/// provisioner's [`pav_sdk::Error`] as the source counts with its message
+/// alone too, since its category is all its display adds.
+pub fn cause_repeated(err: &dyn std::error::Error) -> Option<String> {
+    let message = err.to_string();
+    let Some(source) = err.source() else {
+        return Some(format!("{message:?} has no source"));
+    };
+    let mut causes = vec![source.to_string()];
+    if let Some(sdk) = source.downcast_ref::<pav_sdk::Error>() {
+        causes.push(sdk.message().to_owned());
+    }
+    (causes.into_iter())
+        .find(|cause| !cause.is_empty() && message.contains(cause.as_str()))
+        .map(|cause| format!("{message:?} repeats its source {cause:?}"))
+}
+
 #[cfg(test)]
 mod cause_once;
 #[cfg(test)]

@@ -204,6 +204,7 @@ pub mod csi {
     tonic::include_proto!("csi.v1");
 }
 
+pub use convert::is_reserved_parameter;
 pub use driver::{Driver, DriverBuilder};
-pub use error::{Error, error_chain};
+pub use error::{Error, cause_repeated, error_chain};
 pub use paths::DEFAULT_KUBELET_DIR;

@@ -178,13 +178,13 @@ pub fn requested_name(content: &DynamicObject) -> Option<String> {
 
 /// The parameters a snapshot's (or group snapshot's) templates see for a
 /// VolumeSnapshotClass's (or VolumeGroupSnapshotClass's) `parameters`:
-/// all but the `csi.storage.k8s.io/` keys, csi-snapshotter's own (secrets
-/// it reads, and the object names it adds, which pav-csi takes out).
+/// all but the keys pav-csi takes out ([`pav_csi::is_reserved_parameter`]:
+/// csi-snapshotter's secrets and the object names it adds).
 pub fn requested_parameters(
     class_parameters: &std::collections::BTreeMap<String, String>,
 ) -> std::collections::BTreeMap<String, String> {
     (class_parameters.iter())
-        .filter(|(key, _)| !key.starts_with("csi.storage.k8s.io/"))
+        .filter(|(key, _)| !pav_csi::is_reserved_parameter(key))
         .map(|(key, value)| (key.clone(), value.clone()))
         .collect()
 }

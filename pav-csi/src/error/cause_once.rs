@@ -59,23 +59,11 @@ fn join_error() -> tokio::task::JoinError {
     })
 }
 
-/// Fails when `err`'s message repeats its source's (a `{source}` or
-/// `{0}` in its `#[error]`), or a provisioner error's message without
-/// its category; else says the chain holds the cause once.
+/// Fails when `err`'s message repeats its source's
+/// ([`super::cause_repeated`]), or its chain does not hold the cause once.
 fn assert_cause_once(what: &str, err: &dyn Error) {
-    let message = err.to_string();
-    let source = err.source().unwrap_or_else(|| panic!("{what}: no source"));
-    let cause = source.to_string();
-    assert!(
-        !message.contains(&cause),
-        "{what}: {message:?} repeats its source {cause:?}"
-    );
-    if let Some(sdk) = source.downcast_ref::<pav_sdk::Error>() {
-        assert!(
-            !message.contains(sdk.message()),
-            "{what}: {message:?} repeats its source {:?}",
-            sdk.message()
-        );
+    if let Some(problem) = super::cause_repeated(err) {
+        panic!("{what}: {problem}");
     }
     let chain = super::error_chain(err);
     assert_eq!(chain.matches(CAUSE).count(), 1, "{what}: {chain:?}");
