@@ -14,7 +14,7 @@ use pav_templates::Phase;
 
 use super::context::{DriverContext, DriverError, api_error, core_ref, pod_ref};
 use crate::csi::context::{Lifetime, PhaseError, PodFiles, Regarding, RunFailure};
-use crate::pods::results::{self, PodState};
+use crate::pods::results;
 use crate::recipe::{Planner, StagingFor};
 
 pub mod collector;
@@ -301,45 +301,10 @@ impl PodNode {
 
         // 1. Stop the staging pod; its finalizer keeps the object (and this
         //    state) until unstaging is done.
-        if staging.metadata.deletion_timestamp.is_none() {
-            match self
-                .driver
-                .pods
-                .api(&namespace)
-                .delete(&name, &Default::default())
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => {
-                    return Err(UnstageError::StopStagingPod(api_error(
-                        &format!("stopping staging pod {namespace}/{name}"),
-                        e,
-                    )));
-                }
-            }
-        }
-        let stopped = self
-            .driver
-            .pods
-            .wait(Phase::Unstaging, &namespace, &name, |pod| {
-                let stopped = PodState::of(pod).is_terminated()
-                    || pod
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.container_statuses.as_ref())
-                        .is_none_or(|statuses| {
-                            statuses
-                                .iter()
-                                .all(|c| c.state.as_ref().is_none_or(|s| s.running.is_none()))
-                        });
-                stopped.then_some(())
-            })
-            .await;
-        match stopped {
-            Ok(()) | Err(DriverError::PodDeleted(_)) => {} // stopped, or gone already
-            Err(e) => return Err(UnstageError::StopStagingPod(e)),
-        }
+        (self.driver.pods)
+            .stop(Phase::Unstaging, staging)
+            .await
+            .map_err(UnstageError::StopStagingPod)?;
 
         // 2. The unstaging pod, on this node.
         if let Some(pod) = unstaging_pod {
@@ -673,7 +638,7 @@ mod tests {
             "{error:?}"
         );
         let stopping = UnstageError::StopStagingPod(DriverError::Forbidden {
-            what: "stopping staging pod pav/s".into(),
+            what: "stopping pod pav/s".into(),
             message: "no".into(),
         });
         assert!(matches!(

@@ -210,6 +210,45 @@ impl PavPods {
         .await
     }
 
+    /// Stops a pod that may keep running (a staging pod): asks for its
+    /// deletion unless it was asked already, and waits until none of its
+    /// containers runs, or it is gone. A finalizer may keep the object (a
+    /// staging pod's keeps it until its volume is unstaged).
+    pub async fn stop(&self, phase: Phase, pod: &Pod) -> Result<(), DriverError> {
+        let namespace = pod.namespace().unwrap_or_default();
+        let name = pod.name_any();
+        if pod.metadata.deletion_timestamp.is_none() {
+            match self
+                .api(&namespace)
+                .delete(&name, &Default::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+                Err(e) => return Err(api_error(&format!("stopping pod {namespace}/{name}"), e)),
+            }
+        }
+        let stopped = self
+            .wait(phase, &namespace, &name, |pod| {
+                let stopped = PodState::of(pod).is_terminated()
+                    || pod
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.container_statuses.as_ref())
+                        .is_none_or(|statuses| {
+                            statuses
+                                .iter()
+                                .all(|c| c.state.as_ref().is_none_or(|s| s.running.is_none()))
+                        });
+                stopped.then_some(())
+            })
+            .await;
+        match stopped {
+            Ok(()) | Err(DriverError::PodDeleted(_)) => Ok(()), // stopped, or gone already
+            Err(e) => Err(e),
+        }
+    }
+
     /// Deletes a pod (gone already is fine) and waits until it is gone.
     pub async fn delete(&self, namespace: &str, name: &str) -> Result<(), DriverError> {
         match self
