@@ -68,7 +68,7 @@ print(f"worst ratio after / before of a phase evaluation: {worst:.2f}")
 EOF
 
 # Timings of a few µs move by ±10 % between runs even on an idle machine;
-# instructions executed do not. Per phase, what one typed render (`render_*`)
+# instructions executed do not. Per phase, what one typed render (`render::<S>`)
 # executes, from two callgrind runs of different lengths (their difference
 # leaves out compiling and setting up). AB_ROUNDS=0 skips the timing above.
 command -v valgrind >/dev/null || { echo "valgrind not installed: no instruction counts"; exit 0; }

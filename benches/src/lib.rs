@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
+use pav_templates::phase::{Creation, Deletion, Staging, Unstaging, Validation};
 use pav_templates::{
     CompiledProvisioner, CreationContext, CreationPhase, OptionalPodPhase, Phase, StagingContext,
     StagingPhase, ValidationContext, ValidationPhase,
@@ -193,17 +194,17 @@ impl ContextSpec {
     }
 }
 
-/// An evaluated phase, as the typed `render_*` methods return it.
+/// An evaluated phase, as the typed `CompiledProvisioner::render` returns it.
 #[derive(Debug, Clone)]
 #[allow(clippy::large_enum_variant)] // returned by value, as the driver does
 pub enum Rendered {
-    /// From `render_validation`.
+    /// From `render::<Validation>`.
     Validation(ValidationPhase),
-    /// From `render_creation`.
+    /// From `render::<Creation>`.
     Creation(CreationPhase),
-    /// From `render_deletion` or `render_unstaging`.
+    /// From `render::<Deletion>` or `render::<Unstaging>`.
     OptionalPod(OptionalPodPhase),
-    /// From `render_staging`.
+    /// From `render::<Staging>`.
     Staging(StagingPhase),
 }
 
@@ -241,7 +242,7 @@ impl Case {
     }
 
     /// Renders the phase with the typed method the driver uses
-    /// (`render_staging` etc.), from a context built by [`ContextSpec::build`].
+    /// (`render::<Staging>` etc.), from a context built by [`ContextSpec::build`].
     pub fn render(
         &self,
         provisioner: &CompiledProvisioner,
@@ -249,19 +250,19 @@ impl Case {
     ) -> pav_templates::Result<Rendered> {
         Ok(match (self.phase, context) {
             (Phase::Validation, Context::Validation(c)) => {
-                Rendered::Validation(provisioner.render_validation(c)?)
+                Rendered::Validation(provisioner.render::<Validation>(c)?)
             }
             (Phase::Creation, Context::Creation(c)) => {
-                Rendered::Creation(provisioner.render_creation(c)?)
+                Rendered::Creation(provisioner.render::<Creation>(c)?)
             }
             (Phase::Deletion, Context::Creation(c)) => {
-                Rendered::OptionalPod(provisioner.render_deletion(c)?)
+                Rendered::OptionalPod(provisioner.render::<Deletion>(c)?)
             }
             (Phase::Staging, Context::Staging(c)) => {
-                Rendered::Staging(provisioner.render_staging(c)?)
+                Rendered::Staging(provisioner.render::<Staging>(c)?)
             }
             (Phase::Unstaging, Context::Staging(c)) => {
-                Rendered::OptionalPod(provisioner.render_unstaging(c)?)
+                Rendered::OptionalPod(provisioner.render::<Unstaging>(c)?)
             }
             (phase, context) => panic!("{phase} cannot be rendered with {context:?}"),
         })

@@ -378,8 +378,22 @@ fn pv_csi(pv: &PersistentVolume) -> Result<&k8s_openapi::api::core::v1::CSIPersi
         .ok_or_else(|| object_error(describe(pv), "spec.csi", "is required for a PaV volume"))
 }
 
+/// The variables a phase's templates see: what every context type is, so
+/// that [`CompiledProvisioner::render`](crate::CompiledProvisioner::render)
+/// takes the one its phase's [`Section`](crate::phase::Section) names.
+pub trait PhaseContext {
+    /// The variables as a minijinja value (a map).
+    fn value(&self) -> &Value;
+}
+
 macro_rules! context_common {
     ($ty:ident) => {
+        impl $crate::context::PhaseContext for $ty {
+            fn value(&self) -> &Value {
+                &self.value
+            }
+        }
+
         impl $ty {
             /// Makes `get_pvc(name, namespace)` answer from `lookup`.
             pub fn with_pvc_lookup(mut self, lookup: Arc<dyn PvcLookup>) -> Self {

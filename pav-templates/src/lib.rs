@@ -3,9 +3,10 @@
 //!
 //! Every string field under `spec` except `provisioningModes` is a Jinja
 //! template. [`CompiledProvisioner`] checks an object against the guide's
-//! rules and compiles all its templates once; its `render_*` methods then
-//! evaluate one phase for one volume, in a sandbox bounded by fuel,
-//! recursion depth and output size.
+//! rules and compiles all its templates once; its
+//! [`render`](CompiledProvisioner::render) then evaluates one phase (a
+//! [`phase::Section`], such as [`phase::Staging`]) for one volume, in a
+//! sandbox bounded by fuel, recursion depth and output size.
 //!
 //! Rendering asks no particular stack of its caller: each render runs with
 //! [`engine::RENDER_STACK_BYTES`] of stack, enough for the deepest value
@@ -15,6 +16,7 @@
 //! costs address space only.
 //!
 //! ```
+//! use pav_templates::phase::Staging;
 //! use pav_templates::{CompiledProvisioner, samples};
 //!
 //! let provisioner = CompiledProvisioner::from_yaml(r#"
@@ -40,7 +42,7 @@
 //!                 mkdir /pav/volume && echo {{ greeting | tobash }} > /pav/volume/greeting
 //! "#).unwrap();
 //!
-//! let staging = provisioner.render_staging(&samples::staging_context()).unwrap();
+//! let staging = provisioner.render::<Staging>(&samples::staging_context()).unwrap();
 //! let command = staging.pod_template.spec.unwrap().containers[0].command.clone().unwrap();
 //! assert_eq!(command[2], "mkdir /pav/volume && echo 'Hello world!' > /pav/volume/greeting");
 //! ```
@@ -52,7 +54,7 @@
 //! | a line holding only a `{% ... %}` block disappears (trim and lstrip blocks) | [`engine`] |
 //! | filters `tobash`, `tojson`; function `get_pvc(name, namespace)` | [`engine`], [`context::PvcLookup`] |
 //! | per-phase variables | [`context`] |
-//! | defaults and rules of each field | [`CompiledProvisioner::render_validation`] and siblings |
+//! | defaults and rules of each field | each phase's module in [`phase`] ([`phase::validation`] and siblings) |
 //! | every error names provisioner, field path and template line | [`Error`] |
 
 // The pav image holds no programs to run (clippy.toml).

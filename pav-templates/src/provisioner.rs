@@ -6,13 +6,14 @@
 //! |---|---|---|
 //! | `node` | a spec subtree with its templates compiled (`Node`), template-free subtrees folded | |
 //! | `message` | the engine's errors as messages, without its locations | |
-//! | `fields` | evaluated keys decoded into their types; the one table of what each key holds | |
-//! | `check` | `pav check`: the spec as written against the guide's rules | `fields` |
+//! | `check` | `pav check`: the spec as written against the guide's rules (the keys' table is [`crate::phase`]'s) | |
 //! | `compile` | templates compiled once, each into a `Node` | `check`, `node`, `message` |
 //! | `render` | a phase evaluated, its output bounded, `yaml` outputs parsed | `node`, `message` |
 //!
 //! This module puts them together: [`CompiledProvisioner::from_json`]
-//! checks each phase, then compiles it; the `render_*` methods render it.
+//! checks each phase, then compiles it; [`CompiledProvisioner::render`]
+//! renders one, and the phase's own module (in [`crate::phase`]) decodes
+//! what it rendered.
 
 use std::cell::Cell;
 
@@ -20,37 +21,28 @@ use minijinja::Environment;
 use minijinja::value::Value;
 use serde_json::{Map, Value as Json};
 
-use crate::context::{
-    CapacityContext, CreationContext, ExpansionContext, GET_PVC_NAMESPACES_GLOBAL,
-    GroupSnapshotContext, ModificationContext, SnapshotContext, StagingContext, ValidationContext,
-};
+use crate::context::{GET_PVC_NAMESPACES_GLOBAL, PhaseContext as _};
 use crate::engine::{self, MAX_PHASE_OUTPUT_BYTES};
 use crate::error::{Error, Location, Result};
-use crate::model::{
-    AccessMode, DataSourceKind, LifecycleMode, PavProvisioner, ProvisioningMode, VolumeMode,
-};
-use crate::phase::{
-    CapacityPhase, CreationPhase, ExpansionPhase, GroupSnapshotCreationPhase, HealthPhase,
-    ModificationPhase, OptionalPodPhase, Phase, SnapshotCreationPhase, StagingPhase,
-    ValidationPhase,
-};
+use crate::model::{DataSourceKind, LifecycleMode, PavProvisioner, ProvisioningMode};
+use crate::phase::fields::{Fields, describe_json};
+use crate::phase::{Phase, Section};
 use crate::yaml::yaml_to_json;
 
 mod check;
 mod compile;
-mod fields;
 mod message;
 mod node;
 mod render;
 
 use self::check::Checker;
-use self::fields::{Fields, describe_json};
 use self::node::Node;
 
 /// A PavProvisioner checked against the guide's rules, with every template
 /// compiled once, ready to render any phase for any volume.
 ///
 /// ```
+/// use pav_templates::phase::Creation;
 /// use pav_templates::{CompiledProvisioner, samples};
 /// let yaml = r#"
 /// apiVersion: pav.albertofaria.github.io/v1alpha1
@@ -70,7 +62,7 @@ use self::node::Node;
 ///             command: [sh, -c, "echo {{ handle | tobash }} > /pav/volume/id"]
 /// "#;
 /// let provisioner = CompiledProvisioner::from_yaml(yaml).unwrap();
-/// let creation = provisioner.render_creation(&samples::creation_context()).unwrap();
+/// let creation = provisioner.render::<Creation>(&samples::creation_context()).unwrap();
 /// assert_eq!(creation.capacity, Some(1 << 30));
 /// ```
 #[derive(Debug)]
@@ -284,261 +276,34 @@ impl CompiledProvisioner {
         }
     }
 
-    /// Renders `spec.volumeValidation` and applies the guide's defaults.
-    pub fn render_validation(&self, context: &ValidationContext) -> Result<ValidationPhase> {
-        let mut fields = self.rendered_fields(Phase::Validation, context.value())?;
-        let volume_modes = match fields.take("volumeModes") {
-            None => vec![VolumeMode::Filesystem],
-            Some(value) => fields.enum_list("volumeModes", value)?,
-        };
-        let access_modes = match fields.take("accessModes") {
-            None => AccessMode::DEFAULT.to_vec(),
-            Some(value) => fields.enum_list("accessModes", value)?,
-        };
-        let min_capacity = match fields.take("minCapacity") {
-            None => 1,
-            Some(value) => fields.capacity("minCapacity", value)?,
-        };
-        let max_capacity = match fields.take("maxCapacity") {
-            None => None,
-            Some(value) => Some(fields.capacity("maxCapacity", value)?),
-        };
-        if let Some(max) = max_capacity
-            && min_capacity > max
-        {
-            return Err(Error::Rule {
-                at: fields.location("maxCapacity"),
-                message: format!(
-                    "evaluates to {max} bytes, less than minCapacity ({min_capacity} bytes)"
-                ),
-            });
-        }
-        let pod_template = fields.pod_template()?;
-        let timeout = fields.timeout()?;
+    /// Renders the phase `S` ([`phase::Staging`](crate::phase::Staging),
+    /// ...) for one volume and decodes what its templates produced into
+    /// what it evaluates to, with the guide's defaults applied and its
+    /// rules checked; a key the phase does not have is refused.
+    ///
+    /// ```
+    /// use pav_templates::phase::{Deletion, Staging};
+    /// use pav_templates::{CompiledProvisioner, samples};
+    /// let provisioner = CompiledProvisioner::from_yaml(r#"
+    /// apiVersion: pav.albertofaria.github.io/v1alpha1
+    /// kind: PavProvisioner
+    /// metadata: { name: hello }
+    /// spec:
+    ///   provisioningModes: [Dynamic]
+    ///   volumeCreation: { capacity: 1Gi }
+    ///   volumeStaging: { podTemplate: { spec: { containers: [] } }, timeout: 2m }
+    /// "#).unwrap();
+    /// let staging = provisioner.render::<Staging>(&samples::staging_context()).unwrap();
+    /// assert_eq!(staging.timeout, Some(std::time::Duration::from_secs(120)));
+    /// // A phase the spec lacks evaluates to its defaults: here, no pod.
+    /// let deletion = provisioner.render::<Deletion>(&samples::creation_context()).unwrap();
+    /// assert_eq!(deletion.pod_template, None);
+    /// ```
+    pub fn render<S: Section>(&self, context: &S::Context) -> Result<S::Evaluated> {
+        let mut fields = self.rendered_fields(S::DEFINITION.phase, context.value())?;
+        let evaluated = S::decode(&mut fields)?;
         fields.finish()?;
-        Ok(ValidationPhase {
-            volume_modes,
-            access_modes,
-            min_capacity,
-            max_capacity,
-            pod_template,
-            timeout,
-        })
-    }
-
-    /// Renders `spec.volumeCreation`.
-    pub fn render_creation(&self, context: &CreationContext) -> Result<CreationPhase> {
-        let mut fields = self.rendered_fields(Phase::Creation, context.value())?;
-        let handle = fields.handle("handle")?;
-        let capacity = match fields.take("capacity") {
-            None => None,
-            Some(value) => Some(fields.capacity("capacity", value)?),
-        };
-        let topology = fields.topology()?;
-        let pod_template = fields.pod_template()?;
-        if capacity.is_none()
-            && pod_template.is_none()
-            && self.provisioning_modes.contains(&ProvisioningMode::Dynamic)
-        {
-            return Err(Error::Rule {
-                at: fields.location_of_phase(),
-                message: "must specify capacity or podTemplate (or both) when spec.provisioningModes contains Dynamic".into(),
-            });
-        }
-        let timeout = fields.timeout()?;
-        fields.finish()?;
-        Ok(CreationPhase {
-            handle,
-            capacity,
-            topology,
-            pod_template,
-            timeout,
-        })
-    }
-
-    /// Renders `spec.volumeDeletion`.
-    pub fn render_deletion(&self, context: &CreationContext) -> Result<OptionalPodPhase> {
-        self.render_optional_pod(Phase::Deletion, context.value())
-    }
-
-    /// Renders `spec.volumeStaging`.
-    pub fn render_staging(&self, context: &StagingContext) -> Result<StagingPhase> {
-        self.render_mandatory_pod(Phase::Staging, context.value())
-    }
-
-    fn render_mandatory_pod(&self, phase: Phase, context: &Value) -> Result<StagingPhase> {
-        let mut fields = self.rendered_fields(phase, context)?;
-        let pod_template = fields.mandatory_pod_template()?;
-        let timeout = fields.timeout()?;
-        fields.finish()?;
-        Ok(StagingPhase {
-            pod_template,
-            timeout,
-        })
-    }
-
-    /// Renders `spec.volumeUnstaging`.
-    pub fn render_unstaging(&self, context: &StagingContext) -> Result<OptionalPodPhase> {
-        self.render_optional_pod(Phase::Unstaging, context.value())
-    }
-
-    /// Renders `spec.volumeExpansion`.
-    pub fn render_expansion(&self, context: &ExpansionContext) -> Result<ExpansionPhase> {
-        let mut fields = self.rendered_fields(Phase::Expansion, context.value())?;
-        let capacity = match fields.take("capacity") {
-            None => None,
-            Some(value) => Some(fields.capacity("capacity", value)?),
-        };
-        let pod_template = fields.pod_template()?;
-        let timeout = fields.timeout()?;
-        fields.finish()?;
-        Ok(ExpansionPhase {
-            capacity,
-            pod_template,
-            timeout,
-        })
-    }
-
-    /// Renders `spec.volumeNodeExpansion`: its pod is mandatory, as the
-    /// staging pod is.
-    pub fn render_node_expansion(&self, context: &StagingContext) -> Result<StagingPhase> {
-        self.render_mandatory_pod(Phase::NodeExpansion, context.value())
-    }
-
-    /// Renders `spec.snapshotCreation`.
-    pub fn render_snapshot_creation(
-        &self,
-        context: &SnapshotContext,
-    ) -> Result<SnapshotCreationPhase> {
-        let mut fields = self.rendered_fields(Phase::SnapshotCreation, context.value())?;
-        let handle = fields.handle("handle")?;
-        let size = match fields.take("size") {
-            None => None,
-            Some(value) => Some(fields.capacity("size", value)?),
-        };
-        let pod_template = fields.pod_template()?;
-        let timeout = fields.timeout()?;
-        fields.finish()?;
-        Ok(SnapshotCreationPhase {
-            handle,
-            size,
-            pod_template,
-            timeout,
-        })
-    }
-
-    /// Renders `spec.snapshotDeletion`.
-    pub fn render_snapshot_deletion(&self, context: &SnapshotContext) -> Result<OptionalPodPhase> {
-        self.render_optional_pod(Phase::SnapshotDeletion, context.value())
-    }
-
-    /// Renders `spec.groupSnapshotCreation`: its pod is mandatory.
-    pub fn render_group_snapshot_creation(
-        &self,
-        context: &GroupSnapshotContext,
-    ) -> Result<GroupSnapshotCreationPhase> {
-        let mut fields = self.rendered_fields(Phase::GroupSnapshotCreation, context.value())?;
-        let handle = fields.handle("handle")?;
-        let pod_template = fields.mandatory_pod_template()?;
-        let timeout = fields.timeout()?;
-        fields.finish()?;
-        Ok(GroupSnapshotCreationPhase {
-            handle,
-            pod_template,
-            timeout,
-        })
-    }
-
-    /// Renders `spec.groupSnapshotDeletion`.
-    pub fn render_group_snapshot_deletion(
-        &self,
-        context: &GroupSnapshotContext,
-    ) -> Result<OptionalPodPhase> {
-        self.render_optional_pod(Phase::GroupSnapshotDeletion, context.value())
-    }
-
-    /// Renders `spec.storageCapacity`: `availableCapacity` or a pod (or
-    /// both) must be given.
-    pub fn render_capacity(&self, context: &CapacityContext) -> Result<CapacityPhase> {
-        let mut fields = self.rendered_fields(Phase::Capacity, context.value())?;
-        let available_capacity = match fields.take("availableCapacity") {
-            None => None,
-            Some(value) => Some(fields.bytes("availableCapacity", value)?),
-        };
-        let maximum_volume_size = match fields.take("maximumVolumeSize") {
-            None => None,
-            Some(value) => Some(fields.capacity("maximumVolumeSize", value)?),
-        };
-        let pod_template = fields.pod_template()?;
-        if available_capacity.is_none() && pod_template.is_none() {
-            return Err(Error::Rule {
-                at: fields.location_of_phase(),
-                message: "must specify availableCapacity or podTemplate (or both)".into(),
-            });
-        }
-        let timeout = fields.timeout()?;
-        let cache_for = fields.duration("cacheFor")?;
-        fields.finish()?;
-        Ok(CapacityPhase {
-            available_capacity,
-            maximum_volume_size,
-            pod_template,
-            timeout,
-            cache_for,
-        })
-    }
-
-    /// Renders `spec.volumeModification`: a `refusal` (or a template
-    /// that fails) refuses the new parameters before anything changed.
-    pub fn render_modification(&self, context: &ModificationContext) -> Result<ModificationPhase> {
-        let mut fields = self.rendered_fields(Phase::Modification, context.value())?;
-        let refusal = fields.message("refusal")?;
-        let pod_template = fields.pod_template()?;
-        let timeout = fields.timeout()?;
-        fields.finish()?;
-        Ok(ModificationPhase {
-            refusal,
-            pod_template,
-            timeout,
-        })
-    }
-
-    /// Renders `spec.volumeAttach`, with the staging context of the volume
-    /// and the node it is attached to: its pod is mandatory.
-    pub fn render_attach(&self, context: &StagingContext) -> Result<StagingPhase> {
-        self.render_mandatory_pod(Phase::Attach, context.value())
-    }
-
-    /// Renders `spec.volumeDetach`, with the staging context of the volume
-    /// and the node it is detached from.
-    pub fn render_detach(&self, context: &StagingContext) -> Result<OptionalPodPhase> {
-        self.render_optional_pod(Phase::Detach, context.value())
-    }
-
-    /// Renders `spec.volumeHealth`, with the staging context of the
-    /// volume checked: its pod is mandatory.
-    pub fn render_health(&self, context: &StagingContext) -> Result<HealthPhase> {
-        let mut fields = self.rendered_fields(Phase::Health, context.value())?;
-        let pod_template = fields.mandatory_pod_template()?;
-        let timeout = fields.timeout()?;
-        let every = fields.duration("every")?;
-        fields.finish()?;
-        Ok(HealthPhase {
-            pod_template,
-            timeout,
-            every,
-        })
-    }
-
-    fn render_optional_pod(&self, phase: Phase, context: &Value) -> Result<OptionalPodPhase> {
-        let mut fields = self.rendered_fields(phase, context)?;
-        let pod_template = fields.pod_template()?;
-        let timeout = fields.timeout()?;
-        fields.finish()?;
-        Ok(OptionalPodPhase {
-            pod_template,
-            timeout,
-        })
+        Ok(evaluated)
     }
 
     fn rendered_fields(&self, phase: Phase, context: &Value) -> Result<Fields<'_>> {
@@ -555,10 +320,12 @@ impl CompiledProvisioner {
             }
         };
         Ok(Fields {
-            provisioner: self,
+            provisioner: &self.name,
             phase,
             path,
             map,
+            pod_shape_checked: self.pod_shape_checked[phase.index()],
+            dynamic: self.provisioning_modes.contains(&ProvisioningMode::Dynamic),
         })
     }
 

@@ -5,6 +5,7 @@
 mod common;
 use common::provisioner;
 
+use pav_templates::phase::{Attach, Detach, Staging};
 use pav_templates::samples;
 
 const BASE: &str = "provisioningModes: [Dynamic]\nvolumeCreation: {capacity: 1Gi}\n";
@@ -49,15 +50,18 @@ fn attach_and_detach_see_the_volume_and_node_and_staging_the_publish_context() {
     ))
     .unwrap_or_else(|p| panic!("{p}"));
     let context = samples::staging_context();
-    let attach = compiled.render_attach(&context).unwrap();
+    let attach = compiled.render::<Attach>(&context).unwrap();
     let args = attach.pod_template.spec.unwrap().containers[0].args.clone();
     let handle = samples::pv().spec.unwrap().csi.unwrap().volume_handle;
     let node = samples::node().metadata.name.unwrap();
     assert_eq!(args, Some(vec![handle, node]));
-    assert_eq!(compiled.render_detach(&context).unwrap().pod_template, None);
+    assert_eq!(
+        compiled.render::<Detach>(&context).unwrap().pod_template,
+        None
+    );
 
     let args = |context: &pav_templates::StagingContext| {
-        let staging = compiled.render_staging(context).unwrap();
+        let staging = compiled.render::<Staging>(context).unwrap();
         staging.pod_template.spec.unwrap().containers[0]
             .args
             .clone()

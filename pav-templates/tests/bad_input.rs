@@ -6,6 +6,7 @@
 //! --nocapture` prints every row's actual message.
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
+use pav_templates::phase::{Creation, Deletion, Staging, Unstaging, Validation};
 use pav_templates::samples::{self, Contexts};
 use pav_templates::{CompiledProvisioner, Phase};
 
@@ -217,28 +218,32 @@ fn evaluate(
     Ok(match eval {
         Eval::Validation => {
             provisioner
-                .render_validation(&contexts.validation)?
+                .render::<Validation>(&contexts.validation)?
                 .pod_template
         }
         Eval::StaticValidation => {
             provisioner
-                .render_validation(&contexts.static_validation)?
+                .render::<Validation>(&contexts.static_validation)?
                 .pod_template
         }
         Eval::Creation => {
             provisioner
-                .render_creation(&contexts.creation)?
+                .render::<Creation>(&contexts.creation)?
                 .pod_template
         }
         Eval::Deletion => {
             provisioner
-                .render_deletion(&contexts.creation)?
+                .render::<Deletion>(&contexts.creation)?
                 .pod_template
         }
-        Eval::Staging => Some(provisioner.render_staging(&contexts.staging)?.pod_template),
+        Eval::Staging => Some(
+            provisioner
+                .render::<Staging>(&contexts.staging)?
+                .pod_template,
+        ),
         Eval::Unstaging => {
             provisioner
-                .render_unstaging(&contexts.staging)?
+                .render::<Unstaging>(&contexts.staging)?
                 .pod_template
         }
     })

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use pav_templates::context::MUTABLE_PARAMETERS_KEY;
+use pav_templates::phase::{Capacity, Creation, Modification, Staging};
 use pav_templates::{
     CapacityContext, CompiledProvisioner, CreationContext, ModificationContext, StagingContext,
     samples,
@@ -84,7 +85,7 @@ fn capacity_sees_the_segment_and_class_and_evaluates_its_fields() {
     );
     let segment = node_segment("n1");
     let context = CapacityContext::new(Some(&segment), Some("n1"), &map(&[("room", "5Gi")]));
-    let phase = provisioner.render_capacity(&context).unwrap();
+    let phase = provisioner.render::<Capacity>(&context).unwrap();
     assert_eq!(phase.available_capacity, Some(5 << 30));
     assert_eq!(phase.maximum_volume_size, Some(1 << 30));
     assert_eq!(phase.cache_for, Some(std::time::Duration::from_secs(30)));
@@ -99,7 +100,7 @@ fn capacity_sees_the_segment_and_class_and_evaluates_its_fields() {
     // All the storage: no segment, no node.
     let everywhere = CapacityContext::new(None, None, &map(&[("room", "0")]));
     let error = provisioner
-        .render_capacity(&everywhere)
+        .render::<Capacity>(&everywhere)
         .unwrap_err()
         .to_string();
     assert!(
@@ -115,7 +116,7 @@ fn hostile_capacity_templates_get_the_bounded_errors_of_every_phase() {
     );
     let context = samples::capacity_context();
     let error = provisioner
-        .render_capacity(&context)
+        .render::<Capacity>(&context)
         .unwrap_err()
         .to_string();
     assert!(
@@ -124,7 +125,10 @@ fn hostile_capacity_templates_get_the_bounded_errors_of_every_phase() {
         "{error}"
     );
     let negative = compiled("storageCapacity: {availableCapacity: \"{{ -1 }}\"}\n");
-    let error = negative.render_capacity(&context).unwrap_err().to_string();
+    let error = negative
+        .render::<Capacity>(&context)
+        .unwrap_err()
+        .to_string();
     assert!(
         error.contains("spec.storageCapacity.availableCapacity"),
         "{error}"
@@ -151,7 +155,7 @@ fn modification_sees_the_parameters_before_and_after_and_may_refuse() {
         context.mutable_parameters_after(),
         &map(&[("mode", "ro"), ("tier", "gold")])
     );
-    let phase = provisioner.render_modification(&context).unwrap();
+    let phase = provisioner.render::<Modification>(&context).unwrap();
     assert_eq!(phase.refusal, None);
     let labels = phase
         .pod_template
@@ -171,7 +175,7 @@ fn modification_sees_the_parameters_before_and_after_and_may_refuse() {
     let refused = ModificationContext::new(&pv, None, &map(&[("mode", "rx")])).unwrap();
     assert_eq!(
         provisioner
-            .render_modification(&refused)
+            .render::<Modification>(&refused)
             .unwrap()
             .refusal
             .as_deref(),
@@ -188,7 +192,7 @@ fn mutable_parameters_are_recorded_at_creation_then_on_the_volume_and_hidden_fro
     let mode_and_keys = |pv: &PersistentVolume| {
         let context = StagingContext::new(&samples::pvc(), pv, &samples::node(), false).unwrap();
         let labels = provisioner
-            .render_staging(&context)
+            .render::<Staging>(&context)
             .unwrap()
             .pod_template
             .metadata
@@ -232,7 +236,7 @@ fn mutable_parameters_are_recorded_at_creation_then_on_the_volume_and_hidden_fro
     let context = CreationContext::new(&samples::pvc(), &samples::storage_class()).unwrap();
     assert_eq!(
         creation
-            .render_creation(&context)
+            .render::<Creation>(&context)
             .unwrap()
             .handle
             .as_deref(),
@@ -241,7 +245,7 @@ fn mutable_parameters_are_recorded_at_creation_then_on_the_volume_and_hidden_fro
     let context = context.with_mutable_parameters(&map(&[("mode", "ro")]));
     assert_eq!(
         creation
-            .render_creation(&context)
+            .render::<Creation>(&context)
             .unwrap()
             .handle
             .as_deref(),

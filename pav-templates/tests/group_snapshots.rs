@@ -7,6 +7,7 @@ use common::provisioner;
 
 use std::time::Duration;
 
+use pav_templates::phase::{GroupSnapshotCreation, GroupSnapshotDeletion};
 use pav_templates::samples;
 
 const BASE: &str = "provisioningModes: [Dynamic]\nvolumeCreation: {capacity: 1Gi}\nvolumeStaging: {podTemplate: {}}\n";
@@ -50,7 +51,7 @@ fn creation_sees_each_member_and_deletion_each_snapshot() {
     let handle = samples::pv().spec.unwrap().csi.unwrap().volume_handle;
     let claim = samples::pvc().metadata.name.unwrap();
     let creation = compiled
-        .render_group_snapshot_creation(&samples::group_snapshot_creation_context())
+        .render::<GroupSnapshotCreation>(&samples::group_snapshot_creation_context())
         .unwrap();
     assert_eq!(
         creation.handle.as_deref(),
@@ -64,7 +65,7 @@ fn creation_sees_each_member_and_deletion_each_snapshot() {
         Some(vec![handle.clone(), format!("1073741824 {claim}")])
     );
     let deletion = compiled
-        .render_group_snapshot_deletion(&samples::group_snapshot_deletion_context())
+        .render::<GroupSnapshotDeletion>(&samples::group_snapshot_deletion_context())
         .unwrap();
     let args = deletion.pod_template.unwrap().spec.unwrap().containers[0]
         .args
@@ -86,7 +87,7 @@ fn a_hostile_group_template_is_a_bounded_error_naming_the_field() {
     .unwrap_or_else(|p| panic!("{p}"));
     let started = std::time::Instant::now();
     let error = compiled
-        .render_group_snapshot_creation(&samples::group_snapshot_creation_context())
+        .render::<GroupSnapshotCreation>(&samples::group_snapshot_creation_context())
         .unwrap_err()
         .to_string();
     assert!(error.contains("spec.groupSnapshotCreation"), "{error}");

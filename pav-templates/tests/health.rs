@@ -6,6 +6,7 @@ use common::provisioner;
 
 use std::time::Duration;
 
+use pav_templates::phase::Health;
 use pav_templates::samples;
 
 const BASE: &str = "provisioningModes: [Dynamic]\nvolumeCreation: {capacity: 1Gi}\nvolumeStaging: {podTemplate: {}}\n";
@@ -48,7 +49,9 @@ fn the_check_sees_the_staging_context_and_its_interval_is_templated() {
         "{BASE}volumeHealth:\n  every: \"{{{{ params.every | default('90s') }}}}\"\n  timeout: 2m\n  podTemplate:\n    spec:\n      containers: [{{name: check, image: c, args: [\"{{{{ handle }}}}\", \"{{{{ 'ro' if readOnly else 'rw' }}}}\"]}}]\n"
     ))
     .unwrap_or_else(|p| panic!("{p}"));
-    let evaluated = compiled.render_health(&samples::staging_context()).unwrap();
+    let evaluated = compiled
+        .render::<Health>(&samples::staging_context())
+        .unwrap();
     assert_eq!(evaluated.every, Some(Duration::from_secs(90)));
     assert_eq!(evaluated.timeout, Some(Duration::from_secs(120)));
     let containers = evaluated.pod_template.spec.unwrap().containers;
@@ -64,7 +67,7 @@ fn a_hostile_check_template_is_a_bounded_error_naming_the_field() {
     .unwrap_or_else(|p| panic!("{p}"));
     let started = std::time::Instant::now();
     let error = compiled
-        .render_health(&samples::staging_context())
+        .render::<Health>(&samples::staging_context())
         .unwrap_err()
         .to_string();
     assert!(error.contains("spec.volumeHealth"), "{error}");

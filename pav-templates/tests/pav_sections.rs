@@ -5,6 +5,9 @@
 mod common;
 use common::provisioner;
 
+use pav_templates::phase::{
+    Creation, Expansion, NodeExpansion, SnapshotCreation, SnapshotDeletion,
+};
 use pav_templates::{
     CompiledProvisioner, CreationContext, DataSourceKind, ExpansionContext, SnapshotContext,
     Source, StagingContext, samples,
@@ -93,7 +96,7 @@ fn topology_is_node_names_checked_when_literal_and_when_evaluated() {
     )
     .unwrap();
     let error = provisioner
-        .render_creation(&samples::creation_context())
+        .render::<Creation>(&samples::creation_context())
         .unwrap_err();
     assert_eq!(
         error.to_string(),
@@ -105,7 +108,7 @@ fn topology_is_node_names_checked_when_literal_and_when_evaluated() {
         .get_or_insert_with(Default::default)
         .insert("volume.kubernetes.io/selected-node".into(), "node-7".into());
     let context = CreationContext::new(&pvc, &samples::storage_class()).unwrap();
-    let creation = provisioner.render_creation(&context).unwrap();
+    let creation = provisioner.render::<Creation>(&context).unwrap();
     assert_eq!(creation.topology, Some(vec!["node-7".to_owned()]));
 }
 
@@ -116,10 +119,10 @@ fn the_creation_context_has_its_source() {
     )
     .unwrap();
     let context = samples::creation_context();
-    let empty = provisioner.render_creation(&context).unwrap();
+    let empty = provisioner.render::<Creation>(&context).unwrap();
     assert_eq!(empty.handle.as_deref(), Some("empty-"));
     let restored = provisioner
-        .render_creation(&context.with_source(&Source {
+        .render::<Creation>(&context.with_source(&Source {
             kind: DataSourceKind::VolumeSnapshot,
             handle: "snap-1".into(),
             capacity: 5 << 20,
@@ -137,7 +140,7 @@ fn expansion_evaluates_its_capacity_from_the_request_and_the_volume() {
     let pv = samples::pv();
     let capacity = pav_templates::context::pv_capacity(&pv).unwrap();
     let context = ExpansionContext::new(&pv, Some(&samples::pvc()), capacity + 1, None).unwrap();
-    let expansion = provisioner.render_expansion(&context).unwrap();
+    let expansion = provisioner.render::<Expansion>(&context).unwrap();
     assert_eq!(expansion.capacity, Some(capacity * 2));
     let args = expansion.pod_template.unwrap().spec.unwrap().containers[0]
         .args
@@ -154,7 +157,7 @@ fn expansion_evaluates_its_capacity_from_the_request_and_the_volume() {
     );
     // A volume without a claim: `pvc` is none.
     let orphan = ExpansionContext::new(&samples::pv(), None, capacity + 1, None).unwrap();
-    let error = provisioner.render_expansion(&orphan).unwrap_err();
+    let error = provisioner.render::<Expansion>(&orphan).unwrap_err();
     assert!(error.to_string().contains("podTemplate"), "{error}");
 }
 
@@ -166,7 +169,7 @@ fn node_expansion_sees_the_new_capacity() {
     let context = StagingContext::new(&samples::pvc(), &samples::pv(), &samples::node(), false)
         .unwrap()
         .expanded_to(12345);
-    let phase = provisioner.render_node_expansion(&context).unwrap();
+    let phase = provisioner.render::<NodeExpansion>(&context).unwrap();
     assert_eq!(
         phase.pod_template.spec.unwrap().containers[0].args,
         Some(vec!["12345".to_owned()])
@@ -182,7 +185,7 @@ fn snapshots_see_their_source_and_defaults() {
     let handle = pv.spec.clone().unwrap().csi.unwrap().volume_handle;
     let params = [("tier".to_owned(), "cold".to_owned())].into();
     let context = SnapshotContext::creation("snapshot-1", &params, &pv, None).unwrap();
-    let creation = provisioner.render_snapshot_creation(&context).unwrap();
+    let creation = provisioner.render::<SnapshotCreation>(&context).unwrap();
     assert_eq!(creation.handle, Some(format!("snapshot-1.{handle}")));
     assert_eq!(
         creation.size,
@@ -193,7 +196,7 @@ fn snapshots_see_their_source_and_defaults() {
         Some(vec!["snapshot-1".to_owned(), "cold".to_owned()])
     );
     let deletion = provisioner
-        .render_snapshot_deletion(&SnapshotContext::deletion("snap-9", None))
+        .render::<SnapshotDeletion>(&SnapshotContext::deletion("snap-9", None))
         .unwrap();
     assert_eq!(
         deletion.pod_template.unwrap().spec.unwrap().containers[0].args,

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use pav_templates::phase::{Creation, Deletion, Staging, Unstaging, Validation};
 use pav_templates::{
     AccessMode, CompiledProvisioner, CreationContext, Error, Phase, PvcMap, StagingContext,
     ValidationContext, VolumeMode, samples,
@@ -48,7 +49,7 @@ fn from_spec(spec: Json) -> CompiledProvisioner {
 
 fn render_handle(template: &str) -> Result<Option<String>, Error> {
     with_handle(template)
-        .render_creation(&samples::creation_context())
+        .render::<Creation>(&samples::creation_context())
         .map(|c| c.handle)
 }
 
@@ -135,7 +136,7 @@ volumeStaging: {podTemplate: {}}
 "#,
     );
     let err = provisioner
-        .render_creation(&samples::creation_context())
+        .render::<Creation>(&samples::creation_context())
         .unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -229,12 +230,12 @@ fn yaml_mode_may_produce_a_whole_phase_or_list() {
         "volumeStaging": {"podTemplate": {}},
     }));
     let validation = provisioner
-        .render_validation(&samples::validation_context())
+        .render::<Validation>(&samples::validation_context())
         .unwrap();
     assert_eq!(validation.volume_modes, vec![VolumeMode::Block]);
     assert_eq!(validation.min_capacity, 1024);
     let creation = provisioner
-        .render_creation(&samples::creation_context())
+        .render::<Creation>(&samples::creation_context())
         .unwrap();
     assert_eq!(creation.capacity, Some(2 << 30));
 }
@@ -364,14 +365,14 @@ fn get_pvc_reads_through_the_lookup() {
     );
     let context = samples::creation_context()
         .with_pvc_lookup(Arc::new(PvcMap::from_iter([claim("team", "data")])));
-    let creation = provisioner.render_creation(&context).unwrap();
+    let creation = provisioner.render::<Creation>(&context).unwrap();
     assert_eq!(
         creation.handle.as_deref(),
         Some("team-size-PersistentVolumeClaim")
     );
 
     let missing = with_handle_reading("{{ get_pvc('nope', 'team').kind }}", json!(["team"]))
-        .render_creation(&context)
+        .render::<Creation>(&context)
         .unwrap_err();
     assert_eq!(
         missing.to_string(),
@@ -397,7 +398,7 @@ fn get_pvc_reads_the_claims_namespace_and_listed_ones() {
         let template =
             format!("{{{{ get_pvc('data', '{namespace}').metadata.annotations.size }}}}");
         with_handle_reading(&template, namespaces)
-            .render_creation(&samples::creation_context().with_pvc_lookup(lookup.clone()))
+            .render::<Creation>(&samples::creation_context().with_pvc_lookup(lookup.clone()))
             .map(|c| c.handle.unwrap())
             .map_err(|e| e.to_string())
     };
@@ -429,7 +430,7 @@ fn get_pvc_reads_the_claims_namespace_and_listed_ones() {
                 "team": "{{ get_pvc('data', 'team').metadata.annotations.size }}",
             }}}},
         }))
-        .render_staging(&samples::staging_context().with_pvc_lookup(lookup.clone()))
+        .render::<Staging>(&samples::staging_context().with_pvc_lookup(lookup.clone()))
         .map(|s| s.pod_template.metadata.unwrap().annotations.unwrap())
         .map_err(|e| e.to_string())
     };
@@ -449,7 +450,7 @@ fn get_pvc_reads_the_claims_namespace_and_listed_ones() {
             "volumeValidation": {"minCapacity": "{{ get_pvc('data', 'default').metadata.annotations.size | length }}"},
             "volumeStaging": {"podTemplate": {}},
         }))
-        .render_validation(
+        .render::<Validation>(
             &ValidationContext::static_pv(&samples::pv())
                 .unwrap()
                 .with_pvc_lookup(lookup.clone()),
@@ -477,7 +478,7 @@ fn templates_cannot_widen_get_pvc() {
         "{% with pvc = {'metadata': {'namespace': 'team'}} %}{{ get_pvc('data', 'team').kind }}{% endwith %}",
     ] {
         let err = with_handle_reading(template, Json::Null)
-            .render_creation(&samples::creation_context().with_pvc_lookup(lookup.clone()))
+            .render::<Creation>(&samples::creation_context().with_pvc_lookup(lookup.clone()))
             .unwrap_err();
         assert!(
             err.to_string().ends_with(
@@ -494,7 +495,7 @@ fn dynamic_validation_context() {
         "{{ requestedVolumeMode }}|{{ requestedAccessModes | join(',') }}|{{ requestedMinCapacity }}|{{ 'none' if requestedMaxCapacity is none else 'set' }}|{{ params | length }}|{{ sc.metadata.name }}|{{ pvc.spec.storageClassName }}|{{ pvc.apiVersion }}/{{ pvc.kind }}|{{ defaultHandle }}",
     );
     let creation = provisioner
-        .render_creation(&samples::creation_context())
+        .render::<Creation>(&samples::creation_context())
         .unwrap();
     assert_eq!(
         creation.handle.as_deref(),
@@ -540,7 +541,7 @@ fn limits_and_requests_are_rounded_up_to_bytes() {
     );
     let context = CreationContext::new(&pvc, &samples::storage_class()).unwrap();
     let creation = with_handle("{{ requestedMinCapacity }}-{{ requestedMaxCapacity }}")
-        .render_creation(&context)
+        .render::<Creation>(&context)
         .unwrap();
     assert_eq!(creation.handle.as_deref(), Some("2-2000"));
 }
@@ -554,7 +555,7 @@ fn static_validation_context() {
         "volumeStaging": {"podTemplate": {}},
     }));
     let context = ValidationContext::static_pv(&samples::pv()).unwrap();
-    let validation = provisioner.render_validation(&context).unwrap();
+    let validation = provisioner.render::<Validation>(&context).unwrap();
     let name = validation
         .pod_template
         .unwrap()
@@ -582,7 +583,7 @@ fn staging_context() {
     let provisioner = compiled(
         "provisioningModes: [Static]\nvolumeStaging:\n  podTemplate:\n    metadata:\n      name: \"{{ volumeMode }}|{{ accessModes | join(',') }}|{{ capacity }}|{{ params.k }}|{{ handle }}|{{ 'ro' if readOnly else 'rw' }}|{{ pvc.metadata.name }}|{{ pv.kind }}|{{ node.metadata.labels['kubernetes.io/hostname'] }}\"\n",
     );
-    let staging = provisioner.render_staging(&context).unwrap();
+    let staging = provisioner.render::<Staging>(&context).unwrap();
     assert_eq!(
         staging.pod_template.metadata.unwrap().name.unwrap(),
         "Filesystem|ReadWriteOnce|1073741824|v|pvc-6c1b1c5e-6f0e-4b7a-9d2e-5a1f3c0d8e21|ro|sample-claim|PersistentVolume|sample-node"
@@ -595,7 +596,7 @@ fn validation_defaults_follow_the_guide() {
         "provisioningModes: [Dynamic]\nvolumeCreation: {capacity: 1Gi}\nvolumeStaging: {podTemplate: {}}\n",
     );
     let validation = provisioner
-        .render_validation(&samples::validation_context())
+        .render::<Validation>(&samples::validation_context())
         .unwrap();
     assert_eq!(validation.volume_modes, vec![VolumeMode::Filesystem]);
     assert_eq!(validation.access_modes, AccessMode::DEFAULT.to_vec());
@@ -611,7 +612,7 @@ fn read_write_once_pod_is_admitted_only_when_named() {
     let by_default = compiled(
         "provisioningModes: [Dynamic]\nvolumeCreation: {capacity: 1Gi}\nvolumeStaging: {podTemplate: {}}\n",
     );
-    let rules = (by_default.render_validation(&samples::validation_context())).unwrap();
+    let rules = (by_default.render::<Validation>(&samples::validation_context())).unwrap();
     let refused = rules
         .admits(VolumeMode::Filesystem, &rwop, 1, None)
         .unwrap_err();
@@ -622,7 +623,7 @@ fn read_write_once_pod_is_admitted_only_when_named() {
     let named = compiled(
         "provisioningModes: [Dynamic]\nvolumeValidation: {accessModes: [ReadWriteOnce, ReadWriteOncePod]}\nvolumeCreation: {capacity: 1Gi}\nvolumeStaging: {podTemplate: {}}\n",
     );
-    let rules = (named.render_validation(&samples::validation_context())).unwrap();
+    let rules = (named.render::<Validation>(&samples::validation_context())).unwrap();
     assert!(rules.admits(VolumeMode::Filesystem, &rwop, 1, None).is_ok());
 }
 
@@ -632,14 +633,14 @@ fn capacities_are_quantities_converted_to_bytes() {
         "provisioningModes: [Dynamic]\nvolumeValidation:\n  minCapacity: 1.5Ki\n  maxCapacity: \"{{ 2 }}Gi\"\nvolumeCreation: {capacity: 1e3}\nvolumeStaging: {podTemplate: {}}\n",
     );
     let validation = provisioner
-        .render_validation(&samples::validation_context())
+        .render::<Validation>(&samples::validation_context())
         .unwrap();
     assert_eq!(
         (validation.min_capacity, validation.max_capacity),
         (1536, Some(2 << 30))
     );
     let creation = provisioner
-        .render_creation(&samples::creation_context())
+        .render::<Creation>(&samples::creation_context())
         .unwrap();
     assert_eq!(creation.capacity, Some(1000));
 }
@@ -658,7 +659,7 @@ fn min_capacity_above_max_is_refused_when_written_and_when_evaluated() {
         "provisioningModes: [Dynamic]\nvolumeValidation: {minCapacity: 2Gi, maxCapacity: \"{{ 1 }}Gi\"}\nvolumeCreation: {capacity: 1Gi}\nvolumeStaging: {podTemplate: {}}\n",
     );
     let err = provisioner
-        .render_validation(&samples::validation_context())
+        .render::<Validation>(&samples::validation_context())
         .unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -787,7 +788,7 @@ fn pod_templates_shaped_by_yaml_mode_are_checked_when_evaluated() {
         "provisioningModes: [Static]\nvolumeStaging:\n  podTemplate:\n    spec: \"{% set yaml = true %}containers: [{name: c, comand: [sh]}]\"\n",
     );
     let err = provisioner
-        .render_staging(&samples::staging_context())
+        .render::<Staging>(&samples::staging_context())
         .unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -797,7 +798,7 @@ fn pod_templates_shaped_by_yaml_mode_are_checked_when_evaluated() {
         "provisioningModes: [Static]\nvolumeStaging:\n  podTemplate:\n    spec:\n      activeDeadlineSeconds: \"{% set yaml = true %}{{ 'soon' }}\"\n",
     );
     let err = provisioner
-        .render_staging(&samples::staging_context())
+        .render::<Staging>(&samples::staging_context())
         .unwrap_err();
     assert!(
         err.to_string().starts_with("provisioner \"test-prov\", field spec.volumeStaging.podTemplate.spec.activeDeadlineSeconds: invalid type"),
@@ -807,7 +808,7 @@ fn pod_templates_shaped_by_yaml_mode_are_checked_when_evaluated() {
         "provisioningModes: [Static]\nvolumeStaging:\n  podTemplate:\n    spec:\n      activeDeadlineSeconds: \"{% set yaml = true %}{{ capacity // 1073741824 }}\"\n",
     );
     let staging = provisioner
-        .render_staging(&samples::staging_context())
+        .render::<Staging>(&samples::staging_context())
         .unwrap();
     assert_eq!(
         staging.pod_template.spec.unwrap().active_deadline_seconds,
@@ -823,7 +824,7 @@ fn unknown_fields_produced_by_yaml_mode_are_refused() {
         "volumeStaging": {"podTemplate": {}},
     }));
     let err = provisioner
-        .render_creation(&samples::creation_context())
+        .render::<Creation>(&samples::creation_context())
         .unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -865,7 +866,7 @@ fn compiled_once_rendered_for_many_volumes() {
         let context = CreationContext::new(&pvc, &samples::storage_class()).unwrap();
         handles.push(
             provisioner
-                .render_creation(&context)
+                .render::<Creation>(&context)
                 .unwrap()
                 .handle
                 .unwrap(),
@@ -904,7 +905,7 @@ fn the_examples_check_and_render_every_phase_they_have() {
         pv_spec.volume_mode = pvc.spec.as_ref().unwrap().volume_mode.clone();
         pv_spec.csi.as_mut().unwrap().volume_attributes = sc.parameters.clone();
         let validation = provisioner
-            .render_validation(&ValidationContext::dynamic(&pvc, &sc).unwrap())
+            .render::<Validation>(&ValidationContext::dynamic(&pvc, &sc).unwrap())
             .unwrap();
         let requested_mode = pvc.spec.as_ref().unwrap().volume_mode.as_deref().unwrap();
         let mode = if requested_mode == "Block" {
@@ -917,17 +918,17 @@ fn the_examples_check_and_render_every_phase_they_have() {
             .unwrap_or_else(|e| panic!("{example}: {e}"));
         let creation_context = CreationContext::new(&pvc, &sc).unwrap();
         provisioner
-            .render_creation(&creation_context)
+            .render::<Creation>(&creation_context)
             .unwrap_or_else(|e| panic!("{example}: {e}"));
         provisioner
-            .render_deletion(&creation_context)
+            .render::<Deletion>(&creation_context)
             .unwrap_or_else(|e| panic!("{example}: {e}"));
         let staging_context = StagingContext::new(&pvc, &pv, &samples::node(), false).unwrap();
         provisioner
-            .render_staging(&staging_context)
+            .render::<Staging>(&staging_context)
             .unwrap_or_else(|e| panic!("{example}: {e}"));
         provisioner
-            .render_unstaging(&staging_context)
+            .render::<Unstaging>(&staging_context)
             .unwrap_or_else(|e| panic!("{example}: {e}"));
     }
 }
@@ -937,12 +938,16 @@ fn phases_may_set_a_timeout() {
     let timed = compiled(
         "provisioningModes: [Dynamic]\nvolumeCreation: {capacity: 1Gi, timeout: \"{{ params.timeout | default('10m') }}\"}\nvolumeStaging: {podTemplate: {}, timeout: 90s}\n",
     );
-    let creation = timed.render_creation(&samples::creation_context()).unwrap();
+    let creation = timed
+        .render::<Creation>(&samples::creation_context())
+        .unwrap();
     assert_eq!(creation.timeout, Some(std::time::Duration::from_secs(600)));
-    let staging = timed.render_staging(&samples::staging_context()).unwrap();
+    let staging = timed
+        .render::<Staging>(&samples::staging_context())
+        .unwrap();
     assert_eq!(staging.timeout, Some(std::time::Duration::from_secs(90)));
     let validation = timed
-        .render_validation(&samples::validation_context())
+        .render::<Validation>(&samples::validation_context())
         .unwrap();
     assert_eq!(validation.timeout, None);
 

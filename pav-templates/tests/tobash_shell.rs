@@ -16,6 +16,7 @@ use std::sync::OnceLock;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
+use pav_templates::phase::Creation;
 use pav_templates::{CompiledProvisioner, CreationContext, samples};
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -153,7 +154,7 @@ fn token(input: &str) -> String {
     sc.parameters = Some(BTreeMap::from([("s".to_owned(), input.to_owned())]));
     let context = CreationContext::new(PVC.get_or_init(samples::pvc), &sc).expect("sample context");
     let handle = provisioner
-        .render_creation(&context)
+        .render::<Creation>(&context)
         .expect("tobash renders any string")
         .handle
         .expect("the handle is set");

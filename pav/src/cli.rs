@@ -986,6 +986,7 @@ fn phase_parser() -> impl clap::builder::TypedValueParser<Value = Phase> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pav_templates::phase::{Staging, Unstaging};
 
     const HELLO_WORLD: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -1228,8 +1229,8 @@ spec: {{x: [{aliases}]}}
         let text = std::fs::read_to_string(HELLO_WORLD).unwrap();
         let provisioner = CompiledProvisioner::from_yaml(&text).unwrap();
         let context = samples::staging_context();
-        let staging = provisioner.render_staging(&context).unwrap();
-        let unstaging = provisioner.render_unstaging(&context).unwrap();
+        let staging = provisioner.render::<Staging>(&context).unwrap();
+        let unstaging = provisioner.render::<Unstaging>(&context).unwrap();
         let pv = samples::pv();
         let handle = pv.spec.unwrap().csi.unwrap().volume_handle;
         let claim = crate::pods::claim_name(&samples::pvc());

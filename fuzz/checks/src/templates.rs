@@ -7,6 +7,11 @@ use std::sync::OnceLock;
 use pav_templates::CompiledProvisioner;
 use pav_templates::Phase;
 use pav_templates::engine::MAX_OUTPUT_BYTES;
+use pav_templates::phase::{
+    Attach, Capacity, Creation, Deletion, Detach, Expansion, GroupSnapshotCreation,
+    GroupSnapshotDeletion, Health, Modification, NodeExpansion, SnapshotCreation, SnapshotDeletion,
+    Staging, Unstaging, Validation,
+};
 use pav_templates::samples::{self, Contexts};
 use serde_json::json;
 
@@ -107,25 +112,25 @@ fn render_every_phase(provisioner: &CompiledProvisioner) {
             assert_within_limits(&raw);
         }
     }
-    let _ = provisioner.render_validation(&contexts.validation);
-    let _ = provisioner.render_validation(&contexts.static_validation);
-    if let Ok(creation) = provisioner.render_creation(&contexts.creation)
+    let _ = provisioner.render::<Validation>(&contexts.validation);
+    let _ = provisioner.render::<Validation>(&contexts.static_validation);
+    if let Ok(creation) = provisioner.render::<Creation>(&contexts.creation)
         && let Some(handle) = &creation.handle
     {
         assert!(!handle.is_empty() && handle.len() <= MAX_OUTPUT_BYTES);
     }
-    let _ = provisioner.render_deletion(&contexts.creation);
-    let _ = provisioner.render_staging(&contexts.staging);
-    let _ = provisioner.render_capacity(&contexts.capacity);
-    let _ = provisioner.render_modification(&contexts.modification);
-    let _ = provisioner.render_unstaging(&contexts.staging);
-    let _ = provisioner.render_expansion(&contexts.expansion);
-    let _ = provisioner.render_node_expansion(&contexts.staging);
-    let _ = provisioner.render_health(&contexts.staging);
-    let _ = provisioner.render_attach(&contexts.staging);
-    let _ = provisioner.render_detach(&contexts.staging);
-    let _ = provisioner.render_snapshot_creation(&contexts.snapshot_creation);
-    let _ = provisioner.render_snapshot_deletion(&contexts.snapshot_deletion);
-    let _ = provisioner.render_group_snapshot_creation(&contexts.group_snapshot_creation);
-    let _ = provisioner.render_group_snapshot_deletion(&contexts.group_snapshot_deletion);
+    let _ = provisioner.render::<Deletion>(&contexts.creation);
+    let _ = provisioner.render::<Staging>(&contexts.staging);
+    let _ = provisioner.render::<Capacity>(&contexts.capacity);
+    let _ = provisioner.render::<Modification>(&contexts.modification);
+    let _ = provisioner.render::<Unstaging>(&contexts.staging);
+    let _ = provisioner.render::<Expansion>(&contexts.expansion);
+    let _ = provisioner.render::<NodeExpansion>(&contexts.staging);
+    let _ = provisioner.render::<Health>(&contexts.staging);
+    let _ = provisioner.render::<Attach>(&contexts.staging);
+    let _ = provisioner.render::<Detach>(&contexts.staging);
+    let _ = provisioner.render::<SnapshotCreation>(&contexts.snapshot_creation);
+    let _ = provisioner.render::<SnapshotDeletion>(&contexts.snapshot_deletion);
+    let _ = provisioner.render::<GroupSnapshotCreation>(&contexts.group_snapshot_creation);
+    let _ = provisioner.render::<GroupSnapshotDeletion>(&contexts.group_snapshot_deletion);
 }

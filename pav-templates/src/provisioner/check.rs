@@ -4,13 +4,13 @@
 use minijinja::Environment;
 use serde_json::Value as Json;
 
-use super::fields::{
-    Kind, PodTemplateError, capacity_rounding, describe_json, kind, pod_template_from_json,
-};
 use crate::duration::parse_timeout;
 use crate::error::{Error, Location};
 use crate::model::{DataSourceKind, LifecycleMode, ProvisioningMode};
 use crate::phase::Phase;
+use crate::phase::fields::{
+    Kind, PodTemplateError, capacity_rounding, describe_json, kind, pod_template_from_json,
+};
 use crate::quantity::{Rounding, parse_bytes};
 
 /// Walks the spec as written, collecting every problem and compiling every
@@ -227,29 +227,19 @@ impl Checker {
         data_sources: &[DataSourceKind],
     ) {
         let has = |phase: Phase| spec.contains_key(phase.field());
-        if has(Phase::NodeExpansion) && !has(Phase::Expansion) {
-            self.problem_rule(
-                "spec.volumeNodeExpansion",
-                "may only be specified together with spec.volumeExpansion",
-            );
-        }
-        if has(Phase::Detach) && !has(Phase::Attach) {
-            self.problem_rule(
-                "spec.volumeDetach",
-                "may only be specified together with spec.volumeAttach",
-            );
-        }
-        if has(Phase::GroupSnapshotDeletion) && !has(Phase::GroupSnapshotCreation) {
-            self.problem_rule(
-                "spec.groupSnapshotDeletion",
-                "may only be specified together with spec.groupSnapshotCreation",
-            );
-        }
-        if has(Phase::SnapshotDeletion) && !has(Phase::SnapshotCreation) {
-            self.problem_rule(
-                "spec.snapshotDeletion",
-                "may only be specified together with spec.snapshotCreation",
-            );
+        for phase in Phase::ALL {
+            if let Some(required) = phase.requires()
+                && has(phase)
+                && !has(required)
+            {
+                self.problem_rule(
+                    &format!("spec.{}", phase.field()),
+                    &format!(
+                        "may only be specified together with spec.{}",
+                        required.field()
+                    ),
+                );
+            }
         }
         if has(Phase::Capacity)
             && modes.is_some_and(|modes| !modes.contains(&ProvisioningMode::Dynamic))

@@ -199,7 +199,7 @@ mod tests {
     /// The image of the compiled staging pod, to tell generations apart.
     fn staging_image(compiled: &CompiledProvisioner) -> String {
         let staging = compiled
-            .render_staging(&pav_templates::samples::staging_context())
+            .render::<pav_templates::phase::Staging>(&pav_templates::samples::staging_context())
             .unwrap();
         staging.pod_template.spec.unwrap().containers[0]
             .image

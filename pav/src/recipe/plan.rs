@@ -11,6 +11,10 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, 
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use pav_templates::phase::DEFAULT_HEALTH_CHECK_EVERY;
+use pav_templates::phase::{
+    Attach, Creation, Deletion, Detach, Expansion, GroupSnapshotCreation, GroupSnapshotDeletion,
+    Health, NodeExpansion, SnapshotCreation, SnapshotDeletion, Staging, Unstaging, Validation,
+};
 use pav_templates::{
     CompiledProvisioner, CreationContext, CreationPhase, ExpansionContext, ExpansionPhase,
     GroupMember, GroupSnapshotContext, GroupSnapshotCreationPhase, HealthPhase, OptionalPodPhase,
@@ -264,7 +268,7 @@ impl Planner {
         pvc: &PersistentVolumeClaim,
     ) -> Result<Plan<ValidationPhase>> {
         let context = context.with_pvc_lookup(self.lookup.clone());
-        let evaluated = self.render(Phase::Validation, |c| c.render_validation(&context))?;
+        let evaluated = self.render(Phase::Validation, |c| c.render::<Validation>(&context))?;
         let pod = evaluated.pod_template.as_ref().map(|template| {
             self.origin()
                 .claim_pod(Phase::Validation, template, evaluated.timeout, pvc)
@@ -292,7 +296,7 @@ impl Planner {
         if let Some(source) = source {
             context = context.with_source(source);
         }
-        let evaluated = self.render(Phase::Creation, |c| c.render_creation(&context))?;
+        let evaluated = self.render(Phase::Creation, |c| c.render::<Creation>(&context))?;
         let pod = evaluated.pod_template.as_ref().map(|template| {
             self.origin()
                 .claim_pod(Phase::Creation, template, evaluated.timeout, pvc)
@@ -310,7 +314,7 @@ impl Planner {
         context: &CreationContext,
         pvc: &PersistentVolumeClaim,
     ) -> Result<Plan<OptionalPodPhase>> {
-        let evaluated = self.render(Phase::Deletion, |c| c.render_deletion(context))?;
+        let evaluated = self.render(Phase::Deletion, |c| c.render::<Deletion>(context))?;
         let pod = evaluated.pod_template.as_ref().map(|template| {
             self.origin()
                 .claim_pod(Phase::Deletion, template, evaluated.timeout, pvc)
@@ -359,8 +363,8 @@ impl Planner {
         let context = self
             .staging_context(pvc, pv, node, staging.read_only)?
             .attached_with(staging.publish_context);
-        let evaluated = self.render(Phase::Staging, |c| c.render_staging(&context))?;
-        let unstaging = self.compiled.render_unstaging(&context).ok();
+        let evaluated = self.render(Phase::Staging, |c| c.render::<Staging>(&context))?;
+        let unstaging = self.compiled.render::<Unstaging>(&context).ok();
         let claim = claim_name(pvc);
         let pod = self.origin().staging_pod(
             &evaluated,
@@ -389,8 +393,8 @@ impl Planner {
     ) -> Result<Plan<StagingPhase, Pod>> {
         let context =
             StagingContext::ephemeral(staging.handle, attributes, size, node, staging.read_only);
-        let evaluated = self.render(Phase::Staging, |c| c.render_staging(&context))?;
-        let unstaging = self.compiled.render_unstaging(&context).ok();
+        let evaluated = self.render(Phase::Staging, |c| c.render::<Staging>(&context))?;
+        let unstaging = self.compiled.render::<Unstaging>(&context).ok();
         let pod = self.origin().staging_pod(
             &evaluated,
             unstaging.as_ref(),
@@ -418,7 +422,7 @@ impl Planner {
         staging_label: &str,
     ) -> Result<Plan<OptionalPodPhase>> {
         let context = self.staging_context(pvc, pv, node, read_only)?;
-        let evaluated = self.render(Phase::Unstaging, |c| c.render_unstaging(&context))?;
+        let evaluated = self.render(Phase::Unstaging, |c| c.render::<Unstaging>(&context))?;
         let pod = evaluated.pod_template.as_ref().map(|template| {
             self.origin().unstaging_pod(
                 template,
@@ -442,7 +446,7 @@ impl Planner {
         let context = ExpansionContext::new(pv, pvc, requested, limit)
             .map_err(PlanError::Context)?
             .with_pvc_lookup(self.lookup.clone());
-        let evaluated = self.render(Phase::Expansion, |c| c.render_expansion(&context))?;
+        let evaluated = self.render(Phase::Expansion, |c| c.render::<Expansion>(&context))?;
         let pod = evaluated.pod_template.as_ref().map(|template| {
             self.origin().expansion_pod(
                 template,
@@ -469,7 +473,9 @@ impl Planner {
         let context = self
             .staging_context(pvc, pv, node, read_only)?
             .expanded_to(capacity);
-        let evaluated = self.render(Phase::NodeExpansion, |c| c.render_node_expansion(&context))?;
+        let evaluated = self.render(Phase::NodeExpansion, |c| {
+            c.render::<NodeExpansion>(&context)
+        })?;
         let pod = self.origin().node_expansion_pod(
             &evaluated,
             staging_pod,
@@ -489,7 +495,7 @@ impl Planner {
         read_only: bool,
     ) -> Result<Plan<StagingPhase, Pod>> {
         let context = self.staging_context(pvc, pv, node, read_only)?;
-        let evaluated = self.render(Phase::Attach, |c| c.render_attach(&context))?;
+        let evaluated = self.render(Phase::Attach, |c| c.render::<Attach>(&context))?;
         let pod = self.origin().attachment_pod(
             Phase::Attach,
             &evaluated.pod_template,
@@ -511,7 +517,7 @@ impl Planner {
         node: &Node,
     ) -> Result<Plan<OptionalPodPhase>> {
         let context = self.staging_context(pvc, pv, node, false)?;
-        let evaluated = self.render(Phase::Detach, |c| c.render_detach(&context))?;
+        let evaluated = self.render(Phase::Detach, |c| c.render::<Detach>(&context))?;
         let pod = evaluated.pod_template.as_ref().map(|template| {
             self.origin().attachment_pod(
                 Phase::Detach,
@@ -541,7 +547,7 @@ impl Planner {
         now: std::time::SystemTime,
     ) -> Result<Plan<HealthPhase, Pod>> {
         let context = self.staging_context(pvc, pv, node, read_only)?;
-        let evaluated = self.render(Phase::Health, |c| c.render_health(&context))?;
+        let evaluated = self.render(Phase::Health, |c| c.render::<Health>(&context))?;
         let every = evaluated.every.unwrap_or(DEFAULT_HEALTH_CHECK_EVERY);
         let since_epoch = now
             .duration_since(std::time::UNIX_EPOCH)
@@ -570,7 +576,7 @@ impl Planner {
             .map_err(PlanError::Context)?
             .with_pvc_lookup(self.lookup.clone());
         let evaluated = self.render(Phase::SnapshotCreation, |c| {
-            c.render_snapshot_creation(&context)
+            c.render::<SnapshotCreation>(&context)
         })?;
         let pod = evaluated.pod_template.as_ref().map(|template| {
             self.origin()
@@ -591,7 +597,7 @@ impl Planner {
             .map_err(PlanError::Context)?
             .with_pvc_lookup(self.lookup.clone());
         let evaluated = self.render(Phase::GroupSnapshotCreation, |c| {
-            c.render_group_snapshot_creation(&context)
+            c.render::<GroupSnapshotCreation>(&context)
         })?;
         let pod = self.origin().snapshot_pod(
             Phase::GroupSnapshotCreation,
@@ -612,7 +618,7 @@ impl Planner {
         let context =
             GroupSnapshotContext::deletion(handle, snapshots).with_pvc_lookup(self.lookup.clone());
         let evaluated = self.render(Phase::GroupSnapshotDeletion, |c| {
-            c.render_group_snapshot_deletion(&context)
+            c.render::<GroupSnapshotDeletion>(&context)
         })?;
         let pod = evaluated.pod_template.as_ref().map(|template| {
             self.origin().snapshot_pod(
@@ -635,7 +641,7 @@ impl Planner {
         let context =
             SnapshotContext::deletion(handle, source).with_pvc_lookup(self.lookup.clone());
         let evaluated = self.render(Phase::SnapshotDeletion, |c| {
-            c.render_snapshot_deletion(&context)
+            c.render::<SnapshotDeletion>(&context)
         })?;
         let pod = evaluated.pod_template.as_ref().map(|template| {
             self.origin()

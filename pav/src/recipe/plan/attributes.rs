@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use pav_templates::phase::{Capacity, Modification};
 use pav_templates::{
     CapacityContext, CapacityPhase, ModificationContext, ModificationPhase, Phase,
 };
@@ -46,7 +47,7 @@ impl Planner {
         self.require_dynamic(Phase::Capacity)?;
         let context = CapacityContext::new(segment.topology, segment.node, segment.params)
             .with_pvc_lookup(self.lookup.clone());
-        let evaluated = self.render(Phase::Capacity, |c| c.render_capacity(&context))?;
+        let evaluated = self.render(Phase::Capacity, |c| c.render::<Capacity>(&context))?;
         let pod = evaluated.pod_template.as_ref().map(|template| {
             self.origin()
                 .capacity_pod(template, evaluated.timeout, segment.node, &segment.key())
@@ -65,7 +66,7 @@ impl Planner {
         let context = ModificationContext::new(pv, pvc, requested)
             .map_err(PlanError::Context)?
             .with_pvc_lookup(self.lookup.clone());
-        let evaluated = self.render(Phase::Modification, |c| c.render_modification(&context))?;
+        let evaluated = self.render(Phase::Modification, |c| c.render::<Modification>(&context))?;
         let handle = pv
             .spec
             .as_ref()

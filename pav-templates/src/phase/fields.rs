@@ -1,11 +1,15 @@
 //! The evaluated keys of a phase decoded into their types (lists of
-//! modes, capacities, handle, pod template, timeout), leftovers refused.
+//! modes, capacities, handle, pod template, timeout), leftovers refused;
+//! and the one table of what each key holds, which `pav check` reads for
+//! the keys as written.
+//!
+//! It knows of the provisioner only what [`Fields`] is given, so that
+//! the phases it serves never depend on how a provisioner is compiled.
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde::Deserialize as _;
 use serde_json::{Map, Value as Json};
 
-use super::CompiledProvisioner;
 use crate::duration::parse_timeout;
 use crate::error::{Error, Location, Result};
 use crate::model::{AccessMode, VolumeMode};
@@ -13,12 +17,21 @@ use crate::phase::Phase;
 use crate::quantity::{Rounding, parse_bytes};
 
 /// The rendered keys of one phase, taken out one by one so that leftovers
-/// are reported as unknown fields.
-pub(super) struct Fields<'a> {
-    pub(super) provisioner: &'a CompiledProvisioner,
-    pub(super) phase: Phase,
-    pub(super) path: String,
-    pub(super) map: Map<String, Json>,
+/// are reported as unknown fields; with what decoding them needs to know
+/// of their provisioner.
+pub struct Fields<'a> {
+    /// `metadata.name` of the provisioner, for the errors' locations.
+    pub(crate) provisioner: &'a str,
+    pub(crate) phase: Phase,
+    /// `spec.<field>` of the phase.
+    pub(crate) path: String,
+    pub(crate) map: Map<String, Json>,
+    /// The phase's pod template's fields were all checked at compile time,
+    /// so decoding it needs only a plain conversion.
+    pub(crate) pod_shape_checked: bool,
+    /// `spec.provisioningModes` contains Dynamic: a creation must then say
+    /// how big the volume is, in its `capacity` or through its pod.
+    pub(crate) dynamic: bool,
 }
 
 impl Fields<'_> {
@@ -27,13 +40,21 @@ impl Fields<'_> {
         self.map.remove(key).filter(|v| !v.is_null())
     }
 
+    /// Where `path` is, in this phase's provisioner.
+    fn location_at(&self, path: String) -> Location {
+        Location {
+            provisioner: self.provisioner.to_owned(),
+            path,
+            line: None,
+        }
+    }
+
     pub(super) fn location(&self, key: &str) -> Location {
-        self.provisioner
-            .location(&format!("{}.{key}", self.path), None)
+        self.location_at(format!("{}.{key}", self.path))
     }
 
     pub(super) fn location_of_phase(&self) -> Location {
-        self.provisioner.location(&self.path, None)
+        self.location_at(self.path.clone())
     }
 
     pub(super) fn evaluated(&self, key: &str, message: String) -> Error {
@@ -61,9 +82,7 @@ impl Fields<'_> {
         for (index, item) in items.into_iter().enumerate() {
             let text = describe_json(&item);
             let parsed = serde_json::from_value(item).map_err(|_| Error::Evaluated {
-                at: self
-                    .provisioner
-                    .location(&format!("{}.{key}[{index}]", self.path), None),
+                at: self.location(&format!("{key}[{index}]")),
                 message: format!("{text} is not one of {}", allowed_values(key)),
             })?;
             out.push(parsed);
@@ -139,16 +158,6 @@ impl Fields<'_> {
         }
     }
 
-    /// The `topology` key, if present: the node names it gives.
-    pub(super) fn topology(&mut self) -> Result<Option<Vec<String>>> {
-        match self.take("topology") {
-            None => Ok(None),
-            Some(value) => crate::phase::topology_nodes(&value)
-                .map(Some)
-                .map_err(|message| self.evaluated("topology", message)),
-        }
-    }
-
     /// The pod template of a phase that cannot do without one: a
     /// whole-phase template may still evaluate to none.
     pub(super) fn mandatory_pod_template(&mut self) -> Result<PodTemplateSpec> {
@@ -162,14 +171,10 @@ impl Fields<'_> {
         let Some(value) = self.take("podTemplate") else {
             return Ok(None);
         };
-        let path = format!("{}.podTemplate", self.path);
-        let shape_checked = self.provisioner.pod_shape_checked[self.phase.index()];
-        pod_template_from_json(value, shape_checked)
+        pod_template_from_json(value, self.pod_shape_checked)
             .map(Some)
             .map_err(|error| Error::Evaluated {
-                at: self
-                    .provisioner
-                    .location(&format!("{path}{}", error.at()), None),
+                at: self.location(&format!("podTemplate{}", error.at())),
                 message: error.to_string(),
             })
     }
@@ -198,7 +203,8 @@ impl Fields<'_> {
         }
     }
 
-    pub(super) fn finish(self) -> Result<()> {
+    /// Refuses the first key no decoding took: an unknown field.
+    pub(crate) fn finish(self) -> Result<()> {
         match self.map.keys().next() {
             None => Ok(()),
             Some(key) => Err(Error::Evaluated {
@@ -209,13 +215,10 @@ impl Fields<'_> {
     }
 }
 
-/// Converts an evaluated pod template, naming the first field Kubernetes
-/// would not accept: a wrong type, or a field PodTemplateSpec does not have
-/// (typos such as `comand` would otherwise vanish silently).
 /// Why a value is no PodTemplateSpec; `at` is the offending field's path
 /// below the pod template (empty for the template itself).
 #[derive(Debug, thiserror::Error)]
-pub(super) enum PodTemplateError {
+pub(crate) enum PodTemplateError {
     /// A field of the wrong type or value: serde's message.
     #[error("{message}")]
     Invalid { at: String, message: String },
@@ -226,14 +229,17 @@ pub(super) enum PodTemplateError {
 
 impl PodTemplateError {
     /// The offending field's path below the pod template.
-    pub(super) fn at(&self) -> &str {
+    pub(crate) fn at(&self) -> &str {
         match self {
             PodTemplateError::Invalid { at, .. } | PodTemplateError::UnknownField { at } => at,
         }
     }
 }
 
-pub(super) fn pod_template_from_json(
+/// Converts an evaluated pod template, naming the first field Kubernetes
+/// would not accept: a wrong type, or a field PodTemplateSpec does not have
+/// (typos such as `comand` would otherwise vanish silently).
+pub(crate) fn pod_template_from_json(
     value: Json,
     shape_checked: bool,
 ) -> std::result::Result<PodTemplateSpec, PodTemplateError> {
@@ -260,7 +266,7 @@ pub(super) fn pod_template_from_json(
     Ok(template)
 }
 
-pub(super) fn first_dropped_field(input: &Json, kept: &Json, path: String) -> Option<String> {
+fn first_dropped_field(input: &Json, kept: &Json, path: String) -> Option<String> {
     match (input, kept) {
         (Json::Object(input), Json::Object(kept)) => {
             input.iter().find_map(|(key, value)| match kept.get(key) {
@@ -280,12 +286,12 @@ pub(super) fn first_dropped_field(input: &Json, kept: &Json, path: String) -> Op
     }
 }
 
-pub(super) fn is_empty_container(value: &Json) -> bool {
+fn is_empty_container(value: &Json) -> bool {
     matches!(value, Json::Object(m) if m.is_empty())
         || matches!(value, Json::Array(a) if a.is_empty())
 }
 
-pub(super) fn describe_json(value: &Json) -> String {
+pub(crate) fn describe_json(value: &Json) -> String {
     match value {
         Json::Null => "null".into(),
         Json::Bool(b) => format!("boolean {b}"),
@@ -298,7 +304,7 @@ pub(super) fn describe_json(value: &Json) -> String {
 
 /// What one key of a phase holds.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Kind {
+pub(crate) enum Kind {
     /// A non-empty list of an enum's values: the values allowed, and
     /// whether a JSON value is one of them.
     EnumList {
@@ -364,7 +370,7 @@ const KEYS: [(&str, Kind); 15] = [
 ];
 
 /// What `key` holds ([`KEYS`]); `None` for a key no phase has.
-pub(super) fn kind(key: &str) -> Option<Kind> {
+pub(crate) fn kind(key: &str) -> Option<Kind> {
     KEYS.iter().find(|(k, _)| *k == key).map(|(_, kind)| *kind)
 }
 
@@ -377,7 +383,7 @@ fn allowed_values(key: &str) -> &'static str {
 }
 
 /// How the capacity `key` rounds a fraction of a byte.
-pub(super) fn capacity_rounding(key: &str) -> Rounding {
+pub(crate) fn capacity_rounding(key: &str) -> Rounding {
     match kind(key) {
         Some(Kind::Capacity(rounding)) => rounding,
         _ => unreachable!("{key} is no capacity"),
