@@ -36,9 +36,7 @@ pub async fn sweep_dirs(driver: Arc<DriverContext>, node: String, pods_dir: Path
             .flatten()
             .filter(|e| {
                 let name = e.file_name().to_string_lossy().into_owned();
-                COLLECTED_PHASES
-                    .iter()
-                    .any(|phase| name.starts_with(&format!("pav-{}-", phase.name())))
+                collected_phases().any(|phase| name.starts_with(&format!("pav-{}-", phase.name())))
                     && e.metadata()
                         .and_then(|m| m.modified())
                         .ok()
@@ -74,28 +72,19 @@ pub async fn sweep_dirs(driver: Arc<DriverContext>, node: String, pods_dir: Path
 }
 
 /// The phases whose pods' `/pav` files the node plugin collects (and whose
-/// directories, named after the pods, it removes).
-pub(super) const COLLECTED_PHASES: [Phase; 12] = [
-    Phase::Validation,
-    Phase::Creation,
-    Phase::Deletion,
-    Phase::Expansion,
-    Phase::SnapshotCreation,
-    Phase::SnapshotDeletion,
-    Phase::Capacity,
-    Phase::Modification,
-    Phase::Attach,
-    Phase::Detach,
-    Phase::GroupSnapshotCreation,
-    Phase::GroupSnapshotDeletion,
-];
+/// directories, named after the pods, it removes): those whose pods run on
+/// any node, not on the node of the volume ([`Phase::pod_on_volume_node`]),
+/// whose node plugin reads their files itself.
+fn collected_phases() -> impl Iterator<Item = Phase> {
+    Phase::ALL
+        .into_iter()
+        .filter(|phase| !phase.pod_on_volume_node())
+}
 
-/// Whether `pod` is a pod of one of the [`COLLECTED_PHASES`].
+/// Whether `pod` is a pod of one of the [`collected_phases`].
 pub(super) fn is_collectable(pod: &Pod) -> bool {
     let label = pod.labels().get(LABEL_PHASE).map(String::as_str);
-    COLLECTED_PHASES
-        .iter()
-        .any(|phase| label == Some(phase.name()))
+    collected_phases().any(|phase| label == Some(phase.name()))
 }
 
 /// What the collector remembers between two scans of the pod cache.
