@@ -1,4 +1,6 @@
 //! `pav check`, `pav render` and `pav crd`: the commands that need no cluster.
+//! `pav render` reads its flags and files here and shows the phase as its
+//! module of [`crate::phases`] does.
 
 use std::collections::BTreeMap;
 use std::io::Write;
