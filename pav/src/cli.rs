@@ -1,22 +1,20 @@
 //! `pav check`, `pav render` and `pav crd`: the commands that need no cluster.
+//! `pav render` reads its flags and files here and shows the phase as its
+//! module of [`crate::phases`] does.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use k8s_openapi::Resource as _;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttributesClass};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::VolumeAttributesClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::DynamicObject;
-use pav_templates::{CompiledProvisioner, Phase, PvcMap, samples};
-use serde::Serialize;
+use pav_templates::{CompiledProvisioner, Phase, samples};
 
-use crate::pods::PodTarget;
-use crate::recipe::{CapacityFor, Plan, PlanError, Planner, StagingFor};
+use crate::phases::{Objects, Origin, Origins, RecordedSnapshot, RenderOptions, sample_client_pod};
 
 /// Pods-as-Volumes: volume provisioners written as pod templates.
 #[derive(Debug, Parser)]
@@ -185,7 +183,8 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
                 namespace,
                 time: time.unwrap_or(std::time::UNIX_EPOCH),
             };
-            render(&file, phase, &objects, &options, out)?;
+            let yaml = crate::phases::render(&read_text(&file)?, phase, &objects, &options)?;
+            out.write_all(yaml.as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Manifests(args) => {
@@ -277,167 +276,12 @@ fn split_documents(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// The Kubernetes objects a phase is evaluated against.
-struct Objects {
-    pvc: PersistentVolumeClaim,
-    sc: StorageClass,
-    pv: PersistentVolume,
-    node: Node,
-    /// The client pod of staging and unstaging.
-    client_pod: Pod,
-    /// The kubelet target path (`None`: kubelet's for the client pod).
-    target_path: Option<String>,
-    /// The `parameters` of `--vac` (none without it).
-    mutable_parameters: BTreeMap<String, String>,
-    /// `--snapshot-content`'s (none: a sample snapshot of the claim's
-    /// volume).
-    snapshot: Option<RecordedSnapshot>,
-    /// The `parameters` of `--snapshot-class`, as a snapshot's templates
-    /// see them.
-    snapshot_parameters: BTreeMap<String, String>,
-    /// Whether `--vac` was given.
-    vac_given: bool,
-    claims: Vec<PersistentVolumeClaim>,
-    /// Where each of the four came from, to label errors about them.
-    origins: Origins,
-}
-
-impl Objects {
-    /// `--snapshot-content` for `phase`: refused when it records the
-    /// other kind (a group for a snapshot phase, or the reverse), or, for a
-    /// deletion, no handle (a snapshot not taken yet).
-    fn recorded_snapshot(&self, phase: Phase) -> anyhow::Result<Option<&RecordedSnapshot>> {
-        let Some(recorded) = &self.snapshot else {
-            return Ok(None);
-        };
-        let group = matches!(
-            phase,
-            Phase::GroupSnapshotCreation | Phase::GroupSnapshotDeletion
-        );
-        let kind = |group| {
-            if group {
-                "VolumeGroupSnapshotContent"
-            } else {
-                "VolumeSnapshotContent"
-            }
-        };
-        if recorded.group != group {
-            anyhow::bail!(
-                "--snapshot-content {}: a {}, but --phase {phase} reads a {}",
-                recorded.path.display(),
-                kind(recorded.group),
-                kind(group)
-            );
-        }
-        let deletion = matches!(
-            phase,
-            Phase::SnapshotDeletion | Phase::GroupSnapshotDeletion
-        );
-        if deletion && recorded.handle.is_none() {
-            anyhow::bail!(
-                "--snapshot-content {}: the {} records no handle (the snapshot was not taken)",
-                recorded.path.display(),
-                kind(group)
-            );
-        }
-        Ok(Some(recorded))
-    }
-
-    /// The name of the snapshot (`prefix` `snapshot`) or group
-    /// (`groupsnapshot`) being taken: csi-snapshotter's for
-    /// `--snapshot-content`, else `PREFIX-<the claim's UID>`.
-    fn snapshot_name(&self, prefix: &str) -> String {
-        match self.snapshot.as_ref().and_then(|s| s.name.clone()) {
-            Some(name) => name,
-            None => {
-                let uid = self.pvc.metadata.uid.as_deref().unwrap_or_default();
-                format!("{prefix}-{uid}")
-            }
-        }
-    }
-}
-
-/// The files `--pvc`, `--sc`, `--pv` and `--node` named (`None`: sample).
-struct Origins {
-    pvc: Option<Origin>,
-    sc: Option<Origin>,
-    pv: Option<Origin>,
-    node: Option<Origin>,
-}
-
-/// The option and file that gave an object.
-#[derive(Debug)]
-struct Origin {
-    option: &'static str,
-    path: PathBuf,
-}
-
-impl Origin {
-    fn new(option: &'static str, path: PathBuf) -> Self {
-        Self { option, path }
-    }
-}
-
-impl std::fmt::Display for Origin {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}", self.option, self.path.display())
-    }
-}
-
-impl Origins {
-    /// Relabels an error pav-templates raised about one of the objects
-    /// (its location names the object, `PersistentVolumeClaim ns/name`,
-    /// where a PavProvisioner's name would be): says which file holds the
-    /// object, or that it is a built-in sample, and never calls it a
-    /// provisioner.
-    fn label(&self, error: pav_templates::Error) -> anyhow::Error {
-        let pav_templates::Error::Schema { at, message } = error else {
-            return error.into();
-        };
-        let kind = at.provisioner.split(' ').next().unwrap_or_default();
-        let origin = match kind {
-            PersistentVolumeClaim::KIND => &self.pvc,
-            StorageClass::KIND => &self.sc,
-            PersistentVolume::KIND => &self.pv,
-            Node::KIND => &self.node,
-            _ => {
-                return pav_templates::Error::Schema { at, message }.into();
-            }
-        };
-        let origin = match origin {
-            Some(origin) => origin.to_string(),
-            None => "built-in sample".to_owned(),
-        };
-        ObjectError {
-            origin,
-            object: at.provisioner,
-            path: at.path,
-            message,
-        }
-        .into()
-    }
-}
-
-/// A claim, class, volume or node that a phase cannot be evaluated against.
-#[derive(Debug, thiserror::Error)]
-#[error("{origin}: {object}, field {path}: {message}")]
-struct ObjectError {
-    /// `--pvc FILE`, or `built-in sample`.
-    origin: String,
-    /// Kind and name, as `PersistentVolumeClaim ns/name`.
-    object: String,
-    /// The field at fault.
-    path: String,
-    /// What is wrong with it.
-    message: String,
-}
-
-/// Why an object file given to `pav render` cannot be used.
 /// The most pav reads from one input file (a PavProvisioner or an object
 /// given to `pav render`): far more than any real object, little enough to
 /// hold in memory several times over.
 const MAX_INPUT_FILE_BYTES: u64 = 4 << 20;
 
+/// Why an object file given to `pav render` cannot be used.
 #[derive(Debug, thiserror::Error)]
 enum ObjectFileError {
     /// The file cannot be read (or is not UTF-8).
@@ -655,21 +499,6 @@ fn parse_time(text: &str) -> Result<std::time::SystemTime, String> {
     Ok(time.into())
 }
 
-/// A snapshot or group snapshot as `--snapshot-content` records it.
-struct RecordedSnapshot {
-    /// The file it was read from.
-    path: PathBuf,
-    /// Whether it is a group (a VolumeGroupSnapshotContent).
-    group: bool,
-    /// The name csi-snapshotter gives it (`None`: pre-provisioned).
-    name: Option<String>,
-    /// Its handle (`None`: not taken yet).
-    handle: Option<String>,
-    /// A group's members, or the snapshot itself: each handle, and its
-    /// source volume's handle when known.
-    members: Vec<(String, Option<String>)>,
-}
-
 fn load_or<T>(path: Option<&Path>, sample: fn() -> T) -> Result<T, ObjectFileError>
 where
     T: serde::de::DeserializeOwned + k8s_openapi::Resource + k8s_openapi::Metadata<Ty = ObjectMeta>,
@@ -691,290 +520,6 @@ where
         .collect()
 }
 
-/// What `pav render` prints.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Rendered<E: Serialize> {
-    provisioner: String,
-    phase: String,
-    evaluated: E,
-    /// The phase's pod, if it has one.
-    pods: Vec<Pod>,
-}
-
-/// The flags of `pav render` that are not objects.
-struct RenderOptions {
-    static_provisioning: bool,
-    read_only: bool,
-    /// The driver's `--namespace`.
-    namespace: String,
-    /// When a health check runs.
-    time: std::time::SystemTime,
-}
-
-/// The client pod `pav render` stages for when given none: `sample-client`
-/// in the sample claim's namespace.
-fn sample_client_pod() -> Pod {
-    let mut pod = Pod::default();
-    pod.metadata.name = Some("sample-client".to_owned());
-    pod.metadata.namespace = samples::pvc().metadata.namespace;
-    pod.metadata.uid = Some("7b1e2c3d-4f5a-4b6c-8d7e-9f0a1b2c3d4e".to_owned());
-    pod
-}
-
-/// Where kubelet publishes a volume of the CSI driver for a client pod:
-/// `/var/lib/kubelet/pods/<pod uid>/volumes/kubernetes.io~csi/<pv>/mount`.
-fn kubelet_target_path(client_uid: &str, pv: &str) -> String {
-    format!("/var/lib/kubelet/pods/{client_uid}/volumes/kubernetes.io~csi/{pv}/mount")
-}
-
-/// The owner reference of the PavProvisioner in `text`, when it has the
-/// UID of a live object (a file fetched from the cluster); `None` otherwise.
-fn provisioner_owner(text: &str) -> Option<OwnerReference> {
-    use kube::Resource as _;
-    let json = pav_templates::yaml::yaml_to_json(text).ok()?;
-    let object: pav_templates::PavProvisioner = serde_json::from_value(json).ok()?;
-    object.owner_ref(&())
-}
-
-fn render(
-    file: &Path,
-    phase: Phase,
-    objects: &Objects,
-    options: &RenderOptions,
-    out: &mut dyn Write,
-) -> anyhow::Result<()> {
-    let RenderOptions {
-        static_provisioning,
-        read_only,
-        ref namespace,
-        time,
-    } = *options;
-    let text = read_text(file)?;
-    let provisioner =
-        CompiledProvisioner::from_yaml(&text).map_err(|problems| anyhow::anyhow!("{problems}"))?;
-    let name = provisioner.name().to_owned();
-    let lookup = Arc::new(PvcMap::from_iter(
-        std::iter::once(objects.pvc.clone()).chain(objects.claims.iter().cloned()),
-    ));
-    // The driver's planner, with the objects given instead of the API server's.
-    let planner = Planner::new(
-        Arc::new(provisioner),
-        provisioner_owner(&text),
-        namespace.clone(),
-        lookup,
-    );
-    let handle = objects
-        .pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.csi.as_ref())
-        .map(|c| c.volume_handle.clone())
-        .unwrap_or_default();
-    let node_name = objects.node.metadata.name.clone().unwrap_or_default();
-    let pv_name = objects.pv.metadata.name.clone().unwrap_or_default();
-    let client = &objects.client_pod.metadata;
-    let client = (
-        client.namespace.as_deref().unwrap_or_default(),
-        client.name.as_deref().unwrap_or_default(),
-        client.uid.as_deref().unwrap_or_default(),
-    );
-    let target_path = objects
-        .target_path
-        .clone()
-        .unwrap_or_else(|| kubelet_target_path(client.2, &pv_name));
-    let (pvc, sc, pv, node) = (&objects.pvc, &objects.sc, &objects.pv, &objects.node);
-
-    let yaml = match phase {
-        Phase::Validation => {
-            let static_only = planner.require_dynamic(phase).is_err();
-            let plan = if static_provisioning || static_only {
-                planner.static_validation(pv, pvc)
-            } else {
-                planner.validation(pvc, sc)
-            };
-            let plan = planned(plan, objects)?;
-            check_claim(&plan.evaluated, objects)?;
-            to_yaml(&name, phase, plan)?
-        }
-        Phase::Creation => {
-            // The driver creates nothing its validation rules refuse.
-            if planner.compiled().has_phase(Phase::Validation) {
-                check_claim(
-                    &planned(planner.validation(pvc, sc), objects)?.evaluated,
-                    objects,
-                )?;
-            }
-            let plan = planner.creation(pvc, sc, &[], None, &objects.mutable_parameters);
-            to_yaml(&name, phase, planned(plan, objects)?.plan)?
-        }
-        Phase::Capacity => {
-            // The node's segment, as its node plugin reports it, for the
-            // class's volumes.
-            let topology =
-                BTreeMap::from([(crate::recipe::TOPOLOGY_KEY.to_owned(), node_name.clone())]);
-            let params = sc.parameters.clone().unwrap_or_default();
-            let segment = CapacityFor {
-                topology: Some(&topology),
-                node: Some(&node_name),
-                params: &params,
-            };
-            to_yaml(&name, phase, planned(planner.capacity(&segment), objects)?)?
-        }
-        Phase::Modification => {
-            let sample = BTreeMap::from([("mode".to_owned(), "ro".to_owned())]);
-            let requested = if objects.vac_given {
-                &objects.mutable_parameters
-            } else {
-                &sample
-            };
-            let plan = planned(planner.modification(pv, Some(pvc), requested), objects)?;
-            plan.check_refusal(&name, requested)?;
-            to_yaml(&name, phase, plan.plan)?
-        }
-        Phase::Deletion => {
-            // As DeleteVolume: the volume exists, its handle is known.
-            planned(planner.require_dynamic(phase), objects)?;
-            let plan = planner.volume_deletion(pvc, sc, &handle);
-            to_yaml(&name, phase, planned(plan, objects)?)?
-        }
-        Phase::Staging => {
-            let staging = StagingFor {
-                handle: &handle,
-                target_path: &target_path,
-                client,
-                read_only,
-                publish_context: &Default::default(),
-            };
-            let plan = planner.staging(pvc, pv, node, &staging);
-            to_yaml(&name, phase, planned(plan, objects)?.optional())?
-        }
-        Phase::Unstaging => {
-            let staging_label = crate::pods::staging_label(&handle, &target_path);
-            let plan = planner.unstaging(pvc, pv, node, read_only, &staging_label);
-            to_yaml(&name, phase, planned(plan, objects)?)?
-        }
-        Phase::Expansion => {
-            // The claim's request is the capacity asked for: raising it is
-            // how a user grows a volume.
-            let (min, max) = pav_templates::context::requested_capacity(pvc)
-                .map_err(|e| objects.origins.label(e))?;
-            let plan = planned(planner.expansion(pv, Some(pvc), min, max), objects)?;
-            plan.check_capacity(min)?;
-            to_yaml(&name, phase, plan)?
-        }
-        Phase::NodeExpansion => {
-            // The claim's request is the size the volume grew to.
-            let (capacity, _) = pav_templates::context::requested_capacity(pvc)
-                .map_err(|e| objects.origins.label(e))?;
-            let staging = staging_pod_name(&name, &handle, &target_path, &node_name);
-            let plan = planner.node_expansion(pvc, pv, node, read_only, &staging, capacity);
-            to_yaml(&name, phase, planned(plan, objects)?.optional())?
-        }
-        Phase::Attach => {
-            let plan = planner.attach(pvc, pv, node, read_only);
-            to_yaml(&name, phase, planned(plan, objects)?.optional())?
-        }
-        Phase::Detach => {
-            let plan = planner.detach(pvc, pv, node);
-            to_yaml(&name, phase, planned(plan, objects)?)?
-        }
-        Phase::Health => {
-            let staging = staging_pod_name(&name, &handle, &target_path, &node_name);
-            let plan = planner.health(pvc, pv, node, read_only, &staging, time);
-            to_yaml(&name, phase, planned(plan, objects)?.optional())?
-        }
-        Phase::SnapshotCreation => {
-            objects.recorded_snapshot(phase)?;
-            let snapshot = objects.snapshot_name("snapshot");
-            let plan =
-                planner.snapshot_creation(&snapshot, &objects.snapshot_parameters, pv, Some(pvc));
-            to_yaml(&name, phase, planned(plan, objects)?)?
-        }
-        Phase::SnapshotDeletion => {
-            let (snapshot, source) = match objects.recorded_snapshot(phase)? {
-                Some(recorded) => recorded.members.first().cloned().unwrap_or_default(),
-                None => (objects.snapshot_name("snapshot"), Some(handle.clone())),
-            };
-            let plan = planner.snapshot_deletion(&snapshot, source.as_deref());
-            to_yaml(&name, phase, planned(plan, objects)?)?
-        }
-        // A group of the one volume given.
-        Phase::GroupSnapshotCreation => {
-            objects.recorded_snapshot(phase)?;
-            let member = pav_templates::GroupMember { pv, pvc: Some(pvc) };
-            let plan = planner.group_snapshot_creation(
-                &objects.snapshot_name("groupsnapshot"),
-                &objects.snapshot_parameters,
-                &[member],
-            );
-            to_yaml(&name, phase, planned(plan, objects)?.optional())?
-        }
-        Phase::GroupSnapshotDeletion => {
-            let (group, members) = match objects.recorded_snapshot(phase)? {
-                Some(recorded) => (
-                    recorded.handle.clone().unwrap_or_default(),
-                    recorded.members.clone(),
-                ),
-                None => (
-                    objects.snapshot_name("groupsnapshot"),
-                    vec![(objects.snapshot_name("snapshot"), Some(handle.clone()))],
-                ),
-            };
-            let plan = planner.group_snapshot_deletion(&group, &members);
-            to_yaml(&name, phase, planned(plan, objects)?)?
-        }
-    };
-    out.write_all(yaml.as_bytes())?;
-    Ok(())
-}
-
-/// Refuses the sample claim where the driver's CreateVolume would: its
-/// volume mode, access modes and requested capacity against the evaluated
-/// validation rules.
-fn check_claim(rules: &pav_templates::ValidationPhase, objects: &Objects) -> anyhow::Result<()> {
-    let spec = objects.pvc.spec.as_ref();
-    let volume_mode = match spec.and_then(|s| s.volume_mode.as_deref()) {
-        Some("Block") => pav_templates::VolumeMode::Block,
-        _ => pav_templates::VolumeMode::Filesystem,
-    };
-    let access_modes = crate::recipe::claim_access_modes(&objects.pvc)?;
-    let (min, max) = pav_templates::context::requested_capacity(&objects.pvc)
-        .map_err(|e| objects.origins.label(e))?;
-    rules.admits(volume_mode, &access_modes, min, max)?;
-    Ok(())
-}
-
-/// The name of the staging pod of `handle` at `target_path` on `node`.
-fn staging_pod_name(provisioner: &str, handle: &str, target_path: &str, node: &str) -> String {
-    PodTarget {
-        provisioner,
-        phase: Phase::Staging,
-        volume: &crate::pods::staging_key(handle, target_path),
-        node: Some(node),
-    }
-    .pod_name()
-}
-
-/// A plan's error as `pav render` prints it: a context error names the
-/// file the object came from, a template's error is printed whole.
-fn planned<T>(result: Result<T, PlanError>, objects: &Objects) -> anyhow::Result<T> {
-    result.map_err(|error| match error {
-        PlanError::Context(e) => objects.origins.label(e),
-        PlanError::Render { error, .. } => error.into(),
-        other => other.into(),
-    })
-}
-
-fn to_yaml<E: Serialize>(provisioner: &str, phase: Phase, plan: Plan<E>) -> anyhow::Result<String> {
-    Ok(serde_yaml::to_string(&Rendered {
-        provisioner: provisioner.to_owned(),
-        phase: phase.name().to_owned(),
-        evaluated: plan.evaluated,
-        pods: plan.pod.into_iter().collect(),
-    })?)
-}
-
 /// Parses `--phase`, listing every phase (from [`Phase::ALL`]) in `--help`
 /// and in the error for an unknown one.
 fn phase_parser() -> impl clap::builder::TypedValueParser<Value = Phase> {
@@ -986,6 +531,7 @@ fn phase_parser() -> impl clap::builder::TypedValueParser<Value = Phase> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Pod;
     use pav_templates::phase::{Staging, Unstaging};
 
     const HELLO_WORLD: &str = concat!(

@@ -9,8 +9,9 @@
 //! | `pod_cache` | the one watch of this provisioner's pods, and waits on it |
 //! | `provisioner_cache` | the watch of the PavProvisioner, compiled once per generation |
 //!
-//! Every phase is planned by [`crate::recipe`] (pure: context, evaluated
-//! fields, pod) and its pod run by [`context::DriverContext::run`].
+//! Every phase is planned by its module of [`crate::phases`] (pure:
+//! context, evaluated fields, pod; through [`crate::recipe`]'s `Planner`)
+//! and its pod run by [`context::DriverContext::run`].
 //! | [`metrics`] | Prometheus `/metrics` and `/healthz` |
 
 mod answers;

@@ -8,6 +8,7 @@
 //! | [`operator`] | `pav controller`, the operator: PavProvisioner objects become CSI drivers |
 //! | [`csi`] | `pav csi-controller` / `pav csi-node`: pav-sdk touch points carried out by pods |
 //! | [`manifests`] | `pav manifests`: the deployment, generated from Rust types |
+//! | [`phases`] | each phase's plan, pod and `pav render` example, one module per phase |
 //! | [`pods`] | evaluated pod templates become the pods PaV creates |
 //! | [`telemetry`] | logs, the metrics server, message bounds |
 
@@ -21,6 +22,7 @@ pub mod driver_error;
 pub mod leader;
 pub mod manifests;
 pub mod operator;
+pub mod phases;
 pub mod pods;
 pub mod recipe;
 pub mod snapshots;

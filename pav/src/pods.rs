@@ -5,7 +5,7 @@
 //!
 //! | part | role |
 //! |---|---|
-//! | this module | names, labels, annotations, keys, timeouts; an evaluated template becomes the Pod PaV creates ([`build_pod`], [`PodOrigin`]) |
+//! | this module | names, labels, annotations, keys, timeouts; an evaluated template becomes the Pod PaV creates ([`build_pod`], [`PodOrigin`] and the pods several phases share; a phase's own pod is built in its module of [`crate::phases`]) |
 //! | [`results`] | what a pod's status and exported `/pav` files say, and the messages users see about it |
 //! | [`dir`] | a pod's `/pav` directory on its node, unmounted and removed |
 //!
@@ -367,8 +367,9 @@ pub fn claim_name(pvc: &PersistentVolumeClaim) -> String {
 impl<'a> PodOrigin<'a> {
     /// A pod of `phase` for `volume` (on `node`, when given) with PaV's
     /// `annotations`, no finalizer and nothing staged: the shape of every
-    /// pod but staging's, unstaging's and node expansion's.
-    fn phase_pod(
+    /// pod but staging's, unstaging's and those of a staged volume (see
+    /// [`PodOrigin::staged_volume_pod`]).
+    pub(crate) fn phase_pod(
         &self,
         template: &PodTemplateSpec,
         timeout: Option<std::time::Duration>,
@@ -415,54 +416,6 @@ impl<'a> PodOrigin<'a> {
         )
     }
 
-    /// The expansion pod growing the volume `handle` (PersistentVolume
-    /// `pv`) to `requested` bytes.
-    pub fn expansion_pod(
-        &self,
-        template: &PodTemplateSpec,
-        timeout: Option<std::time::Duration>,
-        handle: &str,
-        requested: u64,
-        pv: &str,
-    ) -> Pod {
-        // Named after the size too: a pod left by an earlier growth (its
-        // deletion interrupted) is not this one.
-        let key = format!("{handle}\n{requested}");
-        self.phase_pod(
-            template,
-            timeout,
-            Phase::Expansion,
-            &key,
-            None,
-            vec![(ANNOTATION_PV, pv.to_owned())],
-        )
-    }
-
-    /// The node expansion pod of the volume staged by the staging pod
-    /// `staging_pod` on `node`, grown to `capacity` bytes, for `claim`
-    /// (`namespace/name`): it runs on that node and sees the staged volume
-    /// at `/pav/volume`.
-    pub fn node_expansion_pod(
-        &self,
-        phase: &pav_templates::StagingPhase,
-        staging_pod: &str,
-        capacity: u64,
-        node: &str,
-        claim: &str,
-    ) -> Pod {
-        // Named after the size too: a pod left by an earlier growth (its
-        // deletion interrupted) is not this one.
-        let key = format!("{staging_pod}\n{capacity}");
-        let target = (Phase::NodeExpansion, key.as_str(), node);
-        self.staged_volume_pod(
-            &phase.pod_template,
-            phase.timeout,
-            target,
-            staging_pod,
-            claim,
-        )
-    }
-
     /// The attach or detach pod (`phase`) of volume `handle` and node
     /// `node`, for `claim` (`namespace/name`): placed by its template.
     pub fn attachment_pod(
@@ -478,34 +431,9 @@ impl<'a> PodOrigin<'a> {
         self.phase_pod(template, timeout, phase, &key, None, annotations)
     }
 
-    /// The health check pod of the volume staged by the staging pod
-    /// `staging_pod` on `node`, for `claim` (`namespace/name`): it runs on
-    /// that node and sees the staged volume at `/pav/volume`. `round`
-    /// numbers the check, so that a pod left by an earlier one (its
-    /// deletion interrupted) is not this one, and the calls of one round
-    /// share its pod.
-    pub fn health_pod(
-        &self,
-        phase: &pav_templates::HealthPhase,
-        staging_pod: &str,
-        round: u64,
-        node: &str,
-        claim: &str,
-    ) -> Pod {
-        let key = format!("{staging_pod}\n{round}");
-        let target = (Phase::Health, key.as_str(), node);
-        self.staged_volume_pod(
-            &phase.pod_template,
-            phase.timeout,
-            target,
-            staging_pod,
-            claim,
-        )
-    }
-
     /// A pod of `phase` for the volume staged by `staging_pod`, named
     /// after `key`, on `node`, with the staged volume at `/pav/volume`.
-    fn staged_volume_pod(
+    pub(crate) fn staged_volume_pod(
         &self,
         template: &PodTemplateSpec,
         timeout: Option<std::time::Duration>,
@@ -549,113 +477,6 @@ impl<'a> PodOrigin<'a> {
             name,
             None,
             vec![(ANNOTATION_SNAPSHOT, name.to_owned())],
-        )
-    }
-
-    /// The capacity pod measuring the room on `node` (when the segment
-    /// names one: it runs there) for the segment and class `key` stands
-    /// for.
-    pub fn capacity_pod(
-        &self,
-        template: &PodTemplateSpec,
-        timeout: Option<std::time::Duration>,
-        node: Option<&str>,
-        key: &str,
-    ) -> Pod {
-        self.phase_pod(template, timeout, Phase::Capacity, key, node, Vec::new())
-    }
-
-    /// The modification pod giving the volume `handle` (PersistentVolume
-    /// `pv`) the mutable parameters `key` stands for.
-    pub fn modification_pod(
-        &self,
-        template: &PodTemplateSpec,
-        timeout: Option<std::time::Duration>,
-        key: &str,
-        pv: &str,
-    ) -> Pod {
-        self.phase_pod(
-            template,
-            timeout,
-            Phase::Modification,
-            key,
-            None,
-            vec![(ANNOTATION_PV, pv.to_owned())],
-        )
-    }
-
-    /// The staging pod of `publication`. It records what unstaging needs
-    /// when the claim or volume is gone by then: the `unstaging` phase as
-    /// rendered now (when it rendered), claim, volume, client pod, target
-    /// path, read-only; its finalizer keeps it until unstaging is done.
-    pub fn staging_pod(
-        &self,
-        staging: &pav_templates::StagingPhase,
-        unstaging: Option<&pav_templates::OptionalPodPhase>,
-        publication: &Publication<'_>,
-    ) -> Pod {
-        let key = staging_key(publication.handle, publication.target_path);
-        let (client_ns, client_name, client_uid) = publication.client;
-        let mut annotations = vec![
-            (ANNOTATION_CLAIM, publication.claim.to_owned()),
-            (ANNOTATION_PV, publication.pv.to_owned()),
-            (
-                ANNOTATION_CLIENT,
-                client_annotation(client_ns, client_name, client_uid),
-            ),
-            (ANNOTATION_TARGET, publication.target_path.to_owned()),
-            (ANNOTATION_READ_ONLY, publication.read_only.to_string()),
-        ];
-        if let Some(json) = unstaging.and_then(|u| serde_json::to_string(&u.pod_template).ok()) {
-            annotations.push((ANNOTATION_UNSTAGING, json));
-        }
-        build_pod(
-            &staging.pod_template,
-            &PodParams {
-                target: PodTarget {
-                    provisioner: self.provisioner,
-                    phase: Phase::Staging,
-                    volume: &key,
-                    node: Some(publication.node),
-                },
-                owner: self.owner,
-                default_namespace: self.default_namespace,
-                timeout: staging.timeout,
-                annotations,
-                finalizers: vec![FINALIZER_UNSTAGE],
-                staged_volume: None,
-            },
-        )
-    }
-
-    /// The unstaging pod of the staging pod whose volume label is
-    /// `staging_label` (the [`label_value`] of its [`staging_key`]) on
-    /// `node`, for `claim` (`namespace/name`). No timeout: the template
-    /// recorded on the staging pod holds none, so a fresh render and the
-    /// recorded one give the same pod.
-    pub fn unstaging_pod(
-        &self,
-        template: &PodTemplateSpec,
-        staging_label: &str,
-        node: &str,
-        claim: &str,
-    ) -> Pod {
-        build_pod(
-            template,
-            &PodParams {
-                target: PodTarget {
-                    provisioner: self.provisioner,
-                    phase: Phase::Unstaging,
-                    volume: staging_label,
-                    node: Some(node),
-                },
-                owner: self.owner,
-                default_namespace: self.default_namespace,
-                timeout: None,
-                annotations: vec![(ANNOTATION_CLAIM, claim.to_owned())],
-                finalizers: Vec::new(),
-                staged_volume: None,
-            },
         )
     }
 }

@@ -7,12 +7,16 @@
 //! what `pav render` prints is the pod the driver creates by construction.
 //! Each RPC's error enum carries a [`PlanError`] as one variant. Planning
 //! needs no cluster: this module uses nothing of the driver.
+//!
+//! What each phase plans (its [`Planner`] method, the types only it uses,
+//! its pod) is its module of [`crate::phases`]; this module is what they
+//! share, and uses none of them.
 
 pub mod plan;
 
 pub use self::plan::{
-    CapacityFor, CreationPlan, ModificationPlan, ParametersRefused, Plan, PlanError, Planner,
-    StagingFor, TooSmall, UnknownAccessMode, claim_access_modes, grown,
+    ParametersRefused, Plan, PlanError, Planner, TooSmall, UnknownAccessMode, claim_access_modes,
+    grown,
 };
 
 /// The topology key of every pav driver: each node plugin reports its

@@ -363,14 +363,14 @@ fn describe(krate: &str, cycle: &[ModulePath], graph: &Graph) -> String {
     lines.join("\n")
 }
 
-/// What `pav render` needs, planning a phase (`recipe`, and the pod
-/// contract in `pods`), uses nothing of the running driver (`csi`) or
+/// What `pav render` needs, planning a phase (`phases`, `recipe`, and the
+/// pod contract in `pods`), uses nothing of the running driver (`csi`) or
 /// controller (`operator`): the offline commands plan without them.
 #[test]
 fn planning_needs_no_driver() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let graph = crate_graph(&src);
-    let offline = ["recipe", "pods", "driver_error", "snapshots"];
+    let offline = ["phases", "recipe", "pods", "driver_error", "snapshots"];
     let running = ["csi", "operator"];
     let uses: Vec<String> = (graph.iter())
         .filter(|((parent, from, to), _)| {

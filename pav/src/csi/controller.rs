@@ -13,8 +13,9 @@ use pav_templates::{CompiledProvisioner, DataSourceKind, Phase, Source};
 use self::deleted::Deleted;
 use super::context::{DriverContext, api_error};
 use crate::csi::context::{Lifetime, PhaseError, PodFiles, Regarding, RunFailure};
+use crate::phases::CreationPlan;
 use crate::pods::results;
-use crate::recipe::{CreationPlan, Plan, Planner, claim_access_modes};
+use crate::recipe::{Plan, Planner, claim_access_modes};
 
 mod attach;
 pub(crate) mod capacity;

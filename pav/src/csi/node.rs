@@ -14,8 +14,9 @@ use pav_templates::Phase;
 
 use super::context::{DriverContext, DriverError, api_error, core_ref, pod_ref};
 use crate::csi::context::{Lifetime, PhaseError, PodFiles, Regarding, RunFailure};
+use crate::phases::StagingFor;
 use crate::pods::results;
-use crate::recipe::{Planner, StagingFor};
+use crate::recipe::Planner;
 
 pub mod collector;
 mod ephemeral;

@@ -4,34 +4,27 @@
 //! template's `get_pvc` (through the planner's [`PvcLookup`]), so the
 //! driver plans on a blocking thread ([`Planner::blocking`]) and `pav
 //! render` plans the same way with the objects given to it.
+//!
+//! This module holds what every phase's plan shares: the [`Planner`],
+//! [`Plan`], [`PlanError`] and the steps several phases take. Each
+//! phase's own method of [`Planner`] lives in its module of
+//! [`crate::phases`], beside its pod and its `pav render` example.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use pav_templates::phase::DEFAULT_HEALTH_CHECK_EVERY;
-use pav_templates::phase::{
-    Attach, Creation, Deletion, Detach, Expansion, GroupSnapshotCreation, GroupSnapshotDeletion,
-    Health, NodeExpansion, SnapshotCreation, SnapshotDeletion, Staging, Unstaging, Validation,
-};
-use pav_templates::{
-    CompiledProvisioner, CreationContext, CreationPhase, ExpansionContext, ExpansionPhase,
-    GroupMember, GroupSnapshotContext, GroupSnapshotCreationPhase, HealthPhase, OptionalPodPhase,
-    Phase, ProvisioningMode, PvcLookup, SnapshotContext, SnapshotCreationPhase, Source,
-    StagingContext, StagingPhase, ValidationContext, ValidationPhase,
-};
+use pav_templates::phase::Section;
+use pav_templates::{CompiledProvisioner, Phase, ProvisioningMode, PvcLookup, StagingContext};
 
 use crate::driver_error::DriverError;
 
-mod attributes;
 mod refusals;
 
-pub use self::attributes::{CapacityFor, ModificationPlan};
 pub use self::refusals::{
     ParametersRefused, TooSmall, UnknownAccessMode, claim_access_modes, grown,
 };
-use crate::pods::{PodOrigin, Publication, claim_name};
+use crate::pods::PodOrigin;
 
 /// What every plan of one PavProvisioner starts from: its compiled
 /// templates, what its pods are built with, and `get_pvc`.
@@ -73,34 +66,9 @@ impl<Evaluated> Plan<Evaluated, Pod> {
     }
 }
 
-/// The creation phase planned, with the context it was evaluated in: a
-/// creation that fails is undone by the deletion phase of that context.
-#[derive(Debug, Clone)]
-pub struct CreationPlan {
-    /// Evaluated `spec.volumeCreation` and its pod.
-    pub plan: Plan<CreationPhase>,
-    /// The context of the evaluation.
-    pub context: CreationContext,
-}
-
-/// A client pod's use of a volume, as staging is asked for it.
-#[derive(Debug, Clone, Copy)]
-pub struct StagingFor<'a> {
-    /// The volume handle.
-    pub handle: &'a str,
-    /// The kubelet target path the volume is published at.
-    pub target_path: &'a str,
-    /// The client pod's namespace, name and UID.
-    pub client: (&'a str, &'a str, &'a str),
-    /// Whether the volume is staged read-only.
-    pub read_only: bool,
-    /// What the attach pod wrote (`publishContext`); empty without one.
-    pub publish_context: &'a std::collections::BTreeMap<String, String>,
-}
-
 /// The CSI volume handle of `pv` (empty for a volume of no CSI driver,
 /// which no phase is planned for).
-fn handle_of(pv: &PersistentVolume) -> &str {
+pub(crate) fn handle_of(pv: &PersistentVolume) -> &str {
     pv.spec
         .as_ref()
         .and_then(|s| s.csi.as_ref())
@@ -165,7 +133,8 @@ impl From<PlanError> for pav_sdk::Error {
     }
 }
 
-type Result<T> = std::result::Result<T, PlanError>;
+/// What planning a phase gives.
+pub(crate) type Result<T> = std::result::Result<T, PlanError>;
 
 impl Planner {
     /// Plans `compiled`'s phases; its pods are owned by `owner` (the
@@ -201,6 +170,12 @@ impl Planner {
         }
     }
 
+    /// `get_pvc`, for the context of every phase: each one's templates may
+    /// look up claims.
+    pub(crate) fn lookup(&self) -> Arc<dyn PvcLookup> {
+        self.lookup.clone()
+    }
+
     /// Runs `plan` on a blocking thread, where `get_pvc` may block.
     pub async fn blocking<T: Send + 'static>(
         &self,
@@ -229,116 +204,18 @@ impl Planner {
         }
     }
 
-    /// Evaluates `phase` with `render`, naming the phase in its error.
-    fn render<T>(
-        &self,
-        phase: Phase,
-        render: impl FnOnce(&CompiledProvisioner) -> pav_templates::Result<T>,
-    ) -> Result<T> {
-        render(&self.compiled).map_err(|error| PlanError::Render { phase, error })
-    }
-
-    /// The validation of a dynamically provisioned claim `pvc` of class `sc`.
-    pub fn validation(
-        &self,
-        pvc: &PersistentVolumeClaim,
-        sc: &StorageClass,
-    ) -> Result<Plan<ValidationPhase>> {
-        // Dynamic validation belongs to creating a volume: that is what
-        // a provisioner without Dynamic lacks.
-        self.require_dynamic(Phase::Creation)?;
-        let context = ValidationContext::dynamic(pvc, sc).map_err(PlanError::Context)?;
-        self.validation_in(context, pvc)
-    }
-
-    /// The validation of the statically provisioned volume `pv`, for its
-    /// claim `pvc`.
-    pub fn static_validation(
-        &self,
-        pv: &PersistentVolume,
-        pvc: &PersistentVolumeClaim,
-    ) -> Result<Plan<ValidationPhase>> {
-        let context = ValidationContext::static_pv(pv).map_err(PlanError::Context)?;
-        self.validation_in(context, pvc)
-    }
-
-    fn validation_in(
-        &self,
-        context: ValidationContext,
-        pvc: &PersistentVolumeClaim,
-    ) -> Result<Plan<ValidationPhase>> {
-        let context = context.with_pvc_lookup(self.lookup.clone());
-        let evaluated = self.render(Phase::Validation, |c| c.render::<Validation>(&context))?;
-        let pod = evaluated.pod_template.as_ref().map(|template| {
-            self.origin()
-                .claim_pod(Phase::Validation, template, evaluated.timeout, pvc)
-        });
-        Ok(Plan { evaluated, pod })
-    }
-
-    /// The creation of claim `pvc`'s volume, of class `sc`, on one of
-    /// `topology_nodes` (preferred first), from `source` if any, with the
-    /// claim's VolumeAttributesClass parameters `mutable`.
-    pub fn creation(
-        &self,
-        pvc: &PersistentVolumeClaim,
-        sc: &StorageClass,
-        topology_nodes: &[String],
-        source: Option<&Source>,
-        mutable: &std::collections::BTreeMap<String, String>,
-    ) -> Result<CreationPlan> {
-        self.require_dynamic(Phase::Creation)?;
-        let mut context = CreationContext::new(pvc, sc)
-            .map_err(PlanError::Context)?
-            .with_topology_nodes(topology_nodes)
-            .with_mutable_parameters(mutable)
-            .with_pvc_lookup(self.lookup.clone());
-        if let Some(source) = source {
-            context = context.with_source(source);
-        }
-        let evaluated = self.render(Phase::Creation, |c| c.render::<Creation>(&context))?;
-        let pod = evaluated.pod_template.as_ref().map(|template| {
-            self.origin()
-                .claim_pod(Phase::Creation, template, evaluated.timeout, pvc)
-        });
-        Ok(CreationPlan {
-            plan: Plan { evaluated, pod },
-            context,
+    /// Evaluates phase `S` in `context`, naming the phase in its error.
+    pub(crate) fn render<S: Section>(&self, context: &S::Context) -> Result<S::Evaluated> {
+        (self.compiled.render::<S>(context)).map_err(|error| PlanError::Render {
+            phase: S::DEFINITION.phase,
+            error,
         })
     }
 
-    /// The deletion of claim `pvc`'s volume in `context`: the creation's
-    /// (undoing a failed creation) or one naming the volume's handle.
-    pub fn deletion(
-        &self,
-        context: &CreationContext,
-        pvc: &PersistentVolumeClaim,
-    ) -> Result<Plan<OptionalPodPhase>> {
-        let evaluated = self.render(Phase::Deletion, |c| c.render::<Deletion>(context))?;
-        let pod = evaluated.pod_template.as_ref().map(|template| {
-            self.origin()
-                .claim_pod(Phase::Deletion, template, evaluated.timeout, pvc)
-        });
-        Ok(Plan { evaluated, pod })
-    }
-
-    /// The deletion of the volume `handle` of claim `pvc` and class `sc`
-    /// (as the volume's records keep them), as DeleteVolume asks for it.
-    pub fn volume_deletion(
-        &self,
-        pvc: &PersistentVolumeClaim,
-        sc: &StorageClass,
-        handle: &str,
-    ) -> Result<Plan<OptionalPodPhase>> {
-        let context = CreationContext::new(pvc, sc)
-            .map_err(PlanError::Context)?
-            .with_handle(handle)
-            .with_pvc_lookup(self.lookup.clone());
-        self.deletion(&context, pvc)
-    }
-
-    /// The staging context of claim `pvc`, bound to `pv`, on `node`.
-    fn staging_context(
+    /// The staging context of claim `pvc`, bound to `pv`, on `node`: what
+    /// every phase of a volume on a node (staging, unstaging, node
+    /// expansion, attach, detach, health) is evaluated in.
+    pub(crate) fn staging_context(
         &self,
         pvc: &PersistentVolumeClaim,
         pv: &PersistentVolume,
@@ -347,306 +224,6 @@ impl Planner {
     ) -> Result<StagingContext> {
         Ok(StagingContext::new(pvc, pv, node, read_only)
             .map_err(PlanError::Context)?
-            .with_pvc_lookup(self.lookup.clone()))
-    }
-
-    /// The staging of claim `pvc`'s volume `pv` on `node` for a client
-    /// pod. The unstaging phase is evaluated now too and recorded on the
-    /// staging pod, for unstaging after the claim or volume is gone.
-    pub fn staging(
-        &self,
-        pvc: &PersistentVolumeClaim,
-        pv: &PersistentVolume,
-        node: &Node,
-        staging: &StagingFor<'_>,
-    ) -> Result<Plan<StagingPhase, Pod>> {
-        let context = self
-            .staging_context(pvc, pv, node, staging.read_only)?
-            .attached_with(staging.publish_context);
-        let evaluated = self.render(Phase::Staging, |c| c.render::<Staging>(&context))?;
-        let unstaging = self.compiled.render::<Unstaging>(&context).ok();
-        let claim = claim_name(pvc);
-        let pod = self.origin().staging_pod(
-            &evaluated,
-            unstaging.as_ref(),
-            &Publication {
-                handle: staging.handle,
-                target_path: staging.target_path,
-                node: node.metadata.name.as_deref().unwrap_or_default(),
-                claim: &claim,
-                pv: pv.metadata.name.as_deref().unwrap_or_default(),
-                client: staging.client,
-                read_only: staging.read_only,
-            },
-        );
-        Ok(Plan { evaluated, pod })
-    }
-
-    /// The staging of an ephemeral inline volume with the pod's
-    /// `attributes` and `size` on `node` for a client pod.
-    pub fn ephemeral_staging(
-        &self,
-        attributes: &std::collections::BTreeMap<String, String>,
-        size: Option<u64>,
-        node: &Node,
-        staging: &StagingFor<'_>,
-    ) -> Result<Plan<StagingPhase, Pod>> {
-        let context =
-            StagingContext::ephemeral(staging.handle, attributes, size, node, staging.read_only);
-        let evaluated = self.render(Phase::Staging, |c| c.render::<Staging>(&context))?;
-        let unstaging = self.compiled.render::<Unstaging>(&context).ok();
-        let pod = self.origin().staging_pod(
-            &evaluated,
-            unstaging.as_ref(),
-            &Publication {
-                handle: staging.handle,
-                target_path: staging.target_path,
-                node: node.metadata.name.as_deref().unwrap_or_default(),
-                claim: "",
-                pv: "",
-                client: staging.client,
-                read_only: staging.read_only,
-            },
-        );
-        Ok(Plan { evaluated, pod })
-    }
-
-    /// The unstaging of claim `pvc`'s volume `pv` on `node`, after the
-    /// staging pod whose volume label is `staging_label`.
-    pub fn unstaging(
-        &self,
-        pvc: &PersistentVolumeClaim,
-        pv: &PersistentVolume,
-        node: &Node,
-        read_only: bool,
-        staging_label: &str,
-    ) -> Result<Plan<OptionalPodPhase>> {
-        let context = self.staging_context(pvc, pv, node, read_only)?;
-        let evaluated = self.render(Phase::Unstaging, |c| c.render::<Unstaging>(&context))?;
-        let pod = evaluated.pod_template.as_ref().map(|template| {
-            self.origin().unstaging_pod(
-                template,
-                staging_label,
-                node.metadata.name.as_deref().unwrap_or_default(),
-                &claim_name(pvc),
-            )
-        });
-        Ok(Plan { evaluated, pod })
-    }
-
-    /// The expansion of volume `pv` (of claim `pvc`, if it still has one)
-    /// to at least `requested` bytes and at most `limit`.
-    pub fn expansion(
-        &self,
-        pv: &PersistentVolume,
-        pvc: Option<&PersistentVolumeClaim>,
-        requested: u64,
-        limit: Option<u64>,
-    ) -> Result<Plan<ExpansionPhase>> {
-        let context = ExpansionContext::new(pv, pvc, requested, limit)
-            .map_err(PlanError::Context)?
-            .with_pvc_lookup(self.lookup.clone());
-        let evaluated = self.render(Phase::Expansion, |c| c.render::<Expansion>(&context))?;
-        let pod = evaluated.pod_template.as_ref().map(|template| {
-            self.origin().expansion_pod(
-                template,
-                evaluated.timeout,
-                handle_of(pv),
-                requested,
-                pv.metadata.name.as_deref().unwrap_or_default(),
-            )
-        });
-        Ok(Plan { evaluated, pod })
-    }
-
-    /// The node expansion of claim `pvc`'s volume `pv`, staged on `node`
-    /// by the pod named `staging_pod`, grown to `capacity` bytes.
-    pub fn node_expansion(
-        &self,
-        pvc: &PersistentVolumeClaim,
-        pv: &PersistentVolume,
-        node: &Node,
-        read_only: bool,
-        staging_pod: &str,
-        capacity: u64,
-    ) -> Result<Plan<StagingPhase, Pod>> {
-        let context = self
-            .staging_context(pvc, pv, node, read_only)?
-            .expanded_to(capacity);
-        let evaluated = self.render(Phase::NodeExpansion, |c| {
-            c.render::<NodeExpansion>(&context)
-        })?;
-        let pod = self.origin().node_expansion_pod(
-            &evaluated,
-            staging_pod,
-            capacity,
-            node.metadata.name.as_deref().unwrap_or_default(),
-            &claim_name(pvc),
-        );
-        Ok(Plan { evaluated, pod })
-    }
-
-    /// The attachment of claim `pvc`'s volume `pv` to `node`.
-    pub fn attach(
-        &self,
-        pvc: &PersistentVolumeClaim,
-        pv: &PersistentVolume,
-        node: &Node,
-        read_only: bool,
-    ) -> Result<Plan<StagingPhase, Pod>> {
-        let context = self.staging_context(pvc, pv, node, read_only)?;
-        let evaluated = self.render(Phase::Attach, |c| c.render::<Attach>(&context))?;
-        let pod = self.origin().attachment_pod(
-            Phase::Attach,
-            &evaluated.pod_template,
-            evaluated.timeout,
-            (
-                handle_of(pv),
-                node.metadata.name.as_deref().unwrap_or_default(),
-            ),
-            &claim_name(pvc),
-        );
-        Ok(Plan { evaluated, pod })
-    }
-
-    /// The detachment of claim `pvc`'s volume `pv` from `node`.
-    pub fn detach(
-        &self,
-        pvc: &PersistentVolumeClaim,
-        pv: &PersistentVolume,
-        node: &Node,
-    ) -> Result<Plan<OptionalPodPhase>> {
-        let context = self.staging_context(pvc, pv, node, false)?;
-        let evaluated = self.render(Phase::Detach, |c| c.render::<Detach>(&context))?;
-        let pod = evaluated.pod_template.as_ref().map(|template| {
-            self.origin().attachment_pod(
-                Phase::Detach,
-                template,
-                evaluated.timeout,
-                (
-                    handle_of(pv),
-                    node.metadata.name.as_deref().unwrap_or_default(),
-                ),
-                &claim_name(pvc),
-            )
-        });
-        Ok(Plan { evaluated, pod })
-    }
-
-    /// The health check of claim `pvc`'s volume `pv`, staged on `node` by
-    /// the pod named `staging_pod`, at `now`: its pod is named after the
-    /// check's round (`now` in units of `every`), which the calls of one
-    /// round share.
-    pub fn health(
-        &self,
-        pvc: &PersistentVolumeClaim,
-        pv: &PersistentVolume,
-        node: &Node,
-        read_only: bool,
-        staging_pod: &str,
-        now: std::time::SystemTime,
-    ) -> Result<Plan<HealthPhase, Pod>> {
-        let context = self.staging_context(pvc, pv, node, read_only)?;
-        let evaluated = self.render(Phase::Health, |c| c.render::<Health>(&context))?;
-        let every = evaluated.every.unwrap_or(DEFAULT_HEALTH_CHECK_EVERY);
-        let since_epoch = now
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        let round = since_epoch.as_secs() / every.as_secs().max(1);
-        let pod = self.origin().health_pod(
-            &evaluated,
-            staging_pod,
-            round,
-            node.metadata.name.as_deref().unwrap_or_default(),
-            &claim_name(pvc),
-        );
-        Ok(Plan { evaluated, pod })
-    }
-
-    /// The snapshot named `name` of volume `pv` (of claim `pvc`, if it
-    /// still has one), with the VolumeSnapshotClass's `parameters`.
-    pub fn snapshot_creation(
-        &self,
-        name: &str,
-        parameters: &std::collections::BTreeMap<String, String>,
-        pv: &PersistentVolume,
-        pvc: Option<&PersistentVolumeClaim>,
-    ) -> Result<Plan<SnapshotCreationPhase>> {
-        let context = SnapshotContext::creation(name, parameters, pv, pvc)
-            .map_err(PlanError::Context)?
-            .with_pvc_lookup(self.lookup.clone());
-        let evaluated = self.render(Phase::SnapshotCreation, |c| {
-            c.render::<SnapshotCreation>(&context)
-        })?;
-        let pod = evaluated.pod_template.as_ref().map(|template| {
-            self.origin()
-                .snapshot_pod(Phase::SnapshotCreation, template, evaluated.timeout, name)
-        });
-        Ok(Plan { evaluated, pod })
-    }
-
-    /// The group snapshot named `name` of `members`, with the
-    /// VolumeGroupSnapshotClass's `parameters`.
-    pub fn group_snapshot_creation(
-        &self,
-        name: &str,
-        parameters: &std::collections::BTreeMap<String, String>,
-        members: &[GroupMember<'_>],
-    ) -> Result<Plan<GroupSnapshotCreationPhase, Pod>> {
-        let context = GroupSnapshotContext::creation(name, parameters, members)
-            .map_err(PlanError::Context)?
-            .with_pvc_lookup(self.lookup.clone());
-        let evaluated = self.render(Phase::GroupSnapshotCreation, |c| {
-            c.render::<GroupSnapshotCreation>(&context)
-        })?;
-        let pod = self.origin().snapshot_pod(
-            Phase::GroupSnapshotCreation,
-            &evaluated.pod_template,
-            evaluated.timeout,
-            name,
-        );
-        Ok(Plan { evaluated, pod })
-    }
-
-    /// The deletion of group snapshot `handle` and its members
-    /// `snapshots` (each snapshot's handle, and its source's when known).
-    pub fn group_snapshot_deletion(
-        &self,
-        handle: &str,
-        snapshots: &[(String, Option<String>)],
-    ) -> Result<Plan<OptionalPodPhase>> {
-        let context =
-            GroupSnapshotContext::deletion(handle, snapshots).with_pvc_lookup(self.lookup.clone());
-        let evaluated = self.render(Phase::GroupSnapshotDeletion, |c| {
-            c.render::<GroupSnapshotDeletion>(&context)
-        })?;
-        let pod = evaluated.pod_template.as_ref().map(|template| {
-            self.origin().snapshot_pod(
-                Phase::GroupSnapshotDeletion,
-                template,
-                evaluated.timeout,
-                handle,
-            )
-        });
-        Ok(Plan { evaluated, pod })
-    }
-
-    /// The deletion of snapshot `handle`, taken of the volume `source`
-    /// when that is known.
-    pub fn snapshot_deletion(
-        &self,
-        handle: &str,
-        source: Option<&str>,
-    ) -> Result<Plan<OptionalPodPhase>> {
-        let context =
-            SnapshotContext::deletion(handle, source).with_pvc_lookup(self.lookup.clone());
-        let evaluated = self.render(Phase::SnapshotDeletion, |c| {
-            c.render::<SnapshotDeletion>(&context)
-        })?;
-        let pod = evaluated.pod_template.as_ref().map(|template| {
-            self.origin()
-                .snapshot_pod(Phase::SnapshotDeletion, template, evaluated.timeout, handle)
-        });
-        Ok(Plan { evaluated, pod })
+            .with_pvc_lookup(self.lookup()))
     }
 }

@@ -11,7 +11,8 @@ use pav_templates::quantity::{Rounding, parse_bytes};
 use super::PodController;
 use crate::csi::TOPOLOGY_KEY;
 use crate::csi::context::{PhaseError, PodFiles, Regarding};
-use crate::recipe::{CapacityFor, PlanError};
+use crate::phases::CapacityFor;
+use crate::recipe::PlanError;
 
 /// Why GetCapacity failed: one variant per step; `From<CapacityError> for
 /// pav_sdk::Error` is the one mapping to CSI codes.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use pav_templates::{AccessMode, ExpansionPhase};
 
-use super::{ModificationPlan, Plan};
+use super::Plan;
 
 /// The claim asks for an access mode PaV does not know.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -74,23 +74,4 @@ pub struct ParametersRefused {
     pub requested: BTreeMap<String, String>,
     /// The evaluated `refusal`.
     pub refusal: String,
-}
-
-impl ModificationPlan {
-    /// Refuses the change when the `refusal` template evaluated to a
-    /// reason.
-    pub fn check_refusal(
-        &self,
-        provisioner: &str,
-        requested: &BTreeMap<String, String>,
-    ) -> Result<(), ParametersRefused> {
-        match &self.plan.evaluated.refusal {
-            Some(refusal) => Err(ParametersRefused {
-                provisioner: provisioner.to_owned(),
-                requested: requested.clone(),
-                refusal: refusal.clone(),
-            }),
-            None => Ok(()),
-        }
-    }
 }

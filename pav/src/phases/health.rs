@@ -1,0 +1,90 @@
+//! Health (`spec.volumeHealth`): a staged volume's periodic check, whose
+//! `/pav/condition` kubelet reports (NodeGetVolumeStats). Its pod is named
+//! and labelled after the staging pod and the check's round (the time in
+//! units of `every`), runs on the staging pod's node and sees the staged
+//! volume at `/pav/volume`.
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use pav_templates::phase;
+use pav_templates::{HealthPhase, Phase};
+use phase::DEFAULT_HEALTH_CHECK_EVERY;
+
+use super::example::Example;
+use crate::pods::{PodOrigin, claim_name};
+use crate::recipe::plan::Result;
+use crate::recipe::{Plan, Planner};
+
+impl Planner {
+    /// The health check of claim `pvc`'s volume `pv`, staged on `node` by
+    /// the pod named `staging_pod`, at `now`: its pod is named after the
+    /// check's round (`now` in units of `every`), which the calls of one
+    /// round share.
+    pub fn health(
+        &self,
+        pvc: &PersistentVolumeClaim,
+        pv: &PersistentVolume,
+        node: &Node,
+        read_only: bool,
+        staging_pod: &str,
+        now: std::time::SystemTime,
+    ) -> Result<Plan<HealthPhase, Pod>> {
+        let context = self.staging_context(pvc, pv, node, read_only)?;
+        let evaluated = self.render::<phase::Health>(&context)?;
+        let every = evaluated.every.unwrap_or(DEFAULT_HEALTH_CHECK_EVERY);
+        let since_epoch = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let round = since_epoch.as_secs() / every.as_secs().max(1);
+        let pod = self.origin().health_pod(
+            &evaluated,
+            staging_pod,
+            round,
+            node.metadata.name.as_deref().unwrap_or_default(),
+            &claim_name(pvc),
+        );
+        Ok(Plan { evaluated, pod })
+    }
+}
+
+impl PodOrigin<'_> {
+    /// The health check pod of the volume staged by the staging pod
+    /// `staging_pod` on `node`, for `claim` (`namespace/name`): it runs on
+    /// that node and sees the staged volume at `/pav/volume`. `round`
+    /// numbers the check, so that a pod left by an earlier one (its
+    /// deletion interrupted) is not this one, and the calls of one round
+    /// share its pod.
+    pub fn health_pod(
+        &self,
+        phase: &HealthPhase,
+        staging_pod: &str,
+        round: u64,
+        node: &str,
+        claim: &str,
+    ) -> Pod {
+        let key = format!("{staging_pod}\n{round}");
+        let target = (Phase::Health, key.as_str(), node);
+        self.staged_volume_pod(
+            &phase.pod_template,
+            phase.timeout,
+            target,
+            staging_pod,
+            claim,
+        )
+    }
+}
+
+/// `pav render --phase health`: the check of the volume the client pod's
+/// staging pod staged, at `--time`.
+pub(crate) fn example(example: &Example<'_>, planner: &Planner) -> anyhow::Result<String> {
+    let objects = example.objects;
+    let staging = example.staging_pod();
+    let plan = planner.health(
+        &objects.pvc,
+        &objects.pv,
+        &objects.node,
+        example.options.read_only,
+        &staging,
+        example.options.time,
+    );
+    example.to_yaml(example.planned(plan)?.optional())
+}
