@@ -522,7 +522,7 @@ spec:
             imagePullPolicy: IfNotPresent
             command: [sh, -c, "echo 1Gi > /pav/capacity # {{ nodeName | tobash }} {{ params.tier | tobash }}"]
   volumeHealth:
-    # One round for the whole scenario (see --time below).
+    # One round for the whole scenario: its checks share one pod.
     every: 1h
     podTemplate:
       spec:
@@ -851,9 +851,12 @@ async fn render_prints_the_pods_of_every_other_phase() {
         "/var/lib/kubelet/pods/{}/volumes/kubernetes.io~csi/{pv_name}/mount",
         user.uid().unwrap()
     );
-    // The check's time, within the one round of `every` the scenario
-    // takes (its pod is named after the round).
-    let checked_at = health.creation_timestamp().unwrap().0.to_string();
+    // When the check's round began, as its pod says: render at that time
+    // names the same round (its pod is named after it).
+    let checked_at = (health.annotations())
+        .get("pav.albertofaria.github.io/health-round")
+        .cloned()
+        .expect("the health pod says when its round began");
 
     // Detach, unstaging and deletion once the user and the claim go;
     // every pod is gone afterwards, so the dry runs can take their names.

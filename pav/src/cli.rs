@@ -945,23 +945,28 @@ spec:
     }
 
     /// `--time` names the health pod after its round of `every`: the same
-    /// pod within an hour, another one an hour later.
+    /// pod within an hour, another one an hour later; the pod says when its
+    /// round began, the time that prints it again.
     #[test]
     fn render_names_the_health_pod_after_the_time_given() {
         let dir = tempfile::tempdir().unwrap();
         let provisioner = write(dir.path(), "provisioner.yaml", SNAPSHOTTING);
-        let name_at = |time: &str| {
+        let pod_at = |time: &str| {
             let printed =
                 pav(&["render", &provisioner, "--phase", "health", "--time", time]).unwrap();
             let printed: serde_json::Value = serde_yaml::from_str(&printed).unwrap();
-            printed["pods"][0]["metadata"]["name"]
-                .as_str()
-                .unwrap()
-                .to_owned()
+            printed["pods"][0]["metadata"].clone()
         };
-        let first = name_at("2026-11-29T05:00:00Z");
-        assert_eq!(first, name_at("2026-11-29T05:59:59Z"));
-        assert_ne!(first, name_at("2026-11-29T06:00:00Z"));
+        let name = |metadata: &serde_json::Value| metadata["name"].clone();
+        let round = |metadata: &serde_json::Value| {
+            metadata["annotations"][crate::pods::ANNOTATION_HEALTH_ROUND].clone()
+        };
+        let first = pod_at("2026-11-29T05:00:00Z");
+        let later = pod_at("2026-11-29T05:59:59Z");
+        assert_eq!(name(&first), name(&later));
+        assert_eq!(round(&later), "2026-11-29T05:00:00Z");
+        assert_eq!(pod_at(round(&later).as_str().unwrap()), later);
+        assert_ne!(name(&first), name(&pod_at("2026-11-29T06:00:00Z")));
         let refused = Cli::try_parse_from([
             "pav", "render", "p.yaml", "--phase", "health", "--time", "noon",
         ]);

@@ -124,6 +124,9 @@ pub const ANNOTATION_UNSTAGING: &str = "pav.albertofaria.github.io/unstaging";
 /// Annotation on snapshot pods: the snapshot's name (creation) or handle
 /// (deletion).
 pub const ANNOTATION_SNAPSHOT: &str = "pav.albertofaria.github.io/snapshot";
+/// On a health check pod: when its round began (RFC 3339), the time that
+/// `pav render --phase health --time` takes to print this pod.
+pub const ANNOTATION_HEALTH_ROUND: &str = "pav.albertofaria.github.io/health-round";
 /// Finalizer on staging pods: the object (and the state in its annotations)
 /// stays until the volume is unstaged.
 pub const FINALIZER_UNSTAGE: &str = "pav.albertofaria.github.io/unstage";

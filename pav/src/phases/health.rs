@@ -10,7 +10,7 @@ use pav_templates::{HealthPhase, Phase};
 use phase::DEFAULT_HEALTH_CHECK_EVERY;
 
 use super::example::Example;
-use crate::pods::{PodOrigin, claim_name};
+use crate::pods::{ANNOTATION_HEALTH_ROUND, PodOrigin, claim_name};
 use crate::recipe::plan::Result;
 use crate::recipe::{Plan, Planner};
 
@@ -34,11 +34,12 @@ impl Planner {
         let since_epoch = now
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
-        let round = since_epoch.as_secs() / every.as_secs().max(1);
+        let every = every.as_secs().max(1);
+        let round = since_epoch.as_secs() / every;
         let pod = self.origin().health_pod(
             &evaluated,
             staging_pod,
-            round,
+            (round, every),
             node.metadata.name.as_deref().unwrap_or_default(),
             &claim_name(pvc),
         );
@@ -50,26 +51,34 @@ impl PodOrigin<'_> {
     /// The health check pod of the volume staged by the staging pod
     /// `staging_pod` on `node`, for `claim` (`namespace/name`): it runs on
     /// that node and sees the staged volume at `/pav/volume`. `round`
-    /// numbers the check, so that a pod left by an earlier one (its
-    /// deletion interrupted) is not this one, and the calls of one round
-    /// share its pod.
+    /// numbers the check (the time in units of `every` seconds), so that a
+    /// pod left by an earlier one (its deletion interrupted) is not this
+    /// one, and the calls of one round share its pod; the pod says when its
+    /// round began ([`ANNOTATION_HEALTH_ROUND`]).
     pub fn health_pod(
         &self,
         phase: &HealthPhase,
         staging_pod: &str,
-        round: u64,
+        (round, every): (u64, u64),
         node: &str,
         claim: &str,
     ) -> Pod {
         let key = format!("{staging_pod}\n{round}");
         let target = (Phase::Health, key.as_str(), node);
-        self.staged_volume_pod(
+        let mut pod = self.staged_volume_pod(
             &phase.pod_template,
             phase.timeout,
             target,
             staging_pod,
             claim,
-        )
+        );
+        let began = i64::try_from(round.saturating_mul(every)).unwrap_or(i64::MAX);
+        let began = (k8s_openapi::jiff::Timestamp::from_second(began))
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        (pod.metadata.annotations.get_or_insert_default())
+            .insert(ANNOTATION_HEALTH_ROUND.to_owned(), began);
+        pod
     }
 }
 
