@@ -443,3 +443,116 @@ async fn service_accounts_have_exactly_the_expected_permissions() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// Issue 45: RBAC cannot limit the controller's `create`, `patch` and
+/// `delete` of ClusterRoleBindings to the drivers' (their names are not
+/// known in advance), so an admission policy does (`pav manifests`'
+/// `pav-controller-cluster-role-bindings`). As the controller's
+/// ServiceAccount, server-side dry runs (admission runs, nothing is
+/// stored): a ClusterRoleBinding it did not make may not be patched or
+/// deleted, and one it makes must carry its label; the same binding with
+/// the label is allowed, so the policy, not RBAC, is what refuses.
+#[tokio::test]
+#[ignore = "needs a cluster"]
+async fn the_controller_may_change_only_the_cluster_role_bindings_it_made() {
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    use kube::api::{DeleteParams, Patch, PatchParams};
+
+    const FOREIGN: &str = "e2e-rbac-foreign";
+    let binding = |name: &str, labels: serde_json::Value| -> ClusterRoleBinding {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": { "name": name, "labels": labels },
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "pav-csi-node",
+            },
+            // An account no one uses: the binding grants nothing in use.
+            "subjects": [{
+                "kind": "ServiceAccount",
+                "name": "e2e-rbac-nobody",
+                "namespace": PAV_NAMESPACE,
+            }],
+        }))
+        .unwrap()
+    };
+    let admin: Api<ClusterRoleBinding> = Api::all(cluster().await);
+    let apply = PatchParams::apply("e2e-rbac").force();
+    admin
+        .patch(
+            FOREIGN,
+            &apply,
+            &Patch::Apply(binding(FOREIGN, serde_json::json!({}))),
+        )
+        .await
+        .unwrap();
+
+    let controller: Api<ClusterRoleBinding> =
+        Api::all(impersonating(PAV_NAMESPACE, "pav-controller").await);
+    let refused = |result: Result<(), kube::Error>, what: &str, message: &str| match result {
+        Err(kube::Error::Api(status)) if status.message.contains(message) => {
+            eprintln!("{what}: refused: {}", status.message);
+        }
+        other => panic!("{what}: not refused by the policy: {other:?}"),
+    };
+    let dry_delete = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::default()
+    };
+    let deleted = controller.delete(FOREIGN, &dry_delete).await.map(drop);
+    refused(
+        deleted,
+        "deleting an unlabelled binding",
+        "may only change or delete the ClusterRoleBindings it made",
+    );
+    let label = serde_json::json!({ "metadata": { "labels": {
+        "app.kubernetes.io/managed-by": "pav-controller",
+    } } });
+    let patched = controller
+        .patch(
+            FOREIGN,
+            &PatchParams::default().dry_run(),
+            &Patch::Merge(&label),
+        )
+        .await
+        .map(drop);
+    refused(
+        patched,
+        "labelling an unlabelled binding as its own",
+        "may only change or delete the ClusterRoleBindings it made",
+    );
+    let made = binding("e2e-rbac-made", serde_json::json!({}));
+    let created = (controller.create(
+        &PostParams {
+            dry_run: true,
+            ..Default::default()
+        },
+        &made,
+    ))
+    .await
+    .map(drop);
+    refused(
+        created,
+        "making an unlabelled binding",
+        "may only make ClusterRoleBindings labelled",
+    );
+    let labelled = binding(
+        "e2e-rbac-made",
+        serde_json::json!({ "app.kubernetes.io/managed-by": "pav-controller" }),
+    );
+    let params = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    controller
+        .create(&params, &labelled)
+        .await
+        .expect("a binding labelled as the controller's is allowed");
+
+    admin
+        .delete(FOREIGN, &DeleteParams::default())
+        .await
+        .unwrap();
+}

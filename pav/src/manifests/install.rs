@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 
 use super::driver::{self, CSI_CONTROLLER_ROLE, CSI_LEADER_ELECTION_ROLE, CSI_NODE_ROLE};
 use super::{
-    Args, LABEL_COMPONENT, LABEL_NAME, LABEL_POD_SECURITY_ENFORCE, PAV_BINARY, Settings,
-    json as to_json, labels, typed,
+    Args, FIELD_MANAGER, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NAME, LABEL_POD_SECURITY_ENFORCE,
+    PAV_BINARY, Settings, json as to_json, labels, typed,
 };
 
 /// Name of the controller's Deployment, ServiceAccount and RBAC objects.
@@ -41,6 +41,8 @@ pub fn objects(args: &Args) -> Vec<Value> {
         to_json(&service_account(settings)),
         to_json(&cluster_role()),
         to_json(&cluster_role_binding(settings)),
+        to_json(&binding_policy(settings)),
+        to_json(&binding_policy_binding()),
         to_json(&role(settings)),
         to_json(&role_binding(settings)),
         to_json(&metrics_service(args)),
@@ -204,6 +206,67 @@ pub fn cluster_role_binding(settings: &Settings) -> ClusterRoleBinding {
             "namespace": settings.namespace,
         }],
     }))
+}
+
+/// Name of the admission policy that keeps the controller to the
+/// ClusterRoleBindings it made, and of its binding.
+pub const BINDING_POLICY: &str = "pav-controller-cluster-role-bindings";
+
+/// Keeps the controller to its own ClusterRoleBindings: RBAC cannot limit
+/// `create`, `patch` and `delete` of ClusterRoleBindings to names not
+/// known in advance (one per driver), so this admission policy refuses
+/// the controller's ServiceAccount any change to a ClusterRoleBinding
+/// that is not labelled as the controller's, before and after the change
+/// (`managed-by: pav-controller`, which it puts on the drivers' bindings).
+pub fn binding_policy(settings: &Settings) -> Value {
+    let account = format!("system:serviceaccount:{}:{CONTROLLER}", settings.namespace);
+    let managed = format!("{LABEL_MANAGED_BY}={FIELD_MANAGER}");
+    let labelled = |object: &str| {
+        format!("{object}.metadata.?labels[?'{LABEL_MANAGED_BY}'].orValue('') == '{FIELD_MANAGER}'")
+    };
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": meta(BINDING_POLICY, None),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [{
+                    "apiGroups": ["rbac.authorization.k8s.io"],
+                    "apiVersions": ["*"],
+                    "operations": ["CREATE", "UPDATE", "DELETE"],
+                    "resources": ["clusterrolebindings"],
+                }],
+            },
+            "matchConditions": [{
+                "name": "pav-controller",
+                "expression": format!("request.userInfo.username == '{account}'"),
+            }],
+            "validations": [
+                {
+                    "expression": format!("request.operation == 'CREATE' || {}", labelled("oldObject")),
+                    "message": format!("pav's controller may only change or delete the ClusterRoleBindings it made (labelled {managed})"),
+                },
+                {
+                    "expression": format!("request.operation == 'DELETE' || {}", labelled("object")),
+                    "message": format!("pav's controller may only make ClusterRoleBindings labelled {managed}"),
+                },
+            ],
+        },
+    })
+}
+
+/// Applies [`binding_policy`], refusing what it refuses.
+pub fn binding_policy_binding() -> Value {
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": meta(BINDING_POLICY, None),
+        "spec": {
+            "policyName": BINDING_POLICY,
+            "validationActions": ["Deny"],
+        },
+    })
 }
 
 /// What the controller may do in the pav namespace: apply, watch and
@@ -530,6 +593,8 @@ mod tests {
                 "ServiceAccount",
                 "ClusterRole",
                 "ClusterRoleBinding",
+                "ValidatingAdmissionPolicy",
+                "ValidatingAdmissionPolicyBinding",
                 "Role",
                 "RoleBinding",
                 "Service",
