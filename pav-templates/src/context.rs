@@ -49,8 +49,8 @@ use minijinja::{Error as JinjaError, ErrorKind, State};
 use serde::Serialize;
 
 use crate::error::{Error, Location, Result};
-use crate::model::DataSourceKind;
 use crate::quantity::{Rounding, parse_bytes};
+use crate::volume::DataSourceKind;
 
 /// The claim annotation in which the scheduler records the node it picked
 /// for a `WaitForFirstConsumer` claim.

@@ -69,6 +69,7 @@ pub mod phase;
 mod provisioner;
 pub mod quantity;
 pub mod samples;
+pub mod volume;
 pub mod yaml;
 
 pub use context::{
@@ -78,8 +79,8 @@ pub use context::{
 };
 pub use error::{Error, Location, Result};
 pub use model::{
-    AccessMode, DataSourceKind, LifecycleMode, PavProvisioner, PavProvisionerSpec,
-    PavProvisionerStatus, ProvisioningMode, VolumeMode,
+    LifecycleMode, PavProvisioner, PavProvisionerSpec, PavProvisionerStatus, Phases,
+    ProvisioningMode,
 };
 pub use phase::{
     CapacityPhase, CreationPhase, ExpansionPhase, GroupSnapshotCreationPhase, HealthPhase,
@@ -87,3 +88,4 @@ pub use phase::{
     ValidationPhase,
 };
 pub use provisioner::{CompiledProvisioner, Problems};
+pub use volume::{AccessMode, DataSourceKind, VolumeMode};

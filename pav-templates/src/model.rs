@@ -4,15 +4,25 @@
 //! a template with `{% set yaml = true %}` may stand in for a whole object or
 //! list (`volumeModes: "{% set yaml = true %}[{{ params.mode }}]"`). The
 //! stored spec therefore keeps each phase as a [`TemplateTree`]: the YAML as
-//! written. [`crate::CompiledProvisioner`] checks its shape and compiles it;
-//! rendering a phase yields the typed structs in [`crate::phase`].
+//! written, in [`Phases`], whose fields, schema and descriptions come from
+//! the phases' definitions in [`crate::phase`]. [`crate::CompiledProvisioner`]
+//! checks its shape and compiles it; rendering a phase yields the typed
+//! structs in [`crate::phase`].
 
 use std::borrow::Cow;
+use std::fmt;
 
 use kube::core::crd::CustomResourceExt as _;
 use kube::{CustomResource, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::ser::{SerializeMap as _, Serializer};
 use serde::{Deserialize, Serialize};
+
+use crate::phase::Phase;
+// Declared in `volume`, which the phases and their contexts use without
+// depending on the spec (which depends on them); still reachable here.
+pub use crate::volume::{AccessMode, DataSourceKind, VolumeMode};
 
 /// API group of PavProvisioner, shared with the original PaV so existing
 /// objects keep working.
@@ -27,7 +37,7 @@ pub const VERSION: &str = "v1alpha1";
 ///
 /// Phase fields are kept as written, since a template may stand in for a
 /// whole object; `CompiledProvisioner` checks and evaluates them.
-#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(CustomResource, KubeSchema, Serialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "pav.albertofaria.github.io",
     version = "v1alpha1",
@@ -46,7 +56,14 @@ pub const VERSION: &str = "v1alpha1";
 // Rules about the phase fields (volumeCreation only with Dynamic, ...) are
 // not CEL rules here: the API server's CEL cannot see fields whose schema
 // has no type, so `pav check` and the controller's InvalidSpec enforce them.
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+//
+// Deserialize is written out below, as serde derives it for a struct with
+// `deny_unknown_fields` and one field per phase: derived with `phases`
+// flattened, it would buffer the whole spec (its errors then lose their
+// location) and refuse an unknown field without naming the known ones.
+// The schema keeps `deny_unknown_fields`.
+#[serde(rename_all = "camelCase")]
+#[schemars(deny_unknown_fields)]
 pub struct PavProvisionerSpec {
     /// How volumes of this provisioner come to exist: created on demand for
     /// claims (`Dynamic`), or declared by users as PersistentVolumes (`Static`).
@@ -64,109 +81,12 @@ pub struct PavProvisionerSpec {
     #[schemars(inner(pattern(r"^(\*|[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$")))]
     pub get_pvc_namespaces: Option<Vec<String>>,
 
-    /// What volumes may be requested: `volumeModes`, `accessModes`,
-    /// `minCapacity`, `maxCapacity` and an optional validation `podTemplate`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub volume_validation: Option<TemplateTree>,
-
-    /// How a volume is created (dynamic provisioning only): `handle`,
-    /// `capacity` and an optional creation `podTemplate`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub volume_creation: Option<TemplateTree>,
-
-    /// How a volume is deleted (dynamic provisioning only): an optional
-    /// deletion `podTemplate`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub volume_deletion: Option<TemplateTree>,
-
-    /// How a volume is made available on a node: the mandatory staging
-    /// `podTemplate`, whose pod exposes the volume at `/pav/volume`.
-    pub volume_staging: TemplateTree,
-
-    /// How staging is undone on a node: an optional unstaging `podTemplate`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub volume_unstaging: Option<TemplateTree>,
-
-    /// pav: how a volume grows when its claim asks for more (the
-    /// StorageClass needs `allowVolumeExpansion: true`): the new
-    /// `capacity` and an optional expansion `podTemplate`. Without it,
-    /// volumes do not grow.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub volume_expansion: Option<TemplateTree>,
-
-    /// pav: how a staged volume grows on its node, while pods use it: the
-    /// mandatory node expansion `podTemplate`, run on each node where the
-    /// volume is staged, with the volume at `/pav/volume`. Needs
-    /// volumeExpansion.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub volume_node_expansion: Option<TemplateTree>,
-
-    /// pav: how a snapshot of a volume is taken (for VolumeSnapshots of a
-    /// VolumeSnapshotClass whose `driver` is this provisioner): `handle`,
-    /// `size` and an optional snapshot creation `podTemplate`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub snapshot_creation: Option<TemplateTree>,
-
-    /// pav: how a snapshot is deleted: an optional snapshot deletion
-    /// `podTemplate`. Needs snapshotCreation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub snapshot_deletion: Option<TemplateTree>,
-
-    /// pav: how much room for new volumes each topology segment (each
-    /// node) has, published as CSIStorageCapacity so the scheduler places
-    /// `WaitForFirstConsumer` claims where they fit: `availableCapacity`
-    /// (and `maximumVolumeSize`) from templates, or an optional capacity
-    /// `podTemplate` run on the segment's node that writes
-    /// `/pav/capacity`; its answer is reused for `cacheFor` (default 5m).
-    /// Dynamic provisioning only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub storage_capacity: Option<TemplateTree>,
-
-    /// pav: how a volume's mutable parameters change when its claim moves
-    /// to another VolumeAttributesClass of this driver: an optional
-    /// modification `podTemplate` and a `refusal` message that refuses them;
-    /// on success the new parameters are recorded on the volume, and
-    /// staging sees them as `mutableParams`. Without it, claims naming a
-    /// VolumeAttributesClass are refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub volume_modification: Option<TemplateTree>,
-
-    /// pav: how a staged volume's health is checked: a health check
-    /// `podTemplate` run on each node where the volume is staged, with the
-    /// volume at `/pav/volume`, every `every` (default 5m); it writes
-    /// `/pav/condition`, which the kubelet reports (NodeGetVolumeStats).
-    /// Without it, a staging pod that keeps running may write
-    /// `/pav/condition` itself.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub volume_health: Option<TemplateTree>,
-
-    /// pav: how a volume is attached to a node before it is staged there
-    /// (Kubernetes VolumeAttachments; the CSIDriver then has
-    /// `attachRequired: true`): the mandatory attach `podTemplate`, whose
-    /// `/pav/publish-context` (a map of strings) staging sees as
-    /// `publishContext`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub volume_attach: Option<TemplateTree>,
-
-    /// pav: how a volume is detached from a node once no pod there uses
-    /// it: an optional detach `podTemplate`. Needs volumeAttach.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub volume_detach: Option<TemplateTree>,
-
-    /// pav: how snapshots of several volumes are taken together (for
-    /// VolumeGroupSnapshots of a VolumeGroupSnapshotClass whose `driver`
-    /// is this provisioner): `handle` and the mandatory group snapshot
-    /// creation `podTemplate`, which writes `/pav/snapshots` (each source
-    /// volume's handle mapped to the handle of its snapshot). The members
-    /// are ordinary snapshots: restored as `source` of kind
-    /// `VolumeSnapshot`, deleted by snapshotDeletion.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub group_snapshot_creation: Option<TemplateTree>,
-
-    /// pav: how a group snapshot and its members are deleted: an optional
-    /// group snapshot deletion `podTemplate`. Needs groupSnapshotCreation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub group_snapshot_deletion: Option<TemplateTree>,
+    /// The phases' sections (`volumeStaging`, `volumeCreation`, ...), each
+    /// under its phase's field; which fields there are, which are required
+    /// and what the CRD says of each come from [`crate::phase`]'s
+    /// definitions.
+    #[serde(flatten)]
+    pub phases: Phases,
 
     /// pav: what a new volume may be created from, besides nothing: a
     /// claim's `dataSource` of kind `VolumeSnapshot` (restore; needs
@@ -190,22 +110,153 @@ pub struct PavProvisionerSpec {
     pub volume_lifecycle_modes: Option<Vec<LifecycleMode>>,
 }
 
-/// What a volume may be created from (a claim's `dataSource.kind`).
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
-pub enum DataSourceKind {
-    /// A VolumeSnapshot of this provisioner: the volume is restored from it.
-    VolumeSnapshot,
-    /// A claim bound to a volume of this provisioner: the volume is cloned.
-    PersistentVolumeClaim,
+impl PavProvisionerSpec {
+    /// Whether the spec has `phase`'s section.
+    pub fn has(&self, phase: Phase) -> bool {
+        self.phases.contains(phase)
+    }
 }
 
-impl DataSourceKind {
-    /// The Kubernetes spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DataSourceKind::VolumeSnapshot => "VolumeSnapshot",
-            DataSourceKind::PersistentVolumeClaim => "PersistentVolumeClaim",
+/// The fields of a spec, in the order [`PavProvisionerSpec`] writes them:
+/// those an unknown field's error lists.
+const SPEC_FIELDS: &[&str] = &{
+    let mut fields = [""; Phase::ALL.len() + 4];
+    fields[0] = "provisioningModes";
+    fields[1] = "getPvcNamespaces";
+    let mut i = 0;
+    while i < Phase::ALL.len() {
+        fields[2 + i] = Phase::ALL[i].field();
+        i += 1;
+    }
+    fields[Phase::ALL.len() + 2] = "dataSources";
+    fields[Phase::ALL.len() + 3] = "volumeLifecycleModes";
+    fields
+};
+
+/// A key of a spec.
+enum SpecKey {
+    ProvisioningModes,
+    GetPvcNamespaces,
+    Phase(Phase),
+    DataSources,
+    VolumeLifecycleModes,
+}
+
+impl<'de> Deserialize<'de> for SpecKey {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+
+        impl Visitor<'_> for KeyVisitor {
+            type Value = SpecKey;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("field identifier")
+            }
+
+            fn visit_str<E: de::Error>(self, key: &str) -> Result<SpecKey, E> {
+                Ok(match key {
+                    "provisioningModes" => SpecKey::ProvisioningModes,
+                    "getPvcNamespaces" => SpecKey::GetPvcNamespaces,
+                    "dataSources" => SpecKey::DataSources,
+                    "volumeLifecycleModes" => SpecKey::VolumeLifecycleModes,
+                    _ => match Phase::ALL.into_iter().find(|phase| phase.field() == key) {
+                        Some(phase) => SpecKey::Phase(phase),
+                        None => return Err(E::unknown_field(key, SPEC_FIELDS)),
+                    },
+                })
+            }
         }
+
+        deserializer.deserialize_identifier(KeyVisitor)
+    }
+}
+
+/// As serde derives it for the struct with `deny_unknown_fields`: an
+/// unknown or repeated field and a missing required one are refused, each
+/// value is read where it stands (its errors keep their location), and a
+/// `null` optional section is absent.
+impl<'de> Deserialize<'de> for PavProvisionerSpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SpecVisitor;
+
+        impl<'de> Visitor<'de> for SpecVisitor {
+            type Value = PavProvisionerSpec;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("struct PavProvisionerSpec")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                /// Reads the value of `field`, which must not be seen yet.
+                fn read<'de, A: MapAccess<'de>, T: Deserialize<'de>>(
+                    map: &mut A,
+                    slot: &mut Option<T>,
+                    field: &'static str,
+                ) -> Result<(), A::Error> {
+                    if slot.is_some() {
+                        return Err(de::Error::duplicate_field(field));
+                    }
+                    *slot = Some(map.next_value()?);
+                    Ok(())
+                }
+
+                let mut provisioning_modes: Option<Vec<ProvisioningMode>> = None;
+                let mut get_pvc_namespaces: Option<Option<Vec<String>>> = None;
+                let mut data_sources: Option<Option<Vec<DataSourceKind>>> = None;
+                let mut volume_lifecycle_modes: Option<Option<Vec<LifecycleMode>>> = None;
+                let mut phases = Phases::default();
+                let mut seen = [false; Phase::ALL.len()];
+                while let Some(key) = map.next_key()? {
+                    match key {
+                        SpecKey::ProvisioningModes => {
+                            read(&mut map, &mut provisioning_modes, "provisioningModes")?
+                        }
+                        SpecKey::GetPvcNamespaces => {
+                            read(&mut map, &mut get_pvc_namespaces, "getPvcNamespaces")?
+                        }
+                        SpecKey::DataSources => read(&mut map, &mut data_sources, "dataSources")?,
+                        SpecKey::VolumeLifecycleModes => read(
+                            &mut map,
+                            &mut volume_lifecycle_modes,
+                            "volumeLifecycleModes",
+                        )?,
+                        SpecKey::Phase(phase) => {
+                            if std::mem::replace(&mut seen[phase.index()], true) {
+                                return Err(de::Error::duplicate_field(phase.field()));
+                            }
+                            // A required section may be null (a template
+                            // tree as written); an optional one is then
+                            // absent.
+                            let section = if phase.required() {
+                                Some(map.next_value::<TemplateTree>()?)
+                            } else {
+                                map.next_value::<Option<TemplateTree>>()?
+                            };
+                            if let Some(section) = section {
+                                phases.insert(phase, section);
+                            }
+                        }
+                    }
+                }
+                let provisioning_modes = provisioning_modes
+                    .ok_or_else(|| de::Error::missing_field("provisioningModes"))?;
+                if let Some(missing) = Phase::ALL
+                    .into_iter()
+                    .find(|phase| phase.required() && !seen[phase.index()])
+                {
+                    return Err(de::Error::missing_field(missing.field()));
+                }
+                Ok(PavProvisionerSpec {
+                    provisioning_modes,
+                    get_pvc_namespaces: get_pvc_namespaces.flatten(),
+                    phases,
+                    data_sources: data_sources.flatten(),
+                    volume_lifecycle_modes: volume_lifecycle_modes.flatten(),
+                })
+            }
+        }
+
+        deserializer.deserialize_struct("PavProvisionerSpec", SPEC_FIELDS, SpecVisitor)
     }
 }
 
@@ -265,71 +316,6 @@ pub enum ProvisioningMode {
     Static,
 }
 
-/// Whether a volume is a file system or a raw block device.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
-pub enum VolumeMode {
-    /// A directory tree.
-    Filesystem,
-    /// A block special file.
-    Block,
-}
-
-impl VolumeMode {
-    /// All volume modes, in the guide's order.
-    pub const ALL: [VolumeMode; 2] = [VolumeMode::Filesystem, VolumeMode::Block];
-
-    /// The Kubernetes spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VolumeMode::Filesystem => "Filesystem",
-            VolumeMode::Block => "Block",
-        }
-    }
-}
-
-/// How pods may use a volume.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
-pub enum AccessMode {
-    /// Read-write by the pods of a single node.
-    ReadWriteOnce,
-    /// Read-only by pods on many nodes.
-    ReadOnlyMany,
-    /// Read-write by pods on many nodes.
-    ReadWriteMany,
-    /// Read-write by a single pod. Not in the PaV guide (it predates the
-    /// mode): a provisioner serves it only when its
-    /// `volumeValidation.accessModes` names it.
-    ReadWriteOncePod,
-}
-
-impl AccessMode {
-    /// The guide's three modes, in its order: the default of
-    /// `volumeValidation.accessModes`.
-    pub const DEFAULT: [AccessMode; 3] = [
-        AccessMode::ReadWriteOnce,
-        AccessMode::ReadOnlyMany,
-        AccessMode::ReadWriteMany,
-    ];
-
-    /// Every mode a claim may ask for.
-    pub const ALL: [AccessMode; 4] = [
-        AccessMode::ReadWriteOnce,
-        AccessMode::ReadOnlyMany,
-        AccessMode::ReadWriteMany,
-        AccessMode::ReadWriteOncePod,
-    ];
-
-    /// The Kubernetes spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AccessMode::ReadWriteOnce => "ReadWriteOnce",
-            AccessMode::ReadOnlyMany => "ReadOnlyMany",
-            AccessMode::ReadWriteMany => "ReadWriteMany",
-            AccessMode::ReadWriteOncePod => "ReadWriteOncePod",
-        }
-    }
-}
-
 /// A YAML subtree whose string leaves are templates, kept exactly as written.
 ///
 /// Its CRD schema accepts any value (`x-kubernetes-preserve-unknown-fields`),
@@ -352,6 +338,108 @@ impl JsonSchema for TemplateTree {
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         json_schema!({
             "x-kubernetes-preserve-unknown-fields": true,
+        })
+    }
+}
+
+/// The phases' sections of a spec, each a [`TemplateTree`] kept as written,
+/// keyed by [`Phase`]. In the spec each stands under its phase's field
+/// ([`Phase::field`], `volumeStaging`), in [`Phase::ALL`]'s order, absent
+/// sections left out; its CRD schema is each field with the description
+/// of the phase's [`Definition`](crate::phase::Definition), the required
+/// ones (staging) required.
+///
+/// ```
+/// use pav_templates::{Phase, PavProvisionerSpec};
+/// let spec: PavProvisionerSpec = serde_yaml::from_str(
+///     "provisioningModes: [Dynamic]\nvolumeStaging: {podTemplate: {}}\nvolumeAttach: {}\n",
+/// )
+/// .unwrap();
+/// assert!(spec.has(Phase::Attach));
+/// assert!(spec.phases.get(Phase::Expansion).is_none());
+/// assert_eq!(spec.phases.get(Phase::Staging).unwrap().0["podTemplate"], serde_json::json!({}));
+/// ```
+#[derive(Clone, Default, PartialEq)]
+pub struct Phases([Option<TemplateTree>; Phase::ALL.len()]);
+
+impl Phases {
+    /// `phase`'s section, if the spec has it.
+    pub fn get(&self, phase: Phase) -> Option<&TemplateTree> {
+        self.0[phase.index()].as_ref()
+    }
+
+    /// Whether the spec has `phase`'s section.
+    pub fn contains(&self, phase: Phase) -> bool {
+        self.0[phase.index()].is_some()
+    }
+
+    /// Sets `phase`'s section, returning the one it replaces.
+    pub fn insert(&mut self, phase: Phase, section: TemplateTree) -> Option<TemplateTree> {
+        self.0[phase.index()].replace(section)
+    }
+
+    /// Takes `phase`'s section out.
+    pub fn remove(&mut self, phase: Phase) -> Option<TemplateTree> {
+        self.0[phase.index()].take()
+    }
+
+    /// The sections there are, in [`Phase::ALL`]'s order.
+    pub fn iter(&self) -> impl Iterator<Item = (Phase, &TemplateTree)> {
+        Phase::ALL
+            .into_iter()
+            .filter_map(|phase| Some((phase, self.get(phase)?)))
+    }
+}
+
+impl fmt::Debug for Phases {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.iter().map(|(phase, section)| (phase.field(), section)))
+            .finish()
+    }
+}
+
+impl Serialize for Phases {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.iter().count()))?;
+        for (phase, section) in self.iter() {
+            map.serialize_entry(phase.field(), section)?;
+        }
+        map.end()
+    }
+}
+
+/// Each phase's field, as the derived schema of a struct with one
+/// documented field per phase would have it: a [`TemplateTree`] (an
+/// optional one for a section not required) described by the phase's
+/// definition.
+impl JsonSchema for Phases {
+    fn schema_name() -> Cow<'static, str> {
+        "Phases".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let mut properties = serde_json::Map::new();
+        let mut required = Vec::new();
+        for phase in Phase::ALL {
+            let definition = phase.definition();
+            let mut section = if definition.required {
+                required.push(serde_json::Value::from(definition.field));
+                generator.subschema_for::<TemplateTree>()
+            } else {
+                generator.subschema_for::<Option<TemplateTree>>()
+            };
+            section.insert("description".into(), definition.description.into());
+            properties.insert(definition.field.into(), section.into());
+        }
+        json_schema!({
+            "type": "object",
+            "properties": properties,
+            "required": required,
         })
     }
 }
@@ -425,11 +513,133 @@ mod tests {
         let yaml = "provisioningModes: [Dynamic]\nvolumeStaging:\n  podTemplate: {}\n";
         let spec: PavProvisionerSpec = serde_yaml::from_str(yaml).unwrap();
         assert_eq!(spec.provisioning_modes, vec![ProvisioningMode::Dynamic]);
-        assert!(
-            serde_yaml::from_str::<PavProvisionerSpec>(
-                "provisioningModes: [Dynamic]\nvolumeStaging: {}\nvolumeStagin: {}\n"
-            )
-            .is_err()
+        assert_eq!(
+            serde_yaml::to_string(&spec).unwrap(),
+            "provisioningModes:\n- Dynamic\nvolumeStaging:\n  podTemplate: {}\n"
         );
+        let err = serde_yaml::from_str::<PavProvisionerSpec>(
+            "provisioningModes: [Dynamic]\nvolumeStaging: {}\nvolumeStagin: {}\n",
+        )
+        .unwrap_err()
+        .to_string();
+        // serde's own message, naming every field, and where the key is.
+        assert!(
+            err.starts_with(
+                "unknown field `volumeStagin`, expected one of `provisioningModes`, \
+                 `getPvcNamespaces`, `volumeValidation`, `volumeCreation`,"
+            ),
+            "{err}"
+        );
+        assert!(
+            err.ends_with("`dataSources`, `volumeLifecycleModes` at line 3 column 1"),
+            "{err}"
+        );
+        let err = serde_json::from_str::<PavProvisionerSpec>(
+            r#"{"provisioningModes": ["Dynamic"], "volumeStaging": {}, "spex": 1}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().starts_with("unknown field `spex`"), "{err}");
+    }
+
+    /// The phases' sections read and write as the struct with a field per
+    /// phase did: required staging, each field once, a null optional
+    /// section absent, written in the phases' order without the absent.
+    #[test]
+    fn phase_sections_read_and_write_as_fields() {
+        let error = |yaml: &str| {
+            serde_yaml::from_str::<PavProvisionerSpec>(yaml)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            error("volumeStaging: {}\n"),
+            "missing field `provisioningModes`"
+        );
+        assert_eq!(
+            error("provisioningModes: [Dynamic]\nvolumeHealth: {}\n"),
+            "missing field `volumeStaging`"
+        );
+        assert_eq!(
+            error(
+                "provisioningModes: [Dynamic]\nvolumeStaging: {}\nvolumeHealth: null\nvolumeHealth: {}\n"
+            ),
+            "duplicate field `volumeHealth`"
+        );
+        assert_eq!(
+            error("provisioningModes: [Dynamic]\nvolumeStaging: {}\ndataSources: 5\n"),
+            "dataSources: invalid type: integer `5`, expected a sequence at line 3 column 14"
+        );
+
+        let spec: PavProvisionerSpec = serde_yaml::from_str(
+            "volumeLifecycleModes: [Ephemeral]\n\
+             groupSnapshotDeletion: {z: 1}\n\
+             volumeHealth: null\n\
+             volumeStaging: null\n\
+             provisioningModes: [Static]\n\
+             volumeCreation: {}\n",
+        )
+        .unwrap();
+        assert!(spec.has(Phase::Creation) && spec.has(Phase::GroupSnapshotDeletion));
+        assert!(!spec.has(Phase::Health));
+        assert_eq!(
+            spec.phases.get(Phase::Staging),
+            Some(&TemplateTree(serde_json::Value::Null))
+        );
+        let phases: Vec<Phase> = spec.phases.iter().map(|(phase, _)| phase).collect();
+        assert_eq!(
+            phases,
+            [
+                Phase::Creation,
+                Phase::Staging,
+                Phase::GroupSnapshotDeletion
+            ]
+        );
+        assert_eq!(
+            serde_json::to_string(&spec).unwrap(),
+            r#"{"provisioningModes":["Static"],"volumeCreation":{},"volumeStaging":null,"groupSnapshotDeletion":{"z":1},"volumeLifecycleModes":["Ephemeral"]}"#
+        );
+        let back: PavProvisionerSpec =
+            serde_json::from_value(serde_json::to_value(&spec).unwrap()).unwrap();
+        assert_eq!(back, spec);
+
+        let mut spec = spec;
+        assert!(
+            spec.phases
+                .insert(Phase::Attach, TemplateTree(serde_json::json!({})))
+                .is_none()
+        );
+        assert!(spec.phases.remove(Phase::Creation).is_some());
+        assert!(spec.has(Phase::Attach) && !spec.has(Phase::Creation));
+    }
+
+    /// Each phase's field in the CRD is its definition's: the description,
+    /// any value allowed, required only if the phase is.
+    #[test]
+    fn crd_describes_each_phase_from_its_definition() {
+        let crd = PavProvisioner::definition();
+        let spec = &crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap()
+            .properties
+            .as_ref()
+            .unwrap()["spec"];
+        let properties = spec.properties.as_ref().unwrap();
+        let required = spec.required.as_deref().unwrap();
+        for phase in Phase::ALL {
+            let definition = phase.definition();
+            let field = &properties[definition.field];
+            assert_eq!(field.description.as_deref(), Some(definition.description));
+            assert_eq!(field.x_kubernetes_preserve_unknown_fields, Some(true));
+            assert_eq!(
+                required.iter().any(|r| r == definition.field),
+                definition.required,
+                "{phase}"
+            );
+        }
+        assert_eq!(properties.len(), Phase::ALL.len() + 4);
     }
 }

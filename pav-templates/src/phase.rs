@@ -7,7 +7,9 @@
 //! phase's definition (in [`Phase`]'s order), and the evaluated types
 //! several phases share ([`OptionalPodPhase`], [`StagingPhase`]). So a new
 //! phase touches this file (its variant, its `mod` and re-exports, its
-//! entry in the table) and its own module only.
+//! entry in the table) and its own module only: the spec's field for it,
+//! with its description in the CRD, comes from its definition too
+//! ([`crate::model::Phases`]).
 //!
 //! The rendered keys are decoded through `fields`, the one table of what
 //! each key holds, which `pav check` reads too. It carries what decoding
@@ -114,6 +116,9 @@ pub struct Definition {
     pub phase: Phase,
     /// The spec field holding it (`volumeStaging`).
     pub field: &'static str,
+    /// Whether every spec has its section (`volumeStaging` only): the CRD
+    /// requires the field, and a spec without it is refused.
+    pub required: bool,
     /// Lower-case name (`staging`), as used on the command line, in pod
     /// names and labels, and in metrics.
     pub name: &'static str,
@@ -131,6 +136,9 @@ pub struct Definition {
     pub pod_on_volume_node: bool,
     /// The reason of the Warning event it reports when it fails.
     pub event_reason: &'static str,
+    /// What its section is, for users: the `description` of its field in
+    /// the CRD's schema (`pav crd`), line breaks kept.
+    pub description: &'static str,
 }
 
 /// The keys of a section that is a pod and nothing else.
@@ -194,13 +202,18 @@ impl Phase {
     };
 
     /// This phase's definition.
-    pub fn definition(self) -> &'static Definition {
+    pub const fn definition(self) -> &'static Definition {
         &DEFINITIONS[self.index()]
     }
 
     /// The spec field holding this phase (`volumeStaging`).
-    pub fn field(self) -> &'static str {
+    pub const fn field(self) -> &'static str {
         self.definition().field
+    }
+
+    /// Whether every spec has this phase's section (staging's).
+    pub fn required(self) -> bool {
+        self.definition().required
     }
 
     /// Lower-case name (`staging`), as used on the command line and in pod names.
@@ -241,7 +254,7 @@ impl Phase {
         self.definition().needs_pod
     }
 
-    pub(crate) fn index(self) -> usize {
+    pub(crate) const fn index(self) -> usize {
         self as usize
     }
 }
@@ -357,5 +370,10 @@ mod tests {
         assert!(distinct(
             DEFINITIONS.iter().map(|d| d.event_reason).collect()
         ));
+        for definition in &DEFINITIONS {
+            let description = definition.description;
+            assert!(!description.is_empty(), "{definition:?}");
+            assert_eq!(description, description.trim(), "{definition:?}");
+        }
     }
 }

@@ -24,9 +24,10 @@ use serde_json::{Map, Value as Json};
 use crate::context::{GET_PVC_NAMESPACES_GLOBAL, PhaseContext as _};
 use crate::engine::{self, MAX_PHASE_OUTPUT_BYTES};
 use crate::error::{Error, Location, Result};
-use crate::model::{DataSourceKind, LifecycleMode, PavProvisioner, ProvisioningMode};
+use crate::model::{LifecycleMode, PavProvisioner, ProvisioningMode};
 use crate::phase::fields::{Fields, describe_json};
 use crate::phase::{Phase, Section};
+use crate::volume::DataSourceKind;
 use crate::yaml::yaml_to_json;
 
 mod check;

@@ -34,6 +34,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
+use pav_templates::Phase;
 
 use self::context::DriverContext;
 use self::metrics::Metrics;
@@ -172,22 +173,22 @@ pub fn served_sections(
     provisioner: pav_sdk::Provisioner<controller::PodController>,
     spec: Option<&pav_templates::PavProvisionerSpec>,
 ) -> pav_sdk::Provisioner<controller::PodController> {
-    let provisioner = if spec.is_some_and(|s| s.storage_capacity.is_some()) {
+    let provisioner = if spec.is_some_and(|s| s.has(Phase::Capacity)) {
         provisioner
     } else {
         provisioner.without_capacity()
     };
-    let provisioner = if spec.is_some_and(|s| s.volume_modification.is_some()) {
+    let provisioner = if spec.is_some_and(|s| s.has(Phase::Modification)) {
         provisioner
     } else {
         provisioner.without_modify()
     };
-    let provisioner = if spec.is_some_and(|s| s.group_snapshot_creation.is_some()) {
+    let provisioner = if spec.is_some_and(|s| s.has(Phase::GroupSnapshotCreation)) {
         provisioner
     } else {
         provisioner.without_group_snapshot()
     };
-    if spec.is_some_and(|s| s.volume_attach.is_some()) {
+    if spec.is_some_and(|s| s.has(Phase::Attach)) {
         provisioner
     } else {
         provisioner.without_attach()

@@ -17,12 +17,18 @@ impl Section for Attach {
     const DEFINITION: Definition = Definition {
         phase: Phase::Attach,
         field: "volumeAttach",
+        required: false,
         name: "attach",
         keys: super::POD_ONLY,
         needs_pod: true,
         requires: None,
         pod_on_volume_node: false,
         event_reason: "AttachFailed",
+        description: "pav: how a volume is attached to a node before it is staged there\n\
+                      (Kubernetes VolumeAttachments; the CSIDriver then has\n\
+                      `attachRequired: true`): the mandatory attach `podTemplate`, whose\n\
+                      `/pav/publish-context` (a map of strings) staging sees as\n\
+                      `publishContext`.",
     };
     type Context = StagingContext;
     type Evaluated = StagingPhase;

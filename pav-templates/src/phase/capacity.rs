@@ -23,6 +23,7 @@ impl Section for Capacity {
     const DEFINITION: Definition = Definition {
         phase: Phase::Capacity,
         field: "storageCapacity",
+        required: false,
         name: "capacity",
         keys: &[
             "availableCapacity",
@@ -35,6 +36,13 @@ impl Section for Capacity {
         requires: None,
         pod_on_volume_node: false,
         event_reason: "CapacityFailed",
+        description: "pav: how much room for new volumes each topology segment (each\n\
+                      node) has, published as CSIStorageCapacity so the scheduler places\n\
+                      `WaitForFirstConsumer` claims where they fit: `availableCapacity`\n\
+                      (and `maximumVolumeSize`) from templates, or an optional capacity\n\
+                      `podTemplate` run on the segment's node that writes\n\
+                      `/pav/capacity`; its answer is reused for `cacheFor` (default 5m).\n\
+                      Dynamic provisioning only.",
     };
     type Context = CapacityContext;
     type Evaluated = CapacityPhase;

@@ -22,12 +22,15 @@ impl Section for Creation {
     const DEFINITION: Definition = Definition {
         phase: Phase::Creation,
         field: "volumeCreation",
+        required: false,
         name: "creation",
         keys: &["handle", "capacity", "topology", "podTemplate", "timeout"],
         needs_pod: false,
         requires: None,
         pod_on_volume_node: false,
         event_reason: "CreationFailed",
+        description: "How a volume is created (dynamic provisioning only): `handle`,\n\
+                      `capacity` and an optional creation `podTemplate`.",
     };
     type Context = CreationContext;
     type Evaluated = CreationPhase;

@@ -16,12 +16,15 @@ impl Section for Deletion {
     const DEFINITION: Definition = Definition {
         phase: Phase::Deletion,
         field: "volumeDeletion",
+        required: false,
         name: "deletion",
         keys: super::POD_ONLY,
         needs_pod: false,
         requires: None,
         pod_on_volume_node: false,
         event_reason: "DeletionFailed",
+        description: "How a volume is deleted (dynamic provisioning only): an optional\n\
+                      deletion `podTemplate`.",
     };
     type Context = CreationContext;
     type Evaluated = OptionalPodPhase;

@@ -16,12 +16,15 @@ impl Section for Detach {
     const DEFINITION: Definition = Definition {
         phase: Phase::Detach,
         field: "volumeDetach",
+        required: false,
         name: "detach",
         keys: super::POD_ONLY,
         needs_pod: false,
         requires: Some(Phase::Attach),
         pod_on_volume_node: false,
         event_reason: "DetachFailed",
+        description: "pav: how a volume is detached from a node once no pod there uses\n\
+                      it: an optional detach `podTemplate`. Needs volumeAttach.",
     };
     type Context = StagingContext;
     type Evaluated = OptionalPodPhase;

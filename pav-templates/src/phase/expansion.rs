@@ -21,12 +21,17 @@ impl Section for Expansion {
     const DEFINITION: Definition = Definition {
         phase: Phase::Expansion,
         field: "volumeExpansion",
+        required: false,
         name: "expansion",
         keys: &["capacity", "podTemplate", "timeout"],
         needs_pod: false,
         requires: None,
         pod_on_volume_node: false,
         event_reason: "ExpansionFailed",
+        description: "pav: how a volume grows when its claim asks for more (the\n\
+                      StorageClass needs `allowVolumeExpansion: true`): the new\n\
+                      `capacity` and an optional expansion `podTemplate`. Without it,\n\
+                      volumes do not grow.",
     };
     type Context = ExpansionContext;
     type Evaluated = ExpansionPhase;

@@ -12,9 +12,9 @@ use serde_json::{Map, Value as Json};
 
 use crate::duration::parse_timeout;
 use crate::error::{Error, Location, Result};
-use crate::model::{AccessMode, VolumeMode};
 use crate::phase::Phase;
 use crate::quantity::{Rounding, parse_bytes};
+use crate::volume::{AccessMode, VolumeMode};
 
 /// The rendered keys of one phase, taken out one by one so that leftovers
 /// are reported as unknown fields; with what decoding them needs to know

@@ -21,12 +21,20 @@ impl Section for GroupSnapshotCreation {
     const DEFINITION: Definition = Definition {
         phase: Phase::GroupSnapshotCreation,
         field: "groupSnapshotCreation",
+        required: false,
         name: "group-snapshot-creation",
         keys: &["handle", "podTemplate", "timeout"],
         needs_pod: true,
         requires: None,
         pod_on_volume_node: false,
         event_reason: "GroupSnapshotCreationFailed",
+        description: "pav: how snapshots of several volumes are taken together (for\n\
+                      VolumeGroupSnapshots of a VolumeGroupSnapshotClass whose `driver`\n\
+                      is this provisioner): `handle` and the mandatory group snapshot\n\
+                      creation `podTemplate`, which writes `/pav/snapshots` (each source\n\
+                      volume's handle mapped to the handle of its snapshot). The members\n\
+                      are ordinary snapshots: restored as `source` of kind\n\
+                      `VolumeSnapshot`, deleted by snapshotDeletion.",
     };
     type Context = GroupSnapshotContext;
     type Evaluated = GroupSnapshotCreationPhase;

@@ -16,12 +16,15 @@ impl Section for GroupSnapshotDeletion {
     const DEFINITION: Definition = Definition {
         phase: Phase::GroupSnapshotDeletion,
         field: "groupSnapshotDeletion",
+        required: false,
         name: "group-snapshot-deletion",
         keys: super::POD_ONLY,
         needs_pod: false,
         requires: Some(Phase::GroupSnapshotCreation),
         pod_on_volume_node: false,
         event_reason: "GroupSnapshotDeletionFailed",
+        description: "pav: how a group snapshot and its members are deleted: an optional\n\
+                      group snapshot deletion `podTemplate`. Needs groupSnapshotCreation.",
     };
     type Context = GroupSnapshotContext;
     type Evaluated = OptionalPodPhase;

@@ -22,12 +22,19 @@ impl Section for Health {
     const DEFINITION: Definition = Definition {
         phase: Phase::Health,
         field: "volumeHealth",
+        required: false,
         name: "health",
         keys: &["podTemplate", "timeout", "every"],
         needs_pod: true,
         requires: None,
         pod_on_volume_node: true,
         event_reason: "HealthCheckFailed",
+        description: "pav: how a staged volume's health is checked: a health check\n\
+                      `podTemplate` run on each node where the volume is staged, with the\n\
+                      volume at `/pav/volume`, every `every` (default 5m); it writes\n\
+                      `/pav/condition`, which the kubelet reports (NodeGetVolumeStats).\n\
+                      Without it, a staging pod that keeps running may write\n\
+                      `/pav/condition` itself.",
     };
     type Context = StagingContext;
     type Evaluated = HealthPhase;

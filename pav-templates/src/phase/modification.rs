@@ -22,12 +22,19 @@ impl Section for Modification {
     const DEFINITION: Definition = Definition {
         phase: Phase::Modification,
         field: "volumeModification",
+        required: false,
         name: "modification",
         keys: &["refusal", "podTemplate", "timeout"],
         needs_pod: false,
         requires: None,
         pod_on_volume_node: false,
         event_reason: "ModificationFailed",
+        description: "pav: how a volume's mutable parameters change when its claim moves\n\
+                      to another VolumeAttributesClass of this driver: an optional\n\
+                      modification `podTemplate` and a `refusal` message that refuses them;\n\
+                      on success the new parameters are recorded on the volume, and\n\
+                      staging sees them as `mutableParams`. Without it, claims naming a\n\
+                      VolumeAttributesClass are refused.",
     };
     type Context = ModificationContext;
     type Evaluated = ModificationPhase;

@@ -18,12 +18,17 @@ impl Section for NodeExpansion {
     const DEFINITION: Definition = Definition {
         phase: Phase::NodeExpansion,
         field: "volumeNodeExpansion",
+        required: false,
         name: "node-expansion",
         keys: super::POD_ONLY,
         needs_pod: true,
         requires: Some(Phase::Expansion),
         pod_on_volume_node: true,
         event_reason: "NodeExpansionFailed",
+        description: "pav: how a staged volume grows on its node, while pods use it: the\n\
+                      mandatory node expansion `podTemplate`, run on each node where the\n\
+                      volume is staged, with the volume at `/pav/volume`. Needs\n\
+                      volumeExpansion.",
     };
     type Context = StagingContext;
     type Evaluated = StagingPhase;

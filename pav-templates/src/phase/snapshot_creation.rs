@@ -20,12 +20,16 @@ impl Section for SnapshotCreation {
     const DEFINITION: Definition = Definition {
         phase: Phase::SnapshotCreation,
         field: "snapshotCreation",
+        required: false,
         name: "snapshot-creation",
         keys: &["handle", "size", "podTemplate", "timeout"],
         needs_pod: false,
         requires: None,
         pod_on_volume_node: false,
         event_reason: "SnapshotCreationFailed",
+        description: "pav: how a snapshot of a volume is taken (for VolumeSnapshots of a\n\
+                      VolumeSnapshotClass whose `driver` is this provisioner): `handle`,\n\
+                      `size` and an optional snapshot creation `podTemplate`.",
     };
     type Context = SnapshotContext;
     type Evaluated = SnapshotCreationPhase;

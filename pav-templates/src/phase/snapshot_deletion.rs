@@ -15,12 +15,15 @@ impl Section for SnapshotDeletion {
     const DEFINITION: Definition = Definition {
         phase: Phase::SnapshotDeletion,
         field: "snapshotDeletion",
+        required: false,
         name: "snapshot-deletion",
         keys: super::POD_ONLY,
         needs_pod: false,
         requires: Some(Phase::SnapshotCreation),
         pod_on_volume_node: false,
         event_reason: "SnapshotDeletionFailed",
+        description: "pav: how a snapshot is deleted: an optional snapshot deletion\n\
+                      `podTemplate`. Needs snapshotCreation.",
     };
     type Context = SnapshotContext;
     type Evaluated = OptionalPodPhase;

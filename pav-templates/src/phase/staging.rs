@@ -18,12 +18,15 @@ impl Section for Staging {
     const DEFINITION: Definition = Definition {
         phase: Phase::Staging,
         field: "volumeStaging",
+        required: true,
         name: "staging",
         keys: super::POD_ONLY,
         needs_pod: true,
         requires: None,
         pod_on_volume_node: true,
         event_reason: "StagingFailed",
+        description: "How a volume is made available on a node: the mandatory staging\n\
+                      `podTemplate`, whose pod exposes the volume at `/pav/volume`.",
     };
     type Context = StagingContext;
     type Evaluated = StagingPhase;

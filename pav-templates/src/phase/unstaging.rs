@@ -15,12 +15,14 @@ impl Section for Unstaging {
     const DEFINITION: Definition = Definition {
         phase: Phase::Unstaging,
         field: "volumeUnstaging",
+        required: false,
         name: "unstaging",
         keys: super::POD_ONLY,
         needs_pod: false,
         requires: None,
         pod_on_volume_node: true,
         event_reason: "UnstagingFailed",
+        description: "How staging is undone on a node: an optional unstaging `podTemplate`.",
     };
     type Context = StagingContext;
     type Evaluated = OptionalPodPhase;

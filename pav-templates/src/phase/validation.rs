@@ -14,7 +14,7 @@ use super::fields::Fields;
 use super::{Definition, Phase, Section};
 use crate::context::ValidationContext;
 use crate::error::{Error, Result};
-use crate::model::{AccessMode, VolumeMode};
+use crate::volume::{AccessMode, VolumeMode};
 
 /// `spec.volumeValidation` as a [`Section`], rendered with a dynamic or a
 /// static [`ValidationContext`].
@@ -25,6 +25,7 @@ impl Section for Validation {
     const DEFINITION: Definition = Definition {
         phase: Phase::Validation,
         field: "volumeValidation",
+        required: false,
         name: "validation",
         keys: &[
             "volumeModes",
@@ -38,6 +39,8 @@ impl Section for Validation {
         requires: None,
         pod_on_volume_node: false,
         event_reason: "ValidationFailed",
+        description: "What volumes may be requested: `volumeModes`, `accessModes`,\n\
+                      `minCapacity`, `maxCapacity` and an optional validation `podTemplate`.",
     };
     type Context = ValidationContext;
     type Evaluated = ValidationPhase;
@@ -112,7 +115,7 @@ impl ValidationPhase {
     /// rule the request breaks, in the user's terms.
     ///
     /// ```
-    /// use pav_templates::{phase::ValidationPhase, model::{AccessMode, VolumeMode}};
+    /// use pav_templates::{phase::ValidationPhase, volume::{AccessMode, VolumeMode}};
     /// let rules = ValidationPhase {
     ///     volume_modes: vec![VolumeMode::Filesystem],
     ///     access_modes: AccessMode::DEFAULT.to_vec(),

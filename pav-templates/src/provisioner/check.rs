@@ -6,12 +6,13 @@ use serde_json::Value as Json;
 
 use crate::duration::parse_timeout;
 use crate::error::{Error, Location};
-use crate::model::{DataSourceKind, LifecycleMode, ProvisioningMode};
+use crate::model::{LifecycleMode, ProvisioningMode};
 use crate::phase::Phase;
 use crate::phase::fields::{
     Kind, PodTemplateError, capacity_rounding, describe_json, kind, pod_template_from_json,
 };
 use crate::quantity::{Rounding, parse_bytes};
+use crate::volume::DataSourceKind;
 
 /// Walks the spec as written, collecting every problem and compiling every
 /// template.

@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
 use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::Resource as _;
-use pav_templates::{LifecycleMode, PavProvisioner};
+use pav_templates::{LifecycleMode, PavProvisioner, Phase};
 use serde_json::{Value, json};
 
 use super::{
@@ -318,12 +318,12 @@ impl<'a> Builder<'a> {
                 .map(|owner| super::json(&owner)),
             name,
             settings,
-            expands: provisioner.spec.volume_expansion.is_some(),
-            snapshots: provisioner.spec.snapshot_creation.is_some(),
-            group_snapshots: provisioner.spec.group_snapshot_creation.is_some(),
-            capacity: provisioner.spec.storage_capacity.is_some(),
-            modifies: provisioner.spec.volume_modification.is_some(),
-            attaches: provisioner.spec.volume_attach.is_some(),
+            expands: provisioner.spec.has(Phase::Expansion),
+            snapshots: provisioner.spec.has(Phase::SnapshotCreation),
+            group_snapshots: provisioner.spec.has(Phase::GroupSnapshotCreation),
+            capacity: provisioner.spec.has(Phase::Capacity),
+            modifies: provisioner.spec.has(Phase::Modification),
+            attaches: provisioner.spec.has(Phase::Attach),
             lifecycle_modes: (provisioner.spec.volume_lifecycle_modes.clone())
                 .unwrap_or_else(|| vec![LifecycleMode::Persistent]),
         }
