@@ -48,14 +48,8 @@ impl Section for Capacity {
     type Evaluated = CapacityPhase;
 
     fn decode(fields: &mut Fields<'_>) -> Result<CapacityPhase> {
-        let available_capacity = match fields.take("availableCapacity") {
-            None => None,
-            Some(value) => Some(fields.bytes("availableCapacity", value)?),
-        };
-        let maximum_volume_size = match fields.take("maximumVolumeSize") {
-            None => None,
-            Some(value) => Some(fields.capacity("maximumVolumeSize", value)?),
-        };
+        let available_capacity = fields.optional_bytes("availableCapacity")?;
+        let maximum_volume_size = fields.optional_capacity("maximumVolumeSize")?;
         let pod_template = fields.pod_template()?;
         if available_capacity.is_none() && pod_template.is_none() {
             return Err(Error::Rule {

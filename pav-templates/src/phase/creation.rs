@@ -39,10 +39,7 @@ impl Section for Creation {
     /// in `capacity`, or through its pod's `/pav/capacity`.
     fn decode(fields: &mut Fields<'_>) -> Result<CreationPhase> {
         let handle = fields.handle("handle")?;
-        let capacity = match fields.take("capacity") {
-            None => None,
-            Some(value) => Some(fields.capacity("capacity", value)?),
-        };
+        let capacity = fields.optional_capacity("capacity")?;
         let topology = match fields.take("topology") {
             None => None,
             Some(value) => Some(

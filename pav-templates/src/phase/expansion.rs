@@ -37,10 +37,7 @@ impl Section for Expansion {
     type Evaluated = ExpansionPhase;
 
     fn decode(fields: &mut Fields<'_>) -> Result<ExpansionPhase> {
-        let capacity = match fields.take("capacity") {
-            None => None,
-            Some(value) => Some(fields.capacity("capacity", value)?),
-        };
+        let capacity = fields.optional_capacity("capacity")?;
         Ok(ExpansionPhase {
             capacity,
             pod_template: fields.pod_template()?,

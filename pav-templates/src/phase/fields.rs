@@ -98,6 +98,18 @@ impl Fields<'_> {
         Ok(bytes)
     }
 
+    /// The capacity at `key` ([`Fields::capacity`]), if the spec gives one.
+    pub(super) fn optional_capacity(&mut self, key: &str) -> Result<Option<u64>> {
+        let value = self.take(key);
+        value.map(|value| self.capacity(key, value)).transpose()
+    }
+
+    /// The bytes at `key` ([`Fields::bytes`]), if the spec gives them.
+    pub(super) fn optional_bytes(&mut self, key: &str) -> Result<Option<u64>> {
+        let value = self.take(key);
+        value.map(|value| self.bytes(key, value)).transpose()
+    }
+
     /// A quantity of bytes, 0 allowed (room that is used up).
     pub(super) fn bytes(&self, key: &str, value: Json) -> Result<u64> {
         let rounding = match kind(key) {

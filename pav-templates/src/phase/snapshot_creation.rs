@@ -36,10 +36,7 @@ impl Section for SnapshotCreation {
 
     fn decode(fields: &mut Fields<'_>) -> Result<SnapshotCreationPhase> {
         let handle = fields.handle("handle")?;
-        let size = match fields.take("size") {
-            None => None,
-            Some(value) => Some(fields.capacity("size", value)?),
-        };
+        let size = fields.optional_capacity("size")?;
         Ok(SnapshotCreationPhase {
             handle,
             size,

@@ -60,10 +60,7 @@ impl Section for Validation {
             None => 1,
             Some(value) => fields.capacity("minCapacity", value)?,
         };
-        let max_capacity = match fields.take("maxCapacity") {
-            None => None,
-            Some(value) => Some(fields.capacity("maxCapacity", value)?),
-        };
+        let max_capacity = fields.optional_capacity("maxCapacity")?;
         if let Some(max) = max_capacity
             && min_capacity > max
         {
