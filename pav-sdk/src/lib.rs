@@ -444,7 +444,8 @@
 
 // The modules use each other without a cycle (pav's tests/module_graph.rs),
 // from the bottom up: `error` and `volume_id`; `types`, the values the
-// requests share; the touch points with their requests (`attach`,
+// requests share (a volume's record among them, which `records` keeps);
+// the touch points with their requests (`attach`,
 // `health`, `snapshot`, `touch_points`, then `group_snapshot` over
 // `snapshot`); `build`, their constructors; `records`, which wraps the
 // touch points; and on top `provisioner`, which bundles them and the

@@ -180,6 +180,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         P: Stage,
     {
         self.stage = Some(self.inner.clone());
+        self.rewrap_records();
         self
     }
 
@@ -189,6 +190,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         P: Unstage,
     {
         self.unstage = Some(self.inner.clone());
+        self.rewrap_records();
         self
     }
 
@@ -398,7 +400,9 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
                 max_volumes_per_node: self.max_volumes_per_node,
                 snapshot: self.snapshot.clone(),
                 group_snapshot: self.group_snapshot.clone(),
-                node_expand: self.node_expand.is_some(),
+                stage: self.stage.clone(),
+                unstage: self.unstage.clone(),
+                node_expand: self.node_expand.clone(),
             };
             let keeper = Arc::new(RecordKeeper::new(&records, author));
             self.records = Some((records, keeper));
@@ -459,14 +463,22 @@ impl<P> Provisioner<P> {
         }
     }
 
-    /// The Stage touch point, if implemented.
+    /// The Stage touch point, if implemented; with records, it gets the
+    /// volume's ([`StageRequest::record`](crate::StageRequest::record)).
     pub fn stage(&self) -> Option<&dyn Stage> {
-        self.stage.as_deref()
+        match &self.records {
+            Some((_, keeper)) if self.stage.is_some() => Some(keeper.as_ref()),
+            _ => self.stage.as_deref(),
+        }
     }
 
-    /// The Unstage touch point, if implemented.
+    /// The Unstage touch point, if implemented; with records, it gets the
+    /// volume's.
     pub fn unstage(&self) -> Option<&dyn Unstage> {
-        self.unstage.as_deref()
+        match &self.records {
+            Some((_, keeper)) if self.unstage.is_some() => Some(keeper.as_ref()),
+            _ => self.unstage.as_deref(),
+        }
     }
 
     /// The Stats touch point, if implemented.
@@ -515,9 +527,13 @@ impl<P> Provisioner<P> {
         self.health.as_deref()
     }
 
-    /// The NodeExpand touch point, if implemented.
+    /// The NodeExpand touch point, if implemented; with records, it gets
+    /// the volume's.
     pub fn node_expand(&self) -> Option<&dyn NodeExpand> {
-        self.node_expand.as_deref()
+        match &self.records {
+            Some((_, keeper)) if self.node_expand.is_some() => Some(keeper.as_ref()),
+            _ => self.node_expand.as_deref(),
+        }
     }
 
     /// The Capacity touch point, if implemented.
