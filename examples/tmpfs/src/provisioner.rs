@@ -86,7 +86,9 @@ impl Create for Tmpfs {
 impl Delete for Tmpfs {
     async fn delete(&self, req: DeleteRequest) -> Result<()> {
         let dir = self.path("volumes", &req.handle)?;
-        mount::unmount(&dir).map_err(|e| io("unmounting", &dir, e))?;
+        mount::unmount(&dir)
+            .await
+            .map_err(|e| io("unmounting", &dir, e))?;
         removed(&dir, std::fs::remove_dir(&dir))
     }
 }
@@ -102,6 +104,7 @@ impl Stage for Tmpfs {
         let flags = MountFlags::NOSUID | MountFlags::NODEV;
         let data = format!("size={size},mode=0777");
         let fresh = mount::mount_once("tmpfs", &dir, "tmpfs", flags, &data)
+            .await
             .map_err(|e| io("mounting", &dir, e))?;
         if let (true, Some(snapshot)) = (fresh, req.context.get("snapshot")) {
             let from = self.path("snapshots", &VolumeId::new(snapshot.as_str()))?;
@@ -125,7 +128,9 @@ impl NodeExpand for Tmpfs {
         let dir = self.path("volumes", &req.handle)?;
         let size = req.capacity.choose(DEFAULT_SIZE, PAGE)?;
         let flags = MountFlags::NOSUID | MountFlags::NODEV;
-        mount::remount(&dir, flags, &format!("size={size}")).map_err(|e| io("growing", &dir, e))?;
+        mount::remount(&dir, flags, &format!("size={size}"))
+            .await
+            .map_err(|e| io("growing", &dir, e))?;
         Ok(size)
     }
 }
