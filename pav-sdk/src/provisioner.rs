@@ -59,7 +59,7 @@ pub enum Expansion {
 /// | `with_snapshot` | `CREATE_DELETE_SNAPSHOT` and `LIST_SNAPSHOTS` controller capabilities; `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` served; `CreateVolume` from a snapshot accepted |
 /// | `with_group_snapshot` | `GROUP_CONTROLLER_SERVICE` plugin capability and `CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT`; `CreateVolumeGroupSnapshot`, `DeleteVolumeGroupSnapshot`, `GetVolumeGroupSnapshot` served |
 /// | `clones_volumes` | `CLONE_VOLUME` controller capability; `CreateVolume` from a volume accepted |
-/// | `with_node_expand` | `EXPAND_VOLUME` node capability, `NodeExpandVolume` served |
+/// | `with_node_expand` | `EXPAND_VOLUME` node capability, `NodeExpandVolume` served; with records and no `with_expand`, `ControllerExpandVolume` too, answered from the records ([`records`](crate::records)) |
 /// | `ephemeral` | CSI ephemeral inline volumes: `NodePublishVolume` creates and stages, `NodeUnpublishVolume` unstages and deletes (see [`ephemeral`](Provisioner::ephemeral)) |
 /// | `stage_on_publish` | no `STAGE_UNSTAGE_VOLUME`; Stage/Unstage run in `NodePublishVolume`/`NodeUnpublishVolume` |
 ///
@@ -486,12 +486,13 @@ impl<P> Provisioner<P> {
         self.stats.as_deref()
     }
 
-    /// The Expand touch point, if implemented.
+    /// The Expand touch point, if implemented; with records, also for a
+    /// provisioner that grows its volumes on the node only ([`NodeExpand`]
+    /// without [`Expand`]): pav-sdk then records the new size itself.
     pub fn expand(&self) -> Option<&dyn Expand> {
+        let grows = self.expand.is_some() || self.node_expand.is_some();
         match &self.records {
-            Some((_, keeper)) if self.expand.is_some() && self.create.is_some() => {
-                Some(keeper.as_ref())
-            }
+            Some((_, keeper)) if grows && self.create.is_some() => Some(keeper.as_ref()),
             _ => self.expand.as_deref(),
         }
     }

@@ -12,6 +12,7 @@
 //! | Delete of an unrecorded handle | success, without calling [`Delete`](crate::Delete) |
 //! | Delete of a recorded volume | [`Delete::delete`](crate::Delete::delete), then the record is removed |
 //! | Expand | [`Expand::expand`](crate::Expand::expand), then the recorded size; within the budget |
+//! | Expand, for a provisioner with [`NodeExpand`](crate::NodeExpand) and no [`Expand`](crate::Expand) (storage that grows on its node only) | pav-sdk alone: `NOT_FOUND` for an unrecorded volume, the budget checked, the size asked (`min_bytes`) recorded and answered, with node expansion; kubelet's NodeExpandVolume then finds it in [`NodeExpandRequest::record`](crate::NodeExpandRequest::record) |
 //! | Modify | `NOT_FOUND` for an unrecorded volume; else [`Modify::modify`](crate::Modify::modify), then the recorded mutable parameters (the keys it named take their new values) |
 //! | Delete of a recorded volume still attached | `FAILED_PRECONDITION` (in use); [`Delete`](crate::Delete) is not called |
 //! | ControllerPublishVolume, ControllerUnpublishVolume | the recorded attachments answer repeats, conflicts and the per-node limit; [`Attach`](crate::Attach) attaches and detaches (see its table) |

@@ -490,3 +490,57 @@ async fn without_records_node_calls_get_no_record() {
     );
     assert_eq!(p.inner().calls.all(), ["stage vol-pvc-1: no record"]);
 }
+
+/// Storage that grows on its node only: no Expand, its size is what
+/// the record says.
+struct GrowsOnNode;
+
+#[async_trait]
+impl Create for GrowsOnNode {
+    async fn create(&self, req: CreateRequest) -> Result<Volume> {
+        Ok(Volume::new(
+            format!("vol-{}", req.name),
+            req.capacity.choose(MIB, MIB)?,
+        ))
+    }
+}
+
+#[async_trait]
+impl NodeExpand for GrowsOnNode {
+    async fn node_expand(&self, req: NodeExpandRequest) -> Result<u64> {
+        Ok(req.recorded()?.capacity_bytes)
+    }
+}
+
+/// With records, storage that grows on its node is expanded by pav-sdk
+/// alone: the size asked recorded within the budget, node expansion
+/// asked for, a stale request answered with the recorded size.
+#[tokio::test]
+async fn storage_that_grows_on_its_node_is_expanded_from_the_records() {
+    assert!(provisioner!(GrowsOnNode).expand().is_none(), "no records");
+    let dir = tempfile::tempdir().unwrap();
+    let records = Records::in_dir(dir.path()).budget(4 * MIB);
+    let p = provisioner!(GrowsOnNode).keep_records(records);
+    let expander = p.expand().expect("records serve Expand");
+    p.create()
+        .unwrap()
+        .create(request("pvc-1", MIB))
+        .await
+        .unwrap();
+    let grown = expander.expand(build::expand("vol-pvc-1", 3 * MIB)).await;
+    assert_eq!(grown.unwrap(), Expanded::new(3 * MIB).with_node_expansion());
+    let node_expand = build::node_expand("vol-pvc-1", "/staging", VolumeMode::Filesystem);
+    let on_node = p.node_expand().unwrap().node_expand(node_expand).await;
+    assert_eq!(on_node.unwrap(), 3 * MIB);
+    let stale = expander.expand(build::expand("vol-pvc-1", 2 * MIB)).await;
+    assert_eq!(stale.unwrap(), Expanded::new(3 * MIB).with_node_expansion());
+    let too_big = expander.expand(build::expand("vol-pvc-1", 5 * MIB)).await;
+    assert!(
+        matches!(too_big, Err(Error::ResourceExhausted(_))),
+        "{too_big:?}"
+    );
+    let unknown = expander.expand(build::expand("vol-never", 2 * MIB)).await;
+    assert!(matches!(unknown, Err(Error::NotFound(_))), "{unknown:?}");
+    let left = p.capacity().unwrap().capacity(build::capacity()).await;
+    assert_eq!(left.unwrap().available_bytes, MIB);
+}

@@ -264,8 +264,6 @@ impl Delete for RecordKeeper {
 #[async_trait]
 impl Expand for RecordKeeper {
     async fn expand(&self, req: ExpandRequest) -> Result<Expanded> {
-        let expand = (self.author.expand.as_deref())
-            .expect("records serve Expand only for a provisioner with Expand");
         let Some(record) = self.index().await?.volume(&req.handle).cloned() else {
             return Err(Error::NotFound(format!(
                 "volume {:?} does not exist",
@@ -285,7 +283,13 @@ impl Expand for RecordKeeper {
         let growth = requested - record.capacity_bytes;
         let what = format!("growing volume {:?}", record.name);
         self.reserve(growth, &what).await?;
-        let expanded = expand.expand(req).await;
+        let expanded = match self.author.expand.as_deref() {
+            Some(expand) => expand.expand(req).await,
+            // Storage that grows on its node only (records serve Expand
+            // without the author's only with NodeExpand): the size asked
+            // is the volume's once the node has grown it.
+            None => Ok(Expanded::new(requested).with_node_expansion()),
+        };
         self.release(growth).await;
         let expanded = expanded?;
         let updated = VolumeRecord {
