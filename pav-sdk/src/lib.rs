@@ -449,13 +449,15 @@
 // `health`, `snapshot`, `touch_points`, then `group_snapshot` over
 // `snapshot`); `build`, their constructors; `records`, which wraps the
 // touch points; and on top `provisioner`, which bundles them and the
-// record keeper, with `ephemeral` and `register` over it.
+// record keeper, with `ephemeral` and `register` over it; `prelude`
+// re-exports what storage logic names.
 mod attach;
 pub mod build;
 pub mod ephemeral;
 mod error;
 pub mod group_snapshot;
 mod health;
+pub mod prelude;
 mod provisioner;
 pub mod records;
 // Not an API: what the `provisioner!` macro expands to.
