@@ -154,11 +154,12 @@ pub(crate) fn logged<T>(
 /// The errors of pav-csi (and of pav) name the step that failed and
 /// leave the cause to [`source`](std::error::Error::source), so each
 /// cause is said once; print them with this where a person reads them,
-/// in a provisioner's [`pav_sdk::Error`] for one:
+/// in a provisioner's [`pav_sdk::Error`] for one (the mount errors'
+/// conversions into it do, so `?` is all it takes for them):
 ///
 /// ```
 /// # fn f(dir: &std::path::Path) -> pav_sdk::Result<()> {
-/// pav_csi::mount::unmount(dir)
+/// pav_csi::mount::blocking::unmount(dir)
 ///     .map_err(|e| pav_sdk::Error::Internal(pav_csi::error_chain(&e)))?;
 /// # Ok(()) }
 /// ```

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use tonic::Code;
 
-use crate::mount::{self, TableError};
+use crate::mount::TableError;
+use crate::mount::blocking as mount;
 use crate::staged::Records;
 
 /// Why a path is not free for a new mount, naming the field and the path;

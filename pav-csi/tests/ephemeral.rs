@@ -55,7 +55,7 @@ fn unpublish(h: &Harness, id: &str, pod: &str) -> csi::NodeUnpublishVolumeReques
 }
 
 fn is_mounted(path: &Path) -> bool {
-    pav_csi::mount::is_mounted(path).unwrap()
+    pav_csi::mount::blocking::is_mounted(path).unwrap()
 }
 
 /// The stored volume created under `name`, if any.
@@ -173,7 +173,7 @@ async fn a_restart_neither_loses_nor_leaks_the_volume() {
     let target = target(&h, "p");
     std::fs::write(target.join("data"), "kept").unwrap();
     h.restart().await;
-    pav_csi::mount::unmount(&target).unwrap();
+    pav_csi::mount::unmount(&target).await.unwrap();
     assert!(!is_mounted(&target));
     h.node.node_publish_volume(publish).await.unwrap();
     assert_eq!(

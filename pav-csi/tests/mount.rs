@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use pav_csi::mount::{self, GrowError, MountFlags, UnmountError};
+use pav_csi::mount::blocking as mount;
+use pav_csi::mount::{GrowError, MountFlags, UnmountError};
 
 /// A filesystem image attached to a loop device and mounted; unmounted and
 /// detached when dropped, also when a test panics.

@@ -12,7 +12,7 @@
 
 use async_trait::async_trait;
 
-use crate::types::{AccessMode, Parameters, Secrets, VolumeMode};
+use crate::types::{AccessMode, Parameters, Secrets, VolumeMode, VolumeRecord, recorded};
 use crate::{Result, VolumeId};
 
 /// Attaches volumes to nodes before they are staged there, and detaches
@@ -142,6 +142,19 @@ pub struct AttachRequest {
     /// Secrets for the operation (external-attacher's
     /// `csi.storage.k8s.io/controller-publish-secret-*` StorageClass keys).
     pub secrets: Secrets,
+    /// The volume as pav-sdk recorded it (without this attachment), as
+    /// for [`StageRequest::record`](crate::StageRequest::record). With
+    /// records it is always there: pav-sdk answers `NOT_FOUND` for an
+    /// unrecorded volume without asking; `None` without records.
+    pub record: Option<VolumeRecord>,
+}
+
+impl AttachRequest {
+    /// [`record`](Self::record), or [`Error::NotFound`](crate::Error::NotFound)
+    /// when there is none.
+    pub fn recorded(&self) -> Result<&VolumeRecord> {
+        recorded(&self.record, &self.handle)
+    }
 }
 
 /// What [`Attach::attach`] answers: what the node needs to use the volume.
@@ -192,6 +205,7 @@ pub(crate) mod build {
             read_only: false,
             context: Parameters::new(),
             secrets: Secrets::default(),
+            record: None,
         }
     }
 

@@ -102,6 +102,7 @@ pub fn stage(
         secrets: Secrets::default(),
         pod: None,
         publish_context: Parameters::new(),
+        record: None,
     }
 }
 
@@ -146,6 +147,7 @@ pub fn node_expand(
         staging_path: None,
         volume_mode: mode,
         capacity: CapacityRange::default(),
+        record: None,
     }
 }
 
@@ -187,5 +189,6 @@ pub fn unstage(
         handle: handle.into(),
         node_id: node_id.into(),
         target_path: target_path.into(),
+        record: None,
     }
 }

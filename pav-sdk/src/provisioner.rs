@@ -59,7 +59,7 @@ pub enum Expansion {
 /// | `with_snapshot` | `CREATE_DELETE_SNAPSHOT` and `LIST_SNAPSHOTS` controller capabilities; `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` served; `CreateVolume` from a snapshot accepted |
 /// | `with_group_snapshot` | `GROUP_CONTROLLER_SERVICE` plugin capability and `CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT`; `CreateVolumeGroupSnapshot`, `DeleteVolumeGroupSnapshot`, `GetVolumeGroupSnapshot` served |
 /// | `clones_volumes` | `CLONE_VOLUME` controller capability; `CreateVolume` from a volume accepted |
-/// | `with_node_expand` | `EXPAND_VOLUME` node capability, `NodeExpandVolume` served |
+/// | `with_node_expand` | `EXPAND_VOLUME` node capability, `NodeExpandVolume` served; with records and no `with_expand`, `ControllerExpandVolume` too, answered from the records ([`records`](crate::records)) |
 /// | `ephemeral` | CSI ephemeral inline volumes: `NodePublishVolume` creates and stages, `NodeUnpublishVolume` unstages and deletes (see [`ephemeral`](Provisioner::ephemeral)) |
 /// | `stage_on_publish` | no `STAGE_UNSTAGE_VOLUME`; Stage/Unstage run in `NodePublishVolume`/`NodeUnpublishVolume` |
 ///
@@ -180,6 +180,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         P: Stage,
     {
         self.stage = Some(self.inner.clone());
+        self.rewrap_records();
         self
     }
 
@@ -189,6 +190,7 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         P: Unstage,
     {
         self.unstage = Some(self.inner.clone());
+        self.rewrap_records();
         self
     }
 
@@ -398,7 +400,9 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
                 max_volumes_per_node: self.max_volumes_per_node,
                 snapshot: self.snapshot.clone(),
                 group_snapshot: self.group_snapshot.clone(),
-                node_expand: self.node_expand.is_some(),
+                stage: self.stage.clone(),
+                unstage: self.unstage.clone(),
+                node_expand: self.node_expand.clone(),
             };
             let keeper = Arc::new(RecordKeeper::new(&records, author));
             self.records = Some((records, keeper));
@@ -459,14 +463,22 @@ impl<P> Provisioner<P> {
         }
     }
 
-    /// The Stage touch point, if implemented.
+    /// The Stage touch point, if implemented; with records, it gets the
+    /// volume's ([`StageRequest::record`](crate::StageRequest::record)).
     pub fn stage(&self) -> Option<&dyn Stage> {
-        self.stage.as_deref()
+        match &self.records {
+            Some((_, keeper)) if self.stage.is_some() => Some(keeper.as_ref()),
+            _ => self.stage.as_deref(),
+        }
     }
 
-    /// The Unstage touch point, if implemented.
+    /// The Unstage touch point, if implemented; with records, it gets the
+    /// volume's.
     pub fn unstage(&self) -> Option<&dyn Unstage> {
-        self.unstage.as_deref()
+        match &self.records {
+            Some((_, keeper)) if self.unstage.is_some() => Some(keeper.as_ref()),
+            _ => self.unstage.as_deref(),
+        }
     }
 
     /// The Stats touch point, if implemented.
@@ -474,12 +486,13 @@ impl<P> Provisioner<P> {
         self.stats.as_deref()
     }
 
-    /// The Expand touch point, if implemented.
+    /// The Expand touch point, if implemented; with records, also for a
+    /// provisioner that grows its volumes on the node only ([`NodeExpand`]
+    /// without [`Expand`]): pav-sdk then records the new size itself.
     pub fn expand(&self) -> Option<&dyn Expand> {
+        let grows = self.expand.is_some() || self.node_expand.is_some();
         match &self.records {
-            Some((_, keeper)) if self.expand.is_some() && self.create.is_some() => {
-                Some(keeper.as_ref())
-            }
+            Some((_, keeper)) if grows && self.create.is_some() => Some(keeper.as_ref()),
             _ => self.expand.as_deref(),
         }
     }
@@ -515,9 +528,13 @@ impl<P> Provisioner<P> {
         self.health.as_deref()
     }
 
-    /// The NodeExpand touch point, if implemented.
+    /// The NodeExpand touch point, if implemented; with records, it gets
+    /// the volume's.
     pub fn node_expand(&self) -> Option<&dyn NodeExpand> {
-        self.node_expand.as_deref()
+        match &self.records {
+            Some((_, keeper)) if self.node_expand.is_some() => Some(keeper.as_ref()),
+            _ => self.node_expand.as_deref(),
+        }
     }
 
     /// The Capacity touch point, if implemented.

@@ -12,9 +12,11 @@
 //! | Delete of an unrecorded handle | success, without calling [`Delete`](crate::Delete) |
 //! | Delete of a recorded volume | [`Delete::delete`](crate::Delete::delete), then the record is removed |
 //! | Expand | [`Expand::expand`](crate::Expand::expand), then the recorded size; within the budget |
+//! | Expand, for a provisioner with [`NodeExpand`](crate::NodeExpand) and no [`Expand`](crate::Expand) (storage that grows on its node only) | pav-sdk alone: `NOT_FOUND` for an unrecorded volume, the budget checked, the size asked (`min_bytes`) recorded and answered, with node expansion; kubelet's NodeExpandVolume then finds it in [`NodeExpandRequest::record`](crate::NodeExpandRequest::record) |
 //! | Modify | `NOT_FOUND` for an unrecorded volume; else [`Modify::modify`](crate::Modify::modify), then the recorded mutable parameters (the keys it named take their new values) |
 //! | Delete of a recorded volume still attached | `FAILED_PRECONDITION` (in use); [`Delete`](crate::Delete) is not called |
 //! | ControllerPublishVolume, ControllerUnpublishVolume | the recorded attachments answer repeats, conflicts and the per-node limit; [`Attach`](crate::Attach) attaches and detaches (see its table) |
+//! | NodeStageVolume, NodeUnstageVolume, NodeExpandVolume | [`Stage`](crate::Stage), [`Unstage`](crate::Unstage) and [`NodeExpand`](crate::NodeExpand) get the volume's record ([`StageRequest::record`](crate::StageRequest::record)), read from the store at each call; [`Attach`](crate::Attach) gets it too |
 //! | ListVolumes | the recorded volumes, unless the provisioner implements [`List`](crate::List) |
 //! | GetCapacity | the budget less the recorded volumes' sizes, unless it implements [`Capacity`](crate::Capacity) |
 //! | CreateSnapshot, DeleteSnapshot, ListSnapshots | as for volumes, by snapshot name; [`Snapshot::list_snapshots`](crate::Snapshot::list_snapshots) is never called; DeleteSnapshot of a group's member is `INVALID_ARGUMENT` (CSI: delete the group) |
@@ -46,110 +48,13 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::snapshot::SnapshotInfo;
-use crate::types::{ContentSource, Parameters, Topology, Volume, VolumeMode};
+use crate::types::Parameters;
+pub use crate::types::{AttachmentRecord, RecordedMode, RecordedSource, VolumeRecord};
 use crate::{Error, Result, VolumeId};
 
 mod keeper;
 
 pub(crate) use self::keeper::{RecordKeeper, Wrapped};
-
-/// What the SDK records of a volume it created.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct VolumeRecord {
-    /// The name the CO created it under (`CreateRequest::name`).
-    pub name: String,
-    /// Its handle.
-    pub handle: String,
-    /// Its size in bytes, as created or last expanded.
-    pub capacity_bytes: u64,
-    /// The StorageClass parameters it was created with.
-    pub parameters: Parameters,
-    /// Its VolumeAttributesClass parameters: those it was created with,
-    /// each updated by a successful [`Modify`](crate::Modify). Absent from
-    /// records written before pav-sdk knew them (none: a volume could
-    /// not be created with any then).
-    #[serde(default)]
-    pub mutable_parameters: Parameters,
-    /// Its volume context.
-    pub context: Parameters,
-    /// The nodes it is attached to ([`Attach`](crate::Attach)). Absent
-    /// from records written before pav-sdk attached volumes (none were).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub attachments: Vec<AttachmentRecord>,
-    /// Where it is accessible from (the node of a node-local volume).
-    pub accessible_topology: Vec<Topology>,
-    /// `Filesystem` or `Block`.
-    pub volume_mode: RecordedMode,
-    /// The snapshot or volume it was made from.
-    pub source: Option<RecordedSource>,
-    /// When it was created.
-    pub created: SystemTime,
-}
-
-/// What the SDK records of a volume's attachment to a node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct AttachmentRecord {
-    /// The node (`AttachRequest::node_id`).
-    pub node_id: String,
-    /// The volume mode it was attached for.
-    pub volume_mode: RecordedMode,
-    /// The access mode it was attached for, by name (`SingleNodeWriter`, ...).
-    pub access_mode: String,
-    /// Whether it was attached read-only.
-    pub read_only: bool,
-    /// What [`Attach::attach`](crate::Attach::attach) answered.
-    pub publish_context: Parameters,
-}
-
-/// A volume mode as records keep it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum RecordedMode {
-    /// [`VolumeMode::Filesystem`].
-    Filesystem,
-    /// [`VolumeMode::Block`].
-    Block,
-}
-
-impl From<VolumeMode> for RecordedMode {
-    fn from(mode: VolumeMode) -> Self {
-        match mode {
-            VolumeMode::Filesystem => RecordedMode::Filesystem,
-            VolumeMode::Block => RecordedMode::Block,
-        }
-    }
-}
-
-/// What a volume was made from, as records keep it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum RecordedSource {
-    /// Restored from this snapshot handle.
-    Snapshot(String),
-    /// Cloned from this volume handle.
-    Volume(String),
-}
-
-impl RecordedSource {
-    /// The source of a create request, if it has one pav-sdk knows.
-    pub fn of(source: &ContentSource) -> Option<Self> {
-        match source {
-            ContentSource::Snapshot(id) => Some(RecordedSource::Snapshot(id.to_string())),
-            ContentSource::Volume(id) => Some(RecordedSource::Volume(id.to_string())),
-        }
-    }
-}
-
-impl VolumeRecord {
-    /// The volume as Create answered it.
-    pub fn volume(&self) -> Volume {
-        let mut volume = Volume::new(self.handle.clone(), self.capacity_bytes);
-        volume.context = self.context.clone();
-        volume.accessible_topology = self.accessible_topology.clone();
-        volume
-    }
-}
 
 /// What the SDK records of a snapshot it took.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -491,6 +396,7 @@ impl Index {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::Topology;
 
     fn record(name: &str) -> VolumeRecord {
         VolumeRecord {

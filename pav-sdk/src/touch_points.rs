@@ -304,7 +304,10 @@ pub trait NodeExpand: Send + Sync {
     /// [`Expand::expand`] answered
     /// [`node_expansion_required`](crate::Expanded::node_expansion_required),
     /// on the node where the volume is published (or staged). pav-csi has
-    /// checked that a volume is mounted at `req.volume_path`.
+    /// checked that a volume is mounted at `req.volume_path`. Storage
+    /// that grows on its node only needs no [`Expand`] when pav-sdk keeps
+    /// records: it answers the controller's call and records the size,
+    /// which this gets as [`NodeExpandRequest::record`](crate::NodeExpandRequest::record).
     ///
     /// **Codes:** [`NotFound`](crate::Error::NotFound) when the volume is
     /// not there; anything else is retried by kubelet with exponential

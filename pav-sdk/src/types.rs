@@ -6,6 +6,11 @@ use std::path::PathBuf;
 
 use crate::{Error, Result, VolumeId};
 
+mod record;
+
+pub(crate) use record::recorded;
+pub use record::{AttachmentRecord, RecordedMode, RecordedSource, VolumeRecord};
+
 /// StorageClass parameters or a volume's context: string keys to string values.
 pub type Parameters = BTreeMap<String, String>;
 
@@ -465,6 +470,31 @@ pub struct StageRequest {
     /// Untrusted as every request string is: check a device path it
     /// names before using it.
     pub publish_context: Parameters,
+    /// The volume as pav-sdk recorded it when it keeps records
+    /// ([`Provisioner::keep_records`](crate::Provisioner::keep_records)):
+    /// its size as created or last expanded, its parameters, context,
+    /// topology and source, so that Create need not put them in the
+    /// volume context for Stage to parse back. Read from the record store
+    /// at each call, not from what this process loaded before: a node
+    /// plugin sharing the controller's store sees what the controller
+    /// wrote since.
+    ///
+    /// `None` without records; for a volume pav-sdk did not create (a
+    /// static PersistentVolume, one created before records were kept, an
+    /// id nobody issued); and on a node whose record store is not the
+    /// controller's (a records directory local to each node while another
+    /// process serves the controller). [`recorded`](Self::recorded)
+    /// answers `NOT_FOUND` then.
+    pub record: Option<VolumeRecord>,
+}
+
+impl StageRequest {
+    /// [`record`](Self::record), or [`Error::NotFound`] when there is
+    /// none: for a provisioner that keeps records, a volume without one
+    /// is none of its.
+    pub fn recorded(&self) -> Result<&VolumeRecord> {
+        record::recorded(&self.record, &self.handle)
+    }
 }
 
 /// The client pod a volume is published to, from the
@@ -513,6 +543,17 @@ pub struct UnstageRequest {
     /// path when staging on publish); pav-csi has already unmounted whatever
     /// was mounted on it.
     pub target_path: PathBuf,
+    /// The volume as pav-sdk recorded it, as for
+    /// [`StageRequest::record`]; also `None` once the volume was deleted
+    /// (a Delete that came from another process while it was staged here).
+    pub record: Option<VolumeRecord>,
+}
+
+impl UnstageRequest {
+    /// [`record`](Self::record), or [`Error::NotFound`] when there is none.
+    pub fn recorded(&self) -> Result<&VolumeRecord> {
+        record::recorded(&self.record, &self.handle)
+    }
 }
 
 /// Asks how full and how healthy a volume published on this node is.
@@ -673,6 +714,17 @@ pub struct NodeExpandRequest {
     pub volume_mode: VolumeMode,
     /// The size the volume was grown to, when the CO says.
     pub capacity: CapacityRange,
+    /// The volume as pav-sdk recorded it, as for
+    /// [`StageRequest::record`]: with records, its size is what the
+    /// controller's Expand answered (recorded before kubelet calls this).
+    pub record: Option<VolumeRecord>,
+}
+
+impl NodeExpandRequest {
+    /// [`record`](Self::record), or [`Error::NotFound`] when there is none.
+    pub fn recorded(&self) -> Result<&VolumeRecord> {
+        record::recorded(&self.record, &self.handle)
+    }
 }
 
 /// Asks how much room there is for new volumes (CSI `GetCapacity`, from

@@ -40,7 +40,8 @@ impl Attach for Disks {
         if req.node_id == "broken" {
             return Err(Error::Internal("the node does not answer".into()));
         }
-        let device = format!("/dev/disk-{}", req.handle.as_str());
+        // Named after the volume's name, which only its record tells.
+        let device = format!("/dev/disk-{}", req.recorded()?.name);
         Ok(Attached::with_context(Parameters::from([(
             "devicePath".into(),
             device,
@@ -82,7 +83,7 @@ async fn repeats_and_conflicts_are_answered_from_the_records() {
         .attach(attach("vol-a", "n1", AccessMode::SingleNodeWriter))
         .await
         .unwrap();
-    assert_eq!(first.publish_context["devicePath"], "/dev/disk-vol-a");
+    assert_eq!(first.publish_context["devicePath"], "/dev/disk-a");
     let again = attacher
         .attach(attach("vol-a", "n1", AccessMode::SingleNodeWriter))
         .await

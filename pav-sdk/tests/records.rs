@@ -337,3 +337,210 @@ async fn without_modify_records_serve_no_modify() {
     let p = provisioner!(CreateOnly).keep_records(Records::in_dir(dir.path()));
     assert!(p.create().is_some() && p.modify().is_none());
 }
+
+/// Node-local storage whose node calls say what record they were given:
+/// what Create chose reaches them only that way.
+#[derive(Default)]
+struct Local {
+    calls: Calls,
+}
+
+impl Local {
+    /// Notes `call` of `handle` with what its record says.
+    fn note(&self, call: &str, handle: &VolumeId, record: Option<&VolumeRecord>) {
+        let seen = match record {
+            Some(r) => format!(
+                "{} bytes, tier {:?}",
+                r.capacity_bytes,
+                r.parameters.get("tier")
+            ),
+            None => "no record".to_owned(),
+        };
+        self.calls
+            .record(format!("{call} {}: {seen}", handle.as_str()));
+    }
+}
+
+#[async_trait]
+impl Create for Local {
+    async fn create(&self, req: CreateRequest) -> Result<Volume> {
+        Ok(Volume::new(
+            format!("vol-{}", req.name),
+            req.capacity.choose(MIB, MIB)?,
+        ))
+    }
+}
+
+#[async_trait]
+impl Expand for Local {
+    async fn expand(&self, req: ExpandRequest) -> Result<Expanded> {
+        Ok(Expanded::new(req.capacity.min_bytes.unwrap_or(0)).with_node_expansion())
+    }
+}
+
+#[async_trait]
+impl Stage for Local {
+    async fn stage(&self, req: StageRequest) -> Result<Staged> {
+        self.note("stage", &req.handle, req.record.as_ref());
+        req.recorded()?;
+        Ok(Staged::at(req.target_path))
+    }
+}
+
+#[async_trait]
+impl Unstage for Local {
+    async fn unstage(&self, req: UnstageRequest) -> Result<()> {
+        self.note("unstage", &req.handle, req.record.as_ref());
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl NodeExpand for Local {
+    async fn node_expand(&self, req: NodeExpandRequest) -> Result<u64> {
+        self.note("node_expand", &req.handle, req.record.as_ref());
+        Ok(req.recorded()?.capacity_bytes)
+    }
+}
+
+fn stage(handle: &str) -> StageRequest {
+    build::stage(handle, "n1", "/staging", VolumeMode::Filesystem)
+}
+
+/// Stage, NodeExpand and Unstage get the volume's record: its size as
+/// created, then as grown; none once it is deleted, and none for a
+/// volume never created (`recorded` is NOT_FOUND).
+#[tokio::test]
+async fn node_calls_get_the_volumes_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = provisioner!(Local::default()).keep_records(Records::in_dir(dir.path()));
+    let mut create = request("pvc-1", MIB);
+    create.parameters = params(&[("tier", "fast")]);
+    p.create().unwrap().create(create).await.unwrap();
+    p.stage().unwrap().stage(stage("vol-pvc-1")).await.unwrap();
+    let grow = build::expand("vol-pvc-1", 3 * MIB);
+    p.expand().unwrap().expand(grow).await.unwrap();
+    let mut node_expand = build::node_expand("vol-pvc-1", "/staging", VolumeMode::Filesystem);
+    node_expand.capacity.min_bytes = Some(3 * MIB);
+    let grown = p.node_expand().unwrap().node_expand(node_expand).await;
+    assert_eq!(grown.unwrap(), 3 * MIB);
+    let unstage = || build::unstage("vol-pvc-1", "n1", "/staging");
+    p.unstage().unwrap().unstage(unstage()).await.unwrap();
+    p.delete()
+        .unwrap()
+        .delete(build::delete("vol-pvc-1"))
+        .await
+        .unwrap();
+    p.unstage().unwrap().unstage(unstage()).await.unwrap();
+    let unknown = p.stage().unwrap().stage(stage("vol-never")).await;
+    assert!(matches!(unknown, Err(Error::NotFound(_))), "{unknown:?}");
+    assert_eq!(
+        p.inner().calls.all(),
+        [
+            "stage vol-pvc-1: 1048576 bytes, tier Some(\"fast\")",
+            "node_expand vol-pvc-1: 3145728 bytes, tier Some(\"fast\")",
+            "unstage vol-pvc-1: 3145728 bytes, tier Some(\"fast\")",
+            "unstage vol-pvc-1: no record",
+            "stage vol-never: no record",
+        ]
+    );
+}
+
+/// A node plugin apart from the controller, sharing its record store,
+/// sees the volumes created and grown after its first call: the record
+/// is read from the store, not from what the node loaded then.
+#[tokio::test]
+async fn a_node_sharing_the_store_sees_what_the_controller_recorded_since() {
+    let dir = tempfile::tempdir().unwrap();
+    let keep = || Records::in_dir(dir.path());
+    let controller = provisioner!(Local::default()).keep_records(keep());
+    let node = provisioner!(Local::default()).keep_records(keep());
+    let early = node.stage().unwrap().stage(stage("vol-pvc-1")).await;
+    assert!(matches!(early, Err(Error::NotFound(_))), "{early:?}");
+    let create = request("pvc-1", 2 * MIB);
+    controller.create().unwrap().create(create).await.unwrap();
+    node.stage()
+        .unwrap()
+        .stage(stage("vol-pvc-1"))
+        .await
+        .unwrap();
+    let grow = build::expand("vol-pvc-1", 3 * MIB);
+    controller.expand().unwrap().expand(grow).await.unwrap();
+    let node_expand = build::node_expand("vol-pvc-1", "/staging", VolumeMode::Filesystem);
+    let grown = node.node_expand().unwrap().node_expand(node_expand).await;
+    assert_eq!(grown.unwrap(), 3 * MIB);
+    assert_eq!(
+        node.inner().calls.all(),
+        [
+            "stage vol-pvc-1: no record",
+            "stage vol-pvc-1: 2097152 bytes, tier None",
+            "node_expand vol-pvc-1: 3145728 bytes, tier None",
+        ]
+    );
+}
+
+/// Without records there is no record to give: Stage gets none.
+#[tokio::test]
+async fn without_records_node_calls_get_no_record() {
+    let p = provisioner!(Local::default());
+    let unrecorded = p.stage().unwrap().stage(stage("vol-pvc-1")).await;
+    assert!(
+        matches!(unrecorded, Err(Error::NotFound(_))),
+        "{unrecorded:?}"
+    );
+    assert_eq!(p.inner().calls.all(), ["stage vol-pvc-1: no record"]);
+}
+
+/// Storage that grows on its node only: no Expand, its size is what
+/// the record says.
+struct GrowsOnNode;
+
+#[async_trait]
+impl Create for GrowsOnNode {
+    async fn create(&self, req: CreateRequest) -> Result<Volume> {
+        Ok(Volume::new(
+            format!("vol-{}", req.name),
+            req.capacity.choose(MIB, MIB)?,
+        ))
+    }
+}
+
+#[async_trait]
+impl NodeExpand for GrowsOnNode {
+    async fn node_expand(&self, req: NodeExpandRequest) -> Result<u64> {
+        Ok(req.recorded()?.capacity_bytes)
+    }
+}
+
+/// With records, storage that grows on its node is expanded by pav-sdk
+/// alone: the size asked recorded within the budget, node expansion
+/// asked for, a stale request answered with the recorded size.
+#[tokio::test]
+async fn storage_that_grows_on_its_node_is_expanded_from_the_records() {
+    assert!(provisioner!(GrowsOnNode).expand().is_none(), "no records");
+    let dir = tempfile::tempdir().unwrap();
+    let records = Records::in_dir(dir.path()).budget(4 * MIB);
+    let p = provisioner!(GrowsOnNode).keep_records(records);
+    let expander = p.expand().expect("records serve Expand");
+    p.create()
+        .unwrap()
+        .create(request("pvc-1", MIB))
+        .await
+        .unwrap();
+    let grown = expander.expand(build::expand("vol-pvc-1", 3 * MIB)).await;
+    assert_eq!(grown.unwrap(), Expanded::new(3 * MIB).with_node_expansion());
+    let node_expand = build::node_expand("vol-pvc-1", "/staging", VolumeMode::Filesystem);
+    let on_node = p.node_expand().unwrap().node_expand(node_expand).await;
+    assert_eq!(on_node.unwrap(), 3 * MIB);
+    let stale = expander.expand(build::expand("vol-pvc-1", 2 * MIB)).await;
+    assert_eq!(stale.unwrap(), Expanded::new(3 * MIB).with_node_expansion());
+    let too_big = expander.expand(build::expand("vol-pvc-1", 5 * MIB)).await;
+    assert!(
+        matches!(too_big, Err(Error::ResourceExhausted(_))),
+        "{too_big:?}"
+    );
+    let unknown = expander.expand(build::expand("vol-never", 2 * MIB)).await;
+    assert!(matches!(unknown, Err(Error::NotFound(_))), "{unknown:?}");
+    let left = p.capacity().unwrap().capacity(build::capacity()).await;
+    assert_eq!(left.unwrap().available_bytes, MIB);
+}

@@ -1,7 +1,8 @@
 //! The documentation shows this example's files, and tmpfs's provisioner,
 //! verbatim: each copy must stay identical to the file CI compiles and
 //! runs csi-sanity against. The guide also shows its dependencies, which
-//! must be the ones it builds with.
+//! must be the ones it builds with, and pav-sdk's README those that build
+//! its `main` in a crate of their own.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -202,6 +203,57 @@ fn the_guide_shows_the_dependencies() {
             "{doc_path}: {crate_name} = {asked:?} does not ask for pav's version {version}"
         );
     }
+}
+
+/// pav-sdk/README.md's dependency block builds the driver the crates'
+/// front pages document: a crate of those dependencies alone, whose
+/// `main` and provisioner are this example's (pav-csi's front page shows
+/// the `main`), checks offline, with pav-sdk and pav-csi patched to this
+/// workspace's and the versions of its Cargo.lock. The workspace's own
+/// build cannot tell: a feature one member lacks another may enable
+/// (pav-csi's `logging` was missing from the README, and its `main`
+/// failed with E0433 in a crate of its own). pav's `tests/docs.rs`
+/// checks that they are this example's crates, no more.
+///
+/// Its build directory is kept in `CARGO_TARGET_TMPDIR`, so a later run
+/// checks only what changed (a second); the first builds pav-csi and
+/// its dependencies for it alone, minutes on two cores, which is why it
+/// is left to `--ignored` runs (.ci/run's, with the root tests).
+#[test]
+#[ignore = "builds a crate of its own, minutes the first time: .ci/run runs it"]
+fn pav_sdk_readme_dependencies_build_the_documented_main() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let repo = repo.canonicalize().unwrap();
+    let readme = read("pav-sdk/README.md");
+    let (_, block) = readme.split_once("```toml\n").expect("a toml block");
+    let (block, _) = block.split_once("```").expect("its end");
+    let driver = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pav-sdk-readme-driver");
+    std::fs::create_dir_all(driver.join("src")).unwrap();
+    let patch = |name: &str| format!("{name} = {{ path = {:?} }}\n", repo.join(name));
+    let manifest = format!(
+        "[package]\nname = \"readme-driver\"\nversion = \"0.0.0\"\nedition = \"2024\"\n\
+         publish = false\n\n# Its own workspace, wherever its directory is.\n[workspace]\n\n\
+         {block}\n[patch.crates-io]\n{}{}",
+        patch("pav-sdk"),
+        patch("pav-csi"),
+    );
+    std::fs::write(driver.join("Cargo.toml"), manifest).unwrap();
+    std::fs::copy(repo.join("Cargo.lock"), driver.join("Cargo.lock")).unwrap();
+    for file in ["main.rs", "provisioner.rs"] {
+        let source = repo.join("examples/hostdir/src").join(file);
+        std::fs::copy(source, driver.join("src").join(file)).unwrap();
+    }
+    let checked = std::process::Command::new(env!("CARGO"))
+        .args(["check", "--offline", "--quiet", "--manifest-path"])
+        .arg(driver.join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", driver.join("target"))
+        .output()
+        .expect("cargo runs");
+    assert!(
+        checked.status.success(),
+        "pav-sdk/README.md's dependencies do not build the documented main:\n{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
 }
 
 #[test]

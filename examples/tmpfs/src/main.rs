@@ -50,7 +50,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let node = pav_sdk::Topology::from([(format!("topology.{DRIVER}/node"), cli.node_id.clone())]);
 
     // Every touch point Tmpfs implements; pav-sdk answers repeated
-    // creates, unknown deletes, listing and capacity from its records.
+    // creates, unknown deletes, listing, capacity and the controller's
+    // side of growth from its records, and gives Stage and NodeExpand
+    // their volume's.
     let records = Records::in_dir(cli.dir.join("records")).budget(cli.budget);
     let tmpfs = Tmpfs {
         root: cli.dir,

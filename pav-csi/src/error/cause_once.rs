@@ -394,7 +394,7 @@ fn the_transport_error_is_said_once() {
 /// `freeze` builds its error itself (its fields are private).
 #[test]
 fn a_freeze_error_is_said_once() {
-    let err = crate::mount::freeze("/nonexistent/pav-cause-once").unwrap_err();
+    let err = crate::mount::blocking::freeze("/nonexistent/pav-cause-once").unwrap_err();
     let (message, cause) = (err.to_string(), err.source().unwrap().to_string());
     assert!(!message.contains(&cause), "{message:?} repeats {cause:?}");
     assert_eq!(super::error_chain(&err), format!("{message}: {cause}"));

@@ -44,7 +44,7 @@ pub enum DeviceError {
 /// length (`std::fs::metadata`).
 ///
 /// ```no_run
-/// let bytes = pav_csi::mount::block_device_size("/dev/loop3")?;
+/// let bytes = pav_csi::mount::blocking::block_device_size("/dev/loop3")?;
 /// println!("{} MiB", bytes >> 20);
 /// # Ok::<(), pav_csi::mount::DeviceError>(())
 /// ```
@@ -195,7 +195,7 @@ enum Kind {
 /// ```no_run
 /// # fn f(staging: &std::path::Path) -> Result<(), pav_csi::mount::GrowError> {
 /// // The volume's device has grown: its filesystem follows.
-/// let bytes = pav_csi::mount::grow_filesystem(staging, None)?;
+/// let bytes = pav_csi::mount::blocking::grow_filesystem(staging, None)?;
 /// println!("the filesystem has {bytes} bytes");
 /// # Ok(()) }
 /// ```

@@ -159,7 +159,7 @@ pub enum TableError {
 /// (mount order: a later mount on the same point is on top).
 ///
 /// ```no_run
-/// for mount in pav_csi::mount::mount_table()? {
+/// for mount in pav_csi::mount::blocking::mount_table()? {
 ///     println!("{} on {} ({})", mount.source, mount.mount_point.display(), mount.fstype);
 /// }
 /// # Ok::<(), pav_csi::mount::TableError>(())
@@ -184,7 +184,7 @@ fn parse_table(table: &str) -> Result<Vec<MountInfo>, TableError> {
 ///
 /// ```no_run
 /// # fn f(staging: &std::path::Path) -> Result<(), pav_csi::mount::TableError> {
-/// if let Some(mount) = pav_csi::mount::mounted_at(staging)? {
+/// if let Some(mount) = pav_csi::mount::blocking::mounted_at(staging)? {
 ///     println!("{} ({}) is mounted there", mount.source, mount.fstype);
 /// }
 /// # Ok(()) }
@@ -255,7 +255,7 @@ fn topmost(table: Vec<MountInfo>, path: &Path) -> Option<MountInfo> {
 ///
 /// ```no_run
 /// # fn f(target: &std::path::Path) -> Result<(), pav_csi::mount::TableError> {
-/// if !pav_csi::mount::is_mounted(target)? {
+/// if !pav_csi::mount::blocking::is_mounted(target)? {
 ///     // mount the volume at target
 /// }
 /// # Ok(()) }

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use pav_sdk::VolumeMode;
 use tonic::Code;
 
-use crate::mount::{self, MountError, MountFlags, TableError, UnmountError, same_file};
+use crate::mount::blocking::{self as mount, same_file};
+use crate::mount::{MountError, MountFlags, TableError, UnmountError};
 
 /// Where a staged block device is bind-mounted inside the staging directory,
 /// so that NodePublishVolume finds it again after a driver restart.

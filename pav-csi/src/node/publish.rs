@@ -253,11 +253,12 @@ pub(crate) async fn run(
             VolumeMode::Filesystem => record.staging,
             VolumeMode::Block => record.staging.join(STAGED_DEVICE),
         };
-        let source_read_only = (mount::read_only(&source).map_err(BindError::MountTable)?)
-            .ok_or_else(|| PublishError::NotMounted {
-                volume_id: id.clone(),
-                staged: source.clone(),
-            })?;
+        let source_read_only = (mount::blocking::read_only(&source)
+            .map_err(BindError::MountTable)?)
+        .ok_or_else(|| PublishError::NotMounted {
+            volume_id: id.clone(),
+            staged: source.clone(),
+        })?;
         if published(&target, Some(&source), mode, read_only, source_read_only)? {
             return Ok(());
         }

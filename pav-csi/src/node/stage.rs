@@ -238,7 +238,7 @@ fn record_stage(records: &Records, wanted: &Record) -> Result<bool, StageError> 
         });
     }
     for path in [staging.clone(), staging.join(STAGED_DEVICE)] {
-        if mount::is_mounted(&path).map_err(BindError::MountTable)? {
+        if mount::blocking::is_mounted(&path).map_err(BindError::MountTable)? {
             return Err(StageError::ForeignMount { path });
         }
     }

@@ -38,7 +38,7 @@ pub(super) const NO_CREATE: &str = "the controller does not advertise CREATE_DEL
 
 /// How many mounts are stacked on `path`.
 fn mounts_at(path: &Path) -> Step<usize> {
-    crate::mount::mounts_at(path)
+    crate::mount::blocking::mounts_at(path)
         .map_err(|e| format!("reading the mount table: {}", crate::error_chain(&e)))
 }
 
@@ -1052,7 +1052,7 @@ pub(super) async fn hostile_ids_and_paths(ctx: &mut Ctx<'_>) -> Step<Outcome> {
             changed.join(", ")
         ));
     }
-    let mounted: Vec<PathBuf> = crate::mount::mounts_below(&dir)
+    let mounted: Vec<PathBuf> = crate::mount::blocking::mounts_below(&dir)
         .map_err(|e| format!("reading the mount table: {}", crate::error_chain(&e)))?
         .into_iter()
         .filter(|p| !p.starts_with(&kubelet) && !p.starts_with(&storage))

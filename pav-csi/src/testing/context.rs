@@ -568,7 +568,7 @@ impl<'a> Ctx<'a> {
 
     /// Fails unless nothing is mounted in the kubelet directory.
     pub(super) fn nothing_mounted(&self, when: &str) -> Step<()> {
-        let left = crate::mount::mounts_below(self.h.kubelet_dir())
+        let left = crate::mount::blocking::mounts_below(self.h.kubelet_dir())
             .map_err(|e| format!("reading the mount table: {}", crate::error_chain(&e)))?;
         match left.is_empty() {
             true => Ok(()),

@@ -511,7 +511,7 @@ impl Drop for Harness {
 /// does to its temporary directory, for directories a test makes itself.
 pub fn detach_below(dir: &Path) {
     for _ in 0..64 {
-        match crate::mount::unmount_below(dir) {
+        match crate::mount::blocking::unmount_below(dir) {
             Ok(_) => return,
             Err(e) => match e.mount_point() {
                 Some(point) => {

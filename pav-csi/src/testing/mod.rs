@@ -9,7 +9,7 @@
 //! pav-csi = { version = "0.1", features = ["testing"] }
 //! ```
 //!
-//! Two layers:
+//! Two layers, and faults for tests of your own:
 //!
 //! * [`Harness`] serves a [`Provisioner`](pav_sdk::Provisioner) as a CSI
 //!   driver on a Unix socket in a temporary directory, with a kubelet
@@ -35,6 +35,13 @@
 //!   from pav-csi's cache until the driver restarts). A check whose
 //!   capability the driver does not advertise is [`Outcome::Skipped`],
 //!   not passed.
+//! * [`Faults`] puts a [`Fault`] around any method of the provisioner
+//!   under test ([`Faults::around`] its value, then serve it as usual): a
+//!   delay, an error instead of the call, or an error after it (a crash
+//!   between the storage's work and its record), for the next call or
+//!   every call of a [`Method`], and counts the calls that reached it. A
+//!   test of what a slow call, a cancelled one or a crash does needs no
+//!   hand-written wrapper delegating every method.
 //!
 //! The node checks mount (bind mounts, and whatever the provisioner's
 //! Stage mounts), which needs root; [`Conformance::controller_only`] runs
@@ -169,13 +176,16 @@
 // a driver; `report` says what checks found; `context` is what every
 // check works with (on a harness); `checks` are the checks (on a
 // context, ending in a report's outcome); `conformance` runs them.
+// `faults` stands apart: it wraps the provisioner a test serves.
 mod checks;
 mod conformance;
 mod context;
+mod faults;
 mod harness;
 mod report;
 
 pub use conformance::Conformance;
+pub use faults::{Fault, Faults, Faulty, Method};
 pub use harness::{Harness, HarnessBuilder, HarnessError, detach_below};
 pub use report::{Check, Failure, Failures, Outcome, Report};
 

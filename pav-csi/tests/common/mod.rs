@@ -234,7 +234,9 @@ impl Unstage for Memory {
     async fn unstage(&self, req: UnstageRequest) -> Result<()> {
         self.record("unstage");
         self.unstages.fetch_add(1, Ordering::SeqCst);
-        let mounted = pav_csi::mount::is_mounted(&req.target_path).unwrap_or(true);
+        let mounted = pav_csi::mount::is_mounted(&req.target_path)
+            .await
+            .unwrap_or(true);
         self.mounted_at_unstage.lock().unwrap().push(mounted);
         if (self.failing_unstages.lock().unwrap()).contains(&req.handle.to_string()) {
             return Err(Error::Internal("unstage failure requested by test".into()));

@@ -11,7 +11,9 @@ use super::{Index, RecordStore, RecordedSource, Records, SnapshotRecord, VolumeR
 use crate::attach::Attach;
 use crate::group_snapshot::GroupSnapshot;
 use crate::snapshot::{DeleteSnapshotRequest, Snapshot, SnapshotInfo, SnapshotRequest};
-use crate::touch_points::{Capacity, Create, Delete, Expand, List, Modify};
+use crate::touch_points::{
+    Capacity, Create, Delete, Expand, List, Modify, NodeExpand, Stage, Unstage,
+};
 use crate::types::{
     AvailableCapacity, CapacityRequest, CreateRequest, DeleteRequest, ExpandRequest, Expanded,
     ListedVolume, ModifyRequest, Volume,
@@ -20,6 +22,7 @@ use crate::{Error, Result, VolumeId};
 
 mod attachments;
 mod groups;
+mod node;
 
 /// The author's touch points that records wrap.
 #[derive(Clone, Default)]
@@ -33,11 +36,14 @@ pub(crate) struct Wrapped {
     pub(crate) max_volumes_per_node: Option<u32>,
     pub(crate) snapshot: Option<Arc<dyn Snapshot>>,
     pub(crate) group_snapshot: Option<Arc<dyn GroupSnapshot>>,
-    /// Whether the nodes grow volumes too (NodeExpand is added).
-    pub(crate) node_expand: bool,
+    pub(crate) stage: Option<Arc<dyn Stage>>,
+    pub(crate) unstage: Option<Arc<dyn Unstage>>,
+    /// Also tells whether the nodes grow volumes too.
+    pub(crate) node_expand: Option<Arc<dyn NodeExpand>>,
 }
 
-/// Create, Delete, Expand, Modify, Attach, List, Capacity and Snapshot over records.
+/// Create, Delete, Expand, Modify, Attach, List, Capacity and Snapshot
+/// over records; Stage, Unstage and NodeExpand given their volume's record.
 pub(crate) struct RecordKeeper {
     store: Arc<dyn RecordStore>,
     budget: Option<u64>,
@@ -258,8 +264,6 @@ impl Delete for RecordKeeper {
 #[async_trait]
 impl Expand for RecordKeeper {
     async fn expand(&self, req: ExpandRequest) -> Result<Expanded> {
-        let expand = (self.author.expand.as_deref())
-            .expect("records serve Expand only for a provisioner with Expand");
         let Some(record) = self.index().await?.volume(&req.handle).cloned() else {
             return Err(Error::NotFound(format!(
                 "volume {:?} does not exist",
@@ -271,7 +275,7 @@ impl Expand for RecordKeeper {
             // As large already (a retry, or one that came late): never
             // shrunk, the author not asked.
             let expanded = Expanded::new(record.capacity_bytes);
-            return Ok(match self.author.node_expand {
+            return Ok(match self.author.node_expand.is_some() {
                 true => expanded.with_node_expansion(),
                 false => expanded,
             });
@@ -279,7 +283,13 @@ impl Expand for RecordKeeper {
         let growth = requested - record.capacity_bytes;
         let what = format!("growing volume {:?}", record.name);
         self.reserve(growth, &what).await?;
-        let expanded = expand.expand(req).await;
+        let expanded = match self.author.expand.as_deref() {
+            Some(expand) => expand.expand(req).await,
+            // Storage that grows on its node only (records serve Expand
+            // without the author's only with NodeExpand): the size asked
+            // is the volume's once the node has grown it.
+            None => Ok(Expanded::new(requested).with_node_expansion()),
+        };
         self.release(growth).await;
         let expanded = expanded?;
         let updated = VolumeRecord {

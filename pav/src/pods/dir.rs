@@ -28,7 +28,7 @@ pub(crate) fn remove_pod_dir(dir: &Path) -> std::result::Result<(), PodDirError>
     if std::fs::symlink_metadata(dir).is_err() {
         return Ok(());
     }
-    let unmounted = pav_csi::mount::unmount_below(dir)?;
+    let unmounted = pav_csi::mount::blocking::unmount_below(dir)?;
     if !unmounted.is_empty() {
         tracing::info!(dir = %dir.display(), mounts = ?unmounted, "unmounted what a PaV pod left mounted");
     }

@@ -85,7 +85,7 @@ async fn ephemeral_inline_volumes_are_made_staged_and_deleted_with_the_pod() {
         super::Recorded::Thick,
         "attributes are parameters"
     );
-    assert!(pav_csi::mount::is_mounted(&target).unwrap());
+    assert!(pav_csi::mount::is_mounted(&target).await.unwrap());
     std::fs::write(target.join("token"), "kept").unwrap();
 
     // Health through NodeGetVolumeStats: the ext4 Stage made is intact;

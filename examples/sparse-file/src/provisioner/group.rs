@@ -19,7 +19,8 @@ use std::collections::BTreeSet;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use pav_csi::mount::{Frozen, freeze, mount_table};
+use pav_csi::mount::Frozen;
+use pav_csi::mount::blocking::{freeze, mount_table};
 use pav_sdk::group_snapshot::check_members;
 use pav_sdk::{
     DeleteGroupSnapshotRequest, Error, GetGroupSnapshotRequest, GroupSnapshot, GroupSnapshotInfo,
@@ -156,15 +157,14 @@ fn freeze_mounted(devices: &[String]) -> Result<Vec<Frozen>> {
             (rustix::fs::major(rdev), rustix::fs::minor(rdev))
         })
         .collect();
-    // pav_csi::mount's errors say their step, their source the cause.
-    let internal = |e: &dyn std::error::Error| Error::Internal(pav_csi::error_chain(e));
-    let table = mount_table().map_err(|e| internal(&e))?;
+    // pav_csi::mount's errors become Error::Internal with their chain.
+    let table = mount_table()?;
     let mut seen = BTreeSet::new();
     let mut frozen = Vec::new();
     for mount in table {
         if numbers.contains(&mount.device) && seen.insert(mount.device) {
             // `frozen` thaws what is frozen so far when this returns early.
-            frozen.push(freeze(&mount.mount_point).map_err(|e| internal(&e))?);
+            frozen.push(freeze(&mount.mount_point)?);
             tracing::info!(mount_point = %mount.mount_point.display(), "froze a member's filesystem");
         }
     }

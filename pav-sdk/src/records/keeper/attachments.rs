@@ -139,7 +139,7 @@ impl RecordKeeper {
 
 #[async_trait]
 impl Attach for RecordKeeper {
-    async fn attach(&self, req: AttachRequest) -> Result<Attached> {
+    async fn attach(&self, mut req: AttachRequest) -> Result<Attached> {
         let Some(record) = self.index().await?.volume(&req.handle).cloned() else {
             return Err(Error::NotFound(format!(
                 "volume {:?} does not exist",
@@ -159,6 +159,7 @@ impl Attach for RecordKeeper {
             read_only: req.read_only,
             publish_context: Default::default(),
         };
+        req.record = Some(record.clone());
         let attached = self.author_attach().attach(req).await;
         let recorded = match &attached {
             Ok(attached) => {

@@ -1,0 +1,52 @@
+//! The node's calls over records: Stage, Unstage and NodeExpand get their
+//! volume's record in their request, so that what Create chose (a size, a
+//! source) reaches the node without the volume context.
+
+use async_trait::async_trait;
+
+use super::RecordKeeper;
+use crate::records::VolumeRecord;
+use crate::touch_points::{NodeExpand, Stage, Unstage};
+use crate::types::{NodeExpandRequest, StageRequest, Staged, UnstageRequest};
+use crate::{Result, VolumeId};
+
+impl RecordKeeper {
+    /// The record of the volume `handle`, read from the store rather than
+    /// this process's index: a node plugin may run apart from the
+    /// controller that writes the records, and an index loaded once would
+    /// not see the volumes created or grown since.
+    async fn stored_record(&self, handle: &VolumeId) -> Result<Option<VolumeRecord>> {
+        let recorded = self.store.load().await?;
+        Ok((recorded.volumes.into_iter()).find(|r| r.handle == **handle))
+    }
+}
+
+#[async_trait]
+impl Stage for RecordKeeper {
+    async fn stage(&self, mut req: StageRequest) -> Result<Staged> {
+        let stage = (self.author.stage.as_deref())
+            .expect("records serve Stage only for a provisioner with Stage");
+        req.record = self.stored_record(&req.handle).await?;
+        stage.stage(req).await
+    }
+}
+
+#[async_trait]
+impl Unstage for RecordKeeper {
+    async fn unstage(&self, mut req: UnstageRequest) -> Result<()> {
+        let unstage = (self.author.unstage.as_deref())
+            .expect("records serve Unstage only for a provisioner with Unstage");
+        req.record = self.stored_record(&req.handle).await?;
+        unstage.unstage(req).await
+    }
+}
+
+#[async_trait]
+impl NodeExpand for RecordKeeper {
+    async fn node_expand(&self, mut req: NodeExpandRequest) -> Result<u64> {
+        let node_expand = (self.author.node_expand.as_deref())
+            .expect("records serve NodeExpand only for a provisioner with NodeExpand");
+        req.record = self.stored_record(&req.handle).await?;
+        node_expand.node_expand(req).await
+    }
+}
