@@ -118,8 +118,9 @@ impl PavProvisionerSpec {
 }
 
 /// The fields of a spec, in the order [`PavProvisionerSpec`] writes them:
-/// those an unknown field's error lists.
-const SPEC_FIELDS: &[&str] = &{
+/// those an unknown field's error lists, and the only ones `pav check`
+/// accepts.
+pub(crate) const SPEC_FIELDS: &[&str] = &{
     let mut fields = [""; Phase::ALL.len() + 4];
     fields[0] = "provisioningModes";
     fields[1] = "getPvcNamespaces";

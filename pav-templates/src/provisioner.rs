@@ -24,7 +24,7 @@ use serde_json::{Map, Value as Json};
 use crate::context::{GET_PVC_NAMESPACES_GLOBAL, PhaseContext as _};
 use crate::engine::{self, MAX_PHASE_OUTPUT_BYTES};
 use crate::error::{Error, Location, Result};
-use crate::model::{LifecycleMode, PavProvisioner, ProvisioningMode};
+use crate::model::{LifecycleMode, PavProvisioner, ProvisioningMode, SPEC_FIELDS};
 use crate::phase::fields::{Fields, describe_json};
 use crate::phase::{Phase, Section};
 use crate::volume::DataSourceKind;
@@ -128,14 +128,8 @@ impl CompiledProvisioner {
         let get_pvc_namespaces = checker.check_get_pvc_namespaces(spec_map.get("getPvcNamespaces"));
         let data_sources = checker.check_data_sources(spec_map.get("dataSources"));
         let lifecycle_modes = checker.check_lifecycle_modes(spec_map.get("volumeLifecycleModes"));
-        const NOT_PHASES: [&str; 4] = [
-            "provisioningModes",
-            "getPvcNamespaces",
-            "dataSources",
-            "volumeLifecycleModes",
-        ];
         for key in spec_map.keys() {
-            if !NOT_PHASES.contains(&key.as_str()) && !Phase::ALL.iter().any(|p| p.field() == key) {
+            if !SPEC_FIELDS.contains(&key.as_str()) {
                 checker.problem_schema(&format!("spec.{key}"), "unknown field");
             }
         }

@@ -7,9 +7,13 @@
 //! | [`client`] | the API client of every component, with a client-side rate limit |
 //! | [`operator`] | `pav controller`, the operator: PavProvisioner objects become CSI drivers |
 //! | [`csi`] | `pav csi-controller` / `pav csi-node`: pav-sdk touch points carried out by pods |
+//! | [`driver_error`] | why a step the per-driver RPCs share failed |
+//! | [`leader`] | leader election on a Lease, for `pav controller` |
 //! | [`manifests`] | `pav manifests`: the deployment, generated from Rust types |
 //! | [`phases`] | each phase's plan, pod and `pav render` example, one module per phase |
 //! | [`pods`] | evaluated pod templates become the pods PaV creates |
+//! | [`recipe`] | the one recipe every phase follows: plan it, then run its pod |
+//! | [`snapshots`] | VolumeSnapshotContents, read for ListSnapshots and the operator |
 //! | [`telemetry`] | logs, the metrics server, message bounds |
 
 // The pav image holds no programs to run (clippy.toml).
