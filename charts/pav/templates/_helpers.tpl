@@ -22,3 +22,24 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- end -}}
 {{- join "," $names -}}
 {{- end }}
+
+{{/* The pod securityContext of pav's pods that need no root (the
+controller, the uninstall check), as pav/src/manifests.rs writes it: the
+image's user, 65532, for every container. */}}
+{{- define "pav.nonRootPodSecurity" -}}
+runAsGroup: 65532
+runAsNonRoot: true
+runAsUser: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/* The securityContext of their containers: no privilege escalation, no
+capability, a read-only root. */}}
+{{- define "pav.unprivilegedContainerSecurity" -}}
+allowPrivilegeEscalation: false
+capabilities:
+  drop:
+  - ALL
+readOnlyRootFilesystem: true
+{{- end }}
