@@ -44,8 +44,12 @@ fn run_helm(args: &[&str]) -> String {
     String::from_utf8(output.stdout).expect("UTF-8")
 }
 
-/// `helm template pav charts/pav --namespace NAMESPACE` with `values`
-/// (YAML) and `extra` arguments.
+/// The repository `pav manifests`' default image names, which the chart
+/// requires to be set.
+const REPOSITORY: &str = "image.repository=pav";
+
+/// `helm template pav charts/pav --namespace NAMESPACE` with
+/// [`REPOSITORY`], `values` (YAML) and `extra` arguments.
 fn helm_template(namespace: &str, values: &str, extra: &[&str]) -> Vec<Value> {
     let dir = tempfile::tempdir().unwrap();
     let values_file = dir.path().join("values.yaml");
@@ -59,6 +63,8 @@ fn helm_template(namespace: &str, values: &str, extra: &[&str]) -> Vec<Value> {
         namespace,
         "--values",
         values_file.to_str().unwrap(),
+        "--set",
+        REPOSITORY,
     ];
     args.extend(extra);
     parse(&run_helm(&args))
@@ -339,6 +345,37 @@ fn chart_monitors_need_values_and_the_api() {
     }
 }
 
+/// No registry publishes the pav image, so the chart has no default for
+/// its repository: rendering without one fails, saying what to set and
+/// how to build and push the image, instead of installing pods that can
+/// only end in ImagePullBackOff.
+#[test]
+#[ignore = "needs helm"]
+fn chart_without_an_image_repository_says_how_to_make_one() {
+    let chart = chart();
+    let output = Command::new(helm())
+        .args(["template", "pav", chart.to_str().unwrap()])
+        .output()
+        .expect("running helm");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "rendered without image.repository"
+    );
+    let version = env!("CARGO_PKG_VERSION");
+    for expected in [
+        "image.repository is required".to_owned(),
+        "push it to a registry your nodes pull from".to_owned(),
+        "--set image.repository=REGISTRY/pav".to_owned(),
+        format!("image.tag defaults to {version}"),
+        format!("docker build -t REGISTRY/pav:{version} ."),
+        "scripts/e2e-image".to_owned(),
+        "docs/install.md".to_owned(),
+    ] {
+        assert!(stderr.contains(&expected), "no {expected:?} in: {stderr}");
+    }
+}
+
 #[test]
 #[ignore = "needs helm"]
 fn chart_lints() {
@@ -349,7 +386,7 @@ fn chart_lints() {
         "--strict",
         chart.to_str().unwrap(),
         "--set",
-        "namespace.create=true,logFormat=json",
+        "namespace.create=true,logFormat=json,image.repository=pav",
     ]);
 }
 
