@@ -11,6 +11,7 @@
 //! | [`phases`] | each phase's plan, pod and `pav render` example, one module per phase |
 //! | [`pods`] | evaluated pod templates become the pods PaV creates |
 //! | [`telemetry`] | logs, the metrics server, message bounds |
+//! | [`uninstall_check`] | `pav uninstall-check`: the chart's pre-delete hook refuses while PavProvisioners exist |
 
 // The pav image holds no programs to run (clippy.toml).
 #![deny(clippy::disallowed_methods)]
@@ -27,6 +28,7 @@ pub mod pods;
 pub mod recipe;
 pub mod snapshots;
 pub mod telemetry;
+pub mod uninstall_check;
 
 #[cfg(test)]
 mod cause_once;
