@@ -10,6 +10,9 @@
 # Without a container engine, build the same binary on the host and import
 # a rootfs holding only it (see docs/install.md).
 
+# Pinned by tag, not by digest: a digest (rust:1.95-alpine@sha256:...) would
+# make rebuilds reproducible, but none was taken, since this repository's
+# CI cannot pull images to learn one. Pin it where you build the image.
 FROM rust:1.95-alpine AS build
 # gcc and musl-dev: ring's C and assembly parts; everything else is Rust.
 RUN apk add --no-cache gcc musl-dev
@@ -33,6 +36,9 @@ LABEL org.opencontainers.image.title="pav" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.source="https://github.com/pav-sdk/pav"
 COPY --from=build /pav /usr/local/bin/pav
-# No USER: the node plugin must run as root (privileged, mounts); the
-# controller Deployment sets runAsUser 65532 itself.
+# Not root by default: the controller, every driver's CSI controller and
+# the chart's uninstall check need no root (they also set runAsUser 65532
+# themselves). Only the node plugin, which mounts into the node, runs as
+# root: its DaemonSet says runAsUser 0 (pav/src/manifests/driver.rs).
+USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/pav"]

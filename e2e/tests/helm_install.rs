@@ -1,25 +1,39 @@
 //! The Helm chart `charts/pav` on the real cluster, used the way storage
-//! users install a CSI driver (docs/install.md, "With Helm"):
+//! users install a CSI driver (docs/install.md, "With Helm") and upgrade it
+//! from the chart before (docs/upgrade.md):
 //!
-//! 1. `helm install` into a namespace of its own (`--create-namespace`,
-//!    then labelled for Pod Security as the docs say), with the image
-//!    `scripts/e2e-image` loaded (`pav:dev`, `pullPolicy: Never`, so
-//!    nothing is pulled); the controller becomes ready, and
-//!    `examples/local-volumes` (volumes are image files on the node, so
-//!    data outlives the pods that use it) gets its driver, node plugin
-//!    included, in the release namespace;
+//! 1. `helm install` of this chart with `--create-namespace` is refused,
+//!    saying how to create and label the namespace for Pod Security, and
+//!    leaves nothing; `helm install` of the previous chart
+//!    (`e2e/previous-chart/pav`, its README says which commit), which had
+//!    no such check, into a namespace of its own (`--create-namespace`;
+//!    an upgrade to this chart is refused until the namespace is labelled
+//!    as the message says), with the image `scripts/e2e-image` loaded (`pav:dev`,
+//!    `pullPolicy: Never`, so nothing is pulled); the controller becomes
+//!    ready, and `examples/local-volumes` (volumes are image files on the
+//!    node, so data outlives the pods that use it) gets its driver, node
+//!    plugin included, in the release namespace;
 //! 2. a claim binds and a client pod writes a token into the volume and
 //!    keeps reading it;
-//! 3. `helm upgrade --reset-then-reuse-values --set logFormat=json`: the controller,
-//!    the CSI controller and the node plugin are replaced by pods that log
-//!    JSON, and the volume is kept: same claim, same PersistentVolume, the
-//!    writer read it all along and never restarted, the volume was not
-//!    staged again; once the writer is gone (the new node plugin unstages
-//!    what the old one staged) a new client pod reads the token back;
-//! 4. claim, pods and provisioner deleted, then `helm uninstall`: no object
-//!    labelled as the release's anywhere, nothing in the release namespace
-//!    but what Kubernetes puts in every namespace, no ClusterRoles or
-//!    bindings, no CSIDriver, no image file; only the CRD stays, on purpose
+//! 3. `helm upgrade --reset-then-reuse-values` to `charts/pav`, setting
+//!    `logFormat=json` and `logLevel=debug`, a value the previous chart
+//!    lacks: the values set at install carry over, the controller, the CSI
+//!    controller and the node plugin are replaced by pods that log JSON at
+//!    debug level, and the volume is kept: same claim, same
+//!    PersistentVolume, the writer read it all along and never restarted,
+//!    the volume was not staged again; once the writer is gone (the new
+//!    node plugin unstages what the old one staged) a new client pod reads
+//!    the token back;
+//! 4. claim and pods deleted, then `helm uninstall` in the wrong order,
+//!    the PavProvisioner still there: the chart's pre-delete hook (`pav
+//!    uninstall-check`) refuses, naming it and the `kubectl delete` to run,
+//!    as its pod's termination message, and nothing is uninstalled;
+//! 5. the PavProvisioner deleted as the message says, `helm uninstall`
+//!    again: nothing stuck (no PavProvisioner, PersistentVolume or pod of
+//!    the driver, no pod of the release), no object labelled as the
+//!    release's anywhere, nothing in the release namespace but what
+//!    Kubernetes puts in every namespace, no ClusterRoles or bindings, no
+//!    CSIDriver, no image file; only the CRD stays, on purpose
 //!    (`helm.sh/resource-policy: keep`: deleting it would delete every
 //!    PavProvisioner of the cluster), and the namespace, which Helm never
 //!    deletes when `--create-namespace` made it, holding only the
@@ -83,6 +97,9 @@ const RELEASE_LABELS: &str = "app.kubernetes.io/managed-by=Helm,app.kubernetes.i
 /// Deployment, so the stopping controller may no longer update the Lease
 /// to release it. It goes with the namespace.
 const CONTROLLER_LEASE: &str = "pav-controller";
+/// The Pod Security label the release namespace needs, as the chart's
+/// messages write it.
+const POD_SECURITY_PRIVILEGED: &str = "pod-security.kubernetes.io/enforce=privileged";
 /// The ClusterRoles and ClusterRoleBinding the chart installs (fixed names).
 const CLUSTER_ROLES: [&str; 4] = [
     "pav-controller",
@@ -94,6 +111,16 @@ const CLUSTER_ROLES: [&str; 4] = [
 fn chart() -> String {
     format!("{}/../charts/pav", env!("CARGO_MANIFEST_DIR"))
 }
+
+/// The chart the scenario installs first and upgrades from
+/// (e2e/previous-chart/README.md says which commit it is).
+fn previous_chart() -> String {
+    format!("{}/previous-chart/pav", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The chart's pre-delete hook: its Job, ServiceAccount, ClusterRole and
+/// ClusterRoleBinding (charts/pav/templates/uninstall-check.yaml).
+const UNINSTALL_CHECK: &str = "pav-uninstall-check";
 
 fn example(file: &str) -> String {
     example_file("local-volumes", file)
@@ -160,16 +187,21 @@ fn pav_container(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::Container> {
         .find(|c| c.name == "pav")
 }
 
-/// Whether pod's `pav` container runs with `--log-format json` (the
-/// controller gets `--log-format=json`, the drivers two arguments).
-fn logs_json(pod: &Pod) -> bool {
+/// Whether pod's `pav` container runs with `flag value` (the controller
+/// gets `--flag=value`, the drivers two arguments).
+fn runs_with(pod: &Pod, flag: &str, value: &str) -> bool {
     let args = pav_container(pod)
         .and_then(|c| c.args.as_deref())
         .unwrap_or_default();
-    args.iter().any(|a| a == "--log-format=json")
-        || args
-            .windows(2)
-            .any(|w| w[0] == "--log-format" && w[1] == "json")
+    args.iter().any(|a| *a == format!("{flag}={value}"))
+        || args.windows(2).any(|w| w[0] == flag && w[1] == value)
+}
+
+/// Whether pod's `pav` container runs with the upgrade's values:
+/// `--log-format json` and `--log-level debug` (the value the previous
+/// chart lacks).
+fn upgraded(pod: &Pod) -> bool {
+    runs_with(pod, "--log-format", "json") && runs_with(pod, "--log-level", "debug")
 }
 
 fn uids(pods: &[Pod]) -> Vec<String> {
@@ -177,14 +209,15 @@ fn uids(pods: &[Pod]) -> Vec<String> {
 }
 
 /// Waits until pods of `selector` in the release namespace exist and are
-/// all ready, none of them one of `old` (pod UIDs) and, with `json`, all
-/// logging JSON; returns them. `what` names them in the failure.
+/// all ready, none of them one of `old` (pod UIDs) and, with `upgrade`,
+/// all running with the upgrade's values ([`upgraded`]); returns them.
+/// `what` names them in the failure.
 async fn wait_pods(
     client: &Client,
     what: &str,
     selector: &str,
     old: &[String],
-    json: bool,
+    upgrade: bool,
 ) -> Vec<Pod> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
     let params = ListParams::default().labels(selector);
@@ -197,7 +230,7 @@ async fn wait_pods(
                 && listed.iter().all(|p| {
                     pod_ready(p)
                         && !p.uid().is_some_and(|uid| old.contains(&uid))
-                        && (!json || logs_json(p))
+                        && (!upgrade || upgraded(p))
                 });
             if done {
                 return Ok(Some(listed));
@@ -206,11 +239,11 @@ async fn wait_pods(
                 .iter()
                 .map(|p| {
                     format!(
-                        "{} ready={} old={} json={}",
+                        "{} ready={} old={} upgraded={}",
                         p.name_any(),
                         pod_ready(p),
                         p.uid().is_some_and(|uid| old.contains(&uid)),
-                        logs_json(p)
+                        upgraded(p)
                     )
                 })
                 .collect();
@@ -228,10 +261,10 @@ fn driver_pods(component: &str) -> String {
 
 /// Every pod pav runs for the release: its controller, the scenario's CSI
 /// controller and node plugin; with `old`, each must be a new pod.
-async fn wait_pav_pods(client: &Client, old: &[String], json: bool) -> Vec<Pod> {
-    let mut all = wait_pods(client, "pav controller", CONTROLLER_PODS, old, json).await;
+async fn wait_pav_pods(client: &Client, old: &[String], upgrade: bool) -> Vec<Pod> {
+    let mut all = wait_pods(client, "pav controller", CONTROLLER_PODS, old, upgrade).await;
     for component in ["csi-controller", "csi-node"] {
-        all.extend(wait_pods(client, component, &driver_pods(component), old, json).await);
+        all.extend(wait_pods(client, component, &driver_pods(component), old, upgrade).await);
     }
     all
 }
@@ -373,16 +406,22 @@ async fn remove_release(client: &Client) -> anyhow::Result<()> {
                 "removing {NS}'s claims and pods and PavProvisioner {NAME}"
             )));
         }
-        if let Err(e) = helm(&[
+        let uninstall = [
             "uninstall",
             RELEASE,
             "--namespace",
             RELEASE_NAMESPACE,
             "--wait",
-        ])
-        .await
-        {
+        ];
+        if let Err(e) = helm(&uninstall).await {
+            // The provisioners are gone (reset), so a refusing or failing
+            // uninstall check (say, an image without `pav uninstall-check`)
+            // must not keep the release's cluster-scoped objects, which
+            // deleting the namespace below would not remove.
             first_error.get_or_insert(e);
+            if let Err(e) = helm(&[&uninstall[..], &["--no-hooks"]].concat()).await {
+                first_error.get_or_insert(e);
+            }
         }
     }
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -528,24 +567,45 @@ struct Written {
     token: String,
 }
 
-/// Install, claim, upgrade, read back, uninstall, and the checks of each.
+/// Install the previous chart, claim, upgrade to this one, read back,
+/// uninstall while the provisioner exists (refused), delete it,
+/// uninstall, and the checks of each.
+/// Each step's time is printed, so a slower run says where (the CI
+/// budget of scripts/e2e is tight).
 async fn scenario(client: &Client) {
+    let mut step = Instant::now();
+    let mut took = |what: &str| {
+        eprintln!("{what}: {:.1}s", step.elapsed().as_secs_f64());
+        step = Instant::now();
+    };
+    // First, so the refused install below fails on the namespace alone.
+    let_helm_adopt_the_crd(client).await.unwrap();
+    install_refused_without_a_labelled_namespace(client).await;
+    took("install refused: no labelled namespace");
     helm_install(client).await;
+    took("install of the previous chart");
     let (observer, before) = install_local_volumes(client).await;
+    took("the example's driver");
     let written = claim_written(client).await;
+    took("claim written");
     upgrade_keeps_the_volume(client, &observer, &before, &written).await;
-    uninstall_leaves_nothing(client, &written).await;
+    took("upgrade and read back");
+    delete_the_volume(client, &written).await;
+    took("claim deleted");
+    uninstall_is_refused_while_the_provisioner_exists(client).await;
+    took("uninstall refused, provisioner deleted");
+    uninstall_leaves_nothing(client).await;
+    took("uninstall");
 }
 
-/// `helm install` as docs/install.md does, with the image
-/// scripts/e2e-image loaded; waits for the controller.
+/// `helm install` of the previous chart as docs/install.md says, with the
+/// image scripts/e2e-image loaded; waits for the controller.
 async fn helm_install(client: &Client) {
-    let_helm_adopt_the_crd(client).await.unwrap();
     let selector_value = format!("selector={SELECTOR}");
     helm(&[
         "install",
         RELEASE,
-        &chart(),
+        &previous_chart(),
         "--namespace",
         RELEASE_NAMESPACE,
         "--create-namespace",
@@ -563,7 +623,47 @@ async fn helm_install(client: &Client) {
     ])
     .await
     .unwrap();
-    // --create-namespace makes it without labels (docs/install.md).
+    // --create-namespace makes it without labels: this chart's upgrade
+    // refuses until it has one, saying the command (docs/install.md).
+    let refused = helm(&[
+        "upgrade",
+        RELEASE,
+        &chart(),
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--reset-then-reuse-values",
+    ])
+    .await;
+    let Err(refusal) = refused else {
+        panic!(
+            "helm upgrade went on though namespace {RELEASE_NAMESPACE} has no Pod Security label"
+        );
+    };
+    let refusal = format!("{refusal:#}");
+    assert!(
+        refusal.contains(&format!(
+            "namespace {RELEASE_NAMESPACE} has no Pod Security label"
+        )) && refusal.contains(&format!(
+            "kubectl label namespace {RELEASE_NAMESPACE} {POD_SECURITY_PRIVILEGED} --overwrite"
+        )),
+        "helm upgrade must say which label to set: {refusal}"
+    );
+    let history = helm(&[
+        "history",
+        RELEASE,
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--output",
+        "json",
+    ])
+    .await
+    .unwrap();
+    let revisions: Vec<serde_json::Value> = serde_json::from_str(&history).unwrap();
+    assert_eq!(
+        revisions.len(),
+        1,
+        "a refused upgrade must record no revision: {history}"
+    );
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let pod_security = serde_json::json!({"metadata": {"labels": {
         "pod-security.kubernetes.io/enforce": "privileged",
@@ -577,6 +677,58 @@ async fn helm_install(client: &Client) {
         .await
         .unwrap();
     wait_pods(client, "pav controller", CONTROLLER_PODS, &[], false).await;
+}
+
+/// `helm install` of this chart with `--create-namespace`, as the previous
+/// docs said: refused before Helm records a release or makes the namespace
+/// (which would have no Pod Security label), saying the commands that
+/// create and label it.
+async fn install_refused_without_a_labelled_namespace(client: &Client) {
+    let refused = helm(&[
+        "install",
+        RELEASE,
+        &chart(),
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--create-namespace",
+        "--set",
+        "image.repository=pav",
+        // As the install below, so that one the check failed to refuse
+        // is cleaned up as the scenario's own.
+        "--set",
+        "image.tag=dev",
+        "--set",
+        "image.pullPolicy=Never",
+        "--set",
+        &format!("selector={SELECTOR}"),
+    ])
+    .await;
+    let Err(refusal) = refused else {
+        panic!("helm install went on into a namespace --create-namespace makes unlabelled");
+    };
+    let refusal = format!("{refusal:#}");
+    for command in [
+        format!("kubectl create namespace {RELEASE_NAMESPACE}\n"),
+        format!("kubectl label namespace {RELEASE_NAMESPACE} {POD_SECURITY_PRIVILEGED}\n"),
+    ] {
+        assert!(
+            refusal.contains(&command),
+            "helm install must say {command:?}: {refusal}"
+        );
+    }
+    assert!(
+        !release_exists().await.unwrap(),
+        "a refused install left release {RELEASE}"
+    );
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    assert!(
+        namespaces
+            .get_opt(RELEASE_NAMESPACE)
+            .await
+            .unwrap()
+            .is_none(),
+        "a refused install made namespace {RELEASE_NAMESPACE}"
+    );
 }
 
 /// The example's provisioner and class; waits for its driver, every pav pod
@@ -647,8 +799,9 @@ async fn claim_written(client: &Client) -> Written {
     }
 }
 
-/// `helm upgrade` to another log format: every pav pod is replaced, and the
-/// volume is kept.
+/// `helm upgrade` to this chart, as docs/upgrade.md says, with another log
+/// format and a value the previous chart lacks (`logLevel`): every pav pod
+/// is replaced, and the volume is kept.
 async fn upgrade_keeps_the_volume(
     client: &Client,
     observer: &PodObserver,
@@ -669,6 +822,8 @@ async fn upgrade_keeps_the_volume(
         "--reset-then-reuse-values",
         "--set",
         "logFormat=json",
+        "--set",
+        "logLevel=debug",
         "--wait",
         "--timeout",
         "180s",
@@ -726,14 +881,11 @@ async fn upgrade_keeps_the_volume(
     observer.assert_succeeded("unstaging");
 }
 
-/// Everything deleted, provisioner first (while the controller runs: its
-/// finalizer removes the driver's cluster-scoped objects), then `helm
-/// uninstall`, and what it leaves.
-async fn uninstall_leaves_nothing(client: &Client, written: &Written) {
+/// The claim deleted: its volume and image go, and its PaV pods.
+async fn delete_the_volume(client: &Client, written: &Written) {
     let Written { volume, handle, .. } = written;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    let namespaces: Api<Namespace> = Api::all(client.clone());
     delete_and_wait(&claims, "data", STEP).await.unwrap();
     wait_gone(&pvs, volume, STEP).await.unwrap();
     assert!(
@@ -741,10 +893,10 @@ async fn uninstall_leaves_nothing(client: &Client, written: &Written) {
         "image {VOLUMES_DIR}/{handle}.img left after its claim was deleted"
     );
     wait_no_pav_pods(client, NAME, STEP).await.unwrap();
-    delete(client, &objects()).await.unwrap();
-    delete_provisioner(client, NAME, STEP).await.unwrap();
-    assert_no_leaks(client, NAME, STEP).await;
+}
 
+/// `helm uninstall RELEASE`, waiting for what it deletes.
+async fn helm_uninstall() -> anyhow::Result<String> {
     helm(&[
         "uninstall",
         RELEASE,
@@ -755,23 +907,180 @@ async fn uninstall_leaves_nothing(client: &Client, written: &Written) {
         "180s",
     ])
     .await
-    .unwrap();
+}
+
+/// The termination message of the uninstall check's pod, once it ended
+/// with exit code 1.
+async fn uninstall_check_message(client: &Client) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
+    let params = ListParams::default().labels(&format!("job-name={UNINSTALL_CHECK}"));
+    let listed = pods.list(&params).await.unwrap().items;
+    let [pod] = listed.as_slice() else {
+        panic!(
+            "Job {RELEASE_NAMESPACE}/{UNINSTALL_CHECK} must have run one pod: {:?}",
+            listed.iter().map(|p| p.name_any()).collect::<Vec<_>>()
+        );
+    };
+    let terminated = container_statuses(pod)
+        .first()
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.terminated.clone())
+        .unwrap_or_else(|| {
+            panic!(
+                "pod {RELEASE_NAMESPACE}/{}: no terminated container: {:?}",
+                pod.name_any(),
+                pod.status
+            )
+        });
+    assert_eq!(
+        terminated.exit_code,
+        1,
+        "pod {RELEASE_NAMESPACE}/{}: exit code of pav uninstall-check",
+        pod.name_any()
+    );
+    terminated.message.unwrap_or_default()
+}
+
+/// `helm uninstall` in the wrong order, the PavProvisioner still there:
+/// the chart's pre-delete hook refuses, its pod's termination message
+/// names the provisioner and the command that deletes it, and nothing of
+/// the release is gone. Then the provisioner is deleted as the message
+/// says (while the controller runs: its finalizer removes the driver's
+/// cluster-scoped objects).
+async fn uninstall_is_refused_while_the_provisioner_exists(client: &Client) {
+    let refused = helm_uninstall().await;
+    let Err(refusal) = refused else {
+        panic!("helm uninstall went on while PavProvisioner {NAME} exists");
+    };
+    let refusal = format!("{refusal:#}");
+    // Helm 3.22 says "job pav-uninstall-check failed: BackoffLimitExceeded".
+    assert!(
+        refusal.contains(&format!("job {UNINSTALL_CHECK} failed")),
+        "helm uninstall's error must point to the hook's Job: {refusal}"
+    );
+    let message = uninstall_check_message(client).await;
+    eprintln!("helm uninstall refused: {refusal}\nthe check's message: {message}");
+    assert!(
+        message.contains(&format!("PavProvisioner(s) with labels {SELECTOR}")),
+        "the message must say which provisioners count: {message}"
+    );
+    let command: Vec<&str> = message
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("kubectl delete pavprovisioners "))
+        .unwrap_or_else(|| panic!("no kubectl delete in the message: {message}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(command, [NAME], "the provisioners the message names");
+
+    // Nothing was uninstalled: the release, its roles, the controller and
+    // the driver are all there.
+    assert!(
+        release_exists().await.unwrap(),
+        "release {RELEASE} is gone though its uninstall was refused"
+    );
+    let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
+    for name in CLUSTER_ROLES {
+        assert!(
+            cluster_roles.get_opt(name).await.unwrap().is_some(),
+            "ClusterRole {name} deleted by a refused uninstall"
+        );
+    }
+    wait_pods(client, "pav controller", CONTROLLER_PODS, &[], true).await;
+    wait_provisioner_ready(client, NAME, STEP).await.unwrap();
+
+    // What the message says: kubectl delete, which waits until they are
+    // gone, done with the API.
+    for name in command {
+        delete_provisioner(client, name, STEP).await.unwrap();
+    }
+    delete(client, &example("storageclass.yaml")).await.unwrap();
+    assert_no_leaks(client, NAME, STEP).await;
+}
+
+/// Whatever of the driver and the release could be stuck: PavProvisioners
+/// of the release's selector, PersistentVolumes and pods of the driver
+/// (pav's finalizers hold each), pods in the release namespace; each with
+/// its finalizers.
+async fn stuck(client: &Client) -> anyhow::Result<Vec<String>> {
+    let mut found = Vec::new();
+    let finalizers = |meta: &kube::api::ObjectMeta| meta.finalizers.clone().unwrap_or_default();
+    let provisioners = provisioners(client).await?;
+    for p in provisioners
+        .list(&ListParams::default().labels(SELECTOR))
+        .await?
+    {
+        found.push(format!(
+            "PavProvisioner {} {:?}",
+            p.name_any(),
+            finalizers(&p.metadata)
+        ));
+    }
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    for pv in volumes_of(client, NAME).await? {
+        let meta = pvs.get(&pv).await?.metadata;
+        found.push(format!("PersistentVolume {pv} {:?}", finalizers(&meta)));
+    }
+    let pods: Api<Pod> = Api::all(client.clone());
+    let of_driver = ListParams::default().labels(&format!("{LABEL_PROVISIONER}={NAME}"));
+    let in_release: Api<Pod> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
+    let mut left = pods.list(&of_driver).await?.items;
+    left.extend(in_release.list(&ListParams::default()).await?.items);
+    for pod in left {
+        found.push(format!(
+            "Pod {}/{} {} {:?}",
+            pod.namespace().unwrap_or_default(),
+            pod.name_any(),
+            pod_phase(&pod),
+            finalizers(&pod.metadata)
+        ));
+    }
+    Ok(found)
+}
+
+/// Waits until `find` finds nothing left (`None`); panics with what it
+/// found last.
+async fn wait_nothing_left<F, Fut>(what: &str, mut find: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<String>>>,
+{
+    let waited = wait_until(what, STEP, || {
+        let found = find();
+        async move {
+            match found.await? {
+                None => Ok(Some(())),
+                Some(left) => bail!("left: {left}"),
+            }
+        }
+    })
+    .await;
+    if let Err(e) = waited {
+        panic!("{e}");
+    }
+}
+
+/// `helm uninstall` once the provisioner is gone: the check lets it go
+/// on, and what it leaves.
+async fn uninstall_leaves_nothing(client: &Client) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    helm_uninstall().await.unwrap();
     assert!(
         !release_exists().await.unwrap(),
         "helm still lists release {RELEASE} in {RELEASE_NAMESPACE}"
     );
-    let left = wait_until("nothing of the release to be left", STEP, || async {
+    wait_nothing_left(
+        "nothing of the driver or the release to be stuck",
+        || async {
+            let stuck = stuck(client).await?;
+            Ok((!stuck.is_empty()).then(|| format!("{stuck:#?}")))
+        },
+    )
+    .await;
+    wait_nothing_left("nothing of the release to be left", || async {
         let left = Leftovers::find(client).await?;
-        if left.is_empty() {
-            Ok(Some(()))
-        } else {
-            bail!("left: {left:#?}")
-        }
+        Ok((!left.is_empty()).then(|| format!("{left:#?}")))
     })
     .await;
-    if let Err(e) = left {
-        panic!("{e}");
-    }
     let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
     for name in CLUSTER_ROLES {
         assert!(

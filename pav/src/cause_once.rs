@@ -17,6 +17,7 @@ use crate::csi::controller::snapshot::SnapshotError;
 use crate::csi::node::UnstageError;
 use crate::pods::dir::PodDirError;
 use crate::pods::results::CreatedError;
+use crate::uninstall_check::UninstallCheckError;
 
 /// A cause no message of pav says by itself.
 const CAUSE: &str = "the disk is on fire";
@@ -109,6 +110,17 @@ fn every_sourced_variant() {
                 pod: "pav/p".into(),
                 source: quantity(),
             }),
+        ),
+        (
+            "UninstallCheckError::TerminationMessage",
+            Box::new(UninstallCheckError::TerminationMessage {
+                path: "/dev/termination-log".into(),
+                source: io(),
+            }),
+        ),
+        (
+            "UninstallCheckError::Client",
+            Box::new(UninstallCheckError::Client(kube())),
         ),
     ];
     for (what, err) in &cases {

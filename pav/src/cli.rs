@@ -115,6 +115,10 @@ pub enum Command {
     /// Run the CSI node service of one PavProvisioner on this node (staging
     /// and unstaging pods, bind mounts).
     CsiNode(crate::csi::NodeArgs),
+    /// Exit 1, naming them and the `kubectl delete` to run, while
+    /// PavProvisioners the controller serves exist: the Helm chart's
+    /// pre-delete hook, so `helm uninstall` cannot strand their drivers.
+    UninstallCheck(crate::uninstall_check::Args),
 }
 
 /// Runs a command, writing its output to `out`.
@@ -202,6 +206,9 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         Command::CsiNode(args) => {
             runtime()?.block_on(crate::csi::run_node(args))?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::UninstallCheck(args) => {
+            Ok(runtime()?.block_on(crate::uninstall_check::run(args, out))?)
         }
         Command::Crd => {
             let crd = pav_templates::PavProvisioner::definition();

@@ -15,6 +15,7 @@
 //! | [`recipe`] | the one recipe every phase follows: plan it, then run its pod |
 //! | [`snapshots`] | VolumeSnapshotContents, read for ListSnapshots and the operator |
 //! | [`telemetry`] | logs, the metrics server, message bounds |
+//! | [`uninstall_check`] | `pav uninstall-check`: the chart's pre-delete hook refuses while PavProvisioners exist |
 
 // The pav image holds no programs to run (clippy.toml).
 #![deny(clippy::disallowed_methods)]
@@ -31,6 +32,7 @@ pub mod pods;
 pub mod recipe;
 pub mod snapshots;
 pub mod telemetry;
+pub mod uninstall_check;
 
 #[cfg(test)]
 mod cause_once;

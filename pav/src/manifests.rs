@@ -421,6 +421,36 @@ pub fn render(args: &Args) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// The user and group pav's pods that need no root run as: the pav
+/// image's `USER` (the Dockerfile), distroless' "nonroot".
+pub const NON_ROOT_USER: i64 = 65532;
+
+/// The pod `securityContext` of pav's pods that need no root (the
+/// controller, every driver's CSI controller): Pod Security `restricted`'s
+/// user and seccomp fields. Pod-level, so every container runs as the same
+/// user: the CSI sidecars' images set no `USER` (they would run as root,
+/// which `runAsNonRoot` refuses), and the CSI socket `pav csi-controller`
+/// makes is its user's alone (mode 0600).
+pub(crate) fn non_root_pod_security() -> serde_json::Value {
+    serde_json::json!({
+        "runAsNonRoot": true,
+        "runAsUser": NON_ROOT_USER,
+        "runAsGroup": NON_ROOT_USER,
+        "seccompProfile": { "type": "RuntimeDefault" },
+    })
+}
+
+/// The container `securityContext` of every container of those pods: no
+/// privilege escalation, no capability, a read-only root (they write only
+/// the CSI socket, in an emptyDir).
+pub(crate) fn unprivileged_container_security() -> serde_json::Value {
+    serde_json::json!({
+        "allowPrivilegeEscalation": false,
+        "readOnlyRootFilesystem": true,
+        "capabilities": { "drop": ["ALL"] },
+    })
+}
+
 /// Builds a typed object from JSON written with `serde_json::json!`.
 ///
 /// Panics if the JSON does not fit the type: the builders are pure and

@@ -9,8 +9,9 @@
 //! say the same. Objects are compared parsed, sorted by kind, namespace and
 //! name, with what only Helm adds taken out: its labels
 //! (`helm.sh/chart`, `app.kubernetes.io/managed-by: Helm`,
-//! `app.kubernetes.io/instance`, `app.kubernetes.io/version`) and the CRD's
-//! `helm.sh/resource-policy: keep`.
+//! `app.kubernetes.io/instance`, `app.kubernetes.io/version`), the CRD's
+//! `helm.sh/resource-policy: keep` and the hooks (the uninstall check:
+//! `pav manifests` has no uninstall), which a test of their own checks.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -44,8 +45,12 @@ fn run_helm(args: &[&str]) -> String {
     String::from_utf8(output.stdout).expect("UTF-8")
 }
 
-/// `helm template pav charts/pav --namespace NAMESPACE` with `values`
-/// (YAML) and `extra` arguments.
+/// The repository `pav manifests`' default image names, which the chart
+/// requires to be set.
+const REPOSITORY: &str = "image.repository=pav";
+
+/// `helm template pav charts/pav --namespace NAMESPACE` with
+/// [`REPOSITORY`], `values` (YAML) and `extra` arguments.
 fn helm_template(namespace: &str, values: &str, extra: &[&str]) -> Vec<Value> {
     let dir = tempfile::tempdir().unwrap();
     let values_file = dir.path().join("values.yaml");
@@ -59,6 +64,8 @@ fn helm_template(namespace: &str, values: &str, extra: &[&str]) -> Vec<Value> {
         namespace,
         "--values",
         values_file.to_str().unwrap(),
+        "--set",
+        REPOSITORY,
     ];
     args.extend(extra);
     parse(&run_helm(&args))
@@ -88,10 +95,17 @@ fn parse(yaml: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Takes out what Helm alone adds, and sorts by kind, namespace, name.
+/// Whether `object` is a Helm hook (annotation `helm.sh/hook`).
+fn is_hook(object: &Value) -> bool {
+    object["metadata"]["annotations"]["helm.sh/hook"].is_string()
+}
+
+/// Takes out what Helm alone adds, hooks included, and sorts by kind,
+/// namespace, name.
 fn normalized(objects: Vec<Value>) -> Vec<Value> {
     let mut objects: Vec<Value> = objects
         .into_iter()
+        .filter(|object| !is_hook(object))
         .map(|mut object| {
             let metadata = object["metadata"].as_object_mut().expect("metadata");
             if let Some(Value::Object(labels)) = metadata.get_mut("labels") {
@@ -339,6 +353,180 @@ fn chart_monitors_need_values_and_the_api() {
     }
 }
 
+/// `pav`'s command line of a rendered pod's `pav` container.
+fn pav_command(pod_spec: &Value) -> pav::cli::Command {
+    let container = pod_spec["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "pav")
+        .expect("a pav container");
+    assert_eq!(
+        container["command"],
+        serde_json::json!(["/usr/local/bin/pav"])
+    );
+    let args = container["args"].as_array().unwrap();
+    let words = std::iter::once("pav").chain(args.iter().map(|a| a.as_str().unwrap()));
+    pav::cli::Cli::try_parse_from(words)
+        .unwrap_or_else(|e| panic!("pav refuses the arguments {args:?}: {e}"))
+        .command
+}
+
+/// The pre-delete hook runs `pav uninstall-check` with the controller's
+/// image, pull settings and selector, so it counts exactly the
+/// PavProvisioners the release's controller reconciles; as an
+/// unprivileged pod (once, no retries) whose account may only list
+/// PavProvisioners; its RBAC is created before its Job (lower weights),
+/// and all of it is deleted when the check passes and kept when it fails
+/// (its pod holds the message), until the next uninstall replaces it.
+#[test]
+#[ignore = "needs helm"]
+fn chart_uninstall_hook_checks_what_the_controller_serves() {
+    for (values, namespace, selector) in [
+        ("{}", "pav", None),
+        (
+            CHANGED_VALUES,
+            "storage",
+            Some("pav.example.com/canary=true"),
+        ),
+    ] {
+        let objects = helm_template(namespace, values, &[]);
+        let hooks: Vec<&Value> = objects.iter().filter(|o| is_hook(o)).collect();
+        let summary: Vec<(String, String, String)> = hooks
+            .iter()
+            .map(|h| {
+                let annotations = &h["metadata"]["annotations"];
+                let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+                assert_eq!(
+                    (
+                        text(&annotations["helm.sh/hook"]),
+                        text(&annotations["helm.sh/hook-delete-policy"])
+                    ),
+                    (
+                        "pre-delete".to_owned(),
+                        "before-hook-creation,hook-succeeded".to_owned()
+                    ),
+                    "{} {}: hook annotations",
+                    text(&h["kind"]),
+                    text(&h["metadata"]["name"])
+                );
+                (
+                    text(&h["kind"]),
+                    text(&h["metadata"]["name"]),
+                    text(&annotations["helm.sh/hook-weight"]),
+                )
+            })
+            .collect();
+        let hook = |kind: &str, weight: &str| {
+            (
+                kind.to_owned(),
+                "pav-uninstall-check".to_owned(),
+                weight.to_owned(),
+            )
+        };
+        assert_eq!(
+            summary,
+            [
+                hook("ServiceAccount", "-10"),
+                hook("ClusterRole", "-10"),
+                hook("ClusterRoleBinding", "-5"),
+                hook("Job", "0"),
+            ],
+            "the hooks, RBAC first (Helm creates them by weight)"
+        );
+        let role = hooks[1];
+        assert_eq!(
+            role["rules"],
+            serde_json::json!([{
+                "apiGroups": ["pav.albertofaria.github.io"],
+                "resources": ["pavprovisioners"],
+                "verbs": ["list"],
+            }]),
+            "ClusterRole pav-uninstall-check: rules"
+        );
+        let binding = hooks[2];
+        assert_eq!(binding["roleRef"]["name"], "pav-uninstall-check");
+        assert_eq!(
+            binding["subjects"],
+            serde_json::json!([{
+                "kind": "ServiceAccount", "name": "pav-uninstall-check", "namespace": namespace,
+            }])
+        );
+        let job = hooks[3];
+        assert_eq!(job["metadata"]["namespace"], namespace);
+        assert_eq!(
+            job["spec"]["backoffLimit"], 0,
+            "Job pav-uninstall-check: spec.backoffLimit"
+        );
+        let pod = &job["spec"]["template"]["spec"];
+        assert_eq!(pod["serviceAccountName"], "pav-uninstall-check");
+        assert_eq!(pod["restartPolicy"], "Never");
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+
+        let controller = objects
+            .iter()
+            .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "pav-controller")
+            .expect("the controller's Deployment");
+        let controller_pod = &controller["spec"]["template"]["spec"];
+        for field in ["image", "imagePullPolicy"] {
+            assert_eq!(
+                pod["containers"][0][field], controller_pod["containers"][0][field],
+                "Job pav-uninstall-check: {field} of the controller"
+            );
+        }
+        assert_eq!(pod["imagePullSecrets"], controller_pod["imagePullSecrets"]);
+        let pav::cli::Command::Controller(served) = pav_command(controller_pod) else {
+            panic!("the controller runs pav controller");
+        };
+        let pav::cli::Command::UninstallCheck(check) = pav_command(pod) else {
+            panic!("the hook runs pav uninstall-check");
+        };
+        assert_eq!(served.selector.as_deref(), selector);
+        assert_eq!(
+            check.selector, served.selector,
+            "the check counts the PavProvisioners the controller serves"
+        );
+        let message_path = pod["containers"][0]["terminationMessagePath"].as_str();
+        assert_eq!(
+            check.termination_message_path.as_deref(),
+            message_path.map(Path::new),
+            "the check writes the container's termination message"
+        );
+    }
+}
+
+/// No registry publishes the pav image, so the chart has no default for
+/// its repository: rendering without one fails, saying what to set and
+/// how to build and push the image, instead of installing pods that can
+/// only end in ImagePullBackOff.
+#[test]
+#[ignore = "needs helm"]
+fn chart_without_an_image_repository_says_how_to_make_one() {
+    let chart = chart();
+    let output = Command::new(helm())
+        .args(["template", "pav", chart.to_str().unwrap()])
+        .output()
+        .expect("running helm");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "rendered without image.repository"
+    );
+    let version = env!("CARGO_PKG_VERSION");
+    for expected in [
+        "image.repository is required".to_owned(),
+        "push it to a registry your nodes pull from".to_owned(),
+        "--set image.repository=REGISTRY/pav".to_owned(),
+        format!("image.tag defaults to {version}"),
+        format!("docker build -t REGISTRY/pav:{version} ."),
+        "scripts/e2e-image".to_owned(),
+        "docs/install.md".to_owned(),
+    ] {
+        assert!(stderr.contains(&expected), "no {expected:?} in: {stderr}");
+    }
+}
+
 #[test]
 #[ignore = "needs helm"]
 fn chart_lints() {
@@ -349,7 +537,7 @@ fn chart_lints() {
         "--strict",
         chart.to_str().unwrap(),
         "--set",
-        "namespace.create=true,logFormat=json",
+        "namespace.create=true,logFormat=json,image.repository=pav",
     ]);
 }
 

@@ -3,7 +3,7 @@
 root filesystem directory, named for `ctr images import`.
 
     mkimage.py ROOTFS OUT.tar NAME [--entrypoint ARG]... [--cmd ARG]...
-               [--env K=V]... [--workdir DIR]
+               [--env K=V]... [--workdir DIR] [--user UID[:GID]]
 
 The layer is reproducible (sorted entries, mtime 0, owner root), so the same
 rootfs gives the same image digest. NAME should be fully qualified
@@ -64,6 +64,9 @@ def main():
     ap.add_argument("--cmd", action="append", default=None)
     ap.add_argument("--env", action="append", default=[])
     ap.add_argument("--workdir", default="/")
+    # The image's USER (a Dockerfile's USER): who its containers run as
+    # unless their securityContext says otherwise. None: root.
+    ap.add_argument("--user")
     a = ap.parse_args()
 
     diff, gz = layer_bytes(a.rootfs)
@@ -79,6 +82,8 @@ def main():
         config["config"]["Entrypoint"] = a.entrypoint
     if a.cmd:
         config["config"]["Cmd"] = a.cmd
+    if a.user:
+        config["config"]["User"] = a.user
     cfg = json.dumps(config, sort_keys=True).encode()
 
     tmp = a.out + ".tmp"

@@ -28,7 +28,8 @@ use serde_json::{Value, json};
 
 use super::{
     FIELD_MANAGER, Json, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NAME, LABEL_PROVISIONER,
-    PAV_BINARY, Placement, Settings, labels, typed,
+    PAV_BINARY, Placement, Settings, labels, non_root_pod_security, typed,
+    unprivileged_container_security,
 };
 use crate::client::{DEFAULT_BURST, DEFAULT_QPS};
 use crate::leader;
@@ -468,6 +469,7 @@ impl<'a> Builder<'a> {
                 "livenessProbe": liveness("/healthz", "metrics"),
                 "volumeMounts": [{ "name": "socket-dir", "mountPath": "/csi" }],
                 "resources": s.resources.csi_controller.0,
+                "securityContext": unprivileged_container_security(),
             }),
             self.sidecar(
                 PROVISIONER,
@@ -535,8 +537,11 @@ impl<'a> Builder<'a> {
         if self.attaches {
             containers.push(self.sidecar(ATTACHER, &s.attacher_image, &s.resources.attacher, &[]));
         }
+        // Nothing in it needs root: the socket is in an emptyDir, and the
+        // sidecars only talk to it and to the API server.
         let mut spec = json!({
             "serviceAccountName": self.controller,
+            "securityContext": non_root_pod_security(),
             "containers": containers,
             "volumes": [{ "name": "socket-dir", "emptyDir": {} }],
         });
@@ -587,6 +592,7 @@ impl<'a> Builder<'a> {
             "livenessProbe": liveness(LEADER_ELECTION_HEALTH_PATH, sidecar.port_name),
             "volumeMounts": [{ "name": "socket-dir", "mountPath": "/csi" }],
             "resources": resources.0,
+            "securityContext": unprivileged_container_security(),
         })
     }
 
@@ -639,6 +645,12 @@ impl<'a> Builder<'a> {
         }
         let mut spec = json!({
                         "serviceAccountName": self.node,
+                        // Root, said explicitly: the image's USER is not.
+                        // pav mounts into kubelet's directory and
+                        // /var/lib/pav/pods, and node-driver-registrar
+                        // writes its socket into kubelet's
+                        // plugins_registry, both root's.
+                        "securityContext": { "runAsUser": 0, "runAsGroup": 0 },
                         "containers": [
                             {
                                 "name": "pav",
@@ -1444,6 +1456,85 @@ mod tests {
             pod.tolerations.unwrap()[0].operator.as_deref(),
             Some("Exists")
         );
+    }
+
+    /// The CSI controller needs no root: every container of it, sidecars
+    /// included, runs as the image's user, restricted; the node plugin,
+    /// which mounts into the node, runs as root whatever the image's USER.
+    #[test]
+    fn only_the_node_plugin_runs_as_root() {
+        let every_sidecar = with_sections(
+            "  volumeExpansion: { capacity: '{{ requestedMinCapacity }}' }\n  \
+             snapshotCreation: { handle: h, size: '1Gi' }\n  \
+             volumeAttach: { podTemplate: { spec: { containers: [] } } }\n",
+        );
+        let o = objects(&every_sidecar, &Settings::default());
+        let pod = o.deployment.spec.template.spec.unwrap();
+        let names: Vec<&str> = pod.containers.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "pav",
+                "csi-provisioner",
+                "csi-resizer",
+                "csi-snapshotter",
+                "csi-attacher"
+            ]
+        );
+        let security = pod.security_context.clone().unwrap_or_default();
+        assert_eq!(
+            (
+                security.run_as_non_root,
+                security.run_as_user,
+                security.run_as_group,
+                security.seccomp_profile.map(|p| p.type_),
+            ),
+            (
+                Some(true),
+                Some(65532),
+                Some(65532),
+                Some("RuntimeDefault".to_owned())
+            ),
+            "Deployment {}: spec.template.spec.securityContext",
+            o.deployment.metadata.name.as_deref().unwrap_or_default()
+        );
+        for c in &pod.containers {
+            let security = c.security_context.clone().unwrap_or_default();
+            assert_eq!(
+                (
+                    security.allow_privilege_escalation,
+                    security.read_only_root_filesystem,
+                    security.capabilities.and_then(|c| c.drop),
+                    security.privileged,
+                    security.run_as_user,
+                ),
+                (
+                    Some(false),
+                    Some(true),
+                    Some(vec!["ALL".to_owned()]),
+                    None,
+                    None
+                ),
+                "container {}: securityContext",
+                c.name
+            );
+        }
+        let node = o.daemon_set.spec.template.spec.unwrap();
+        let security = node.security_context.clone().unwrap_or_default();
+        assert_eq!(
+            (
+                security.run_as_user,
+                security.run_as_group,
+                security.run_as_non_root
+            ),
+            (Some(0), Some(0), None),
+            "DaemonSet {}: spec.template.spec.securityContext",
+            o.daemon_set.metadata.name.as_deref().unwrap_or_default()
+        );
+        for c in &node.containers {
+            let user = c.security_context.as_ref().and_then(|s| s.run_as_user);
+            assert_eq!(user, None, "container {}: the pod's user, root", c.name);
+        }
     }
 
     #[test]

@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 use super::driver::{self, CSI_CONTROLLER_ROLE, CSI_LEADER_ELECTION_ROLE, CSI_NODE_ROLE};
 use super::{
     Args, FIELD_MANAGER, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NAME, LABEL_POD_SECURITY_ENFORCE,
-    PAV_BINARY, Settings, json as to_json, labels, typed,
+    PAV_BINARY, Settings, json as to_json, labels, non_root_pod_security, typed,
+    unprivileged_container_security,
 };
 
 /// Name of the controller's Deployment, ServiceAccount and RBAC objects.
@@ -343,12 +344,7 @@ pub fn deployment(args: &Args) -> Deployment {
     controller_args.extend(settings_args(settings));
     let mut spec = json!({
         "serviceAccountName": CONTROLLER,
-        "securityContext": {
-            "runAsNonRoot": true,
-            "runAsUser": 65532,
-            "runAsGroup": 65532,
-            "seccompProfile": { "type": "RuntimeDefault" },
-        },
+        "securityContext": non_root_pod_security(),
         "containers": [{
             "name": "pav",
             "image": settings.image,
@@ -368,11 +364,7 @@ pub fn deployment(args: &Args) -> Deployment {
                 "periodSeconds": 10,
             },
             "resources": settings.resources.controller.0,
-            "securityContext": {
-                "allowPrivilegeEscalation": false,
-                "readOnlyRootFilesystem": true,
-                "capabilities": { "drop": ["ALL"] },
-            },
+            "securityContext": unprivileged_container_security(),
         }],
     });
     driver::place(&mut spec, settings, &settings.controller);
