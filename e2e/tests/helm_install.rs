@@ -598,14 +598,13 @@ async fn scenario(client: &Client) {
     took("uninstall");
 }
 
-/// `helm install` of the previous chart as docs/install.md says, with the
-/// image scripts/e2e-image loaded; waits for the controller.
-async fn helm_install(client: &Client) {
-    let selector_value = format!("selector={SELECTOR}");
-    helm(&[
+/// `helm install CHART` into the release namespace (made by Helm) with the
+/// image scripts/e2e-image loaded and the scenario's selector.
+fn install_args(chart: &str) -> Vec<String> {
+    [
         "install",
         RELEASE,
-        &previous_chart(),
+        chart,
         "--namespace",
         RELEASE_NAMESPACE,
         "--create-namespace",
@@ -616,13 +615,21 @@ async fn helm_install(client: &Client) {
         "--set",
         "image.pullPolicy=Never",
         "--set",
-        &selector_value,
-        "--wait",
-        "--timeout",
-        "180s",
-    ])
-    .await
-    .unwrap();
+    ]
+    .into_iter()
+    .map(String::from)
+    .chain([format!("selector={SELECTOR}")])
+    .collect()
+}
+
+/// `helm install` of the previous chart as docs/install.md says, with the
+/// image scripts/e2e-image loaded; waits for the controller.
+async fn helm_install(client: &Client) {
+    let mut args = install_args(&previous_chart());
+    args.extend(["--wait", "--timeout", "180s"].map(String::from));
+    helm(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        .await
+        .unwrap();
     // --create-namespace makes it without labels: this chart's upgrade
     // refuses until it has one, saying the command (docs/install.md).
     let refused = helm(&[
@@ -684,25 +691,10 @@ async fn helm_install(client: &Client) {
 /// (which would have no Pod Security label), saying the commands that
 /// create and label it.
 async fn install_refused_without_a_labelled_namespace(client: &Client) {
-    let refused = helm(&[
-        "install",
-        RELEASE,
-        &chart(),
-        "--namespace",
-        RELEASE_NAMESPACE,
-        "--create-namespace",
-        "--set",
-        "image.repository=pav",
-        // As the install below, so that one the check failed to refuse
-        // is cleaned up as the scenario's own.
-        "--set",
-        "image.tag=dev",
-        "--set",
-        "image.pullPolicy=Never",
-        "--set",
-        &format!("selector={SELECTOR}"),
-    ])
-    .await;
+    // As the install below, so that one the check failed to refuse is
+    // cleaned up as the scenario's own.
+    let args = install_args(&chart());
+    let refused = helm(&args.iter().map(String::as_str).collect::<Vec<_>>()).await;
     let Err(refusal) = refused else {
         panic!("helm install went on into a namespace --create-namespace makes unlabelled");
     };
