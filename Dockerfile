@@ -10,10 +10,12 @@
 # Without a container engine, build the same binary on the host and import
 # a rootfs holding only it (see docs/install.md).
 
-# Pinned by tag, not by digest: a digest (rust:1.95-alpine@sha256:...) would
-# make rebuilds reproducible, but none was taken, since this repository's
-# CI cannot pull images to learn one. Pin it where you build the image.
-FROM rust:1.95-alpine AS build
+# Pinned by digest, so a rebuild uses the same toolchain and Alpine
+# whatever the tag points at later; the tag stays for readers. This CI
+# cannot pull images, so the digest is the image index that public
+# Dockerfiles pin for this tag, not one pulled here: a build that cannot
+# resolve it fails at this line. Move tag and digest together.
+FROM rust:1.95-alpine@sha256:606fd313a0f49743ee2a7bd49a0914bab7deedb12791f3a846a34a4711db7ed2 AS build
 # gcc and musl-dev: ring's C and assembly parts; everything else is Rust.
 RUN apk add --no-cache gcc musl-dev
 WORKDIR /src
