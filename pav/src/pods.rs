@@ -107,6 +107,9 @@ pub const ANNOTATION_ERROR: &str = "pav.albertofaria.github.io/error";
 pub const ANNOTATION_COLLECTED: &str = "pav.albertofaria.github.io/collected";
 /// Annotation naming the claim (`namespace/name`) a controller pod works for.
 pub const ANNOTATION_CLAIM: &str = "pav.albertofaria.github.io/claim";
+/// Annotation naming the staging pod whose staged volume a health check
+/// or node expansion pod sees: its unstaging deletes the checks it left.
+pub const ANNOTATION_STAGING_POD: &str = "pav.albertofaria.github.io/staging-pod";
 /// Annotation naming the PersistentVolume a staging pod stages.
 pub const ANNOTATION_PV: &str = "pav.albertofaria.github.io/pv";
 /// Annotation naming the client pod (`namespace/name/uid`) of a staging pod.
@@ -456,7 +459,10 @@ impl<'a> PodOrigin<'a> {
                 owner: self.owner,
                 default_namespace: self.default_namespace,
                 timeout,
-                annotations: vec![(ANNOTATION_CLAIM, claim.to_owned())],
+                annotations: vec![
+                    (ANNOTATION_CLAIM, claim.to_owned()),
+                    (ANNOTATION_STAGING_POD, staging_pod.to_owned()),
+                ],
                 finalizers: Vec::new(),
                 staged_volume: Some(format!("{HOST_POD_DIR}/{staging_pod}/volume")),
             },

@@ -27,8 +27,9 @@ pub use self::collector::{collect, sweep_dirs};
 pub use self::error::{StageError, UnstageError};
 use crate::pods::dir::{PodDirError, ReportedMounts, remove_pod_dir};
 use crate::pods::{
-    ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, ANNOTATION_UNSTAGING,
-    FINALIZER_UNSTAGE, LABEL_VOLUME, staging_selector,
+    ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY,
+    ANNOTATION_STAGING_POD, ANNOTATION_UNSTAGING, FINALIZER_UNSTAGE, LABEL_NODE, LABEL_PHASE,
+    LABEL_VOLUME, label_value, staging_selector,
 };
 
 /// How often a staging in progress checks that its client pod still exists.
@@ -307,7 +308,14 @@ impl PodNode {
             .await
             .map_err(UnstageError::StopStagingPod)?;
 
-        // 2. The unstaging pod, on this node.
+        // 2. The health checks this staging left running: a check whose
+        //    NodeGetVolumeStats kubelet gave up on keeps its pod for the
+        //    next call of its round, which never comes once unstaged.
+        if planner.compiled().has_phase(Phase::Health) {
+            self.delete_checks_of(&name).await;
+        }
+
+        // 3. The unstaging pod, on this node.
         if let Some(pod) = unstaging_pod {
             let dir = self.dir(&pod.name_any());
             // NodeUnpublishVolume's error reports it (UnstagingFailed).
@@ -318,7 +326,7 @@ impl PodNode {
                 .map_err(UnstageError::UnstagingPod)?;
         }
 
-        // 3. Unmount what the staging pod left (a pod that ran to completion
+        // 4. Unmount what the staging pod left (a pod that ran to completion
         //    leaves its mounts at /pav/volume), clean up, let the pod go.
         let uid = staging.uid().unwrap_or_default();
         if let Err(source) = remove_pod_dir(&self.dir(&name)) {
@@ -345,6 +353,36 @@ impl PodNode {
             .await
             .map_err(UnstageError::ReleaseStagingPod)?;
         Ok(())
+    }
+
+    /// Deletes the health check pods of staging pod `staging` on this
+    /// node, with their directories; a failure is logged (the startup
+    /// sweep removes what is left).
+    async fn delete_checks_of(&self, staging: &str) {
+        let selector = [
+            (LABEL_PHASE, Phase::Health.name().to_owned()),
+            (LABEL_NODE, label_value(&self.node)),
+        ];
+        let checks = match self.driver.pods.list(&selector).await {
+            Ok(pods) => pods,
+            Err(e) => {
+                tracing::warn!(staging, error = %pav_csi::error_chain(&e), "cannot list the health checks to delete");
+                return;
+            }
+        };
+        let of_staging = |pod: &&Pod| {
+            pod.annotations()
+                .get(ANNOTATION_STAGING_POD)
+                .map(String::as_str)
+                == Some(staging)
+        };
+        for check in checks.iter().filter(of_staging) {
+            tracing::info!(staging, pod = %check.name_any(), "deleting a health check left running");
+            self.driver.delete_quietly(check).await;
+            if let Err(e) = remove_pod_dir(&self.dir(&check.name_any())) {
+                tracing::warn!(pod = %check.name_any(), error = %pav_csi::error_chain(&e), "cannot remove the pod's directory");
+            }
+        }
     }
 
     /// A warning event about the claim `namespace/name` (from the staging

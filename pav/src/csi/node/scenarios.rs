@@ -666,6 +666,32 @@ async fn a_staged_volume_is_checked_again_once_its_interval_has_passed() {
     assert_eq!(checks(), 2, "checked again after the hour");
 }
 
+/// A check cancelled mid-run (kubelet gave up on NodeGetVolumeStats)
+/// keeps its pod for the next call of its round, which never comes once
+/// the volume is unstaged: the unstaging deletes it, with its directory.
+#[tokio::test]
+async fn a_check_left_running_goes_with_the_unstaging() {
+    let (server, node, pods_dir) = scenario_of(checked_spec("1h"), |phase, dir| match phase {
+        "staging" | "health" => ready(dir),
+        "unstaging" => done(dir),
+        other => panic!("a {other:?} pod on the node"),
+    });
+    node.stage_for(&staging_request(), &client_info())
+        .await
+        .expect("staging");
+    let checking = tokio::time::timeout(std::time::Duration::from_millis(300), condition(&node));
+    assert!(checking.await.is_err(), "the check never ends");
+    let is_check = |pod: &Value| pod["metadata"]["labels"][LABEL_PHASE] == "health";
+    assert_eq!(server.pods().iter().filter(|p| is_check(p)).count(), 1);
+
+    node.unstage_at("vol-1", Path::new(TARGET))
+        .await
+        .expect("unstaging");
+    let left = server.pods();
+    assert!(!left.iter().any(is_check), "{left:#?}");
+    assert_eq!(std::fs::read_dir(pods_dir.path()).unwrap().count(), 0);
+}
+
 #[tokio::test]
 async fn a_failed_check_is_abnormal_with_its_message_and_a_silent_one_healthy() {
     let (server, node, _dir) = scenario_of(checked_spec("1h"), |phase, dir| match phase {
