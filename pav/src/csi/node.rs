@@ -378,10 +378,8 @@ impl PodNode {
         };
         for check in checks.iter().filter(of_staging) {
             tracing::info!(staging, pod = %check.name_any(), "deleting a health check left running");
-            self.driver.delete_quietly(check).await;
-            if let Err(e) = remove_pod_dir(&self.dir(&check.name_any())) {
-                tracing::warn!(pod = %check.name_any(), error = %pav_csi::error_chain(&e), "cannot remove the pod's directory");
-            }
+            let dir = self.dir(&check.name_any());
+            self.driver.delete_with_dir(check, Some(&dir)).await;
         }
     }
 

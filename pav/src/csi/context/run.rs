@@ -213,12 +213,11 @@ impl DriverContext {
         let ended =
             !matches!(&result, Err(RunFailure::Pod(PhaseError::Run(e))) if e.is_transient());
         if ended && !lifetime.kept {
-            self.delete_quietly(pod).await;
-            if let PodFiles::Local(dir) = files
-                && let Err(e) = crate::pods::dir::remove_pod_dir(dir)
-            {
-                tracing::warn!(pod = %pod.name_any(), error = %pav_csi::error_chain(&e), "cannot remove the pod's directory");
-            }
+            let dir = match files {
+                PodFiles::Local(dir) => Some(dir),
+                PodFiles::Collected => None,
+            };
+            self.delete_with_dir(pod, dir).await;
         }
         result
     }
@@ -239,6 +238,18 @@ impl DriverContext {
             self.events
                 .warn(object, phase, message, Some(pod_ref(pod)))
                 .await;
+        }
+    }
+
+    /// [`Self::delete_quietly`], then removes the pod's local directory
+    /// `dir` (where its `/pav` files were collected), if it has one; a
+    /// failure is logged.
+    pub async fn delete_with_dir(&self, pod: &Pod, dir: Option<&Path>) {
+        self.delete_quietly(pod).await;
+        if let Some(dir) = dir
+            && let Err(e) = crate::pods::dir::remove_pod_dir(dir)
+        {
+            tracing::warn!(pod = %pod.name_any(), error = %pav_csi::error_chain(&e), "cannot remove the pod's directory");
         }
     }
 

@@ -679,9 +679,16 @@ async fn a_check_left_running_goes_with_the_unstaging() {
     node.stage_for(&staging_request(), &client_info())
         .await
         .expect("staging");
-    let checking = tokio::time::timeout(std::time::Duration::from_millis(300), condition(&node));
-    assert!(checking.await.is_err(), "the check never ends");
     let is_check = |pod: &Value| pod["metadata"]["labels"][LABEL_PHASE] == "health";
+    // Cancelled once its pod exists, as kubelet's deadline would.
+    let checking = condition(&node);
+    tokio::pin!(checking);
+    while !server.pods().iter().any(is_check) {
+        tokio::select! {
+            ended = &mut checking => panic!("the check never ends: {ended:?}"),
+            () = tokio::time::sleep(std::time::Duration::from_millis(10)) => {}
+        }
+    }
     assert_eq!(server.pods().iter().filter(|p| is_check(p)).count(), 1);
 
     node.unstage_at("vol-1", Path::new(TARGET))
