@@ -256,6 +256,14 @@ pub fn pod_phase(pod: &Pod) -> &str {
         .unwrap_or("")
 }
 
+/// Running, every container ready, not being deleted.
+pub fn pod_ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod_phase(pod) == "Running"
+        && !container_statuses(pod).is_empty()
+        && container_statuses(pod).iter().all(|c| c.ready)
+}
+
 /// A claim's phase (`Pending`, `Bound`, `Lost`).
 pub fn claim_phase(pvc: &PersistentVolumeClaim) -> &str {
     pvc.status

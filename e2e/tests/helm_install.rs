@@ -17,7 +17,8 @@
 //!    keeps reading it;
 //! 3. `helm upgrade --reset-then-reuse-values` to `charts/pav`, setting
 //!    `logFormat=json` and `logLevel=debug`, a value the previous chart
-//!    lacks: the values set at install carry over, the controller, the CSI
+//!    lacks, and leaving `controller.replicas` (also new) to its default,
+//!    which the release then has: the values set at install carry over, the controller, the CSI
 //!    controller and the node plugin are replaced by pods that log JSON at
 //!    debug level, and the volume is kept: same claim, same
 //!    PersistentVolume, the writer read it all along and never restarted,
@@ -101,10 +102,11 @@ const CONTROLLER_LEASE: &str = "pav-controller";
 /// messages write it.
 const POD_SECURITY_PRIVILEGED: &str = "pod-security.kubernetes.io/enforce=privileged";
 /// The ClusterRoles and ClusterRoleBinding the chart installs (fixed names).
-const CLUSTER_ROLES: [&str; 4] = [
+const CLUSTER_ROLES: [&str; 5] = [
     "pav-controller",
     "pav-csi-controller",
     "pav-csi-node",
+    "pav-csi-node-pods",
     "pav-csi-leader-election",
 ];
 
@@ -168,14 +170,6 @@ async fn helm(args: &[&str]) -> anyhow::Result<String> {
 async fn release_exists() -> anyhow::Result<bool> {
     let listed = helm(&["list", "--namespace", RELEASE_NAMESPACE, "--all", "--short"]).await?;
     Ok(listed.lines().any(|line| line.trim() == RELEASE))
-}
-
-/// Running, every container ready, not being deleted.
-fn pod_ready(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && pod_phase(pod) == "Running"
-        && !container_statuses(pod).is_empty()
-        && container_statuses(pod).iter().all(|c| c.ready)
 }
 
 /// The `pav` container of a pav pod (controller, CSI controller, node plugin).
@@ -332,9 +326,10 @@ impl ManifestsInstall {
             "rolled out and available",
             |d| {
                 let status = d.status.clone().unwrap_or_default();
+                let wanted = d.spec.replicas;
                 status.observed_generation == d.metadata.generation
-                    && status.updated_replicas == Some(1)
-                    && status.available_replicas == Some(1)
+                    && status.updated_replicas == wanted
+                    && status.available_replicas == wanted
             },
         )
         .await?;
@@ -823,6 +818,15 @@ async fn upgrade_keeps_the_volume(
     .await
     .unwrap();
     let after = wait_pav_pods(client, &uids(before), true).await;
+    // A value the previous chart lacks, left unset: the new chart's
+    // default reaches the release (`--reuse-values` would drop it).
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
+    let controller = deployments.get("pav-controller").await.unwrap();
+    assert_eq!(
+        controller.spec.replicas,
+        Some(2),
+        "controller.replicas' default after the upgrade"
+    );
     eprintln!(
         "the upgrade replaced {:?} with {:?}",
         before.iter().map(|p| p.name_any()).collect::<Vec<_>>(),

@@ -263,16 +263,17 @@ where
     account(&items[0]).unwrap_or_else(|| "default".to_owned())
 }
 
-/// Whether the impersonated account may `verb` Secrets in `namespace`
-/// (`None`: in every namespace at once), asking every authorizer.
-async fn may_read_secrets(client: &Client, namespace: Option<&str>, verb: &str) -> bool {
+/// Whether the impersonated account may `verb` `resource` (core group) in
+/// `namespace` (`None`: in every namespace at once), asking every
+/// authorizer, as `kubectl auth can-i --as` does.
+async fn may(client: &Client, namespace: Option<&str>, verb: &str, resource: &str) -> bool {
     let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     let review = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
             resource_attributes: Some(ResourceAttributes {
                 namespace: namespace.map(str::to_owned),
                 verb: Some(verb.to_owned()),
-                resource: Some("secrets".to_owned()),
+                resource: Some(resource.to_owned()),
                 group: Some(String::new()),
                 version: Some("v1".to_owned()),
                 ..Default::default()
@@ -372,7 +373,7 @@ async fn service_accounts_have_exactly_the_expected_permissions() {
         }
         for namespace in [Some(PAV_NAMESPACE), Some(OTHER_NAMESPACE), None] {
             for verb in ["get", "list", "watch"] {
-                if may_read_secrets(&client, namespace, verb).await {
+                if may(&client, namespace, verb, "secrets").await {
                     problems.push(format!(
                         "{account} may {verb} secrets in {}",
                         namespace.unwrap_or("every namespace")
@@ -382,10 +383,29 @@ async fn service_accounts_have_exactly_the_expected_permissions() {
         }
         actual.extend(account_lines);
     }
+    // A node plugin may make pods only where its node phases' pods go (here
+    // the pav namespace): not in kube-system, where a pod could run as
+    // anything the cluster runs.
+    let node = impersonating(PAV_NAMESPACE, &csi_node).await;
+    for verb in ["create", "patch", "delete"] {
+        for (namespace, allowed) in [
+            (PAV_NAMESPACE, true),
+            ("kube-system", false),
+            (OTHER_NAMESPACE, false),
+        ] {
+            if may(&node, Some(namespace), verb, "pods").await != allowed {
+                problems.push(format!(
+                    "{csi_node} {} {verb} pods in {namespace}",
+                    if allowed { "may not" } else { "may" }
+                ));
+            }
+        }
+    }
     actual.sort();
     if problems.is_empty() {
         eprintln!(
             "no account may get, list or watch secrets (9 access reviews each), no wildcards; \
+             the node plugin may create, patch and delete pods in {PAV_NAMESPACE} only; \
              {permissions} permissions in {} lines",
             actual.len()
         );
@@ -505,7 +525,7 @@ async fn the_controller_may_change_only_the_cluster_role_bindings_it_made() {
     refused(
         deleted,
         "deleting an unlabelled binding",
-        "may only change or delete the ClusterRoleBindings it made",
+        "may only change or delete the role bindings it made",
     );
     let label = serde_json::json!({ "metadata": { "labels": {
         "app.kubernetes.io/managed-by": "pav-controller",
@@ -521,7 +541,7 @@ async fn the_controller_may_change_only_the_cluster_role_bindings_it_made() {
     refused(
         patched,
         "labelling an unlabelled binding as its own",
-        "may only change or delete the ClusterRoleBindings it made",
+        "may only change or delete the role bindings it made",
     );
     let made = binding("e2e-rbac-made", serde_json::json!({}));
     let created = (controller.create(
@@ -536,7 +556,7 @@ async fn the_controller_may_change_only_the_cluster_role_bindings_it_made() {
     refused(
         created,
         "making an unlabelled binding",
-        "may only make ClusterRoleBindings labelled",
+        "may only make role bindings labelled",
     );
     let labelled = binding(
         "e2e-rbac-made",

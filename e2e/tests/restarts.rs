@@ -1,14 +1,17 @@
-//! Scenario 7: pav's components restart mid-phase. The CSI controller pod
-//! is killed while a slow creation pod runs, the node plugin while a slow
-//! staging pod runs; after they come back everything completes (the
-//! restarted component finds its pod by its deterministic name) and
+//! Scenario 7: pav's components restart mid-phase. The CSI controller's
+//! leader (two replicas, as installed by default) is killed while a slow
+//! creation pod runs and its standby takes over; the node plugin is
+//! killed while a slow staging pod runs; everything completes (the
+//! component that goes on finds the pod by its deterministic name) and
 //! nothing leaks. And the node plugin killed after its staging pod has
 //! finished but before it bound the volume for the client, or while the
 //! client is deleted mid-staging.
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, ResourceExt};
 use pav_e2e::*;
@@ -78,8 +81,8 @@ spec:
       persistentVolumeClaim: { claimName: data }
 "#;
 
-/// Deletes the running pod of pav's `component` (csi-controller or
-/// csi-node) of the provisioner and waits until a new one is ready.
+/// Deletes the running pod of pav's `component` (csi-node) of the
+/// provisioner and waits until a new one is ready.
 async fn kill(client: &Client, component: &str) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), PAV_NAMESPACE);
     let selector = ListParams::default().labels(&format!(
@@ -99,17 +102,82 @@ async fn kill(client: &Client, component: &str) {
         .unwrap();
     eprintln!("killed {component} pod {}", old[0]);
     wait_until(&format!("a new {component} pod ready"), STEP, || async {
-        let ready = pods.list(&selector).await?.items.into_iter().any(|p| {
-            !old.contains(&p.name_any())
-                && p.status
-                    .as_ref()
-                    .and_then(|s| s.container_statuses.as_ref())
-                    .is_some_and(|c| c.iter().all(|c| c.ready))
-        });
+        let ready = pods
+            .list(&selector)
+            .await?
+            .items
+            .into_iter()
+            .any(|p| !old.contains(&p.name_any()) && pod_ready(&p));
         Ok(ready.then_some(()))
     })
     .await
     .unwrap();
+}
+
+/// The CSI controller's pods, once as many are ready as its Deployment
+/// asks for (more than one) and its PodDisruptionBudget lets a drain evict
+/// exactly one of them; and pav's controller's budget likewise.
+async fn replicated_csi_controller(client: &Client) -> Vec<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), PAV_NAMESPACE);
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), PAV_NAMESPACE);
+    let selector = ListParams::default().labels(&format!(
+        "{LABEL_PROVISIONER}={NAME},app.kubernetes.io/component=csi-controller"
+    ));
+    let budget = |name: String| {
+        let budgets = budgets.clone();
+        async move {
+            let status = budgets.get(&name).await?.status.unwrap_or_default();
+            anyhow::Ok((
+                status.expected_pods.unwrap_or_default(),
+                status.disruptions_allowed.unwrap_or_default(),
+            ))
+        }
+    };
+    wait_until(
+        "replicas ready, each budget allowing one eviction",
+        STEP,
+        || async {
+            let ready: Vec<Pod> = pods.list(&selector).await?.items;
+            let replicas = ready.len() as i32;
+            let controller = budget(format!("pav-{NAME}-controller")).await?;
+            let pav = budget("pav-controller".to_owned()).await?;
+            let done = replicas > 1
+                && ready.iter().all(pod_ready)
+                && controller == (replicas, 1)
+                && pav.0 > 1
+                && pav.1 == 1;
+            if done {
+                return Ok(Some(ready));
+            }
+            anyhow::bail!(
+                "{replicas} pods, budgets (expected, allowed): {controller:?}, pav's {pav:?}"
+            )
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// The pod holding the Lease of the CSI controller's external-provisioner
+/// (named after the driver; csi-lib-utils' identity is the pod's host
+/// name), among `pods`.
+async fn provisioner_leader(client: &Client, pods: &[Pod]) -> String {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), PAV_NAMESPACE);
+    wait_until("a leader among the replicas", STEP, || async {
+        let holder = (leases.get(NAME).await?.spec)
+            .and_then(|s| s.holder_identity)
+            .unwrap_or_default();
+        let leader = pods
+            .iter()
+            .map(|p| p.name_any())
+            .find(|name| holder.starts_with(name));
+        match leader {
+            Some(leader) => Ok(Some(leader)),
+            None => anyhow::bail!("Lease {NAME} held by {holder:?}"),
+        }
+    })
+    .await
+    .unwrap()
 }
 
 /// Waits until claim `data` of `ns` is Bound; returns its volume's name.
@@ -206,17 +274,31 @@ async fn components_restart_mid_phase() {
     let started = Instant::now();
     let observer = start_scenario(&client, NS, NAME, OBJECTS).await;
 
-    // The CSI controller dies while the creation pod runs.
+    // The CSI controller's leader dies while the creation pod runs; the
+    // standby takes over (once the Lease expires: the killed leader never
+    // released it) and finds the creation pod by its name.
+    let replicas = replicated_csi_controller(&client).await;
     apply(&client, CLAIM).await.unwrap();
     observer.wait("creation", "Running", STEP).await.unwrap();
-    kill(&client, "csi-controller").await;
+    let leader = provisioner_leader(&client, &replicas).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), PAV_NAMESPACE);
+    pods.delete(&leader, &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    eprintln!("killed the CSI controller's leader {leader}");
     let volume = bound_volume(&client, NS).await;
     assert_eq!(
         observer.runs("creation"),
         1,
-        "one creation pod, picked up after the restart: {:#?}",
+        "one creation pod, picked up by the new leader: {:#?}",
         observer.seen()
     );
+    let successor = provisioner_leader(
+        &client,
+        &pods.list(&Default::default()).await.unwrap().items,
+    )
+    .await;
+    assert_ne!(successor, leader, "another replica leads");
 
     // The node plugin dies while the staging pod runs.
     apply(&client, CLIENT).await.unwrap();

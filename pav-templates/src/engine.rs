@@ -137,6 +137,17 @@ pub(crate) fn environment() -> Environment<'static> {
     env
 }
 
+/// Whether a field's `source` is a template (holds `{{`, `{%` or `{#`)
+/// rather than a literal value: only templates are compiled and rendered.
+///
+/// ```
+/// assert!(pav_templates::engine::has_template_syntax("{{ pvc.metadata.namespace }}"));
+/// assert!(!pav_templates::engine::has_template_syntax("storage"));
+/// ```
+pub fn has_template_syntax(source: &str) -> bool {
+    source.contains("{{") || source.contains("{%") || source.contains("{#")
+}
+
 /// The source minijinja compiles for a template's `source`: every line
 /// ending (`\r\n`, `\r`) written as `\n`, as Jinja2's lexer reads it
 /// (its `newline_sequence`), in text and string literals alike; and every

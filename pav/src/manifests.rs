@@ -27,6 +27,9 @@ pub use crate::pods::{DEFAULT_NAMESPACE, LABEL_PROVISIONER};
 pub const DEFAULT_IMAGE: &str = concat!("pav:", env!("CARGO_PKG_VERSION"));
 /// Default image pull policy of every container pav deploys.
 pub const DEFAULT_IMAGE_PULL_POLICY: &str = "IfNotPresent";
+/// Default replicas of the controller and of every driver's CSI
+/// controller: two, so that one survives a node's drain or loss.
+pub const DEFAULT_CONTROLLER_REPLICAS: i32 = 2;
 /// Default priority class of the controller and of every driver's CSI
 /// controller.
 pub const DEFAULT_CONTROLLER_PRIORITY_CLASS: &str = "system-cluster-critical";
@@ -134,6 +137,13 @@ pub struct Settings {
 /// Deployment.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct ControllerPlacement {
+    /// Replicas of the controller and of each driver's CSI controller:
+    /// one leads (a Lease each, its CSI sidecars' Leases), the others
+    /// stand by and take over within the Lease's duration when it goes.
+    /// Each Deployment has a PodDisruptionBudget of one unavailable pod.
+    #[arg(long = "controller-replicas", id = "controller_replicas", env = "PAV_CONTROLLER_REPLICAS",
+          default_value_t = DEFAULT_CONTROLLER_REPLICAS, value_parser = clap::value_parser!(i32).range(1..))]
+    pub replicas: i32,
     /// Priority class of the controller and of the drivers' CSI
     /// controllers (empty: none).
     #[arg(long = "controller-priority-class", id = "controller_priority_class", env = "PAV_CONTROLLER_PRIORITY_CLASS",
@@ -156,6 +166,7 @@ pub struct ControllerPlacement {
 impl Default for ControllerPlacement {
     fn default() -> Self {
         Self {
+            replicas: DEFAULT_CONTROLLER_REPLICAS,
             priority_class: DEFAULT_CONTROLLER_PRIORITY_CLASS.into(),
             node_selector: Json::default_of("{}"),
             tolerations: Json::default_of("[]"),

@@ -29,11 +29,12 @@
 mod apply;
 mod in_use;
 pub mod metrics;
+mod node_namespaces;
 mod status;
 
-use self::apply::{apply_driver, delete_driver, delete_named};
+use self::apply::{Applied, apply_driver, delete_driver, delete_named};
 pub use self::in_use::{InUse, claims_in, volumes_in};
-use self::in_use::{claims_of, snapshots_of, staging_pods_of, volumes_of};
+use self::in_use::{claims_of, snapshots_of, staging_pods_of, volume_ids_in, volumes_of};
 use self::status::update_status;
 pub use self::status::{condition, next_status, readiness};
 
@@ -79,6 +80,10 @@ pub mod reason {
     pub const DRIVER_READY: &str = "DriverReady";
     /// The driver is deployed but not available yet.
     pub const DRIVER_NOT_READY: &str = "DriverNotReady";
+    /// The driver is deployed without objects the controller's RBAC does
+    /// not grant yet (a newer image under older roles): its message names
+    /// them.
+    pub const OBJECTS_FORBIDDEN: &str = "ObjectsForbidden";
     /// Deletion is refused while volumes, claims, staged volumes or
     /// snapshots exist ([`InUse`](super::InUse)).
     pub const DELETION_BLOCKED: &str = "DeletionBlocked";
@@ -141,8 +146,20 @@ pub struct Context {
     pub stores: Stores,
     /// Consecutive failures per provisioner, for the backoff.
     failures: Mutex<HashMap<String, u32>>,
-    /// The driver objects last applied per provisioner, and when.
-    applied: Mutex<HashMap<String, (u64, Instant)>>,
+    /// The driver objects last applied, per provisioner.
+    applied: Mutex<HashMap<String, LastApplied>>,
+    /// Where templates put node phases' pods, per volume.
+    node_namespaces: node_namespaces::Evaluations,
+}
+
+/// A driver's objects as last applied.
+struct LastApplied {
+    /// Their [`fingerprint`].
+    fingerprint: u64,
+    /// When.
+    at: Instant,
+    /// Those the controller was forbidden to apply.
+    forbidden: Vec<String>,
 }
 
 /// The objects the controller watches, as last seen.
@@ -212,6 +229,7 @@ fn fingerprint(objects: &DriverObjects) -> u64 {
         &objects.role_bindings,
         &objects.deployment,
         &objects.daemon_set,
+        &objects.disruption_budget,
     ))
     .unwrap_or_default();
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -234,10 +252,11 @@ impl Context {
             stores,
             failures: Mutex::default(),
             applied: Mutex::default(),
+            node_namespaces: Default::default(),
         }
     }
 
-    fn applied(&self) -> std::sync::MutexGuard<'_, HashMap<String, (u64, Instant)>> {
+    fn applied(&self) -> std::sync::MutexGuard<'_, HashMap<String, LastApplied>> {
         self.applied
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -483,42 +502,80 @@ async fn apply(p: &PavProvisioner, ctx: &Context) -> Result<(Action, Outcome), E
         return Ok((Action::requeue(Duration::from_secs(600)), Outcome::Invalid));
     }
 
-    let (deployment, daemon_set) =
-        apply_if_changed(ctx, &name, &driver::objects(p, &ctx.settings)).await?;
-    let (ready, message) = readiness(&name, &deployment, &daemon_set);
-    let condition = condition(
-        ready,
-        if ready {
-            reason::DRIVER_READY
-        } else {
-            reason::DRIVER_NOT_READY
-        },
-        &message,
-    );
-    update_status(p, ctx, condition, volumes, EventType::Normal).await?;
+    let applied = apply_if_changed(ctx, &name, &driver_objects(p, ctx).await?).await?;
+    let (ready, mut message) = readiness(&name, &applied.deployment, &applied.daemon_set);
+    let reason = if !applied.forbidden.is_empty() {
+        message.push_str(&format!(
+            "; not applied, forbidden by the controller's RBAC (upgrade pav's chart or apply `pav manifests` again): {}",
+            applied.forbidden.join(", ")
+        ));
+        reason::OBJECTS_FORBIDDEN
+    } else if ready {
+        reason::DRIVER_READY
+    } else {
+        reason::DRIVER_NOT_READY
+    };
+    let kind = if applied.forbidden.is_empty() {
+        EventType::Normal
+    } else {
+        EventType::Warning
+    };
+    update_status(p, ctx, condition(ready, reason, &message), volumes, kind).await?;
     Ok((Action::requeue(Duration::from_secs(300)), Outcome::Applied))
 }
 
+/// Every object of `p`'s driver, its node plugin bound wherever its node
+/// phases' pods go: where the spec says, where its templates say for each
+/// of its volumes, and where its staged volumes' pods are.
+async fn driver_objects(p: &PavProvisioner, ctx: &Context) -> Result<DriverObjects, Error> {
+    let settings = &ctx.settings;
+    let mut objects = driver::objects(p, settings);
+    let volumes = volume_ids_in(&ctx.stores.volumes.state(), &p.name_any());
+    let evaluated = (ctx.node_namespaces)
+        .namespaces(
+            &ctx.client,
+            p,
+            &objects.node_pods,
+            &volumes,
+            &settings.namespace,
+        )
+        .await?;
+    for namespace in evaluated.difference(&objects.node_pods.fixed) {
+        (objects.role_bindings).push(driver::node_pods_binding(p, settings, namespace));
+    }
+    Ok(objects)
+}
+
 /// Applies a driver unless the same objects were applied less than
-/// [`REAPPLY_AFTER`] ago and the watches still see them; returns its
-/// Deployment and DaemonSet.
+/// [`REAPPLY_AFTER`] ago and the watches still see them.
 async fn apply_if_changed(
     ctx: &Context,
     name: &str,
     objects: &DriverObjects,
-) -> Result<(Deployment, DaemonSet), Error> {
+) -> Result<Applied, Error> {
     let ns = &ctx.settings.namespace;
     let fingerprint = fingerprint(objects);
     let recent = ctx
         .applied()
         .get(name)
-        .is_some_and(|(last, at)| *last == fingerprint && at.elapsed() < REAPPLY_AFTER);
-    if recent && let Some(driver) = ctx.stores.driver(ns, name) {
-        return Ok(driver);
+        .filter(|last| last.fingerprint == fingerprint && last.at.elapsed() < REAPPLY_AFTER)
+        .map(|last| last.forbidden.clone());
+    if let Some(forbidden) = recent
+        && let Some((deployment, daemon_set)) = ctx.stores.driver(ns, name)
+    {
+        return Ok(Applied {
+            deployment,
+            daemon_set,
+            forbidden,
+        });
     }
     let applied = apply_driver(&ctx.client, ns, objects).await?;
-    ctx.applied()
-        .insert(name.to_owned(), (fingerprint, Instant::now()));
+    let last = LastApplied {
+        fingerprint,
+        at: Instant::now(),
+        forbidden: applied.forbidden.clone(),
+    };
+    ctx.applied().insert(name.to_owned(), last);
     Ok(applied)
 }
 

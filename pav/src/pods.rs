@@ -103,8 +103,17 @@ pub const ANNOTATION_PUBLISH_CONTEXT: &str = "pav.albertofaria.github.io/publish
 pub const ANNOTATION_SNAPSHOTS: &str = "pav.albertofaria.github.io/snapshots";
 /// Annotation with the message a pod exported in `/pav/error`.
 pub const ANNOTATION_ERROR: &str = "pav.albertofaria.github.io/error";
-/// Annotation set to `"true"` once the node plugin copied the files above.
+/// Annotation set to `"true"` once the node plugin copied the files above
+/// into annotations, as node plugins before [`CONDITION_COLLECTED`] did:
+/// still read, for pods such a plugin collected before an upgrade.
 pub const ANNOTATION_COLLECTED: &str = "pav.albertofaria.github.io/collected";
+/// The pod condition the node plugin sets on a validation, creation,
+/// deletion (or other controller phase's) pod of its node once the pod
+/// terminated: its message is a JSON object of the `/pav` files the pod
+/// exported (`{"handle": "vol-1", "capacity": "1Gi"}`). A condition, in the
+/// pod's status, so that node plugins need only `patch` on `pods/status`
+/// cluster-wide, not on pods: a pod's status cannot change what it runs.
+pub const CONDITION_COLLECTED: &str = "pav.albertofaria.github.io/collected";
 /// Annotation naming the claim (`namespace/name`) a controller pod works for.
 pub const ANNOTATION_CLAIM: &str = "pav.albertofaria.github.io/claim";
 /// Annotation naming the staging pod whose staged volume a health check

@@ -186,6 +186,7 @@ selector: pav.example.com/canary=true
 metrics:
   port: 9090
 controller:
+  replicas: 3
   priorityClassName: pav-controller-critical
   resources:
     requests: {cpu: 50m, memory: 64Mi}
@@ -256,6 +257,7 @@ const CHANGED_FLAGS: &[&str] = &[
     "--kube-api-burst=40",
     "--selector=pav.example.com/canary=true",
     "--metrics-addr=0.0.0.0:9090",
+    "--controller-replicas=3",
     "--controller-priority-class=pav-controller-critical",
     r#"--controller-resources={"requests":{"cpu":"50m","memory":"64Mi"},"limits":{"cpu":"1","memory":"512Mi"}}"#,
     r#"--controller-node-selector={"node-role.kubernetes.io/control-plane":""}"#,

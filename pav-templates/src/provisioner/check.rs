@@ -5,6 +5,7 @@ use minijinja::Environment;
 use serde_json::Value as Json;
 
 use crate::duration::parse_timeout;
+pub(super) use crate::engine::has_template_syntax;
 use crate::error::{Error, Location};
 use crate::model::{LifecycleMode, ProvisioningMode};
 use crate::phase::Phase;
@@ -482,10 +483,6 @@ pub(super) fn blank_templates(value: &Json) -> Json {
         ),
         other => other.clone(),
     }
-}
-
-pub(super) fn has_template_syntax(source: &str) -> bool {
-    source.contains("{{") || source.contains("{%") || source.contains("{#")
 }
 
 pub(super) fn literal_bytes(value: &Json, rounding: Rounding) -> Option<u64> {

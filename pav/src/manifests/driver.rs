@@ -3,23 +3,28 @@
 //! | object | name | scope |
 //! |---|---|---|
 //! | CSIDriver | `<name>` | cluster |
-//! | ServiceAccount, RoleBinding, Deployment | `pav-<name>-controller` | pav namespace |
+//! | ServiceAccount, RoleBinding, Deployment, PodDisruptionBudget | `pav-<name>-controller` | pav namespace |
 //! | ClusterRoleBinding | `pav-<name>-controller` | cluster |
 //! | ServiceAccount, DaemonSet | `pav-<name>-node` | pav namespace |
 //! | ClusterRoleBinding | `pav-<name>-node` | cluster |
+//! | RoleBinding | `pav-<name>-node` | each namespace its node phases' pods go to |
 //!
 //! All carry the label `pav.albertofaria.github.io/provisioner: <name>`;
 //! namespaced ones are owned by the PavProvisioner (garbage collected with
 //! it), cluster-scoped ones are deleted by the controller's finalizer.
 //!
-//! The bindings name three ClusterRoles every driver shares
-//! ([`csi_controller_role`], [`csi_node_role`], [`csi_leader_election_role`]).
-//! They are installed once by `pav manifests`, so `pav controller` never
-//! writes a role: it only binds these three, which needs `bind` on them by
-//! name and not `escalate` (with which it could grant itself anything).
+//! The bindings name four ClusterRoles every driver shares
+//! ([`csi_controller_role`], [`csi_node_role`], [`csi_node_pods_role`],
+//! [`csi_leader_election_role`]). They are installed once by `pav
+//! manifests`, so `pav controller` never writes a role: it only binds
+//! these four, which needs `bind` on them by name and not `escalate`
+//! (with which it could grant itself anything).
+
+use std::collections::BTreeSet;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
 use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::Resource as _;
@@ -161,6 +166,56 @@ pub(super) fn place(spec: &mut Value, settings: &Settings, placement: &impl Plac
     }
 }
 
+/// A Deployment of `settings.controller.replicas` pods that lead in turn
+/// (the controller, a driver's CSI controller): placed as
+/// `settings.controller` says, and spread over nodes where the scheduler
+/// can, so that one node's loss leaves a replica to take over.
+pub(super) fn leader_elected_deployment(
+    metadata: Value,
+    selector: &Value,
+    pod_labels: &Value,
+    mut spec: Value,
+    settings: &Settings,
+) -> Deployment {
+    place(&mut spec, settings, &settings.controller);
+    spec["topologySpreadConstraints"] = json!([{
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": { "matchLabels": selector },
+    }]);
+    typed(json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata,
+        "spec": {
+            "replicas": settings.controller.replicas,
+            "selector": { "matchLabels": selector },
+            "template": {
+                "metadata": { "labels": pod_labels },
+                "spec": spec,
+            },
+        },
+    }))
+}
+
+/// The PodDisruptionBudget of a [`leader_elected_deployment`]: a drain
+/// evicts one of its pods at a time, each once its replacement is ready;
+/// pods that are not ready may always go (they serve nothing, and would
+/// otherwise hold every drain up).
+pub(super) fn disruption_budget(metadata: Value, selector: &Value) -> PodDisruptionBudget {
+    typed(json!({
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata,
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": { "matchLabels": selector },
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }))
+}
+
 /// API group of VolumeSnapshots, their contents and classes.
 const SNAPSHOT_GROUP: &str = "snapshot.storage.k8s.io";
 /// The API group of group snapshots (VolumeGroupSnapshot and its kin).
@@ -183,6 +238,17 @@ pub fn node_name(provisioner: &str) -> String {
 pub const CSI_CONTROLLER_ROLE: &str = "pav-csi-controller";
 /// The ClusterRole of every driver's node plugin.
 pub const CSI_NODE_ROLE: &str = "pav-csi-node";
+/// The ClusterRole every node plugin is bound to by RoleBindings, in the
+/// namespaces its node phases' pods go to only: creating, patching and
+/// deleting pods.
+pub const CSI_NODE_PODS_ROLE: &str = "pav-csi-node-pods";
+/// The four ClusterRoles the controller may bind (and nothing else).
+pub const DRIVER_ROLES: [&str; 4] = [
+    CSI_CONTROLLER_ROLE,
+    CSI_NODE_ROLE,
+    CSI_NODE_PODS_ROLE,
+    CSI_LEADER_ELECTION_ROLE,
+];
 /// The ClusterRole the CSI controller's sidecars need for leader election,
 /// bound in the pav namespace only.
 pub const CSI_LEADER_ELECTION_ROLE: &str = "pav-csi-leader-election";
@@ -246,7 +312,8 @@ pub struct DriverObjects {
     /// [`CSI_CONTROLLER_ROLE`] and [`CSI_NODE_ROLE`].
     pub cluster_role_bindings: Vec<ClusterRoleBinding>,
     /// The CSI controller's binding to [`CSI_LEADER_ELECTION_ROLE`] in the
-    /// pav namespace.
+    /// pav namespace, and the node plugin's to [`CSI_NODE_PODS_ROLE`] in
+    /// each namespace its node phases' pods go to.
     pub role_bindings: Vec<RoleBinding>,
     /// The CSI controller with the external-provisioner sidecar, and the
     /// external-resizer and csi-snapshotter ones when the provisioner has
@@ -254,11 +321,23 @@ pub struct DriverObjects {
     pub deployment: Deployment,
     /// The node plugin with the node-driver-registrar sidecar.
     pub daemon_set: DaemonSet,
+    /// The CSI controller's PodDisruptionBudget: one pod evicted at a time.
+    pub disruption_budget: PodDisruptionBudget,
+    /// Where the node phases' pods go as the spec tells, which the node
+    /// plugin's RoleBindings in [`role_bindings`](Self::role_bindings)
+    /// follow.
+    pub node_pods: NodePodNamespaces,
 }
 
-/// Builds every object of `provisioner`'s driver.
+/// Builds every object of `provisioner`'s driver, its node plugin bound
+/// to create, patch and delete pods in the namespaces its spec names
+/// ([`NodePodNamespaces::fixed`]); those its templates choose per volume
+/// are the controller's to add ([`node_pods_binding`]).
 pub fn objects(provisioner: &PavProvisioner, settings: &Settings) -> DriverObjects {
     let b = Builder::new(provisioner, settings);
+    let mut role_bindings = vec![b.controller_role_binding()];
+    let namespaces = node_pod_namespaces(provisioner, settings);
+    role_bindings.extend(namespaces.fixed.iter().map(|ns| b.node_pods_binding(ns)));
     DriverObjects {
         csi_driver: b.csi_driver(),
         service_accounts: vec![
@@ -269,10 +348,89 @@ pub fn objects(provisioner: &PavProvisioner, settings: &Settings) -> DriverObjec
             b.cluster_role_binding(&b.controller, CSI_CONTROLLER_ROLE, "csi-controller"),
             b.cluster_role_binding(&b.node, CSI_NODE_ROLE, "csi-node"),
         ],
-        role_bindings: vec![b.controller_role_binding()],
+        role_bindings,
         deployment: b.deployment(),
         daemon_set: b.daemon_set(),
+        disruption_budget: disruption_budget(
+            b.namespaced(&b.controller, "csi-controller"),
+            &b.selector_labels("csi-controller"),
+        ),
+        node_pods: namespaces,
     }
+}
+
+/// The node plugin's binding to [`CSI_NODE_PODS_ROLE`] in `namespace`.
+pub fn node_pods_binding(
+    provisioner: &PavProvisioner,
+    settings: &Settings,
+    namespace: &str,
+) -> RoleBinding {
+    Builder::new(provisioner, settings).node_pods_binding(namespace)
+}
+
+/// Where a driver's node phases (staging, unstaging, node expansion,
+/// health: [`Phase::pod_on_volume_node`]) put their pods, as far as the
+/// spec tells.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodePodNamespaces {
+    /// Namespaces known from the spec: the pav namespace for a phase
+    /// whose pod template names none, and every literal
+    /// `podTemplate.metadata.namespace`.
+    pub fixed: BTreeSet<String>,
+    /// Phases whose pods' namespace is a template (or lies inside one):
+    /// known per volume only, by rendering the phase.
+    pub templated: Vec<Phase>,
+}
+
+/// Reads [`NodePodNamespaces`] off `provisioner`'s spec as written.
+pub fn node_pod_namespaces(provisioner: &PavProvisioner, settings: &Settings) -> NodePodNamespaces {
+    let spec = serde_json::to_value(&provisioner.spec).unwrap_or_default();
+    let mut namespaces = NodePodNamespaces::default();
+    for phase in Phase::ALL.into_iter().filter(|p| p.pod_on_volume_node()) {
+        match pod_namespace(&spec, phase) {
+            PodNamespace::NoPod => {}
+            PodNamespace::Default => {
+                namespaces.fixed.insert(settings.namespace.clone());
+            }
+            PodNamespace::Literal(ns) => {
+                namespaces.fixed.insert(ns);
+            }
+            PodNamespace::Templated => namespaces.templated.push(phase),
+        }
+    }
+    namespaces
+}
+
+/// What a phase's spec says of its pod's namespace.
+enum PodNamespace {
+    /// The phase, or its pod template, is not there.
+    NoPod,
+    /// The pod template names no namespace: the pav namespace.
+    Default,
+    /// `podTemplate.metadata.namespace` as written.
+    Literal(String),
+    /// A template decides it (the field, or an object above it, is one).
+    Templated,
+}
+
+fn pod_namespace(spec: &Value, phase: Phase) -> PodNamespace {
+    let mut at = spec;
+    let path = [phase.field(), "podTemplate", "metadata", "namespace"];
+    for (depth, key) in path.into_iter().enumerate() {
+        match at.get(key) {
+            None | Some(Value::Null) if depth < 2 => return PodNamespace::NoPod,
+            None | Some(Value::Null) => return PodNamespace::Default,
+            Some(Value::String(text)) if pav_templates::engine::has_template_syntax(text) => {
+                return PodNamespace::Templated;
+            }
+            Some(Value::String(ns)) if key == "namespace" && !ns.is_empty() => {
+                return PodNamespace::Literal(ns.clone());
+            }
+            Some(Value::String(_)) => return PodNamespace::Default,
+            Some(next) => at = next,
+        }
+    }
+    PodNamespace::Default
 }
 
 struct Builder<'a> {
@@ -436,6 +594,23 @@ impl<'a> Builder<'a> {
         }))
     }
 
+    /// The node plugin's binding to [`CSI_NODE_PODS_ROLE`] in `namespace`.
+    fn node_pods_binding(&self, namespace: &str) -> RoleBinding {
+        let mut metadata = self.namespaced(&self.node, "csi-node");
+        metadata["namespace"] = json!(namespace);
+        typed(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": metadata,
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": CSI_NODE_PODS_ROLE,
+            },
+            "subjects": [{ "kind": "ServiceAccount", "name": self.node, "namespace": self.settings.namespace }],
+        }))
+    }
+
     fn pav_env(&self) -> Value {
         json!([
             { "name": "PAV_NAMESPACE", "value": self.settings.namespace },
@@ -539,26 +714,19 @@ impl<'a> Builder<'a> {
         }
         // Nothing in it needs root: the socket is in an emptyDir, and the
         // sidecars only talk to it and to the API server.
-        let mut spec = json!({
+        let spec = json!({
             "serviceAccountName": self.controller,
             "securityContext": non_root_pod_security(),
             "containers": containers,
             "volumes": [{ "name": "socket-dir", "emptyDir": {} }],
         });
-        place(&mut spec, s, &s.controller);
-        typed(json!({
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": self.namespaced(&self.controller, "csi-controller"),
-            "spec": {
-                "replicas": 1,
-                "selector": { "matchLabels": selector },
-                "template": {
-                    "metadata": { "labels": pod_labels },
-                    "spec": spec,
-                },
-            },
-        }))
+        leader_elected_deployment(
+            self.namespaced(&self.controller, "csi-controller"),
+            &selector,
+            &pod_labels,
+            spec,
+            s,
+        )
     }
 
     /// A sidecar of the CSI controller next to `pav csi-controller`: its
@@ -797,23 +965,42 @@ pub fn csi_controller_role() -> ClusterRole {
     }))
 }
 
-/// What every node plugin may do cluster-wide: its staging and unstaging
-/// pods (created, watched, annotated when collected, deleted), the objects
-/// of the staging context, its PavProvisioner, events.
-/// node-driver-registrar needs nothing.
+/// What every node plugin may do cluster-wide: read pods (its staging
+/// waits' cache of its node's pods, client pods), record the `/pav` files
+/// of the pods it collects in their status
+/// ([`CONDITION_COLLECTED`](crate::pods::CONDITION_COLLECTED)), read the
+/// objects of the staging context, watch its PavProvisioner, record
+/// events. Creating, patching and deleting pods is [`csi_node_pods_role`]'s,
+/// bound only where its pods go. node-driver-registrar needs nothing.
 pub fn csi_node_role() -> ClusterRole {
     typed(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": shared_role_meta(CSI_NODE_ROLE, "csi-node"),
         "rules": [
-            rule(&[""], &["pods"], &["get", "list", "watch", "create", "delete", "patch"]),
+            rule(&[""], &["pods"], &["get", "list", "watch"]),
+            // A pod's status cannot change what it runs, unlike its spec:
+            // patching it anywhere grants no way into another namespace.
+            rule(&[""], &["pods/status"], &["patch"]),
             rule(&[""], &["persistentvolumes", "persistentvolumeclaims", "nodes"], &["get"]),
             rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
             // Its own PavProvisioner, kept by a watch (field selector on
             // its name), compiled once per generation: never a GET.
             rule(&[pav_templates::model::GROUP], &["pavprovisioners"], &["list", "watch"]),
         ],
+    }))
+}
+
+/// What a node plugin may do in each namespace its node phases' pods go
+/// to (a RoleBinding per namespace, [`DriverObjects::role_bindings`]):
+/// create its staging, unstaging, health and node expansion pods, remove
+/// the staging pods' finalizer (patch) and delete them.
+pub fn csi_node_pods_role() -> ClusterRole {
+    typed(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": shared_role_meta(CSI_NODE_PODS_ROLE, "csi-node"),
+        "rules": [rule(&[""], &["pods"], &["create", "patch", "delete"])],
     }))
 }
 
@@ -858,6 +1045,37 @@ mod tests {
         .unwrap();
         p.metadata.resource_version = Some("1".into());
         p
+    }
+
+    #[test]
+    fn node_plugin_is_bound_where_its_node_phases_pods_go() {
+        let settings = Settings::default();
+        // Staging names no namespace: the pav namespace.
+        let p = provisioner();
+        let namespaces = node_pod_namespaces(&p, &settings);
+        assert_eq!(namespaces.fixed, BTreeSet::from(["pav".to_owned()]));
+        assert!(namespaces.templated.is_empty());
+        let bindings = objects(&p, &settings).role_bindings;
+        let node: Vec<_> = bindings
+            .iter()
+            .filter(|b| b.role_ref.name == CSI_NODE_PODS_ROLE)
+            .collect();
+        assert_eq!(node.len(), 1);
+        assert_eq!(node[0].metadata.namespace.as_deref(), Some("pav"));
+        assert_eq!(node[0].subjects.as_ref().unwrap()[0].name, "pav-hello-node");
+
+        // A literal namespace, a templated one, a whole templated template.
+        let p = with_sections(
+            "  volumeUnstaging: { podTemplate: { metadata: { namespace: storage }, spec: { containers: [] } } }\n  \
+             volumeHealth: { podTemplate: { metadata: { namespace: '{{ pvc.metadata.namespace }}' }, spec: { containers: [] } } }\n  \
+             volumeNodeExpansion: { podTemplate: '{{ {} }}' }\n",
+        );
+        let namespaces = node_pod_namespaces(&p, &settings);
+        assert_eq!(
+            namespaces.fixed,
+            BTreeSet::from(["pav".to_owned(), "storage".to_owned()])
+        );
+        assert_eq!(namespaces.templated, [Phase::NodeExpansion, Phase::Health]);
     }
 
     fn sidecars(p: &PavProvisioner, settings: &Settings) -> Vec<Container> {
@@ -1709,9 +1927,23 @@ mod tests {
         assert!(allows(&leader, "coordination.k8s.io", "leases", "update"));
         assert!(!allows(&leader, "coordination.k8s.io", "leases", "delete"));
         let node = csi_node_role().rules.unwrap();
+        for verb in ["create", "patch", "delete"] {
+            assert!(
+                !allows(&node, "", "pods", verb),
+                "node may {verb} pods everywhere"
+            );
+        }
+        let node_pods = csi_node_pods_role().rules.unwrap();
+        for verb in ["create", "patch", "delete"] {
+            assert!(
+                allows(&node_pods, "", "pods", verb),
+                "node pods role lacks {verb}"
+            );
+        }
+        assert_eq!(node_pods.len(), 1, "{node_pods:?}");
         for (group, resource, verb) in [
-            ("", "pods", "create"),
-            ("", "pods", "patch"),
+            ("", "pods", "watch"),
+            ("", "pods/status", "patch"),
             ("", "persistentvolumes", "get"),
             ("", "persistentvolumeclaims", "get"),
             ("", "nodes", "get"),

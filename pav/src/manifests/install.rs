@@ -3,10 +3,11 @@
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use serde_json::{Value, json};
 
-use super::driver::{self, CSI_CONTROLLER_ROLE, CSI_LEADER_ELECTION_ROLE, CSI_NODE_ROLE};
+use super::driver;
 use super::{
     Args, FIELD_MANAGER, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NAME, LABEL_POD_SECURITY_ENFORCE,
     PAV_BINARY, Settings, json as to_json, labels, non_root_pod_security, typed,
@@ -38,6 +39,7 @@ pub fn objects(args: &Args) -> Vec<Value> {
         to_json(&pav_templates::PavProvisioner::definition()),
         to_json(&driver::csi_controller_role()),
         to_json(&driver::csi_node_role()),
+        to_json(&driver::csi_node_pods_role()),
         to_json(&driver::csi_leader_election_role()),
         to_json(&service_account(settings)),
         to_json(&cluster_role()),
@@ -48,6 +50,7 @@ pub fn objects(args: &Args) -> Vec<Value> {
         to_json(&role_binding(settings)),
         to_json(&metrics_service(args)),
         to_json(&deployment(args)),
+        to_json(&disruption_budget(settings)),
     ]
 }
 
@@ -114,7 +117,8 @@ pub fn service_account(settings: &Settings) -> ServiceAccount {
 
 /// What the controller may do cluster-wide, each verb one it calls:
 /// watch PavProvisioners and patch their finalizer and status, apply and
-/// delete CSIDrivers and the drivers' ClusterRoleBindings, bind the three
+/// delete CSIDrivers and the drivers' ClusterRoleBindings and RoleBindings
+/// (the node plugins' in the namespaces their pods go to), bind the four
 /// shared driver roles (by name: no `escalate`, no other role), count
 /// volumes, claims, staging pods and snapshots of a provisioner being
 /// deleted, and record events.
@@ -146,9 +150,16 @@ pub fn cluster_role() -> ClusterRole {
                 "verbs": ["create", "patch", "delete"],
             },
             {
+                // In whichever namespaces node phases' pods go to; list:
+                // a driver's bindings where its pods no longer go.
+                "apiGroups": ["rbac.authorization.k8s.io"],
+                "resources": ["rolebindings"],
+                "verbs": ["list", "create", "patch", "delete"],
+            },
+            {
                 "apiGroups": ["rbac.authorization.k8s.io"],
                 "resources": ["clusterroles"],
-                "resourceNames": [CSI_CONTROLLER_ROLE, CSI_NODE_ROLE, CSI_LEADER_ELECTION_ROLE],
+                "resourceNames": driver::DRIVER_ROLES,
                 "verbs": ["bind"],
             },
             {
@@ -210,15 +221,17 @@ pub fn cluster_role_binding(settings: &Settings) -> ClusterRoleBinding {
 }
 
 /// Name of the admission policy that keeps the controller to the
-/// ClusterRoleBindings it made, and of its binding.
+/// ClusterRoleBindings and RoleBindings it made, and of its binding
+/// (named when it covered ClusterRoleBindings only).
 pub const BINDING_POLICY: &str = "pav-controller-cluster-role-bindings";
 
-/// Keeps the controller to its own ClusterRoleBindings: RBAC cannot limit
-/// `create`, `patch` and `delete` of ClusterRoleBindings to names not
-/// known in advance (one per driver), so this admission policy refuses
-/// the controller's ServiceAccount any change to a ClusterRoleBinding
-/// that is not labelled as the controller's, before and after the change
-/// (`managed-by: pav-controller`, which it puts on the drivers' bindings).
+/// Keeps the controller to its own ClusterRoleBindings and RoleBindings:
+/// RBAC cannot limit `create`, `patch` and `delete` of bindings to names
+/// (and namespaces) not known in advance (some per driver), so this
+/// admission policy refuses the controller's ServiceAccount any change to
+/// a binding that is not labelled as the controller's, before and after
+/// the change (`managed-by: pav-controller`, which it puts on the
+/// drivers' bindings).
 pub fn binding_policy(settings: &Settings) -> Value {
     let account = format!("system:serviceaccount:{}:{CONTROLLER}", settings.namespace);
     let managed = format!("{LABEL_MANAGED_BY}={FIELD_MANAGER}");
@@ -236,7 +249,7 @@ pub fn binding_policy(settings: &Settings) -> Value {
                     "apiGroups": ["rbac.authorization.k8s.io"],
                     "apiVersions": ["*"],
                     "operations": ["CREATE", "UPDATE", "DELETE"],
-                    "resources": ["clusterrolebindings"],
+                    "resources": ["clusterrolebindings", "rolebindings"],
                 }],
             },
             "matchConditions": [{
@@ -246,11 +259,11 @@ pub fn binding_policy(settings: &Settings) -> Value {
             "validations": [
                 {
                     "expression": format!("request.operation == 'CREATE' || {}", labelled("oldObject")),
-                    "message": format!("pav's controller may only change or delete the ClusterRoleBindings it made (labelled {managed})"),
+                    "message": format!("pav's controller may only change or delete the role bindings it made (labelled {managed})"),
                 },
                 {
                     "expression": format!("request.operation == 'DELETE' || {}", labelled("object")),
-                    "message": format!("pav's controller may only make ClusterRoleBindings labelled {managed}"),
+                    "message": format!("pav's controller may only make role bindings labelled {managed}"),
                 },
             ],
         },
@@ -272,7 +285,7 @@ pub fn binding_policy_binding() -> Value {
 
 /// What the controller may do in the pav namespace: apply, watch and
 /// delete the drivers' Deployments and DaemonSets, apply and delete their
-/// ServiceAccounts and leader-election RoleBindings, hold its own
+/// ServiceAccounts and PodDisruptionBudgets, hold its own
 /// leader-election Lease and delete those of a deleted driver's sidecars.
 pub fn role(settings: &Settings) -> Role {
     typed(json!({
@@ -291,8 +304,9 @@ pub fn role(settings: &Settings) -> Role {
                 "verbs": ["create", "patch", "delete"],
             },
             {
-                "apiGroups": ["rbac.authorization.k8s.io"],
-                "resources": ["rolebindings"],
+                // Each driver's CSI controller's disruption budget.
+                "apiGroups": ["policy"],
+                "resources": ["poddisruptionbudgets"],
                 "verbs": ["create", "patch", "delete"],
             },
             {
@@ -325,11 +339,12 @@ pub fn role_binding(settings: &Settings) -> RoleBinding {
     }))
 }
 
-/// The `pav controller` Deployment: one replica with leader election, so
-/// a rolling update never has two controllers reconciling at once.
+/// The `pav controller` Deployment: `--controller-replicas` pods, one
+/// leading at a time (leader election), so neither a rolling update nor
+/// a standby ever has two controllers reconciling at once.
 pub fn deployment(args: &Args) -> Deployment {
     let settings = &args.settings;
-    let selector = labels(&[(LABEL_NAME, "pav"), (LABEL_COMPONENT, "controller")]);
+    let pod_labels = json!(controller_selector());
     let mut controller_args = vec![
         "controller".to_owned(),
         format!("--namespace={}", settings.namespace),
@@ -342,7 +357,7 @@ pub fn deployment(args: &Args) -> Deployment {
         controller_args.push(format!("--selector={selector}"));
     }
     controller_args.extend(settings_args(settings));
-    let mut spec = json!({
+    let spec = json!({
         "serviceAccountName": CONTROLLER,
         "securityContext": non_root_pod_security(),
         "containers": [{
@@ -367,20 +382,26 @@ pub fn deployment(args: &Args) -> Deployment {
             "securityContext": unprivileged_container_security(),
         }],
     });
-    driver::place(&mut spec, settings, &settings.controller);
-    typed(json!({
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": meta(CONTROLLER, Some(&settings.namespace)),
-        "spec": {
-            "replicas": 1,
-            "selector": { "matchLabels": selector },
-            "template": {
-                "metadata": { "labels": selector },
-                "spec": spec,
-            },
-        },
-    }))
+    driver::leader_elected_deployment(
+        meta(CONTROLLER, Some(&settings.namespace)),
+        &pod_labels,
+        &pod_labels,
+        spec,
+        settings,
+    )
+}
+
+/// The controller's PodDisruptionBudget.
+pub fn disruption_budget(settings: &Settings) -> PodDisruptionBudget {
+    driver::disruption_budget(
+        meta(CONTROLLER, Some(&settings.namespace)),
+        &json!(controller_selector()),
+    )
+}
+
+/// The labels of the controller's pods.
+fn controller_selector() -> std::collections::BTreeMap<String, String> {
+    labels(&[(LABEL_NAME, "pav"), (LABEL_COMPONENT, "controller")])
 }
 
 /// The controller's flags that it passes on to the drivers it deploys,
@@ -398,6 +419,7 @@ fn settings_args(settings: &Settings) -> Vec<String> {
         format!("--kubelet-dir={}", s.kubelet_dir),
         format!("--log-format={}", s.logging.format),
         format!("--log-level={}", s.logging.level),
+        format!("--controller-replicas={}", s.controller.replicas),
         format!(
             "--controller-priority-class={}",
             s.controller.priority_class
@@ -490,6 +512,7 @@ mod tests {
             image_pull_policy: "Always".into(),
             image_pull_secrets: vec!["one".into(), "two".into()],
             controller: crate::manifests::ControllerPlacement {
+                replicas: 3,
                 priority_class: String::new(),
                 node_selector: Json::parser::<BTreeMap<String, String>>(r#"{"role":"infra"}"#)
                     .unwrap(),
@@ -548,7 +571,7 @@ mod tests {
         assert_eq!(on_roles[0].verbs, ["bind"]);
         assert_eq!(
             on_roles[0].resource_names.as_deref().unwrap(),
-            [CSI_CONTROLLER_ROLE, CSI_NODE_ROLE, CSI_LEADER_ELECTION_ROLE]
+            driver::DRIVER_ROLES
         );
         let namespaced = role(&Settings::default()).rules.unwrap();
         for rule in rules.iter().chain(&namespaced) {
@@ -582,6 +605,7 @@ mod tests {
                 "ClusterRole",
                 "ClusterRole",
                 "ClusterRole",
+                "ClusterRole",
                 "ServiceAccount",
                 "ClusterRole",
                 "ClusterRoleBinding",
@@ -590,7 +614,8 @@ mod tests {
                 "Role",
                 "RoleBinding",
                 "Service",
-                "Deployment"
+                "Deployment",
+                "PodDisruptionBudget"
             ]
         );
     }

@@ -104,16 +104,32 @@ pub(super) async fn volumes_of(client: &Client, name: &str) -> Result<Vec<String
 
 /// Names of the PersistentVolumes in `pvs` whose CSI driver is `name`.
 pub fn volumes_in<P: std::borrow::Borrow<PersistentVolume>>(pvs: &[P], name: &str) -> Vec<String> {
+    of_driver(pvs, name).map(|pv| pv.name_any()).collect()
+}
+
+/// Names and UIDs of the PersistentVolumes in `pvs` whose CSI driver is
+/// `name`.
+pub(super) fn volume_ids_in<P: std::borrow::Borrow<PersistentVolume>>(
+    pvs: &[P],
+    name: &str,
+) -> Vec<(String, String)> {
+    of_driver(pvs, name)
+        .map(|pv| (pv.name_any(), pv.uid().unwrap_or_default()))
+        .collect()
+}
+
+fn of_driver<'a, P: std::borrow::Borrow<PersistentVolume>>(
+    pvs: &'a [P],
+    name: &'a str,
+) -> impl Iterator<Item = &'a PersistentVolume> {
     pvs.iter()
         .map(std::borrow::Borrow::borrow)
-        .filter(|pv: &&PersistentVolume| {
+        .filter(move |pv: &&PersistentVolume| {
             pv.spec
                 .as_ref()
                 .and_then(|s| s.csi.as_ref())
                 .is_some_and(|csi| csi.driver == name)
         })
-        .map(|pv| pv.name_any())
-        .collect()
 }
 
 pub(super) async fn claims_of(client: &Client, name: &str) -> Result<Vec<String>, Error> {

@@ -6,11 +6,16 @@ use super::*;
 use crate::csi::fixtures::{ApiServer, Logged, assert_golden, list};
 use http::Method;
 use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
 use serde_json::{Value, json};
 
 const PROVISIONER: &str = "/apis/pav.albertofaria.github.io/v1alpha1/pavprovisioners/p";
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
+/// Where the controller looks for a driver's staging pods (every namespace).
+const STAGING_PODS: &str = "/api/v1/pods";
+/// Where the controller looks for a driver's node plugin bindings.
+const ROLE_BINDINGS: &str = "/apis/rbac.authorization.k8s.io/v1/rolebindings";
 
 fn provisioner(spec: Value, metadata: Value) -> PavProvisioner {
     let mut object = json!({
@@ -33,21 +38,30 @@ fn valid() -> Value {
 /// Stores that have listed nothing (the watches' first lists are
 /// done), as the controller's watches give them.
 fn empty_stores() -> Stores {
-    fn listed<K>() -> Store<K>
+    stores_with(vec![])
+}
+
+/// Stores that have listed `volumes` (slim, as the controller keeps
+/// them) and nothing else.
+fn stores_with(volumes: Vec<PersistentVolume>) -> Stores {
+    fn listed<K>(objects: Vec<K>) -> Store<K>
     where
         K: Resource + Clone + 'static,
         K::DynamicType: Default + Eq + std::hash::Hash + Clone,
     {
         let (store, mut writer) = reflector::store();
         writer.apply_watcher_event(&watcher::Event::Init);
+        for object in objects {
+            writer.apply_watcher_event(&watcher::Event::InitApply(object));
+        }
         writer.apply_watcher_event(&watcher::Event::InitDone);
         store
     }
     Stores {
-        deployments: listed(),
-        daemon_sets: listed(),
-        csi_drivers: listed(),
-        volumes: listed(),
+        deployments: listed(vec![]),
+        daemon_sets: listed(vec![]),
+        csi_drivers: listed(vec![]),
+        volumes: listed(volumes),
     }
 }
 
@@ -55,6 +69,11 @@ fn empty_stores() -> Stores {
 /// PATCH (server-side apply) answers the applied object with
 /// `statuses` merged in by kind; events are accepted.
 fn scenario(p: &PavProvisioner, statuses: Value) -> (ApiServer, Arc<Context>) {
+    scenario_with(p, statuses, empty_stores())
+}
+
+/// [`scenario`] with `stores` as the controller's watches filled them.
+fn scenario_with(p: &PavProvisioner, statuses: Value, stores: Stores) -> (ApiServer, Arc<Context>) {
     let (server, client) = ApiServer::start();
     let object = serde_json::to_value(p).unwrap();
     server.on(move |r: &Logged| {
@@ -75,11 +94,14 @@ fn scenario(p: &PavProvisioner, statuses: Value) -> (ApiServer, Arc<Context>) {
         (r.method == Method::POST && r.path == EVENTS)
             .then(|| (201, r.body.clone().unwrap_or_default()))
     });
+    // No staged volumes, no node plugin bindings but those applied.
+    server.route(Method::GET, STAGING_PODS, list("Pod", vec![]));
+    server.route(Method::GET, ROLE_BINDINGS, list("RoleBinding", vec![]));
     let context = Context::new(
         client,
         Settings::default(),
         Arc::new(Metrics::default()),
-        empty_stores(),
+        stores,
     );
     (server, Arc::new(context))
 }
@@ -136,6 +158,10 @@ fn driver_objects(p: &PavProvisioner) -> Vec<(String, Value)> {
         path_of::<DaemonSet>(ns, &objects.daemon_set.name_any()),
         serde_json::to_value(&objects.daemon_set).unwrap(),
     ));
+    out.push((
+        path_of::<PodDisruptionBudget>(ns, &objects.disruption_budget.name_any()),
+        serde_json::to_value(&objects.disruption_budget).unwrap(),
+    ));
     out
 }
 
@@ -178,15 +204,23 @@ async fn a_new_provisioner_gets_the_finalizer_then_its_driver_and_a_ready_status
     assert!(
         requests
             .iter()
-            .filter(|r| !r.path.starts_with(PROVISIONER) && r.path != EVENTS)
+            .filter(|r| r.method == Method::PATCH && !r.path.starts_with(PROVISIONER))
             .all(|r| r.query.contains("fieldManager=pav-controller")
                 && r.query.contains("force=true")),
         "{requests:#?}"
     );
-    let rest: Vec<String> = requests[applied.len()..].iter().map(Logged::line).collect();
+    let others: Vec<String> = requests
+        .iter()
+        .filter(|r| r.method != Method::PATCH || r.path.starts_with(PROVISIONER))
+        .map(Logged::line)
+        .collect();
     assert_eq!(
-        rest,
+        others,
         [
+            // Where its staged volumes' pods are (none), then, between
+            // the bindings and the Deployment, its bindings elsewhere.
+            format!("GET {STAGING_PODS}"),
+            format!("GET {ROLE_BINDINGS}"),
             format!("POST {EVENTS}"),
             format!("PATCH {PROVISIONER}/status")
         ]
@@ -200,12 +234,143 @@ async fn a_new_provisioner_gets_the_finalizer_then_its_driver_and_a_ready_status
     assert_eq!(ready["reason"], reason::DRIVER_READY);
     assert_eq!(
         ready["message"],
-        "CSI driver p: controller 1/1 available, node plugin ready on 2/2 nodes"
+        "CSI driver p: controller 1/2 available, node plugin ready on 2/2 nodes"
     );
     let event = body(&server, &format!("POST {EVENTS}"));
     assert_eq!(event["reason"], reason::DRIVER_READY);
     assert_eq!(event["type"], "Normal");
     assert_eq!(event["regarding"]["name"], "p");
+}
+
+/// A controller image newer than its RBAC (an older chart's roles, until
+/// the chart is upgraded): the objects it may not make yet are named in
+/// `Ready` and a Warning event, and the driver is deployed without them.
+#[tokio::test]
+async fn objects_forbidden_by_older_rbac_are_named_and_the_driver_deployed_without_them() {
+    let p = provisioner(valid(), json!({"finalizers": [FINALIZER]}));
+    let (server, ctx) = scenario(
+        &p,
+        json!({
+            "Deployment": {"availableReplicas": 1},
+            "DaemonSet": {"numberReady": 1, "desiredNumberScheduled": 1,
+                          "currentNumberScheduled": 1, "numberMisscheduled": 0},
+        }),
+    );
+    let budgets = path_of::<PodDisruptionBudget>(Some("pav"), "pav-p-controller");
+    let forbidden = budgets.clone();
+    server.on(move |r: &Logged| {
+        (r.method == Method::PATCH && r.path == forbidden).then(|| {
+            (403, json!({
+                "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403,
+                "reason": "Forbidden",
+                "message": "poddisruptionbudgets.policy \"pav-p-controller\" is forbidden: User \"system:serviceaccount:pav:pav-controller\" cannot patch resource \"poddisruptionbudgets\"",
+            }))
+        })
+    });
+    reconcile(Arc::new(p), ctx).await.unwrap();
+    let applied: Vec<String> = lines(&server)
+        .into_iter()
+        .filter(|l| l.starts_with("PATCH") && !l.contains(PROVISIONER))
+        .collect();
+    let everything: Vec<String> = (driver_objects(&provisioner(valid(), json!({}))).into_iter())
+        .map(|(path, _)| format!("PATCH {path}"))
+        .collect();
+    assert_eq!(applied, everything, "every object tried, the budget last");
+    let status = body(&server, &format!("PATCH {PROVISIONER}/status"))["status"].clone();
+    let ready = &status["conditions"][0];
+    assert_eq!(ready["status"], "True", "the driver works without it");
+    assert_eq!(ready["reason"], reason::OBJECTS_FORBIDDEN);
+    let message = ready["message"].as_str().unwrap();
+    assert!(
+        message.contains("PodDisruptionBudget pav/pav-p-controller") && message.contains("upgrade"),
+        "{message}"
+    );
+    let event = body(&server, &format!("POST {EVENTS}"));
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["note"], message);
+}
+
+/// Node phases whose pods' namespace is a template: the node plugin is
+/// bound where it renders for each volume (from its claim's namespace),
+/// and where staging pods and the unstaging pods they recorded are; a
+/// binding where none go any more is deleted.
+#[tokio::test]
+async fn the_node_plugin_is_bound_where_templates_put_its_pods() {
+    let mut spec = valid();
+    spec["volumeStaging"]["podTemplate"]["metadata"] =
+        json!({"namespace": "{{ pvc.metadata.namespace }}-stage"});
+    let p = provisioner(spec, json!({"finalizers": [FINALIZER]}));
+    let volume = json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": "pvc-1", "uid": "u-pv1"},
+        "spec": {"csi": {"driver": "p", "volumeHandle": "h1"},
+                 "capacity": {"storage": "1Mi"}, "accessModes": ["ReadWriteOnce"],
+                 "claimRef": {"namespace": "apps", "name": "data"}},
+    });
+    let mut slim: PersistentVolume = serde_json::from_value(volume.clone()).unwrap();
+    slim_volume(&mut slim);
+    let (server, ctx) = scenario_with(&p, json!({}), stores_with(vec![slim]));
+    server.route(Method::GET, PVS_1, (200, volume));
+    server.route(
+        Method::GET,
+        "/api/v1/namespaces/apps/persistentvolumeclaims/data",
+        (200, json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data", "namespace": "apps", "uid": "u-data"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Mi"}}},
+        })),
+    );
+    // A volume staged while the spec put its pods in `old`, which
+    // recorded an unstaging pod for `older`.
+    let staging = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "pav-staging-x", "namespace": "old", "annotations": {
+            crate::pods::ANNOTATION_UNSTAGING: r#"{"metadata":{"namespace":"older"},"spec":{}}"#,
+        }},
+    });
+    server.route(Method::GET, STAGING_PODS, list("Pod", vec![staging]));
+    // A binding where no pod goes.
+    let stale = driver::node_pods_binding(&p, &Settings::default(), "gone");
+    server.route(
+        Method::GET,
+        ROLE_BINDINGS,
+        list("RoleBinding", vec![serde_json::to_value(stale).unwrap()]),
+    );
+
+    reconcile(Arc::new(p.clone()), ctx.clone()).await.unwrap();
+    let node = driver::node_name("p");
+    let bound: Vec<String> = lines(&server)
+        .into_iter()
+        .filter(|l| l.contains("/rolebindings/") && l.ends_with(&node))
+        .collect();
+    assert_eq!(
+        bound,
+        [
+            format!(
+                "PATCH {}",
+                path_of::<RoleBinding>(Some("apps-stage"), &node)
+            ),
+            format!("PATCH {}", path_of::<RoleBinding>(Some("old"), &node)),
+            format!("PATCH {}", path_of::<RoleBinding>(Some("older"), &node)),
+            format!("DELETE {}", path_of::<RoleBinding>(Some("gone"), &node)),
+        ]
+    );
+
+    // Evaluated once per volume and spec: the next reconcile reads no
+    // volume or claim again.
+    let before = server.requests().len();
+    ctx.applied().clear();
+    reconcile(Arc::new(p), ctx).await.unwrap();
+    let again: Vec<String> = server.requests()[before..]
+        .iter()
+        .map(Logged::line)
+        .collect();
+    assert!(
+        !again
+            .iter()
+            .any(|l| l.contains("pvc-1") || l.contains("/data")),
+        "{again:#?}"
+    );
 }
 
 #[tokio::test]
@@ -245,11 +410,19 @@ fn deleted() -> PavProvisioner {
 }
 
 const PVS: &str = "/api/v1/persistentvolumes";
+const PVS_1: &str = "/api/v1/persistentvolumes/pvc-1";
 const SNAPSHOT_CONTENTS: &str = "/apis/snapshot.storage.k8s.io/v1/volumesnapshotcontents";
 
 /// Lists of what could use the provisioner: `pvs` volumes, no
-/// classes, claims, pods or VolumeSnapshotContents.
+/// classes, claims, pods or VolumeSnapshotContents; and the node plugin's
+/// binding in namespace `storage`, where a template put its pods.
 fn uses(server: &ApiServer, pvs: Vec<Value>) {
+    let binding = driver::node_pods_binding(&deleted(), &Settings::default(), "storage");
+    server.route(
+        Method::GET,
+        ROLE_BINDINGS,
+        list("RoleBinding", vec![serde_json::to_value(binding).unwrap()]),
+    );
     server.route(Method::GET, PVS, list("PersistentVolume", pvs));
     server.route(
         Method::GET,
@@ -392,6 +565,10 @@ fn removal() -> Vec<String> {
         format!("DELETE {}", path_of::<Deployment>(ns, &controller)),
         format!("DELETE {}", path_of::<DaemonSet>(ns, &node)),
         format!("DELETE {}", path_of::<RoleBinding>(ns, &controller)),
+        format!("DELETE {}", path_of::<PodDisruptionBudget>(ns, &controller)),
+        // The node plugin's bindings where its pods went.
+        format!("GET {ROLE_BINDINGS}"),
+        format!("DELETE {}", path_of::<RoleBinding>(Some("storage"), &node)),
         format!("DELETE {}", path_of::<ServiceAccount>(ns, &controller)),
         format!(
             "DELETE {}",

@@ -10,6 +10,7 @@ use pav_templates::quantity::{Rounding, parse_bytes};
 use super::{
     ANNOTATION_CAPACITY, ANNOTATION_COLLECTED, ANNOTATION_ERROR, ANNOTATION_HANDLE,
     ANNOTATION_PUBLISH_CONTEXT, ANNOTATION_SIZE, ANNOTATION_SNAPSHOTS, ANNOTATION_TOPOLOGY,
+    CONDITION_COLLECTED,
 };
 
 /// Where a PaV pod is in its life.
@@ -131,14 +132,14 @@ pub fn termination_message(pod: &Pod) -> String {
 }
 
 /// Defines [`Collected`] from the one list of the `/pav` files a pod may
-/// export: each file's name, its field, and the annotation the node plugin
-/// copies it to for a pod on another node (`None`: read from the pod's
-/// directory only).
+/// export: each file's name, its field, and the annotation node plugins
+/// before [`CONDITION_COLLECTED`] copied it to (`None`: read from the
+/// pod's directory only, never collected).
 macro_rules! exported_files {
     ($($(#[$doc:meta])* $field:ident: $file:literal => $annotation:expr,)*) => {
-        /// The files a terminated pod exported, as copied into its
-        /// annotations by the node plugin on its node, or read from its
-        /// directory.
+        /// The files a terminated pod exported, as the node plugin on its
+        /// node recorded them in the pod's status ([`CONDITION_COLLECTED`]),
+        /// or as read from its directory.
         #[derive(Debug, Clone, Default, PartialEq, Eq)]
         pub struct Collected {
             $($(#[$doc])* pub $field: Option<String>,)*
@@ -148,18 +149,20 @@ macro_rules! exported_files {
             /// The collected files, once the node plugin marked the pod
             /// collected.
             pub fn of(pod: &Pod) -> Option<Self> {
+                let get = |text: Option<&String>| {
+                    text.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
+                };
+                if let Some(files) = collected_condition(pod) {
+                    return Some(Collected {
+                        $($field: $annotation.and(get(files.get($file))),)*
+                    });
+                }
                 let annotations = pod.metadata.annotations.as_ref()?;
                 if annotations.get(ANNOTATION_COLLECTED).map(String::as_str) != Some("true") {
                     return None;
                 }
-                let get = |key: Option<&str>| {
-                    annotations
-                        .get(key?)
-                        .map(|v| v.trim().to_owned())
-                        .filter(|v| !v.is_empty())
-                };
                 Some(Collected {
-                    $($field: get($annotation),)*
+                    $($field: $annotation.and_then(|key: &str| get(annotations.get(key))),)*
                 })
             }
 
@@ -171,7 +174,9 @@ macro_rules! exported_files {
                 }
             }
 
-            /// The annotations that record these files on the pod.
+            /// The annotations that record these files on the pod, as node
+            /// plugins did before [`CONDITION_COLLECTED`] (and still do
+            /// under RBAC of their time, without `pods/status`).
             pub fn annotations(&self) -> serde_json::Value {
                 let mut annotations = serde_json::Map::new();
                 $(if let Some(key) = $annotation {
@@ -180,8 +185,35 @@ macro_rules! exported_files {
                 annotations.insert(ANNOTATION_COLLECTED.to_owned(), "true".into());
                 serde_json::Value::Object(annotations)
             }
+
+            /// The pod condition ([`CONDITION_COLLECTED`]) that records
+            /// these files on the pod: each collected file that exists,
+            /// by its name.
+            pub fn condition(&self) -> serde_json::Value {
+                let mut files = serde_json::Map::new();
+                $(if let (Some(_), Some(text)) = ($annotation, &self.$field) {
+                    files.insert($file.to_owned(), serde_json::json!(text));
+                })*
+                serde_json::json!({
+                    "type": CONDITION_COLLECTED,
+                    "status": "True",
+                    "reason": "Collected",
+                    "message": serde_json::Value::Object(files).to_string(),
+                })
+            }
         }
     };
+}
+
+/// The files of a pod's [`CONDITION_COLLECTED`], when it has one.
+fn collected_condition(pod: &Pod) -> Option<std::collections::BTreeMap<String, String>> {
+    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+    let condition = conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_COLLECTED && c.status == "True")?;
+    // A message that is not the object the node plugin writes (someone
+    // else's condition of the same name) counts as no files.
+    Some(serde_json::from_str(condition.message.as_deref().unwrap_or("{}")).unwrap_or_default())
 }
 
 exported_files! {
@@ -201,12 +233,12 @@ exported_files! {
     snapshots: "snapshots" => Some(ANNOTATION_SNAPSHOTS),
     /// `/pav/condition`, trimmed: read from the pod's directory only (the
     /// health check pods that write it run on the node plugin's node), so
-    /// never copied into annotations.
+    /// never collected.
     condition: "condition" => None::<&str>,
 }
 
-/// Largest file the node plugin copies into an annotation; longer ones are
-/// truncated (annotations share a 256 KiB budget).
+/// Largest file the node plugin collects; longer ones are truncated
+/// (the pod's condition holds them all).
 pub const MAX_FILE: usize = 16 * 1024;
 
 /// Reads one exported file from a pod's `/pav` directory on the node.
@@ -549,15 +581,46 @@ mod tests {
         let files = Collected {
             handle: Some("vol-1".into()),
             capacity: Some("1Gi".into()),
+            // Never collected: read on the pod's own node only.
+            condition: Some("abnormal".into()),
             ..Collected::default()
         };
-        assert_eq!(files.annotations()[ANNOTATION_COLLECTED], "true");
+        let condition = files.condition();
+        let message: serde_json::Value =
+            serde_json::from_str(condition["message"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            message,
+            serde_json::json!({"handle": "vol-1", "capacity": "1Gi"})
+        );
+        assert_eq!(condition["type"], CONDITION_COLLECTED);
+        let collected = Collected {
+            condition: None,
+            ..files.clone()
+        };
+        p.status =
+            Some(serde_json::from_value(serde_json::json!({"conditions": [condition]})).unwrap());
+        assert_eq!(Collected::of(&p), Some(collected.clone()));
+
+        // As a node plugin before the condition recorded them.
+        let mut old = Pod::default();
         let mut annotations = std::collections::BTreeMap::new();
         annotations.insert(ANNOTATION_HANDLE.to_owned(), " vol-1\n".to_owned());
         annotations.insert(ANNOTATION_CAPACITY.to_owned(), "1Gi".to_owned());
+        old.metadata.annotations = Some(annotations.clone());
+        assert_eq!(Collected::of(&old), None, "not marked collected");
         annotations.insert(ANNOTATION_COLLECTED.to_owned(), "true".to_owned());
-        p.metadata.annotations = Some(annotations);
-        assert_eq!(Collected::of(&p), Some(files));
+        old.metadata.annotations = Some(annotations);
+        assert_eq!(Collected::of(&old), Some(collected.clone()));
+        // And as one under such RBAC writes them (a null removes the
+        // annotation).
+        let written = files.annotations();
+        let written = written.as_object().unwrap().iter();
+        old.metadata.annotations = Some(
+            written
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect(),
+        );
+        assert_eq!(Collected::of(&old), Some(collected));
     }
 
     fn creation(

@@ -347,7 +347,7 @@ async fn the_attach_pod_runs_and_its_publish_context_is_the_answer() {
             publish_context: (phase == "attach").then(|| "device: /dev/loop7\nlun: 3".into()),
             ..Default::default()
         };
-        json!({"metadata": {"annotations": files.annotations()}, "status": {"phase": "Succeeded"}})
+        json!({"status": {"phase": "Succeeded", "conditions": [files.condition()]}})
     }));
     let (attached, unknown, detached, nodeless) = with_controller(client, async |mut c| {
         let attached = c.controller_publish_volume(publish_request("n1")).await;
@@ -407,7 +407,7 @@ async fn a_failed_attach_pod_is_internal_with_its_message() {
             error: Some("iSCSI login to 10.0.0.9 refused".into()),
             ..Default::default()
         };
-        json!({"metadata": {"annotations": files.annotations()}, "status": {"phase": "Failed"}})
+        json!({"status": {"phase": "Failed", "conditions": [files.condition()]}})
     }));
     let status = with_controller(client, async |mut c| {
         c.controller_publish_volume(publish_request("n1"))
@@ -467,7 +467,7 @@ fn group_pods(server: &ApiServer, members: &'static str) {
             snapshots: Some(members.into()),
             ..Default::default()
         };
-        json!({"metadata": {"annotations": files.annotations()}, "status": {"phase": "Succeeded"}})
+        json!({"status": {"phase": "Succeeded", "conditions": [files.condition()]}})
     }));
 }
 
@@ -656,7 +656,7 @@ async fn failures_no_claim_stands_for_are_events_on_the_pav_provisioner() {
             error: Some("pool tank is offline".into()),
             ..Default::default()
         };
-        json!({"metadata": {"annotations": files.annotations()}, "status": {"phase": "Failed"}})
+        json!({"status": {"phase": "Failed", "conditions": [files.condition()]}})
     }));
     let codes = serving(client, async |channel| {
         let mut c = csi::controller_client::ControllerClient::new(channel.clone());

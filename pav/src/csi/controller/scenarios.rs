@@ -295,18 +295,14 @@ fn spec_with_pods() -> serde_json::Value {
 
 /// A pod that succeeded, its `/pav` files collected.
 fn succeeded(files: results::Collected) -> serde_json::Value {
-    json!({
-        "metadata": {"annotations": files.annotations()},
-        "status": {"phase": "Succeeded"},
-    })
+    json!({"status": {"phase": "Succeeded", "conditions": [files.condition()]}})
 }
 
 /// A pod whose container `container` was killed for `reason`, no
 /// `/pav/error` written.
 fn failed(container: &str, reason: &str) -> serde_json::Value {
     json!({
-        "metadata": {"annotations": results::Collected::default().annotations()},
-        "status": {"phase": "Failed", "containerStatuses": [{
+        "status": {"phase": "Failed", "conditions": [results::Collected::default().condition()], "containerStatuses": [{
             "name": container, "image": "x", "imageID": "", "ready": false,
             "restartCount": 0,
             "state": {"terminated": {"exitCode": 137, "reason": reason}},

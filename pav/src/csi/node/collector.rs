@@ -141,8 +141,9 @@ impl Collection {
 }
 
 /// Copies `/pav/handle`, `/pav/capacity` and `/pav/error` of terminated
-/// validation, creation and deletion pods on this node into their
-/// annotations, marks them collected and removes their directories, and
+/// validation, creation and deletion pods on this node into their status
+/// (the condition [`CONDITION_COLLECTED`](crate::pods::CONDITION_COLLECTED)),
+/// which marks them collected, and removes their directories, and
 /// removes the directories of such pods once they are gone. Reads the pod
 /// cache (no watch of its own): scans it after each change, and every 5 s
 /// to retry what failed.
@@ -184,22 +185,29 @@ pub async fn collect(driver: Arc<DriverContext>, pods_dir: PathBuf) {
 /// (`--kube-api-qps`, `--kube-api-burst`) still applies to them together.
 const COLLECT_CONCURRENCY: usize = 16;
 
-/// Annotates `pod` with its `/pav` files and removes its directory; false
-/// if the annotation failed (the files stay for the next try).
+/// Records `pod`'s `/pav` files in its status and removes its directory;
+/// false if that failed (the files stay for the next try).
 pub(super) async fn collect_pod(driver: &DriverContext, pods_dir: &Path, pod: &Pod) -> bool {
     let dir = pods_dir.join(pod.name_any());
     let files = Collected::read(&dir);
-    let patch = serde_json::json!({"metadata": {"annotations": files.annotations()}});
+    // Strategic: merged into the pod's conditions by type, beside the
+    // kubelet's.
+    let patch = serde_json::json!({"status": {"conditions": [files.condition()]}});
     let namespace = pod.namespace().unwrap_or_default();
-    let patched = driver
-        .pods
-        .api(&namespace)
-        .patch(
-            &pod.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await;
+    let (api, name) = (driver.pods.api(&namespace), pod.name_any());
+    let params = PatchParams::default();
+    let mut patched = (api
+        .patch_status(&name, &params, &Patch::Strategic(&patch))
+        .await)
+        .map(drop);
+    if let Err(kube::Error::Api(status)) = &patched
+        && status.code == 403
+    {
+        // RBAC older than this image (no `pods/status`, `patch` on pods
+        // everywhere still): where node plugins of its time wrote them.
+        let patch = serde_json::json!({"metadata": {"annotations": files.annotations()}});
+        patched = (api.patch(&name, &params, &Patch::Merge(&patch)).await).map(drop);
+    }
     match patched {
         Ok(_) => {
             tracing::info!(pod = %pod.name_any(), namespace, "collected /pav files");
@@ -214,7 +222,7 @@ pub(super) async fn collect_pod(driver: &DriverContext, pods_dir: &Path, pod: &P
             true
         }
         Err(e) => {
-            tracing::warn!(pod = %pod.name_any(), error = %e, "cannot annotate pod");
+            tracing::warn!(pod = %pod.name_any(), error = %e, "cannot record the /pav files in the pod's status");
             false
         }
     }
@@ -225,10 +233,10 @@ mod tests {
     use super::*;
 
     fn pod(name: &str, phase_label: &str, pod_phase: &str, collected: bool) -> Arc<Pod> {
-        let annotations = if collected {
-            serde_json::json!({ crate::pods::ANNOTATION_COLLECTED: "true" })
+        let conditions = if collected {
+            serde_json::json!([Collected::default().condition()])
         } else {
-            serde_json::json!({})
+            serde_json::json!([])
         };
         Arc::new(
             serde_json::from_value(serde_json::json!({
@@ -237,9 +245,8 @@ mod tests {
                     "namespace": "pav",
                     "uid": format!("uid-{name}"),
                     "labels": { LABEL_PHASE: phase_label },
-                    "annotations": annotations,
                 },
-                "status": { "phase": pod_phase },
+                "status": { "phase": pod_phase, "conditions": conditions },
             }))
             .unwrap(),
         )
