@@ -163,15 +163,17 @@ pub fn cluster_role() -> ClusterRole {
                 "verbs": ["bind"],
             },
             {
-                // PVs requeue their provisioner; the count goes in status.
+                // PVs requeue their provisioner; the count goes in status;
+                // get: a volume whose node pods' namespace is a template.
                 "apiGroups": [""],
                 "resources": ["persistentvolumes"],
-                "verbs": ["list", "watch"],
+                "verbs": ["get", "list", "watch"],
             },
             {
+                // get: the claim such a template renders with.
                 "apiGroups": [""],
                 "resources": ["persistentvolumeclaims"],
-                "verbs": ["list"],
+                "verbs": ["get", "list"],
             },
             {
                 // Staging pods still running keep a provisioner from being
