@@ -1182,6 +1182,8 @@ pub struct SeenPod {
     /// Pod name. PaV derives it from provisioner, volume and node, so a
     /// pod PaV starts again has the same name and a new `uid`.
     pub name: String,
+    /// Pod namespace (the template's, else the pav namespace).
+    pub namespace: String,
     /// Pod UID: one per pod PaV started.
     pub uid: String,
     /// PaV phase label (`creation`, `staging`, ...).
@@ -1222,6 +1224,7 @@ impl PodObserver {
     fn record(&self, pod: &Pod) {
         let entry = SeenPod {
             name: pod.name_any(),
+            namespace: pod.namespace().unwrap_or_default(),
             uid: pod.uid().unwrap_or_default(),
             pav_phase: pod.labels().get(LABEL_PHASE).cloned().unwrap_or_default(),
             pod_phase: pod_phase(pod).to_owned(),

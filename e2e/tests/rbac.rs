@@ -576,3 +576,154 @@ async fn the_controller_may_change_only_the_cluster_role_bindings_it_made() {
         .await
         .unwrap();
 }
+
+/// A templated namespace for the node plugin's pods, rendered per volume.
+const STAGING_NAME: &str = "e2e-rbac-staging";
+/// Where the claim and the client pod are.
+const STAGING_CLAIMS: &str = "e2e-rbac-staging-claims";
+/// Where the StorageClass parameter puts the staging pods.
+const STAGING_PODS: &str = "e2e-rbac-staging-pods";
+
+const STAGING_OBJECTS: &str = r#"
+apiVersion: pav.albertofaria.github.io/v1alpha1
+kind: PavProvisioner
+metadata:
+  name: e2e-rbac-staging
+spec:
+  provisioningModes: [Dynamic]
+  volumeCreation:
+    capacity: "{{ requestedMinCapacity }}"
+  volumeStaging:
+    podTemplate:
+      metadata:
+        namespace: "{{ params.stagingNamespace }}"
+      spec:
+        containers:
+          - name: stage
+            image: busybox:stable
+            imagePullPolicy: IfNotPresent
+            command: [sh, -c, "mkdir -p /pav/volume; echo staged > /pav/volume/file"]
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: e2e-rbac-staging
+provisioner: e2e-rbac-staging
+parameters:
+  stagingNamespace: e2e-rbac-staging-pods
+"#;
+
+const STAGING_CLIENT: &str = r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: data
+  namespace: e2e-rbac-staging-claims
+spec:
+  storageClassName: e2e-rbac-staging
+  accessModes: [ReadWriteOnce]
+  resources: { requests: { storage: 1Mi } }
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: client
+  namespace: e2e-rbac-staging-claims
+spec:
+  restartPolicy: Never
+  containers:
+    - name: client
+      image: busybox:stable
+      imagePullPolicy: IfNotPresent
+      command: [cat, /volume/file]
+      volumeMounts: [{ name: data, mountPath: /volume }]
+  volumes:
+    - name: data
+      persistentVolumeClaim: { claimName: data }
+"#;
+
+/// Issue 45: a node plugin may make pods only where its node phases' pods
+/// go. Here a StorageClass parameter names the staging pods' namespace,
+/// so the controller renders it for the volume and binds the node plugin
+/// there, not in the claim's namespace; the client reads what staging
+/// wrote, and once the volume and its staging pod are gone the binding
+/// goes too.
+#[tokio::test]
+#[ignore = "needs a cluster"]
+async fn the_node_plugin_is_bound_where_a_template_puts_its_pods() {
+    let client = cluster().await;
+    let started = Instant::now();
+    namespace(&client, STAGING_PODS).await.unwrap();
+    let observer = start_scenario(&client, STAGING_CLAIMS, STAGING_NAME, STAGING_OBJECTS).await;
+    apply(&client, STAGING_CLIENT).await.unwrap();
+
+    let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(client.clone(), STAGING_CLAIMS);
+    let finished = wait_for(&pods, "client", STEP, "finished", |p| {
+        matches!(pod_phase(p), "Succeeded" | "Failed")
+    })
+    .await;
+    let finished = match finished {
+        Ok(pod) => pod,
+        Err(e) => panic!(
+            "{e}; events: {:#?}; {}",
+            event_lines(&client, STAGING_CLAIMS, "client").await,
+            diagnosis(&client, STAGING_CLAIMS, STAGING_NAME).await
+        ),
+    };
+    assert_eq!(pod_phase(&finished), "Succeeded", "{:#?}", finished.status);
+    assert_eq!(
+        logs(&client, STAGING_CLAIMS, "client")
+            .await
+            .unwrap()
+            .trim(),
+        "staged"
+    );
+    let staged_in: Vec<String> = observer
+        .seen()
+        .iter()
+        .filter(|p| p.pav_phase == "staging")
+        .map(|p| p.namespace.clone())
+        .collect();
+    assert!(
+        !staged_in.is_empty() && staged_in.iter().all(|ns| ns == STAGING_PODS),
+        "staging pods in {staged_in:?}"
+    );
+
+    let node_account = format!("pav-{STAGING_NAME}-node");
+    let node = impersonating(PAV_NAMESPACE, &node_account).await;
+    assert!(may(&node, Some(STAGING_PODS), "create", "pods").await);
+    assert!(!may(&node, Some(STAGING_CLAIMS), "create", "pods").await);
+    let bindings =
+        |ns: &str| Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), ns);
+    assert!(
+        bindings(STAGING_PODS)
+            .get_opt(&node_account)
+            .await
+            .unwrap()
+            .is_some(),
+        "no binding where the staging pods go"
+    );
+
+    delete(&client, STAGING_CLIENT).await.unwrap();
+    wait_no_pav_pods(&client, STAGING_NAME, STEP).await.unwrap();
+    wait_until("the binding gone with the volume", STEP, || async {
+        let left = bindings(STAGING_PODS).get_opt(&node_account).await?;
+        let volumes = volumes_of(&client, STAGING_NAME).await?;
+        match left {
+            None => Ok(Some(())),
+            Some(_) => anyhow::bail!("binding still there; volumes {volumes:?}"),
+        }
+    })
+    .await
+    .unwrap();
+    delete(&client, STAGING_OBJECTS).await.unwrap();
+    delete_provisioner(&client, STAGING_NAME, STEP)
+        .await
+        .unwrap();
+    assert_no_leaks(&client, STAGING_NAME, Duration::from_secs(120)).await;
+    eprintln!(
+        "the_node_plugin_is_bound_where_a_template_puts_its_pods: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
