@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::api::ListParams;
@@ -79,7 +80,12 @@ async fn deployed(client: &Client) -> Vec<String> {
         Api::namespaced(client.clone(), PAV_NAMESPACE)
     );
     collect!(Role, Api::namespaced(client.clone(), PAV_NAMESPACE));
-    collect!(RoleBinding, Api::namespaced(client.clone(), PAV_NAMESPACE));
+    // In every namespace: the node plugin's go wherever its pods go.
+    collect!(RoleBinding, Api::all(client.clone()));
+    collect!(
+        PodDisruptionBudget,
+        Api::namespaced(client.clone(), PAV_NAMESPACE)
+    );
     found.sort();
     found
 }
@@ -102,6 +108,7 @@ async fn provisioner_in_use_is_kept_until_its_volumes_are_gone() {
         "ClusterRoleBinding",
         "RoleBinding",
         "ServiceAccount",
+        "PodDisruptionBudget",
     ] {
         assert!(
             objects.iter().any(|o| o.starts_with(kind)),
