@@ -81,7 +81,8 @@ impl Evaluations {
 /// namespace must not depend on it) and reads their pods' namespaces; a
 /// phase that does not render puts its pod in the claim's namespace, the
 /// most a template without the node could mean. `None` for a volume that
-/// is gone or not bound to a claim yet: nothing stages it.
+/// is gone or not bound to a claim yet (nothing stages it), or that the
+/// controller may not read.
 async fn evaluate(
     client: &Client,
     compiled: &CompiledProvisioner,
@@ -89,9 +90,11 @@ async fn evaluate(
     name: &str,
     default_namespace: &str,
 ) -> Result<Option<BTreeSet<String>>, Error> {
-    let Some(pv) = Api::<PersistentVolume>::all(client.clone())
-        .get_opt(name)
-        .await?
+    let Some(pv) = readable(
+        Api::<PersistentVolume>::all(client.clone())
+            .get_opt(name)
+            .await,
+    )?
     else {
         return Ok(None);
     };
@@ -101,10 +104,8 @@ async fn evaluate(
     let (Some(claim_namespace), Some(claim_name)) = (&claim.namespace, &claim.name) else {
         return Ok(None);
     };
-    let Some(pvc) = Api::<PersistentVolumeClaim>::namespaced(client.clone(), claim_namespace)
-        .get_opt(claim_name)
-        .await?
-    else {
+    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), claim_namespace);
+    let Some(pvc) = readable(claims.get_opt(claim_name).await)? else {
         return Ok(None);
     };
     let node = Node {
@@ -133,6 +134,19 @@ async fn evaluate(
         namespaces.extend(namespace);
     }
     Ok(Some(namespaces))
+}
+
+/// `found`, or `None` when the controller may not read it: RBAC older
+/// than this image, whose node plugins may make pods in every namespace
+/// anyway, so nothing needs evaluating.
+fn readable<K>(found: kube::Result<Option<K>>) -> Result<Option<K>, Error> {
+    match found {
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            tracing::warn!(error = %status.message, "cannot read a volume or claim to render its node pods' namespace");
+            Ok(None)
+        }
+        found => Ok(found?),
+    }
 }
 
 /// The namespace of a pod built from `template` (a rendered
