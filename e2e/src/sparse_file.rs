@@ -7,7 +7,8 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::{Api, Client};
 
 use crate::{
-    STEP, apply, delete, event_lines, logs, pod_phase, wait_driver_registered, wait_for, wait_gone,
+    STEP, apply, delete, event_lines, logs, pod_phase, volumes_of, wait_driver_registered,
+    wait_for, wait_gone, wait_until,
 };
 
 /// The driver's name, as its StorageClasses name it.
@@ -66,8 +67,20 @@ pub async fn install(client: &Client, files: &[&str]) {
 /// Removes what `files` of the deploy directory made (the driver's
 /// namespace with its pods, the CSIDriver, RBAC, classes), waiting until
 /// its pods are gone, so the next install runs the image just loaded under
-/// the same name.
+/// the same name. First waits until no PersistentVolume of the driver is
+/// left: a claim's deletion ends with external-provisioner removing the
+/// volume after DeleteVolume, which an uninstalled driver never would (a
+/// scenario once saw its image deleted and the volume left).
 pub async fn uninstall(client: &Client, files: &[&str]) {
+    wait_until("the driver's volumes gone before it is", STEP, || async {
+        let left = volumes_of(client, DRIVER).await?;
+        match left.is_empty() {
+            true => Ok(Some(())),
+            false => anyhow::bail!("volumes left: {left:?}"),
+        }
+    })
+    .await
+    .unwrap();
     for file in files.iter().rev() {
         delete(client, &deploy_file(file)).await.unwrap();
     }
