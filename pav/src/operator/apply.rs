@@ -83,7 +83,7 @@ pub(super) async fn apply_driver(
     for binding in &objects.role_bindings {
         let namespace = binding.metadata.namespace.as_deref().unwrap_or(ns);
         let bindings = Api::<RoleBinding>::namespaced(client.clone(), namespace);
-        let applied = apply_binding(&bindings, binding).await;
+        let applied = role_missing_as_forbidden(apply_binding(&bindings, binding).await, binding);
         forbidden.extend(unless_forbidden(applied, || described(binding))?);
     }
     let pruned = prune_node_bindings(
@@ -135,6 +135,31 @@ fn unless_forbidden<T>(
             Ok(Some(what))
         }
         Err(e) => Err(e),
+    }
+}
+
+/// A binding's role not found (404, naming the role) as the 403 it means:
+/// an installation older than the controller image has no such role yet.
+fn role_missing_as_forbidden<K>(
+    applied: Result<K, Error>,
+    binding: &RoleBinding,
+) -> Result<K, Error> {
+    match applied {
+        Err(Error::Kube(kube::Error::Api(mut status)))
+            if status.code == 404
+                && status
+                    .details
+                    .as_ref()
+                    .is_some_and(|d| d.name == binding.role_ref.name) =>
+        {
+            status.code = 403;
+            status.message = format!(
+                "ClusterRole {} not found: {}",
+                binding.role_ref.name, status.message
+            );
+            Err(Error::Kube(kube::Error::Api(status)))
+        }
+        applied => applied,
     }
 }
 

@@ -267,6 +267,19 @@ async fn objects_forbidden_by_older_rbac_are_named_and_the_driver_deployed_witho
             }))
         })
     });
+    // A binding to a role the older installation lacks: the API server
+    // answers 404, naming the role.
+    let node_binding = path_of::<RoleBinding>(Some("pav"), "pav-p-node");
+    server.on(move |r: &Logged| {
+        (r.method == Method::PATCH && r.path == node_binding).then(|| {
+            (404, json!({
+                "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404,
+                "reason": "NotFound",
+                "message": "rolebindings.rbac.authorization.k8s.io \"pav-csi-node-pods\" not found",
+                "details": {"name": "pav-csi-node-pods", "group": "rbac.authorization.k8s.io", "kind": "rolebindings"},
+            }))
+        })
+    });
     reconcile(Arc::new(p), ctx).await.unwrap();
     let applied: Vec<String> = lines(&server)
         .into_iter()
@@ -275,14 +288,15 @@ async fn objects_forbidden_by_older_rbac_are_named_and_the_driver_deployed_witho
     let everything: Vec<String> = (driver_objects(&provisioner(valid(), json!({}))).into_iter())
         .map(|(path, _)| format!("PATCH {path}"))
         .collect();
-    assert_eq!(applied, everything, "every object tried, the budget last");
+    assert_eq!(applied, everything, "every object tried");
     let status = body(&server, &format!("PATCH {PROVISIONER}/status"))["status"].clone();
     let ready = &status["conditions"][0];
     assert_eq!(ready["status"], "True", "the driver works without it");
     assert_eq!(ready["reason"], reason::OBJECTS_FORBIDDEN);
     let message = ready["message"].as_str().unwrap();
     assert!(
-        message.contains("PodDisruptionBudget pav/pav-p-controller") && message.contains("upgrade"),
+        message.contains("RoleBinding pav/pav-p-node, PodDisruptionBudget pav/pav-p-controller")
+            && message.contains("upgrade"),
         "{message}"
     );
     let event = body(&server, &format!("POST {EVENTS}"));
