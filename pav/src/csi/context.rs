@@ -121,6 +121,7 @@ mod tests {
     use http::Method;
     use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
+    use std::sync::atomic::Ordering;
 
     use crate::csi::fixtures::{ApiServer, driver_context, status};
 
@@ -145,6 +146,60 @@ mod tests {
             .filter(|r| r.method == Method::POST)
             .count();
         assert_eq!(posts, 1);
+    }
+
+    /// A node plugin not bound yet where a new volume's pod goes (the
+    /// controller binds it once it sees the volume, which kubelet may
+    /// stage first): RBAC's refusal is retried until the binding is there,
+    /// so the user sees no error; admission's refusal (Pod Security) is
+    /// not, as no waiting mends it.
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_refused_by_rbac_is_retried_until_bound_and_admission_is_not() {
+        let (server, client) = ApiServer::start();
+        server.serve_pods(|_| Vec::new());
+        let refusals = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(2));
+        let left = refusals.clone();
+        server.intercept(move |r| {
+            let refuse = r.method == Method::POST
+                && r.path == "/api/v1/namespaces/apps/pods"
+                && left
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok();
+            refuse.then(|| status(403, "Forbidden", "pods is forbidden: User \"system:serviceaccount:pav:pav-p-node\" cannot create resource \"pods\" in API group \"\" in the namespace \"apps\""))
+        });
+        server.intercept(|r| {
+            (r.method == Method::POST && r.path == "/api/v1/namespaces/restricted/pods").then(
+                || {
+                    status(
+                        403,
+                        "Forbidden",
+                        "pods \"x\" is forbidden: violates PodSecurity \"restricted:latest\"",
+                    )
+                },
+            )
+        });
+        let pod = |namespace: &str| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": "x", "namespace": namespace},
+                "spec": {"containers": []},
+            }))
+            .unwrap()
+        };
+        let driver = driver_context(client);
+        assert!(
+            driver.pods.ensure(&pod("apps")).await.unwrap(),
+            "created once bound"
+        );
+        assert_eq!(refusals.load(Ordering::SeqCst), 0, "both refusals seen");
+        let refused = driver.pods.ensure(&pod("restricted")).await.unwrap_err();
+        assert!(refused.to_string().contains("PodSecurity"), "{refused}");
+        let posts = |ns: &str| {
+            let path = format!("/api/v1/namespaces/{ns}/pods");
+            (server.requests().iter())
+                .filter(|r| r.method == Method::POST && r.path == path)
+                .count()
+        };
+        assert_eq!((posts("apps"), posts("restricted")), (3, 1));
     }
 
     /// Another client changes the pod's finalizers between

@@ -131,13 +131,25 @@ impl PavPods {
             }
             self.wait_gone(&namespace, &name).await?;
         }
-        match api.create(&PostParams::default(), pod).await {
-            Ok(_) => {
-                tracing::info!(pod = %name, namespace, "created PaV pod");
-                Ok(true)
+        let mut waited = std::time::Duration::ZERO;
+        loop {
+            match api.create(&PostParams::default(), pod).await {
+                Ok(_) => {
+                    tracing::info!(pod = %name, namespace, "created PaV pod");
+                    return Ok(true);
+                }
+                Err(kube::Error::Api(status)) if status.code == 409 => return Ok(false),
+                Err(kube::Error::Api(status))
+                    if not_bound_yet(&status) && waited < NOT_BOUND_GRACE =>
+                {
+                    let pause =
+                        (waited + std::time::Duration::from_secs(1)).min(NOT_BOUND_GRACE - waited);
+                    tracing::info!(pod = %name, namespace, "not allowed to create pods here yet (the controller binds a node plugin where a new volume's pods go); retrying");
+                    tokio::time::sleep(pause).await;
+                    waited += pause;
+                }
+                Err(e) => return Err(api_error(&format!("creating pod {namespace}/{name}"), e)),
             }
-            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
-            Err(e) => Err(api_error(&format!("creating pod {namespace}/{name}"), e)),
         }
     }
 
@@ -304,4 +316,14 @@ impl PavPods {
             )),
         }
     }
+}
+/// How long a pod creation refused by RBAC is retried: a node plugin is
+/// bound to create pods in a namespace a template chose for a volume once
+/// the controller has seen the volume, which kubelet may stage first.
+const NOT_BOUND_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Whether `status` is RBAC's refusal to create a pod (not admission's,
+/// such as Pod Security's, which no waiting mends).
+fn not_bound_yet(status: &kube::core::Status) -> bool {
+    status.code == 403 && status.message.contains("cannot create resource")
 }
