@@ -499,6 +499,15 @@ impl<'a> PodOrigin<'a> {
     }
 }
 
+/// The namespace of a PaV pod whose template names `named`: that one,
+/// else `default_namespace` (an empty name counts as none).
+pub fn namespace_of(named: Option<&str>, default_namespace: &str) -> String {
+    named
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or(default_namespace)
+        .to_owned()
+}
+
 /// Builds the Pod PaV creates from an evaluated template: the one place
 /// that decides a PaV pod's name, namespace, labels, annotations, owner,
 /// finalizers, `/pav` volume, node and restart policy. Pure.
@@ -538,13 +547,10 @@ pub fn build_pod(template: &PodTemplateSpec, params: &PodParams<'_>) -> Pod {
     }
     let metadata = ObjectMeta {
         name: Some(target.pod_name()),
-        namespace: Some(
-            template_meta
-                .namespace
-                .clone()
-                .filter(|ns| !ns.is_empty())
-                .unwrap_or_else(|| params.default_namespace.to_owned()),
-        ),
+        namespace: Some(namespace_of(
+            template_meta.namespace.as_deref(),
+            params.default_namespace,
+        )),
         labels: Some(labels),
         annotations,
         owner_references: params.owner.map(|owner| vec![owner.clone()]),

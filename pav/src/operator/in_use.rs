@@ -62,6 +62,15 @@ impl InUse {
 /// How many staging pods of provisioner `name` exist: volumes staged (or
 /// being unstaged) for client pods.
 pub(super) async fn staging_pods_of(client: &Client, name: &str) -> Result<usize, Error> {
+    Ok(staging_pods(client, name).await?.len())
+}
+
+/// The staging pods of provisioner `name` (metadata only), in every
+/// namespace.
+pub(super) async fn staging_pods(
+    client: &Client,
+    name: &str,
+) -> Result<Vec<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Pod>>, Error> {
     let selector = format!(
         "{}={name},{}=staging",
         crate::pods::LABEL_PROVISIONER,
@@ -70,7 +79,7 @@ pub(super) async fn staging_pods_of(client: &Client, name: &str) -> Result<usize
     let pods = Api::<k8s_openapi::api::core::v1::Pod>::all(client.clone())
         .list_metadata(&ListParams::default().labels(&selector))
         .await?;
-    Ok(pods.items.len())
+    Ok(pods.items)
 }
 
 /// How many VolumeSnapshotContents of provisioner `name`'s driver exist.

@@ -6,15 +6,14 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::ListParams;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use kube::{Api, Client, ResourceExt as _};
 use pav_templates::{CompiledProvisioner, PavProvisioner, Phase, StagingContext};
 use serde_json::Value;
 
 use super::Error;
 use crate::manifests::driver::NodePodNamespaces;
-use crate::pods::{ANNOTATION_UNSTAGING, LABEL_PHASE, LABEL_PROVISIONER};
+use crate::pods::ANNOTATION_UNSTAGING;
 
 /// Templated namespaces as evaluated, per volume UID and provisioner
 /// generation: a volume's claim and parameters are set when it is made,
@@ -155,10 +154,8 @@ fn pod_namespace(template: &Value, default_namespace: &str) -> Option<String> {
     if !template.is_object() {
         return None;
     }
-    let named = template["metadata"]["namespace"]
-        .as_str()
-        .filter(|ns| !ns.is_empty());
-    Some(named.unwrap_or(default_namespace).to_owned())
+    let named = template["metadata"]["namespace"].as_str();
+    Some(crate::pods::namespace_of(named, default_namespace))
 }
 
 /// The namespaces of provisioner `name`'s staging pods and of the
@@ -169,12 +166,8 @@ async fn staged_namespaces(
     name: &str,
     default_namespace: &str,
 ) -> Result<BTreeSet<String>, Error> {
-    let selector = format!("{LABEL_PROVISIONER}={name},{LABEL_PHASE}=staging");
-    let pods = Api::<Pod>::all(client.clone())
-        .list_metadata(&ListParams::default().labels(&selector))
-        .await?;
     let mut namespaces = BTreeSet::new();
-    for pod in &pods.items {
+    for pod in &super::in_use::staging_pods(client, name).await? {
         namespaces.extend(pod.namespace());
         let unstaging = pod.annotations().get(ANNOTATION_UNSTAGING);
         if let Some(template) = unstaging.and_then(|json| serde_json::from_str::<Value>(json).ok())
