@@ -5,6 +5,7 @@ use std::future::Future;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use pav_sdk::{Provisioner, Topology};
 use tokio::net::UnixListener;
@@ -21,7 +22,9 @@ use crate::csi::node_server::NodeServer;
 use crate::group_controller::GroupControllerService;
 use crate::guard::InFlight;
 use crate::identity::IdentityService;
+use crate::node::clean_up::{DEFAULT_CLEAN_UP_PERIOD, keep_clean};
 use crate::node::{NodeConfig, NodeService};
+use crate::node_dirs::NodeDirs;
 use crate::paths::Confinement;
 use crate::shared::Shared;
 use crate::staged::Records;
@@ -48,6 +51,7 @@ impl Driver {
             node_topology: Topology::new(),
             topology_aware: false,
             max_volumes_per_node: 0,
+            node_clean_up_period: DEFAULT_CLEAN_UP_PERIOD,
             kubelet_dir: PathBuf::from(crate::DEFAULT_KUBELET_DIR),
             state_dir: None,
             #[cfg(feature = "kube")]
@@ -79,6 +83,7 @@ pub struct DriverBuilder {
     node_topology: Topology,
     topology_aware: bool,
     max_volumes_per_node: i64,
+    node_clean_up_period: Duration,
     kubelet_dir: PathBuf,
     state_dir: Option<PathBuf>,
     #[cfg(feature = "kube")]
@@ -134,6 +139,15 @@ impl DriverBuilder {
         self
     }
 
+    /// How often the node service looks for volumes deleted elsewhere (a
+    /// controller on another node) to remove their node directories
+    /// ([`pav_sdk::StageRequest::node_dir`]); default one minute. An
+    /// Unstage or a Delete in this process starts a look at once.
+    pub fn node_clean_up_period(mut self, period: Duration) -> Self {
+        self.node_clean_up_period = period;
+        self
+    }
+
     /// Kubelet's root directory on this node (its `--root-dir`; default
     /// [`DEFAULT_KUBELET_DIR`](crate::DEFAULT_KUBELET_DIR), `/var/lib/kubelet`).
     /// The node service stages and publishes only at paths inside it:
@@ -146,7 +160,9 @@ impl DriverBuilder {
 
     /// Where the node service keeps which volume it staged where (one small
     /// file per staged volume in `staged/`), so that publishing binds only
-    /// what it staged itself, also after a restart. Default:
+    /// what it staged itself, also after a restart, and, for a provisioner
+    /// that keeps records, each volume's node directory (`node-dirs/`,
+    /// [`pav_sdk::StageRequest::node_dir`]). Default:
     /// `<kubelet dir>/plugins/<driver name>`, kubelet's conventional
     /// per-driver directory.
     ///
@@ -237,6 +253,9 @@ impl DriverBuilder {
         // A trait implemented but not added with its `with_*` call is not
         // served: say what is.
         tracing::info!(driver = %self.name, ?provisioner, "touch points");
+        // pav-csi learns from the records that a volume is gone.
+        let node_dirs = (self.node.is_some() && provisioner.records().is_some())
+            .then(|| NodeDirs::new(&state_dir));
         let shared = Arc::new(Shared {
             name: self.name,
             version: self.version,
@@ -247,17 +266,19 @@ impl DriverBuilder {
             topology_aware: self.topology_aware,
             serves_node: self.node.is_some(),
             staged: self.node.as_ref().map(|_| Records::new(&state_dir)),
+            node_dirs,
+            node_dirs_stale: tokio::sync::Notify::new(),
             #[cfg(feature = "kube")]
             claims: self.claims,
         });
 
         // One server per distinct socket, each with the services meant for it.
-        let mut sockets: HashMap<PathBuf, (bool, Option<NodeConfig>)> = HashMap::new();
+        let mut sockets: HashMap<PathBuf, (bool, Option<Arc<NodeConfig>>)> = HashMap::new();
         if let Some(path) = self.controller {
             sockets.entry(path).or_default().0 = true;
         }
         if let Some((path, node_id)) = self.node {
-            sockets.entry(path).or_default().1 = Some(NodeConfig {
+            sockets.entry(path).or_default().1 = Some(Arc::new(NodeConfig {
                 node_id,
                 topology: self.node_topology,
                 // The builder's, else the provisioner's (its Attach's limit).
@@ -270,7 +291,7 @@ impl DriverBuilder {
                     kubelet_dir: self.kubelet_dir,
                     state_dir,
                 },
-            });
+            }));
         }
         if sockets.is_empty() {
             return Err(Error::Config(
@@ -300,9 +321,16 @@ impl DriverBuilder {
                 }));
             }
             if let Some(node) = node {
+                let period = self.node_clean_up_period;
+                tokio::spawn(keep_clean(
+                    shared.clone(),
+                    node.clone(),
+                    period,
+                    stop_rx.clone(),
+                ));
                 router = router.add_service(NodeServer::new(NodeService {
                     shared: shared.clone(),
-                    node: Arc::new(node),
+                    node,
                 }));
             }
             tracing::info!(driver = %shared.name, socket = %path.display(), controller, "serving CSI");

@@ -36,6 +36,8 @@ impl Controller {
             topology_aware,
             serves_node: false,
             staged: None,
+            node_dirs: None,
+            node_dirs_stale: tokio::sync::Notify::new(),
             #[cfg(feature = "kube")]
             claims: None,
         })

@@ -179,6 +179,7 @@ mod create_cache;
 mod driver;
 mod ephemeral;
 mod error;
+pub mod files;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -190,6 +191,7 @@ mod limits;
 pub mod logging;
 pub mod mount;
 mod node;
+mod node_dirs;
 mod occupancy;
 mod pages;
 mod paths;

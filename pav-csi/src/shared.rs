@@ -25,6 +25,12 @@ pub(crate) struct Shared {
     /// node service too: DeleteVolume refuses a volume they say is staged
     /// on this node.
     pub(crate) staged: Option<crate::staged::Records>,
+    /// The volumes' node directories, when this process serves the node
+    /// service for a provisioner that keeps records.
+    pub(crate) node_dirs: Option<crate::node_dirs::NodeDirs>,
+    /// Told when an Unstage or a Delete may have left a node directory
+    /// of a deleted volume ([`crate::node_dirs`]).
+    pub(crate) node_dirs_stale: tokio::sync::Notify,
     /// Where Create's claim is completed from (feature `kube`).
     #[cfg(feature = "kube")]
     pub(crate) claims: Option<crate::claims::ClaimLookup>,

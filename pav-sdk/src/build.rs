@@ -103,6 +103,7 @@ pub fn stage(
         pod: None,
         publish_context: Parameters::new(),
         record: None,
+        node_dir: None,
     }
 }
 
@@ -148,6 +149,7 @@ pub fn node_expand(
         volume_mode: mode,
         capacity: CapacityRange::default(),
         record: None,
+        node_dir: None,
     }
 }
 
@@ -168,6 +170,7 @@ pub fn snapshot(name: impl Into<String>, source: impl Into<VolumeId>) -> Snapsho
         source: source.into(),
         parameters: Parameters::new(),
         secrets: Secrets::default(),
+        source_node_dir: None,
     }
 }
 
@@ -190,5 +193,6 @@ pub fn unstage(
         node_id: node_id.into(),
         target_path: target_path.into(),
         record: None,
+        node_dir: None,
     }
 }

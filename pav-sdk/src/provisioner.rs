@@ -409,6 +409,11 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
         }
     }
 
+    /// The records kept ([`keep_records`](Self::keep_records)), if any.
+    pub fn records(&self) -> Option<&Records> {
+        self.records.as_ref().map(|(records, _)| records)
+    }
+
     /// Forgets the concrete type, as pav-csi stores it.
     pub fn erase(self) -> Provisioner {
         Provisioner {

@@ -194,6 +194,14 @@ impl Records {
         self.budget = Some(bytes);
         self
     }
+
+    /// The handles of the volumes recorded now, read from the store (not
+    /// from what this process loaded before): how pav-csi's node plugin
+    /// learns that a volume it holds was deleted, wherever the Delete ran.
+    pub async fn volume_handles(&self) -> Result<std::collections::BTreeSet<String>> {
+        let recorded = self.store.load().await?;
+        Ok(recorded.volumes.into_iter().map(|r| r.handle).collect())
+    }
 }
 
 /// Records as one JSON file each, under `<dir>/volumes/`,

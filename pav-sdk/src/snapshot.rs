@@ -65,6 +65,25 @@ pub struct SnapshotRequest {
     pub parameters: Parameters,
     /// Secrets for the operation.
     pub secrets: Secrets,
+    /// Where the source volume's node directory is
+    /// ([`StageRequest::node_dir`](crate::StageRequest::node_dir)) when
+    /// this process serves the node too, for a snapshot of node-local
+    /// storage to copy; it does not exist when the volume was never staged
+    /// here. `None` in a controller apart from its node plugins.
+    pub source_node_dir: Option<std::path::PathBuf>,
+}
+
+impl SnapshotRequest {
+    /// [`source_node_dir`](Self::source_node_dir), or `FAILED_PRECONDITION`
+    /// saying why there is none.
+    pub fn source_node_dir(&self) -> crate::Result<&std::path::Path> {
+        self.source_node_dir.as_deref().ok_or_else(|| {
+            crate::Error::FailedPrecondition(format!(
+                "volume {:?} has no node directory in this process: its node plugin runs apart from the controller",
+                self.source.as_str()
+            ))
+        })
+    }
 }
 
 /// A snapshot that exists, as [`Snapshot`] returns it.

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::{Error, Result, VolumeId};
 
@@ -486,6 +486,15 @@ pub struct StageRequest {
     /// process serves the controller). [`recorded`](Self::recorded)
     /// answers `NOT_FOUND` then.
     pub record: Option<VolumeRecord>,
+    /// The volume's directory on this node, owned by pav-csi: made before
+    /// the first Stage, kept while the volume exists, and removed (after
+    /// everything mounted in it is unmounted) once the volume is deleted,
+    /// wherever the Delete ran. Keep what the volume needs on this node
+    /// here (a tmpfs, a loop device's file, a FUSE mount) and nothing
+    /// leaks when the controller deletes it from another node. `None`
+    /// without records (pav-csi learns a volume is gone from them) and for
+    /// a volume they do not hold.
+    pub node_dir: Option<PathBuf>,
 }
 
 impl StageRequest {
@@ -494,6 +503,16 @@ impl StageRequest {
     /// is none of its.
     pub fn recorded(&self) -> Result<&VolumeRecord> {
         record::recorded(&self.record, &self.handle)
+    }
+
+    /// The recorded size in bytes ([`recorded`](Self::recorded)).
+    pub fn capacity_bytes(&self) -> Result<u64> {
+        Ok(self.recorded()?.capacity_bytes)
+    }
+
+    /// [`node_dir`](Self::node_dir), or an error saying why there is none.
+    pub fn node_dir(&self) -> Result<&Path> {
+        record::node_dir(&self.node_dir, &self.handle)
     }
 }
 
@@ -547,12 +566,20 @@ pub struct UnstageRequest {
     /// [`StageRequest::record`]; also `None` once the volume was deleted
     /// (a Delete that came from another process while it was staged here).
     pub record: Option<VolumeRecord>,
+    /// The volume's directory on this node, as for
+    /// [`StageRequest::node_dir`]; it stays after Unstage.
+    pub node_dir: Option<PathBuf>,
 }
 
 impl UnstageRequest {
     /// [`record`](Self::record), or [`Error::NotFound`] when there is none.
     pub fn recorded(&self) -> Result<&VolumeRecord> {
         record::recorded(&self.record, &self.handle)
+    }
+
+    /// [`node_dir`](Self::node_dir), or an error saying why there is none.
+    pub fn node_dir(&self) -> Result<&Path> {
+        record::node_dir(&self.node_dir, &self.handle)
     }
 }
 
@@ -718,12 +745,25 @@ pub struct NodeExpandRequest {
     /// [`StageRequest::record`]: with records, its size is what the
     /// controller's Expand answered (recorded before kubelet calls this).
     pub record: Option<VolumeRecord>,
+    /// The volume's directory on this node, as for
+    /// [`StageRequest::node_dir`].
+    pub node_dir: Option<PathBuf>,
 }
 
 impl NodeExpandRequest {
     /// [`record`](Self::record), or [`Error::NotFound`] when there is none.
     pub fn recorded(&self) -> Result<&VolumeRecord> {
         record::recorded(&self.record, &self.handle)
+    }
+
+    /// The recorded size in bytes: what the controller's Expand answered.
+    pub fn capacity_bytes(&self) -> Result<u64> {
+        Ok(self.recorded()?.capacity_bytes)
+    }
+
+    /// [`node_dir`](Self::node_dir), or an error saying why there is none.
+    pub fn node_dir(&self) -> Result<&Path> {
+        record::node_dir(&self.node_dir, &self.handle)
     }
 }
 

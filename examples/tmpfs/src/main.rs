@@ -22,7 +22,8 @@ struct Cli {
     /// Unix socket to serve on (`unix://` prefix accepted, as CSI sidecars pass it).
     #[arg(long)]
     endpoint: String,
-    /// Directory holding the mounted volumes, the snapshots and the records.
+    /// Directory holding the snapshots and the records (the volumes are
+    /// mounted in pav-csi's node directories, under kubelet's).
     #[arg(long, default_value = "/var/lib/tmpfs-csi")]
     dir: PathBuf,
     /// Bytes of memory all volumes together may take.
@@ -55,7 +56,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // their volume's.
     let records = Records::in_dir(cli.dir.join("records")).budget(cli.budget);
     let tmpfs = Tmpfs {
-        root: cli.dir,
+        snapshots: cli.dir.join("snapshots"),
         node: node.clone(),
     };
     let provisioner = pav_sdk::provisioner!(tmpfs).keep_records(records);

@@ -2,11 +2,13 @@
 // grown online and snapshotted by copy. pav-sdk keeps the records (which
 // volumes and snapshots exist, their sizes and sources, the node's
 // budget), hands each node call its volume's record and grows volumes on
-// the controller's side; pav-csi checks, mounts and binds: this file is
-// the storage logic only.
+// the controller's side; pav-csi checks, mounts, binds, and gives each
+// volume a node directory that it removes, unmounted, once the volume is
+// deleted: this file is the storage logic only.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use pav_csi::files;
 use pav_csi::mount::{self, MountFlags};
 use pav_sdk::prelude::*;
 
@@ -16,22 +18,22 @@ const PAGE: u64 = 4096;
 /// A volume holds data: no set-user-id programs, no device files.
 const FLAGS: MountFlags = MountFlags::NOSUID.union(MountFlags::NODEV);
 
-/// Volume `<id>` is a tmpfs mounted at `<root>/volumes/<id>` from its
-/// first Stage until Delete, so its files outlive its pods (not the node:
-/// after a reboot it starts empty, at its recorded size); snapshot `<name>`
-/// is a copy of one in `<root>/snapshots/<name>`.
+/// Volume `<id>` is a tmpfs mounted on its node directory from its first
+/// Stage until it is deleted, so its files outlive its pods (not the
+/// node: after a reboot it starts empty, at its recorded size); snapshot
+/// `<name>` is a copy of one in `<snapshots>/<name>`.
 pub struct Tmpfs {
-    /// Where volumes and snapshots live.
-    pub root: PathBuf,
+    /// Where snapshots live.
+    pub snapshots: PathBuf,
     /// This node's topology: the volumes are accessible from it only.
     pub node: Topology,
 }
 
 impl Tmpfs {
-    /// Where volume or snapshot `id` lives; an id that is not one file name
-    /// cannot be one of ours (`NOT_FOUND`).
-    fn path(&self, kind: &str, id: &VolumeId) -> Result<PathBuf> {
-        Ok(self.root.join(kind).join(id.path_component()?))
+    /// Where snapshot `id` lives; an id that is not one file name cannot
+    /// be one of ours (`NOT_FOUND`).
+    fn snapshot(&self, id: &str) -> Result<PathBuf> {
+        Ok(self.snapshots.join(VolumeId::new(id).path_component()?))
     }
 }
 
@@ -44,24 +46,14 @@ impl Create for Tmpfs {
 }
 
 #[async_trait]
-impl Delete for Tmpfs {
-    async fn delete(&self, req: DeleteRequest) -> Result<()> {
-        let dir = self.path("volumes", &req.handle)?;
-        mount::unmount(&dir).await?; // busy (bound into a pod): retried
-        removed(std::fs::remove_dir(dir))
-    }
-}
-
-#[async_trait]
 impl Stage for Tmpfs {
     async fn stage(&self, req: StageRequest) -> Result<Staged> {
-        let (volume, dir) = (req.recorded()?, self.path("volumes", &req.handle)?);
-        std::fs::create_dir_all(&dir)?;
+        let (volume, dir) = (req.recorded()?, req.node_dir()?);
         let data = format!("size={},mode=0777", volume.capacity_bytes);
         // Mounted once, so its files survive Unstage and the next Stage.
-        let fresh = mount::mount_once("tmpfs", &dir, "tmpfs", FLAGS, &data).await?;
+        let fresh = mount::mount_once("tmpfs", dir, "tmpfs", FLAGS, &data).await?;
         if let (true, Some(RecordedSource::Snapshot(id))) = (fresh, &volume.source) {
-            copy_tree(&self.path("snapshots", &VolumeId::new(id.as_str()))?, &dir)?;
+            files::copy_tree(self.snapshot(id)?, dir).await?;
         }
         Ok(Staged::at(dir))
     }
@@ -71,11 +63,8 @@ impl Stage for Tmpfs {
 #[async_trait]
 impl NodeExpand for Tmpfs {
     async fn node_expand(&self, req: NodeExpandRequest) -> Result<u64> {
-        let (size, dir) = (
-            req.recorded()?.capacity_bytes,
-            self.path("volumes", &req.handle)?,
-        );
-        mount::remount(dir, FLAGS, &format!("size={size}")).await?;
+        let size = req.capacity_bytes()?;
+        mount::remount(req.node_dir()?, FLAGS, &format!("size={size}")).await?;
         Ok(size)
     }
 }
@@ -83,47 +72,19 @@ impl NodeExpand for Tmpfs {
 #[async_trait]
 impl Snapshot for Tmpfs {
     async fn create_snapshot(&self, req: SnapshotRequest) -> Result<SnapshotInfo> {
-        let from = self.path("volumes", &req.source)?;
-        let to = self.path("snapshots", &VolumeId::new(req.name.as_str()))?;
-        removed(std::fs::remove_dir_all(&to))?; // what a crash mid-copy left
+        let (from, to) = (req.source_node_dir()?, self.snapshot(&req.name)?);
+        files::remove_all(&to).await?; // what a crash mid-copy left
         match from.exists() {
-            true => copy_tree(&from, &to)?,
+            true => files::copy_tree(from, &to).await?,
             false => std::fs::create_dir_all(&to)?, // never staged: empty
         }
         // The volume's size; a volume never staged has no tmpfs: 0.
-        let size = rustix::fs::statvfs(&from).map_or(0, |s| s.f_blocks * s.f_frsize);
+        let size = rustix::fs::statvfs(from).map_or(0, |s| s.f_blocks * s.f_frsize);
         let now = std::time::SystemTime::now();
         Ok(SnapshotInfo::new(req.name, req.source.as_str(), size, now))
     }
 
     async fn delete_snapshot(&self, req: DeleteSnapshotRequest) -> Result<()> {
-        removed(std::fs::remove_dir_all(
-            self.path("snapshots", &req.handle)?,
-        ))
+        Ok(files::remove_all(self.snapshot(&req.handle)?).await?)
     }
-}
-
-/// Removing what is gone already is success (a retry after a crash).
-fn removed(result: std::io::Result<()>) -> Result<()> {
-    match result {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
-        _ => Ok(()),
-    }
-}
-
-/// Copies the files, directories and symlinks under `from` into `to`.
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let (kind, target) = (entry.file_type()?, to.join(entry.file_name()));
-        if kind.is_dir() {
-            copy_tree(&entry.path(), &target)?;
-        } else if kind.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, target)?;
-        } else {
-            std::fs::copy(entry.path(), target)?;
-        }
-    }
-    Ok(())
 }

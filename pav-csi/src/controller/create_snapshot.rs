@@ -122,6 +122,8 @@ pub(crate) async fn run(
         }
     }
     service.check_exists(source).await?;
+    let mut snapshot = snapshot;
+    snapshot.source_node_dir = (shared.node_dirs.as_ref()).and_then(|dirs| dirs.path(source));
     let taken = snapshotter
         .create_snapshot(snapshot)
         .await

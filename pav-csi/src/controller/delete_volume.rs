@@ -13,6 +13,7 @@ use crate::csi;
 use crate::error::{error_chain, provisioner_code};
 use crate::guard::{Busy, Key};
 use crate::limits::{self, LimitError};
+use crate::node_dirs::NodeDirError;
 
 /// Why a `DeleteVolume` failed: one variant per step of [`check`] and
 /// [`run`], each mapped to its code once, in [`From`].
@@ -44,6 +45,10 @@ pub(crate) enum DeleteVolumeError {
     /// The provisioner's Delete failed (its code).
     #[error("{}", .0.message())]
     Delete(pav_sdk::Error),
+    /// The deleted volume's node directory could not be removed
+    /// (`INTERNAL`; the CO's retry removes it, the volume being gone).
+    #[error(transparent)]
+    NodeDir(#[from] NodeDirError),
 }
 
 impl From<DeleteVolumeError> for Status {
@@ -55,6 +60,7 @@ impl From<DeleteVolumeError> for Status {
             DeleteVolumeError::RecordTask(_) | DeleteVolumeError::Record(_) => Code::Internal,
             DeleteVolumeError::Staged { .. } => Code::FailedPrecondition,
             DeleteVolumeError::Delete(e) => provisioner_code(e),
+            DeleteVolumeError::NodeDir(_) => Code::Internal,
         };
         Status::new(code, error_chain(&err))
     }
@@ -101,6 +107,11 @@ pub(crate) async fn run(
     (shared.create_cache.lock())
         .unwrap_or_else(|e| e.into_inner())
         .forget_volume(volume_id);
+    // Not staged here (refused above): its node directory in this
+    // process goes now; node plugins elsewhere find out from the records.
+    if let Some(dirs) = &shared.node_dirs {
+        dirs.remove_volume(volume_id).await?;
+    }
     Ok(csi::DeleteVolumeResponse {})
 }
 

@@ -9,6 +9,7 @@ use tonic::Code;
 
 use crate::mount::blocking::{self as mount, same_file};
 use crate::mount::{MountError, MountFlags, TableError, UnmountError};
+use crate::paths::Confinement;
 
 /// Where a staged block device is bind-mounted inside the staging directory,
 /// so that NodePublishVolume finds it again after a driver restart.
@@ -223,16 +224,22 @@ pub(crate) fn unmount_and_remove(path: &Path) -> Result<(), BindError> {
 /// A `SINGLE_NODE_SINGLE_WRITER` volume is published at one target only:
 /// a mount of its staged `source` elsewhere in the kubelet directory is
 /// refused ([`BindError::SingleWriter`]), as the spec requires of a
-/// second target path.
+/// second target path. Mounts in the state directory are the
+/// provisioner's own (a volume's node directory), not publications.
 pub(crate) fn check_published_nowhere(
     volume_id: &str,
     source: &Path,
-    kubelet_dir: &Path,
+    paths: &Confinement,
 ) -> Result<(), BindError> {
     let canonical = |path: &Path| path.canonicalize().unwrap_or_else(|_| path.to_owned());
     let source = canonical(source);
-    let mounts = mount::mounts_inside(&canonical(kubelet_dir)).map_err(BindError::MountTable)?;
-    match (mounts.iter()).find(|point| **point != source && same_file(point, &source)) {
+    let state_dir = canonical(&paths.state_dir);
+    let mounts =
+        mount::mounts_inside(&canonical(&paths.kubelet_dir)).map_err(BindError::MountTable)?;
+    let publication = |point: &&PathBuf| {
+        **point != source && !point.starts_with(&state_dir) && same_file(point, &source)
+    };
+    match mounts.iter().find(publication) {
         Some(other) => Err(BindError::SingleWriter {
             volume_id: volume_id.to_owned(),
             other: other.clone(),

@@ -403,6 +403,7 @@ async fn stage_and_bind(
     stage.context = volume.context.clone();
     stage.pod = pod;
     stage.secrets = secrets;
+    stage.node_dir = service.node_dir(handle);
     let staged = stager
         .stage(stage)
         .await
@@ -428,9 +429,10 @@ async fn undo(service: &NodeService, record: &Record, handle: &str) -> Result<()
     let path = record.target.clone();
     blocking::<_, BindError>(move || unmount_and_remove(&path)).await?;
     if let Some(unstager) = provisioner.unstage() {
-        let node_id = service.node.node_id.clone();
-        let unstage = pav_sdk::build::unstage(handle, node_id, record.target.clone());
-        (unstager.unstage(unstage).await).map_err(|source| EphemeralError::Unstage {
+        let unstaged = service
+            .unstage(unstager, handle, record.target.clone())
+            .await;
+        unstaged.map_err(|source| EphemeralError::Unstage {
             volume_id: volume_id.clone(),
             source,
         })?;

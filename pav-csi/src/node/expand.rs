@@ -156,6 +156,7 @@ pub(crate) async fn run(
     let mut expand = pav_sdk::build::node_expand(volume_id, path, mode);
     expand.staging_path = staging_path;
     expand.capacity = capacity;
+    expand.node_dir = service.existing_node_dir(volume_id);
     let bytes = expander
         .node_expand(expand)
         .await

@@ -11,6 +11,7 @@
 
 pub(crate) mod binds;
 mod capabilities;
+pub(crate) mod clean_up;
 pub(crate) mod ephemeral;
 mod expand;
 mod info;
@@ -228,16 +229,46 @@ impl NodeService {
         })
         .await?;
         if let Some(unstager) = self.shared.provisioner.unstage() {
-            let unstage = pav_sdk::build::unstage(volume_id, self.node.node_id.clone(), staging);
-            (unstager.unstage(unstage).await).map_err(UndoStageError::Unstage)?;
+            (self.unstage(unstager, volume_id, staging).await).map_err(UndoStageError::Unstage)?;
         }
         let (records, id) = (self.node.staged.clone(), volume_id.to_owned());
-        blocking(move || {
+        blocking(move || -> Result<(), UndoStageError> {
             records
                 .remove(&id)
                 .map_err(|e| RecordError::Remove(e).into())
         })
-        .await
+        .await?;
+        // A volume deleted while staged here keeps its node directory
+        // until now.
+        self.shared.node_dirs_stale.notify_one();
+        Ok(())
+    }
+
+    /// Where volume `volume_id`'s node directory goes, for a provisioner
+    /// that keeps records (pav-sdk makes it when they hold the volume).
+    fn node_dir(&self, volume_id: &str) -> Option<PathBuf> {
+        (self.shared.node_dirs.as_ref()).and_then(|dirs| dirs.path(volume_id))
+    }
+
+    /// Volume `volume_id`'s node directory, if it has one.
+    fn existing_node_dir(&self, volume_id: &str) -> Option<PathBuf> {
+        (self.shared.node_dirs.as_ref()).and_then(|dirs| dirs.existing(volume_id))
+    }
+
+    /// The provisioner's Unstage of `volume_id` at `path`, given the
+    /// volume's node directory; then the node directories are looked at
+    /// (the volume may be deleted already).
+    async fn unstage(
+        &self,
+        unstager: &dyn pav_sdk::Unstage,
+        volume_id: &str,
+        path: PathBuf,
+    ) -> pav_sdk::Result<()> {
+        let mut unstage = pav_sdk::build::unstage(volume_id, self.node.node_id.clone(), path);
+        unstage.node_dir = self.existing_node_dir(volume_id);
+        unstager.unstage(unstage).await?;
+        self.shared.node_dirs_stale.notify_one();
+        Ok(())
     }
 }
 

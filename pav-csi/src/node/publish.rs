@@ -224,7 +224,7 @@ pub(crate) async fn run(
     tracing::info!(volume_id, target = ?target, read_only, "NodePublishVolume");
     let mode = capability.mode;
     let single_writer = capability.access_mode == AccessMode::SingleNodeSingleWriter;
-    let kubelet_dir = service.node.paths.kubelet_dir.clone();
+    let paths = service.node.paths.clone();
     let records = service.node.staged.clone();
     let id = volume_id.to_owned();
     blocking(move || -> Result<(), PublishError> {
@@ -263,7 +263,7 @@ pub(crate) async fn run(
             return Ok(());
         }
         if single_writer {
-            check_published_nowhere(&id, &source, &kubelet_dir)?;
+            check_published_nowhere(&id, &source, &paths)?;
         }
         check_free("target_path", &target, &records)?;
         Ok(bind_once(&source, &target, mode, read_only)?)
@@ -296,6 +296,8 @@ async fn stage_and_publish(
         return Ok(csi::NodePublishVolumeResponse {});
     }
     tracing::info!(volume_id, target = ?target, read_only, %mode, "NodePublishVolume: staging");
+    let mut stage = stage;
+    stage.node_dir = service.node_dir(volume_id);
     let staged = stager.stage(stage).await.map_err(PublishError::Stage)?;
     let records = service.node.staged.clone();
     let published_at = target.clone();

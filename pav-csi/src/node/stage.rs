@@ -191,6 +191,7 @@ pub(crate) async fn run(
     stage.context = context;
     stage.publish_context = publish_context;
     stage.secrets = secrets;
+    stage.node_dir = service.node_dir(volume_id);
     if let Err(failed) = stage_and_bind(stager, stage).await {
         // Kubelet does not unstage a volume whose stage failed for
         // good: what this call did is undone here. An answer kubelet

@@ -98,8 +98,7 @@ pub(crate) async fn run(
     if shared.provisioner.stages_on_publish()
         && let Some(unstager) = shared.provisioner.unstage()
     {
-        let unstage = pav_sdk::build::unstage(volume_id, service.node.node_id.clone(), target);
-        (unstager.unstage(unstage).await).map_err(UnpublishError::Unstage)?;
+        (service.unstage(unstager, volume_id, target).await).map_err(UnpublishError::Unstage)?;
     }
     Ok(csi::NodeUnpublishVolumeResponse {})
 }

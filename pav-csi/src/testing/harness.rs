@@ -437,6 +437,16 @@ impl Harness {
         self.config.kubelet_dir.join(rest)
     }
 
+    /// Where the node service keeps volume `volume_id`'s node directory
+    /// ([`pav_sdk::StageRequest::node_dir`]), in its default state
+    /// directory.
+    pub fn node_dir(&self, volume_id: &str) -> PathBuf {
+        let state = self.kubelet_path(format!("plugins/{}", self.config.driver_name));
+        crate::node_dirs::NodeDirs::new(&state)
+            .path(volume_id)
+            .unwrap_or(state)
+    }
+
     /// Where kubelet would stage the volume it knows as `name`:
     /// `<kubelet>/plugins/kubernetes.io/csi/<driver>/<name>/globalmount`.
     pub fn staging_path(&self, name: &str) -> PathBuf {

@@ -3,6 +3,7 @@
 //! and the others), and re-exported by [`records`](crate::records), which
 //! keeps them.
 
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
@@ -117,4 +118,15 @@ pub(crate) fn recorded<'a>(
     record
         .as_ref()
         .ok_or_else(|| Error::NotFound(format!("volume {:?} is not recorded", handle.as_str())))
+}
+
+/// The node directory a request carries, or `FAILED_PRECONDITION` saying
+/// why there is none: what each request's `node_dir` answers.
+pub(crate) fn node_dir<'a>(dir: &'a Option<PathBuf>, handle: &VolumeId) -> Result<&'a Path> {
+    dir.as_deref().ok_or_else(|| {
+        Error::FailedPrecondition(format!(
+            "volume {:?} has no node directory: pav-csi keeps them for the volumes a provisioner's records hold",
+            handle.as_str()
+        ))
+    })
 }

@@ -2,6 +2,8 @@
 //! volume's record in their request, so that what Create chose (a size, a
 //! source) reaches the node without the volume context.
 
+use std::path::PathBuf;
+
 use async_trait::async_trait;
 
 use super::RecordKeeper;
@@ -27,7 +29,21 @@ impl Stage for RecordKeeper {
         let stage = (self.author.stage.as_deref())
             .expect("records serve Stage only for a provisioner with Stage");
         req.record = self.stored_record(&req.handle).await?;
+        req.node_dir = made_for_record(&req.record, req.node_dir.take())?;
         stage.stage(req).await
+    }
+}
+
+/// The node directory pav-csi named, made when the volume is recorded;
+/// none for a volume pav-sdk did not create, which no Delete would ever
+/// clean up after.
+fn made_for_record(record: &Option<VolumeRecord>, dir: Option<PathBuf>) -> Result<Option<PathBuf>> {
+    match (record, dir) {
+        (Some(_), Some(dir)) => {
+            std::fs::create_dir_all(&dir)?;
+            Ok(Some(dir))
+        }
+        _ => Ok(None),
     }
 }
 

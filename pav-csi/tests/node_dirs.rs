@@ -1,0 +1,124 @@
+//! Node directories: pav-csi removes a volume's once the records no
+//! longer hold it, whether the Delete ran in this process or in a
+//! controller elsewhere, and leaves those of volumes that exist. Without
+//! root: the directories are made as a Stage leaves them (Stage mounts),
+//! with a file inside.
+
+use std::path::Path;
+use std::time::Duration;
+
+use pav_csi::csi;
+use pav_csi::testing::{Harness, capability};
+use pav_sdk::prelude::*;
+use pav_sdk::records::Records;
+use pav_sdk::{AccessMode, Provisioner, VolumeMode};
+
+/// Creates volumes of any size; stages by handing out the node directory.
+struct NodeLocal;
+
+#[async_trait]
+impl Create for NodeLocal {
+    async fn create(&self, req: CreateRequest) -> Result<Volume> {
+        Ok(Volume::new(req.name, req.capacity.choose(1 << 20, 1)?))
+    }
+}
+
+#[async_trait]
+impl Stage for NodeLocal {
+    async fn stage(&self, req: StageRequest) -> Result<Staged> {
+        Ok(Staged::at(req.node_dir()?))
+    }
+}
+
+/// NodeLocal keeping its records in `records`.
+fn node_local(records: &Path) -> Provisioner<NodeLocal> {
+    pav_sdk::provisioner!(NodeLocal).keep_records(Records::in_dir(records))
+}
+
+async fn create(h: &mut Harness, name: &str) -> String {
+    let req = csi::CreateVolumeRequest {
+        name: name.into(),
+        volume_capabilities: vec![capability(
+            VolumeMode::Filesystem,
+            AccessMode::SingleNodeWriter,
+        )],
+        ..Default::default()
+    };
+    let created = h.controller.create_volume(req).await.unwrap().into_inner();
+    created.volume.unwrap().volume_id
+}
+
+async fn delete(h: &mut Harness, volume_id: &str) {
+    let req = csi::DeleteVolumeRequest {
+        volume_id: volume_id.into(),
+        ..Default::default()
+    };
+    h.controller.delete_volume(req).await.unwrap();
+}
+
+/// What a Stage leaves in `dir`: the directory, with data in it.
+fn staged_once(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("data"), "kept on the node").unwrap();
+}
+
+/// Waits until `dir` is gone, for the clean-up the Delete started.
+async fn gone(dir: &Path) {
+    let waited = tokio::time::timeout(Duration::from_secs(30), async {
+        while dir.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    waited
+        .await
+        .unwrap_or_else(|_| panic!("{} is still there", dir.display()));
+}
+
+#[tokio::test]
+async fn a_volume_deleted_here_loses_its_node_directory_and_no_other_does() {
+    let builder = Harness::builder().unwrap();
+    let mut h = builder
+        .start_with(|dir| node_local(&dir.join("records")))
+        .await
+        .unwrap();
+    let (deleted, kept) = (create(&mut h, "pvc-1").await, create(&mut h, "pvc-2").await);
+    let (deleted_dir, kept_dir) = (h.node_dir(&deleted), h.node_dir(&kept));
+    staged_once(&deleted_dir);
+    staged_once(&kept_dir);
+
+    delete(&mut h, &deleted).await;
+    gone(&deleted_dir).await;
+    assert!(
+        kept_dir.join("data").exists(),
+        "a volume that exists keeps its directory"
+    );
+    h.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_volume_deleted_by_a_controller_elsewhere_loses_its_node_directory() {
+    let records = tempfile::tempdir().unwrap();
+    let shared = records.path().to_owned();
+    let controller = Harness::builder().unwrap().controller_only();
+    let mut controller = controller
+        .start_with(move |_| node_local(&shared))
+        .await
+        .unwrap();
+    let shared = records.path().to_owned();
+    let node = Harness::builder().unwrap();
+    let mut node = node.start_with(move |_| node_local(&shared)).await.unwrap();
+    assert!(node.serves_node() && !controller.serves_node());
+    let volume = create(&mut controller, "pvc-1").await;
+    let dir = node.node_dir(&volume);
+    staged_once(&dir);
+    // The node plugin looks again at its start, on an Unstage and
+    // periodically; a restart is the look a test can wait on.
+    node.restart().await.unwrap();
+    assert!(dir.join("data").exists(), "the volume still exists");
+
+    delete(&mut controller, &volume).await;
+    node.restart().await.unwrap();
+    gone(&dir).await;
+    controller.shutdown().await.unwrap();
+    node.shutdown().await.unwrap();
+}
