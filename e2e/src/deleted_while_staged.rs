@@ -11,8 +11,10 @@
 //!
 //! For examples/local-volumes (a PavProvisioner, whose deletion pod once
 //! removed images still attached to a loop device, and whose unstaging
-//! then left the device: every claim leaked one) and examples/sparse-file
-//! (a native driver).
+//! then left the device: every claim leaked one), examples/sparse-file
+//! (a native driver) and examples/tmpfs deployed split (a controller
+//! Deployment apart from the node plugins: each node removes its tmpfs
+//! once it finds the volume deleted in the records).
 //!
 //! A PaV driver unstages in NodeUnpublishVolume (staging per client pod),
 //! and the kubelet keeps a pod's object until its volumes are
@@ -27,21 +29,24 @@
 
 use std::time::Duration;
 
+use crate::example_driver::ExampleDriver;
 use crate::gate::Gate;
 use crate::*;
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::DeleteParams;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Namespace, PersistentVolume, PersistentVolumeClaim, Pod,
+};
+use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
 
 /// Claims in use when everything is deleted.
 pub const CLAIMS: usize = 3;
 
 /// One driver of the scenario: its name (a PaV provisioner's, or a CSI
-/// driver's), StorageClass and where it keeps images on node 1.
+/// driver's), StorageClass and what it keeps of a volume on its node.
 struct Driver {
     name: &'static str,
     class: &'static str,
-    images: &'static str,
+    on_node: OnNode,
     /// Whether the class waits for the first consumer, so that pinning
     /// each pod to a node puts its volume there. With an Immediate class
     /// the volume is made on the node the driver picks, and the pod is
@@ -52,7 +57,7 @@ struct Driver {
 const LOCAL_VOLUMES: Driver = Driver {
     name: "local-volumes",
     class: "local-volumes",
-    images: "/var/lib/pav-local-volumes",
+    on_node: OnNode::Image("/var/lib/pav-local-volumes"),
     pods_choose_nodes: true,
 };
 
@@ -62,9 +67,88 @@ const LOCAL_VOLUMES: Driver = Driver {
 const SPARSE_FILE: Driver = Driver {
     name: sparse_file::DRIVER,
     class: "sparse-file",
-    images: sparse_file::VOLUMES_DIR,
+    on_node: OnNode::Image(sparse_file::VOLUMES_DIR),
     pods_choose_nodes: false,
 };
+
+/// tmpfs split: its WaitForFirstConsumer class puts each volume on its
+/// pod's node.
+const TMPFS: Driver = Driver {
+    name: TMPFS_EXAMPLE.driver,
+    class: "tmpfs",
+    on_node: OnNode::NodeDir(TMPFS_EXAMPLE.driver),
+    pods_choose_nodes: true,
+};
+
+/// examples/tmpfs as its deploy directory installs it.
+const TMPFS_EXAMPLE: ExampleDriver = ExampleDriver {
+    example: "tmpfs",
+    driver: "tmpfs.example.com",
+    namespace: "tmpfs",
+};
+
+/// What a driver keeps of a volume on its node.
+#[derive(Debug, Clone, Copy)]
+enum OnNode {
+    /// An image file `<dir>/<handle>.img`, attached to a loop device
+    /// while staged.
+    Image(&'static str),
+    /// pav-csi's node directory of the volume (driver `<name>`'s default
+    /// state directory), with the volume's tmpfs mounted on it.
+    NodeDir(&'static str),
+}
+
+/// A volume's storage on its node: a path inside the node.
+#[derive(Debug, Clone)]
+struct Kept {
+    node: LocalNode,
+    path: String,
+}
+
+impl Kept {
+    /// The path as this host sees it.
+    fn host_path(&self) -> std::path::PathBuf {
+        self.node.root.join(self.path.trim_start_matches('/'))
+    }
+
+    /// Whether something is mounted at the path in the node.
+    fn mounted(&self) -> bool {
+        let table = std::fs::read_to_string(&self.node.mountinfo).expect("the node's mount table");
+        (table.lines()).any(|line| line.split(' ').nth(4) == Some(self.path.as_str()))
+    }
+}
+
+impl OnNode {
+    /// Where volume `handle` is kept on `node`.
+    fn kept(self, node: &LocalNode, handle: &str) -> Kept {
+        let path = match self {
+            OnNode::Image(dir) => format!("{dir}/{handle}.img"),
+            OnNode::NodeDir(driver) => {
+                format!("/var/lib/kubelet/plugins/{driver}/node-dirs/{handle}")
+            }
+        };
+        Kept {
+            node: node.clone(),
+            path,
+        }
+    }
+
+    /// What of `kept` is there: the file or directory, and its loop
+    /// devices or its mount.
+    fn left(self, kept: &Kept) -> Vec<String> {
+        let path = kept.host_path();
+        let mut left = Vec::new();
+        if path.exists() {
+            left.push(path.display().to_string());
+        }
+        match self {
+            OnNode::Image(_) => left.extend(loop_devices_of(&path.display().to_string())),
+            OnNode::NodeDir(_) if kept.mounted() => left.push(format!("{} (mounted)", kept.path)),
+            OnNode::NodeDir(_) => {}
+        }
+        left
+    }
+}
 
 fn claim(namespace: &str, name: &str, class: &str) -> String {
     format!(
@@ -96,17 +180,9 @@ fn loop_devices_of(image: &str) -> Vec<String> {
     .expect("reading /sys/block")
 }
 
-/// What is left of the volumes whose images are `images`: image files and
-/// loop devices backed by them.
-fn left_on_node(images: &[String]) -> Vec<String> {
-    let mut left = Vec::new();
-    for image in images {
-        if std::path::Path::new(image).exists() {
-            left.push(image.clone());
-        }
-        left.extend(loop_devices_of(image));
-    }
-    left
+/// What is left of the volumes `kept` on their nodes.
+fn left_on_nodes(on_node: OnNode, kept: &[Kept]) -> Vec<String> {
+    kept.iter().flat_map(|kept| on_node.left(kept)).collect()
 }
 
 /// A pod that keeps claim `claim` in use until deleted: on `node` when
@@ -142,13 +218,13 @@ spec:
 /// Starts [`CLAIMS`] claims of `driver` in namespace `ns`, each used by a
 /// running pod, the pods spread over `nodes` in turn (or following their
 /// volumes, see [`Driver::pods_choose_nodes`]); returns their volumes'
-/// names and images (as this host sees them) once all pods run.
+/// names and what their nodes keep of them once all pods run.
 async fn claims_in_use(
     client: &Client,
     ns: &str,
     driver: &Driver,
     nodes: &[LocalNode],
-) -> (Vec<String>, Vec<String>) {
+) -> (Vec<String>, Vec<Kept>) {
     for i in 0..CLAIMS {
         let (pod, claim_name) = (format!("user-{i}"), format!("data-{i}"));
         let node = (driver.pods_choose_nodes).then(|| nodes[i % nodes.len()].name.as_str());
@@ -162,7 +238,7 @@ async fn claims_in_use(
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    let (mut volumes, mut images) = (Vec::new(), Vec::new());
+    let (mut volumes, mut kept_on_nodes) = (Vec::new(), Vec::new());
     for i in 0..CLAIMS {
         let (pod, claim) = (format!("user-{i}"), format!("data-{i}"));
         if let Err(e) = wait_for(&pods, &pod, STEP, "Running", |p| pod_phase(p) == "Running").await
@@ -185,20 +261,16 @@ async fn claims_in_use(
             .and_then(|s| s.csi)
             .expect("a CSI volume")
             .volume_handle;
-        let image = node
-            .root
-            .join(driver.images.trim_start_matches('/'))
-            .join(format!("{handle}.img"))
-            .display()
-            .to_string();
+        let kept = driver.on_node.kept(node, &handle);
+        let held = driver.on_node.left(&kept);
         assert!(
-            std::path::Path::new(&image).exists() && !loop_devices_of(&image).is_empty(),
-            "{image}: the staged volume's image, attached to a loop device"
+            held.len() >= 2,
+            "{kept:?}: the staged volume's storage, attached or mounted: {held:?}"
         );
         volumes.push(volume);
-        images.push(image);
+        kept_on_nodes.push(kept);
     }
-    (volumes, images)
+    (volumes, kept_on_nodes)
 }
 
 /// The PaV unstaging pods' phase at the [`Gate`].
@@ -268,7 +340,7 @@ async fn delete_everything_at_once(
     nodes: &[LocalNode],
     held_unstaging: Option<&Gate>,
 ) {
-    let (volumes, images) = claims_in_use(client, ns, driver, nodes).await;
+    let (volumes, kept) = claims_in_use(client, ns, driver, nodes).await;
 
     // `kubectl delete pod,pvc --wait=false` (with the gate, `--force`):
     // both requests at once.
@@ -305,8 +377,8 @@ async fn delete_everything_at_once(
         }
     }
     wait_gone(&namespaces, ns, STEP).await.unwrap();
-    wait_until("no image or loop device of the volumes", STEP, || async {
-        let left = left_on_node(&images);
+    wait_until("nothing of the volumes on their nodes", STEP, || async {
+        let left = left_on_nodes(driver.on_node, &kept);
         if left.is_empty() {
             Ok(Some(()))
         } else {
@@ -364,4 +436,27 @@ pub async fn sparse_file_deleted_at_once(ns: &str, nodes: &[LocalNode]) {
 
     sparse_file::uninstall(&client, &FILES).await;
     assert_no_leaks(&client, SPARSE_FILE.name, STEP).await;
+}
+
+/// The tmpfs scenario in namespace `ns` with its pods on `nodes` in turn:
+/// the driver deployed split, each node plugin unmounting and removing
+/// the tmpfs of the volumes the controller deleted, whether it learns so
+/// at an Unstage or later, from the records.
+pub async fn tmpfs_deleted_at_once(ns: &str, nodes: &[LocalNode]) {
+    const FILES: [&str; 2] = ["driver.yaml", "storageclass.yaml"];
+    let client = cluster().await;
+    reset(&client, ns, TMPFS.name).await.unwrap();
+    TMPFS_EXAMPLE.uninstall(&client, &FILES).await;
+    namespace(&client, ns).await.unwrap();
+    TMPFS_EXAMPLE.install(&client, &FILES).await;
+
+    delete_everything_at_once(&client, ns, &TMPFS, nodes, None).await;
+    // The controller's records of the volumes went with them.
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), TMPFS_EXAMPLE.namespace);
+    let records = ListParams::default().labels("records.pav.albertofaria.github.io/kind=volume");
+    let left = config_maps.list(&records).await.unwrap().items;
+    assert!(left.is_empty(), "volume records left: {left:#?}");
+
+    TMPFS_EXAMPLE.uninstall(&client, &FILES).await;
+    assert_no_leaks(&client, TMPFS.name, STEP).await;
 }

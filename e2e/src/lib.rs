@@ -31,6 +31,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 pub mod deleted_while_staged;
+pub mod example_driver;
 pub mod faults;
 pub mod gate;
 pub mod group_snapshots;
@@ -642,6 +643,21 @@ pub fn local_nodes() -> anyhow::Result<Vec<LocalNode>> {
         }
     }
     Ok(nodes)
+}
+
+/// The names of the nodes a scenario needs three of: this host's and two
+/// more (`scripts/cluster-up --nodes 3`).
+pub fn three_nodes() -> Vec<String> {
+    let nodes: Vec<String> = local_nodes()
+        .expect("reading the cluster's nodes")
+        .into_iter()
+        .map(|node| node.name)
+        .collect();
+    assert!(
+        nodes.len() >= 3,
+        "these scenarios need 3 nodes, the cluster has {nodes:?}: run scripts/cluster-up --nodes 3"
+    );
+    nodes
 }
 
 /// Mount points of `node` that belong to CSI volumes of client pods

@@ -2,14 +2,11 @@
 //! scenarios that run it with the standard sidecars, and the client pods
 //! they mount its claims with.
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client};
 
-use crate::{
-    STEP, apply, delete, event_lines, logs, pod_phase, volumes_of, wait_driver_registered,
-    wait_for, wait_gone, wait_until,
-};
+use crate::example_driver::ExampleDriver;
+use crate::{STEP, apply, event_lines, logs, pod_phase, wait_for};
 
 /// The driver's name, as its StorageClasses name it.
 pub const DRIVER: &str = "sparse-file.pav.example.com";
@@ -31,61 +28,26 @@ pub fn files_on_node() -> Vec<String> {
     names
 }
 
+/// The driver as its deploy directory installs it.
+pub const EXAMPLE: ExampleDriver = ExampleDriver {
+    example: "sparse-file",
+    driver: DRIVER,
+    namespace: DRIVER_NS,
+};
+
 /// One file of examples/sparse-file/deploy/.
 pub fn deploy_file(file: &str) -> String {
-    crate::example_file("sparse-file", &format!("deploy/{file}"))
+    EXAMPLE.deploy_file(file)
 }
 
-/// Applies `files` of the deploy directory (driver.yaml first) and waits
-/// until the controller is available, the node plugin ready on every node
-/// and the driver registered with the kubelet.
+/// [`ExampleDriver::install`] of `files`.
 pub async fn install(client: &Client, files: &[&str]) {
-    for file in files {
-        apply(client, &deploy_file(file)).await.unwrap();
-    }
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), DRIVER_NS);
-    wait_for(
-        &deployments,
-        "sparse-file-controller",
-        STEP,
-        "available",
-        |d| d.status.as_ref().and_then(|s| s.available_replicas) >= Some(1),
-    )
-    .await
-    .unwrap();
-    let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), DRIVER_NS);
-    wait_for(&daemon_sets, "sparse-file-node", STEP, "ready", |d| {
-        d.status.as_ref().is_some_and(|s| {
-            s.desired_number_scheduled > 0 && s.number_ready == s.desired_number_scheduled
-        })
-    })
-    .await
-    .unwrap();
-    wait_driver_registered(client, DRIVER, STEP).await.unwrap();
+    EXAMPLE.install(client, files).await;
 }
 
-/// Removes what `files` of the deploy directory made (the driver's
-/// namespace with its pods, the CSIDriver, RBAC, classes), waiting until
-/// its pods are gone, so the next install runs the image just loaded under
-/// the same name. First waits until no PersistentVolume of the driver is
-/// left: a claim's deletion ends with external-provisioner removing the
-/// volume after DeleteVolume, which an uninstalled driver never would (a
-/// scenario once saw its image deleted and the volume left).
+/// [`ExampleDriver::uninstall`] of `files`.
 pub async fn uninstall(client: &Client, files: &[&str]) {
-    wait_until("the driver's volumes gone before it is", STEP, || async {
-        let left = volumes_of(client, DRIVER).await?;
-        match left.is_empty() {
-            true => Ok(Some(())),
-            false => anyhow::bail!("volumes left: {left:?}"),
-        }
-    })
-    .await
-    .unwrap();
-    for file in files.iter().rev() {
-        delete(client, &deploy_file(file)).await.unwrap();
-    }
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    wait_gone(&namespaces, DRIVER_NS, STEP).await.unwrap();
+    EXAMPLE.uninstall(client, files).await;
 }
 
 /// A busybox pod in `namespace` that runs `script` with claim `claim`

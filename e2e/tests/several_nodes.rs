@@ -18,20 +18,6 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use pav_e2e::*;
 
-/// The nodes these scenarios need: this host's and two more.
-fn three_nodes() -> Vec<String> {
-    let nodes: Vec<String> = local_nodes()
-        .expect("reading the cluster's nodes")
-        .into_iter()
-        .map(|node| node.name)
-        .collect();
-    assert!(
-        nodes.len() >= 3,
-        "these scenarios need 3 nodes, the cluster has {nodes:?}: run scripts/cluster-up --nodes 3"
-    );
-    nodes
-}
-
 /// The node the pod named `name` in `namespace` runs on, once scheduled.
 async fn node_of(client: &Client, namespace: &str, name: &str) -> String {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
@@ -353,7 +339,7 @@ impl Drop for Untaint {
 mod several_nodes {
     use super::*;
     use pav_e2e::deleted_while_staged::{
-        local_volumes_deleted_at_once, sparse_file_deleted_at_once,
+        local_volumes_deleted_at_once, sparse_file_deleted_at_once, tmpfs_deleted_at_once,
     };
 
     /// deleted_while_staged.rs's scenarios on three nodes: local-volumes
@@ -382,6 +368,22 @@ mod several_nodes {
         sparse_file_deleted_at_once("e2e-deleted-staged-sparse-3", &nodes).await;
         eprintln!(
             "sparse_file_claims_on_three_nodes_deleted_with_their_pods_leave_nothing: {:.1}s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+
+    /// examples/tmpfs deployed split: a controller Deployment and a node
+    /// plugin on each node, sharing records in ConfigMaps; each claim's
+    /// volume a tmpfs on its pod's node, all deleted at once.
+    #[tokio::test]
+    #[ignore = "needs a cluster"]
+    async fn tmpfs_split_claims_on_three_nodes_deleted_with_their_pods_leave_nothing() {
+        three_nodes();
+        let started = Instant::now();
+        let nodes = local_nodes().expect("reading the cluster's nodes");
+        tmpfs_deleted_at_once("e2e-deleted-staged-tmpfs-3", &nodes).await;
+        eprintln!(
+            "tmpfs_split_claims_on_three_nodes_deleted_with_their_pods_leave_nothing: {:.1}s",
             started.elapsed().as_secs_f64()
         );
     }

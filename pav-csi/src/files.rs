@@ -16,6 +16,18 @@ pub async fn copy_tree(from: impl AsRef<Path>, to: impl AsRef<Path>) -> io::Resu
         .map_err(io::Error::other)?
 }
 
+/// Makes directory `path` (and its parents) writable by every user, as a
+/// new volume's root directory is (mode `0777`, whatever the umask), and
+/// answers it; one that exists is left as it is (its owner may have
+/// changed its mode since). The directory a Stage hands out inside a
+/// filesystem it keeps mounted (`StageRequest::node_dir`).
+pub async fn volume_root(path: impl AsRef<Path>) -> io::Result<std::path::PathBuf> {
+    let path = path.as_ref().to_owned();
+    tokio::task::spawn_blocking(move || blocking::volume_root(&path).map(|()| path))
+        .await
+        .map_err(io::Error::other)?
+}
+
 /// Removes `path` and everything under it; what is gone already is
 /// success (a retry after a crash).
 pub async fn remove_all(path: impl AsRef<Path>) -> io::Result<()> {
@@ -29,6 +41,16 @@ pub async fn remove_all(path: impl AsRef<Path>) -> io::Result<()> {
 pub mod blocking {
     use std::io;
     use std::path::Path;
+
+    /// [`volume_root`](super::volume_root), blocking.
+    pub fn volume_root(path: &Path) -> io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        if path.is_dir() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(path)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777))
+    }
 
     /// [`copy_tree`](super::copy_tree), blocking.
     pub fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
@@ -70,6 +92,10 @@ mod tests {
         );
         remove_all(&to).await.unwrap();
         assert!(!to.exists());
+        let root = volume_root(dir.path().join("a/root")).await.unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&root).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7777, 0o777, "{mode:o}");
         remove_all(&to).await.unwrap(); // gone already: success
     }
 }

@@ -122,3 +122,55 @@ async fn a_volume_deleted_by_a_controller_elsewhere_loses_its_node_directory() {
     controller.shutdown().await.unwrap();
     node.shutdown().await.unwrap();
 }
+
+/// Kubelet's NodeStageVolume of `volume_id` at `staging`.
+fn stage_request(volume_id: &str, staging: &Path) -> csi::NodeStageVolumeRequest {
+    csi::NodeStageVolumeRequest {
+        volume_id: volume_id.into(),
+        staging_target_path: staging.display().to_string(),
+        volume_capability: Some(capability(
+            VolumeMode::Filesystem,
+            AccessMode::SingleNodeWriter,
+        )),
+        ..Default::default()
+    }
+}
+
+/// A claim deleted with its pod: the controller (elsewhere) deletes the
+/// volume while this node still has it staged. The node keeps the
+/// directory, with what the pod wrote, until kubelet unstages it, and
+/// removes it then.
+#[tokio::test]
+#[ignore = "needs root (mounts): .ci/run runs it as root"]
+async fn a_volume_deleted_while_staged_keeps_its_node_directory_until_unstaged() {
+    let records = tempfile::tempdir().unwrap();
+    let shared = records.path().to_owned();
+    let controller = Harness::builder().unwrap().controller_only();
+    let mut controller = controller
+        .start_with(move |_| node_local(&shared))
+        .await
+        .unwrap();
+    let shared = records.path().to_owned();
+    let node = Harness::builder().unwrap();
+    let mut node = node.start_with(move |_| node_local(&shared)).await.unwrap();
+    let volume = create(&mut controller, "pvc-1").await;
+    let staging = node.staging_path("pvc-1");
+    let stage = stage_request(&volume, &staging);
+    node.node.node_stage_volume(stage).await.unwrap();
+    let dir = node.node_dir(&volume);
+    assert!(dir.is_dir(), "made for the recorded volume's Stage");
+    std::fs::write(staging.join("data"), "written by the pod").unwrap();
+
+    delete(&mut controller, &volume).await;
+    node.restart().await.unwrap(); // a look at the records: deleted
+    assert!(dir.join("data").exists(), "staged: kept until unstaged");
+
+    let unstage = csi::NodeUnstageVolumeRequest {
+        volume_id: volume.clone(),
+        staging_target_path: staging.display().to_string(),
+    };
+    node.node.node_unstage_volume(unstage).await.unwrap();
+    gone(&dir).await;
+    controller.shutdown().await.unwrap();
+    node.shutdown().await.unwrap();
+}

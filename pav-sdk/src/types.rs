@@ -270,6 +270,15 @@ pub struct TopologyRequirement {
     pub preferred: Vec<Topology>,
 }
 
+impl TopologyRequirement {
+    /// Where the CO would have the volume most: its first preferred
+    /// segment (a `WaitForFirstConsumer` claim's selected node), else its
+    /// first requisite one; `None` when it named none.
+    pub fn chosen(&self) -> Option<&Topology> {
+        self.preferred.first().or(self.requisite.first())
+    }
+}
+
 /// How the volume will be mounted when it is a filesystem.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MountOptions {

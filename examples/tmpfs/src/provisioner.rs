@@ -6,25 +6,21 @@
 // volume a node directory that it removes, unmounted, once the volume is
 // deleted: this file is the storage logic only.
 
-use std::path::PathBuf;
-
 use pav_csi::files;
 use pav_csi::mount::{self, MountFlags};
 use pav_sdk::prelude::*;
 
-/// Size of a volume whose claim asks for none; tmpfs sizes are whole pages.
-const DEFAULT_SIZE: u64 = 64 << 20;
-const PAGE: u64 = 4096;
 /// A volume holds data: no set-user-id programs, no device files.
 const FLAGS: MountFlags = MountFlags::NOSUID.union(MountFlags::NODEV);
 
 /// Volume `<id>` is a tmpfs mounted on its node directory from its first
 /// Stage until it is deleted, so its files outlive its pods (not the
-/// node: after a reboot it starts empty, at its recorded size); snapshot
-/// `<name>` is a copy of one in `<snapshots>/<name>`.
+/// node: after a reboot it starts empty, at its recorded size), in its
+/// `volume/` directory; snapshot `<name>` is a copy of that in
+/// `<snapshots>/<name>`.
 pub struct Tmpfs {
     /// Where snapshots live.
-    pub snapshots: PathBuf,
+    pub snapshots: std::path::PathBuf,
     /// This node's topology: the volumes are accessible from it only.
     pub node: Topology,
 }
@@ -32,7 +28,7 @@ pub struct Tmpfs {
 impl Tmpfs {
     /// Where snapshot `id` lives; an id that is not one file name cannot
     /// be one of ours (`NOT_FOUND`).
-    fn snapshot(&self, id: &str) -> Result<PathBuf> {
+    fn snapshot(&self, id: &str) -> Result<std::path::PathBuf> {
         Ok(self.snapshots.join(VolumeId::new(id).path_component()?))
     }
 }
@@ -40,8 +36,10 @@ impl Tmpfs {
 #[async_trait]
 impl Create for Tmpfs {
     async fn create(&self, req: CreateRequest) -> Result<Volume> {
-        let size = req.capacity.choose(DEFAULT_SIZE, PAGE)?;
-        Ok(Volume::new(req.name, size).accessible_from(self.node.clone()))
+        let size = req.capacity.choose(64 << 20, 4096)?; // none asked: 64 MiB
+        // The node the CO chose (a waiting claim's pod's), else this one.
+        let node = req.topology.chosen().unwrap_or(&self.node).clone();
+        Ok(Volume::new(req.name, size).accessible_from(node))
     }
 }
 
@@ -50,12 +48,14 @@ impl Stage for Tmpfs {
     async fn stage(&self, req: StageRequest) -> Result<Staged> {
         let (volume, dir) = (req.recorded()?, req.node_dir()?);
         let data = format!("size={},mode=0777", volume.capacity_bytes);
-        // Mounted once, so its files survive Unstage and the next Stage.
+        // Mounted once, so its files survive Unstage and the next Stage;
+        // staged from a directory inside, which kubelet can unstage.
         let fresh = mount::mount_once("tmpfs", dir, "tmpfs", FLAGS, &data).await?;
+        let root = files::volume_root(dir.join("volume")).await?;
         if let (true, Some(RecordedSource::Snapshot(id))) = (fresh, &volume.source) {
-            files::copy_tree(self.snapshot(id)?, dir).await?;
+            files::copy_tree(self.snapshot(id)?, &root).await?;
         }
-        Ok(Staged::at(dir))
+        Ok(Staged::at(root))
     }
 }
 
@@ -72,14 +72,15 @@ impl NodeExpand for Tmpfs {
 #[async_trait]
 impl Snapshot for Tmpfs {
     async fn create_snapshot(&self, req: SnapshotRequest) -> Result<SnapshotInfo> {
-        let (from, to) = (req.source_node_dir()?, self.snapshot(&req.name)?);
+        let from = req.source_node_dir()?.join("volume");
+        let to = self.snapshot(&req.name)?;
         files::remove_all(&to).await?; // what a crash mid-copy left
         match from.exists() {
-            true => files::copy_tree(from, &to).await?,
+            true => files::copy_tree(&from, &to).await?,
             false => std::fs::create_dir_all(&to)?, // never staged: empty
         }
         // The volume's size; a volume never staged has no tmpfs: 0.
-        let size = rustix::fs::statvfs(from).map_or(0, |s| s.f_blocks * s.f_frsize);
+        let size = rustix::fs::statvfs(&from).map_or(0, |s| s.f_blocks * s.f_frsize);
         let now = std::time::SystemTime::now();
         Ok(SnapshotInfo::new(req.name, req.source.as_str(), size, now))
     }

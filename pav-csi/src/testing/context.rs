@@ -396,6 +396,8 @@ impl<'a> Ctx<'a> {
         id: &str,
         staging: &Path,
     ) -> Step<()> {
+        let what = what.to_string();
+        kubelet_would_unstage(&what, staging)?;
         let req = csi::NodeUnstageVolumeRequest {
             volume_id: id.to_owned(),
             staging_target_path: text(staging),
@@ -576,5 +578,40 @@ impl<'a> Ctx<'a> {
                 "{when}, still mounted in the kubelet directory: {left:?}"
             )),
         }
+    }
+}
+
+/// Kubelet's check before NodeUnstageVolume (`GetDeviceMountRefs`,
+/// `HasMountRefs`): the filesystem mounted at `staging`, with the same
+/// root, mounted anywhere but under kubelet's CSI plugin directories is a
+/// reference that makes kubelet refuse to unstage, for ever. A provisioner
+/// that keeps its volume mounted elsewhere (a tmpfs in its node
+/// directory) and stages that mount's root hits it; staging a directory
+/// inside the mount does not.
+fn kubelet_would_unstage(what: &str, staging: &Path) -> Step<()> {
+    let reading = |e: crate::mount::TableError| format!("reading the mount table: {e}");
+    let Some(staged) = crate::mount::blocking::mounted_at(staging).map_err(reading)? else {
+        return Ok(()); // not mounted: kubelet has nothing to check
+    };
+    let table = crate::mount::blocking::mount_table().map_err(reading)?;
+    let reference = table.iter().find(|m| {
+        m.mount_point != staged.mount_point
+            && m.device == staged.device
+            && m.root == staged.root
+            && !m
+                .mount_point
+                .to_string_lossy()
+                .contains("plugins/kubernetes.io/csi/")
+    });
+    match reference {
+        None => Ok(()),
+        Some(other) => Err(format!(
+            "before {what}: {} is also mounted at {} (the same filesystem root, {}); kubelet \
+             refuses to unstage a volume whose staging mount has other references, so it would \
+             stay staged for ever: stage a directory inside what you keep mounted",
+            staging.display(),
+            other.mount_point.display(),
+            staged.root.display()
+        )),
     }
 }
