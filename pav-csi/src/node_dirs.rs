@@ -104,11 +104,6 @@ impl NodeDirs {
                 left.mount_point.clone(),
             ));
         }
-        match tokio::fs::remove_dir_all(dir).await {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                Err(NodeDirError::Remove(dir.to_owned(), e))
-            }
-            _ => Ok(()),
-        }
+        (crate::files::remove_all(dir).await).map_err(|e| NodeDirError::Remove(dir.to_owned(), e))
     }
 }
