@@ -44,6 +44,9 @@ pub(crate) enum NodeDirError {
     /// Removing the directory failed.
     #[error("cannot remove {}", .0.display())]
     Remove(PathBuf, #[source] io::Error),
+    /// The provisioner's node clean-up failed ([`pav_sdk::Stage::clean_up`]).
+    #[error("node clean-up of deleted volume {0:?}")]
+    CleanUp(String, #[source] pav_sdk::Error),
 }
 
 impl NodeDirs {
@@ -80,11 +83,21 @@ impl NodeDirs {
     }
 
     /// Removes the node directory of volume `volume_id`, deleted and not
-    /// staged here, if it has one.
-    pub(crate) async fn remove_volume(&self, volume_id: &str) -> Result<(), NodeDirError> {
+    /// staged here, if it has one: the provisioner's node clean-up first
+    /// (`stager`'s), then everything mounted in it.
+    pub(crate) async fn remove_volume(
+        &self,
+        stager: Option<&dyn pav_sdk::Stage>,
+        volume_id: &str,
+    ) -> Result<(), NodeDirError> {
         let Some(dir) = self.existing(volume_id) else {
             return Ok(());
         };
+        if let Some(stager) = stager {
+            let clean_up = pav_sdk::build::node_clean_up(volume_id, dir.clone());
+            (stager.clean_up(clean_up).await)
+                .map_err(|e| NodeDirError::CleanUp(volume_id.to_owned(), e))?;
+        }
         self.remove(&dir).await?;
         tracing::info!(volume_id, "removed the node directory of a deleted volume");
         Ok(())

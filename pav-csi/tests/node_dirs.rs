@@ -5,6 +5,7 @@
 //! with a file inside.
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pav_csi::csi;
@@ -13,8 +14,18 @@ use pav_sdk::prelude::*;
 use pav_sdk::records::Records;
 use pav_sdk::{AccessMode, Provisioner, VolumeMode};
 
-/// Creates volumes of any size; stages by handing out the node directory.
-struct NodeLocal;
+/// Creates volumes of any size; stages by handing out the node directory;
+/// notes each node clean-up, with whether the directory was still there.
+#[derive(Clone, Default)]
+struct NodeLocal {
+    cleaned_up: Arc<Mutex<Vec<(String, bool)>>>,
+}
+
+impl NodeLocal {
+    fn cleaned_up(&self) -> Vec<(String, bool)> {
+        self.cleaned_up.lock().unwrap().clone()
+    }
+}
 
 #[async_trait]
 impl Create for NodeLocal {
@@ -28,11 +39,17 @@ impl Stage for NodeLocal {
     async fn stage(&self, req: StageRequest) -> Result<Staged> {
         Ok(Staged::at(req.node_dir()?))
     }
+
+    async fn clean_up(&self, req: NodeCleanUpRequest) -> Result<()> {
+        let noted = (req.handle.to_string(), req.node_dir.join("data").exists());
+        self.cleaned_up.lock().unwrap().push(noted);
+        Ok(())
+    }
 }
 
-/// NodeLocal keeping its records in `records`.
-fn node_local(records: &Path) -> Provisioner<NodeLocal> {
-    pav_sdk::provisioner!(NodeLocal).keep_records(Records::in_dir(records))
+/// `value` keeping its records in `records`.
+fn node_local(value: &NodeLocal, records: &Path) -> Provisioner<NodeLocal> {
+    pav_sdk::provisioner!(value.clone()).keep_records(Records::in_dir(records))
 }
 
 async fn create(h: &mut Harness, name: &str) -> String {
@@ -76,9 +93,11 @@ async fn gone(dir: &Path) {
 
 #[tokio::test]
 async fn a_volume_deleted_here_loses_its_node_directory_and_no_other_does() {
+    let value = NodeLocal::default();
+    let serving = value.clone();
     let builder = Harness::builder().unwrap();
     let mut h = builder
-        .start_with(|dir| node_local(&dir.join("records")))
+        .start_with(move |dir| node_local(&serving, &dir.join("records")))
         .await
         .unwrap();
     let (deleted, kept) = (create(&mut h, "pvc-1").await, create(&mut h, "pvc-2").await);
@@ -92,21 +111,27 @@ async fn a_volume_deleted_here_loses_its_node_directory_and_no_other_does() {
         kept_dir.join("data").exists(),
         "a volume that exists keeps its directory"
     );
+    // Its node clean-up ran first, on the directory as it was.
+    assert_eq!(value.cleaned_up(), [(deleted, true)]);
     h.shutdown().await.unwrap();
 }
 
 #[tokio::test]
 async fn a_volume_deleted_by_a_controller_elsewhere_loses_its_node_directory() {
     let records = tempfile::tempdir().unwrap();
+    let (value, serving) = (NodeLocal::default(), NodeLocal::default());
     let shared = records.path().to_owned();
     let controller = Harness::builder().unwrap().controller_only();
     let mut controller = controller
-        .start_with(move |_| node_local(&shared))
+        .start_with(move |_| node_local(&serving, &shared))
         .await
         .unwrap();
-    let shared = records.path().to_owned();
+    let (shared, serving) = (records.path().to_owned(), value.clone());
     let node = Harness::builder().unwrap();
-    let mut node = node.start_with(move |_| node_local(&shared)).await.unwrap();
+    let mut node = node
+        .start_with(move |_| node_local(&serving, &shared))
+        .await
+        .unwrap();
     assert!(node.serves_node() && !controller.serves_node());
     let volume = create(&mut controller, "pvc-1").await;
     let dir = node.node_dir(&volume);
@@ -119,6 +144,11 @@ async fn a_volume_deleted_by_a_controller_elsewhere_loses_its_node_directory() {
     delete(&mut controller, &volume).await;
     node.restart().await.unwrap();
     gone(&dir).await;
+    assert_eq!(
+        value.cleaned_up(),
+        [(volume, true)],
+        "the node's clean-up, once"
+    );
     controller.shutdown().await.unwrap();
     node.shutdown().await.unwrap();
 }
@@ -144,15 +174,19 @@ fn stage_request(volume_id: &str, staging: &Path) -> csi::NodeStageVolumeRequest
 #[ignore = "needs root (mounts): .ci/run runs it as root"]
 async fn a_volume_deleted_while_staged_keeps_its_node_directory_until_unstaged() {
     let records = tempfile::tempdir().unwrap();
+    let (value, serving) = (NodeLocal::default(), NodeLocal::default());
     let shared = records.path().to_owned();
     let controller = Harness::builder().unwrap().controller_only();
     let mut controller = controller
-        .start_with(move |_| node_local(&shared))
+        .start_with(move |_| node_local(&serving, &shared))
         .await
         .unwrap();
-    let shared = records.path().to_owned();
+    let (shared, serving) = (records.path().to_owned(), value.clone());
     let node = Harness::builder().unwrap();
-    let mut node = node.start_with(move |_| node_local(&shared)).await.unwrap();
+    let mut node = node
+        .start_with(move |_| node_local(&serving, &shared))
+        .await
+        .unwrap();
     let volume = create(&mut controller, "pvc-1").await;
     let staging = node.staging_path("pvc-1");
     let stage = stage_request(&volume, &staging);
@@ -171,6 +205,11 @@ async fn a_volume_deleted_while_staged_keeps_its_node_directory_until_unstaged()
     };
     node.node.node_unstage_volume(unstage).await.unwrap();
     gone(&dir).await;
+    assert_eq!(
+        value.cleaned_up(),
+        [(volume, true)],
+        "after the unstaging only"
+    );
     controller.shutdown().await.unwrap();
     node.shutdown().await.unwrap();
 }

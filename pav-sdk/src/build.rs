@@ -14,8 +14,8 @@ pub use crate::attach::build::{attach, detach};
 use crate::snapshot::{DeleteSnapshotRequest, SnapshotRequest};
 use crate::types::{
     AccessMode, CapacityRange, CapacityRequest, CreateRequest, DeleteRequest, ExpandRequest,
-    ModifyRequest, MountOptions, NodeExpandRequest, Parameters, Secrets, StageRequest,
-    StatsRequest, TopologyRequirement, UnstageRequest, ValidateRequest, VolumeMode,
+    ModifyRequest, MountOptions, NodeCleanUpRequest, NodeExpandRequest, Parameters, Secrets,
+    StageRequest, StatsRequest, TopologyRequirement, UnstageRequest, ValidateRequest, VolumeMode,
 };
 
 /// A [`CreateRequest`] for `name` with `mode`, `SingleNodeWriter` and nothing else set.
@@ -179,6 +179,17 @@ pub fn delete_snapshot(handle: impl Into<VolumeId>) -> DeleteSnapshotRequest {
     DeleteSnapshotRequest {
         handle: handle.into(),
         secrets: Secrets::default(),
+    }
+}
+
+/// A [`NodeCleanUpRequest`] for `handle`, whose node directory is `node_dir`.
+pub fn node_clean_up(
+    handle: impl Into<VolumeId>,
+    node_dir: impl Into<PathBuf>,
+) -> NodeCleanUpRequest {
+    NodeCleanUpRequest {
+        handle: handle.into(),
+        node_dir: node_dir.into(),
     }
 }
 

@@ -427,8 +427,8 @@ pub use touch_points::{
 pub use types::{
     AccessMode, AvailableCapacity, CapacityRange, CapacityRequest, Claim, ContentSource,
     CreateRequest, DeleteRequest, ExpandRequest, Expanded, ListedVolume, ModifyRequest,
-    MountOptions, NodeExpandRequest, Parameters, PodInfo, Secrets, StageRequest, Staged,
-    StatsRequest, Topology, TopologyRequirement, UnstageRequest, Usage, ValidateRequest, Volume,
-    VolumeCondition, VolumeMode, VolumeStats,
+    MountOptions, NodeCleanUpRequest, NodeExpandRequest, Parameters, PodInfo, Secrets,
+    StageRequest, Staged, StatsRequest, Topology, TopologyRequirement, UnstageRequest, Usage,
+    ValidateRequest, Volume, VolumeCondition, VolumeMode, VolumeStats,
 };
 pub use volume_id::{PathComponentError, VolumeId};

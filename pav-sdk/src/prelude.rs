@@ -37,8 +37,8 @@ pub use crate::touch_points::{
 pub use crate::types::{
     AccessMode, AvailableCapacity, CapacityRange, CapacityRequest, Claim, ContentSource,
     CreateRequest, DeleteRequest, ExpandRequest, Expanded, ListedVolume, ModifyRequest,
-    MountOptions, NodeExpandRequest, Parameters, PodInfo, RecordedSource, Secrets, StageRequest,
-    Staged, StatsRequest, Topology, TopologyRequirement, UnstageRequest, Usage, ValidateRequest,
-    Volume, VolumeCondition, VolumeMode, VolumeRecord, VolumeStats,
+    MountOptions, NodeCleanUpRequest, NodeExpandRequest, Parameters, PodInfo, RecordedSource,
+    Secrets, StageRequest, Staged, StatsRequest, Topology, TopologyRequirement, UnstageRequest,
+    Usage, ValidateRequest, Volume, VolumeCondition, VolumeMode, VolumeRecord, VolumeStats,
 };
 pub use crate::volume_id::VolumeId;

@@ -20,8 +20,8 @@ use async_trait::async_trait;
 
 use crate::types::{
     AvailableCapacity, CapacityRequest, CreateRequest, DeleteRequest, ExpandRequest, Expanded,
-    ListedVolume, ModifyRequest, NodeExpandRequest, StageRequest, Staged, StatsRequest,
-    UnstageRequest, ValidateRequest, Volume, VolumeStats,
+    ListedVolume, ModifyRequest, NodeCleanUpRequest, NodeExpandRequest, StageRequest, Staged,
+    StatsRequest, UnstageRequest, ValidateRequest, Volume, VolumeStats,
 };
 use crate::{Result, VolumeId};
 
@@ -173,6 +173,26 @@ pub trait Stage: Send + Sync {
     /// end, and the volume stays busy (`ABORTED` to a repeat) until it
     /// returns.
     async fn stage(&self, req: StageRequest) -> Result<Staged>;
+
+    /// Releases what this node still holds of a deleted volume (a loop
+    /// device attached to a file in its node directory, a session of a
+    /// daemon), before pav-csi unmounts everything mounted in the node
+    /// directory and removes it ([`StageRequest::node_dir`](crate::StageRequest::node_dir),
+    /// with records only).
+    ///
+    /// **Called by pav-csi, not by a CSI call**, on each node that has the
+    /// volume's node directory, once the volume is not staged there and
+    /// the records no longer hold it: in the DeleteVolume of a process that
+    /// serves the node too, else after an Unstage, at the node plugin's
+    /// start or every minute. It must succeed on what is released already
+    /// (it runs again after a crash). Default: nothing to release.
+    ///
+    /// **Codes:** any error leaves the directory for the next round
+    /// (logged); a DeleteVolume in the same process answers it.
+    async fn clean_up(&self, req: NodeCleanUpRequest) -> Result<()> {
+        let _ = req;
+        Ok(())
+    }
 }
 
 /// Undoes [`Stage`]. Before it runs, pav-csi has unmounted everything

@@ -559,6 +559,17 @@ impl Staged {
     }
 }
 
+/// Asks to release what this node holds of a deleted volume
+/// ([`Stage::clean_up`](crate::Stage::clean_up)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeCleanUpRequest {
+    /// The deleted volume's handle.
+    pub handle: VolumeId,
+    /// Its node directory, which pav-csi removes next.
+    pub node_dir: PathBuf,
+}
+
 /// Asks to undo a Stage on this node. Unstaging what is not staged must succeed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -46,7 +46,8 @@ pub(crate) enum DeleteVolumeError {
     #[error("{}", .0.message())]
     Delete(pav_sdk::Error),
     /// The deleted volume's node directory could not be removed
-    /// (`INTERNAL`; the CO's retry removes it, the volume being gone).
+    /// (`INTERNAL`, or the provisioner's code for its node clean-up; the
+    /// CO's retry removes it, the volume being gone).
     #[error(transparent)]
     NodeDir(#[from] NodeDirError),
 }
@@ -60,6 +61,7 @@ impl From<DeleteVolumeError> for Status {
             DeleteVolumeError::RecordTask(_) | DeleteVolumeError::Record(_) => Code::Internal,
             DeleteVolumeError::Staged { .. } => Code::FailedPrecondition,
             DeleteVolumeError::Delete(e) => provisioner_code(e),
+            DeleteVolumeError::NodeDir(NodeDirError::CleanUp(_, e)) => provisioner_code(e),
             DeleteVolumeError::NodeDir(_) => Code::Internal,
         };
         Status::new(code, error_chain(&err))
@@ -110,7 +112,8 @@ pub(crate) async fn run(
     // Not staged here (refused above): its node directory in this
     // process goes now; node plugins elsewhere find out from the records.
     if let Some(dirs) = &shared.node_dirs {
-        dirs.remove_volume(volume_id).await?;
+        dirs.remove_volume(shared.provisioner.stage(), volume_id)
+            .await?;
     }
     Ok(csi::DeleteVolumeResponse {})
 }

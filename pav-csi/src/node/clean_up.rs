@@ -71,7 +71,8 @@ async fn clean_up(
         {
             continue; // kubelet unstages it first; that brings a round
         }
-        dirs.remove_volume(&name).await?;
+        dirs.remove_volume(shared.provisioner.stage(), &name)
+            .await?;
     }
     Ok(busy)
 }

@@ -17,9 +17,9 @@ use pav_sdk::{
     Attach, AttachRequest, Attached, AvailableCapacity, Capacity, CapacityRequest, Create,
     CreateRequest, Delete, DeleteRequest, DeleteSnapshotRequest, DetachRequest, Error, Expand,
     ExpandRequest, Expanded, Health, HealthRequest, List, ListedVolume, Modify, ModifyRequest,
-    NodeExpand, NodeExpandRequest, Result, Snapshot, SnapshotInfo, SnapshotRequest, Stage,
-    StageRequest, Staged, Stats, StatsRequest, Unstage, UnstageRequest, Validate, ValidateRequest,
-    Volume, VolumeCondition, VolumeId, VolumeStats, async_trait,
+    NodeCleanUpRequest, NodeExpand, NodeExpandRequest, Result, Snapshot, SnapshotInfo,
+    SnapshotRequest, Stage, StageRequest, Staged, Stats, StatsRequest, Unstage, UnstageRequest,
+    Validate, ValidateRequest, Volume, VolumeCondition, VolumeId, VolumeStats, async_trait,
 };
 
 /// A provisioner method a [`Fault`] can be put around: one per async
@@ -240,7 +240,6 @@ macro_rules! one_method {
 one_method! {
     Validate::validate(ValidateRequest) -> (), Validate;
     Delete::delete(DeleteRequest) -> (), Delete;
-    Stage::stage(StageRequest) -> Staged, Stage;
     Unstage::unstage(UnstageRequest) -> (), Unstage;
     Stats::stats(StatsRequest) -> VolumeStats, Stats;
     Expand::expand(ExpandRequest) -> Expanded, Expand;
@@ -248,6 +247,18 @@ one_method! {
     Modify::modify(ModifyRequest) -> (), Modify;
     Health::condition(HealthRequest) -> VolumeCondition, Health;
     Capacity::capacity(CapacityRequest) -> AvailableCapacity, Capacity;
+}
+
+/// Stage within its fault; the node clean-up passed on as it is.
+#[async_trait]
+impl<P: Stage> Stage for Faulty<P> {
+    async fn stage(&self, req: StageRequest) -> Result<Staged> {
+        self.faults.run(Method::Stage, self.inner.stage(req)).await
+    }
+
+    async fn clean_up(&self, req: NodeCleanUpRequest) -> Result<()> {
+        self.inner.clean_up(req).await
+    }
 }
 
 #[async_trait]

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use super::RecordKeeper;
 use crate::records::VolumeRecord;
 use crate::touch_points::{NodeExpand, Stage, Unstage};
-use crate::types::{NodeExpandRequest, StageRequest, Staged, UnstageRequest};
+use crate::types::{NodeCleanUpRequest, NodeExpandRequest, StageRequest, Staged, UnstageRequest};
 use crate::{Result, VolumeId};
 
 impl RecordKeeper {
@@ -31,6 +31,12 @@ impl Stage for RecordKeeper {
         req.record = self.stored_record(&req.handle).await?;
         req.node_dir = made_for_record(&req.record, req.node_dir.take())?;
         stage.stage(req).await
+    }
+
+    async fn clean_up(&self, req: NodeCleanUpRequest) -> Result<()> {
+        let stage = (self.author.stage.as_deref())
+            .expect("records serve Stage only for a provisioner with Stage");
+        stage.clean_up(req).await
     }
 }
 
