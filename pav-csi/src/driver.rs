@@ -141,10 +141,11 @@ impl DriverBuilder {
 
     /// How often the node service looks for volumes deleted elsewhere (a
     /// controller on another node) to remove their node directories
-    /// ([`pav_sdk::StageRequest::node_dir`]); default one minute. An
-    /// Unstage or a Delete in this process starts a look at once.
+    /// ([`pav_sdk::StageRequest::node_dir`]); default one minute, at
+    /// least a second (each look lists the records). An Unstage or a
+    /// Delete in this process starts a look at once.
     pub fn node_clean_up_period(mut self, period: Duration) -> Self {
-        self.node_clean_up_period = period;
+        self.node_clean_up_period = period.max(Duration::from_secs(1));
         self
     }
 
