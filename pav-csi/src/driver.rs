@@ -142,8 +142,9 @@ impl DriverBuilder {
     /// How often the node service looks for volumes deleted elsewhere (a
     /// controller on another node) to remove their node directories
     /// ([`pav_sdk::StageRequest::node_dir`]); default one minute, at
-    /// least a second (each look lists the records). An Unstage or a
-    /// Delete in this process starts a look at once.
+    /// least a second (each look lists the records). An Unstage starts a
+    /// look at once; a DeleteVolume in this process removes the directory
+    /// itself.
     pub fn node_clean_up_period(mut self, period: Duration) -> Self {
         self.node_clean_up_period = period.max(Duration::from_secs(1));
         self
@@ -274,12 +275,12 @@ impl DriverBuilder {
         });
 
         // One server per distinct socket, each with the services meant for it.
-        let mut sockets: HashMap<PathBuf, (bool, Option<Arc<NodeConfig>>)> = HashMap::new();
+        let mut sockets: HashMap<PathBuf, (bool, Option<NodeConfig>)> = HashMap::new();
         if let Some(path) = self.controller {
             sockets.entry(path).or_default().0 = true;
         }
         if let Some((path, node_id)) = self.node {
-            sockets.entry(path).or_default().1 = Some(Arc::new(NodeConfig {
+            sockets.entry(path).or_default().1 = Some(NodeConfig {
                 node_id,
                 topology: self.node_topology,
                 // The builder's, else the provisioner's (its Attach's limit).
@@ -292,7 +293,7 @@ impl DriverBuilder {
                     kubelet_dir: self.kubelet_dir,
                     state_dir,
                 },
-            }));
+            });
         }
         if sockets.is_empty() {
             return Err(Error::Config(
@@ -301,6 +302,8 @@ impl DriverBuilder {
         }
 
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let period = self.node_clean_up_period;
+        tokio::spawn(keep_clean(shared.clone(), period, stop_rx.clone()));
         let mut servers = Vec::new();
         for (path, (controller, node)) in sockets {
             let (listener, socket) = bind(&path)?;
@@ -322,16 +325,9 @@ impl DriverBuilder {
                 }));
             }
             if let Some(node) = node {
-                let period = self.node_clean_up_period;
-                tokio::spawn(keep_clean(
-                    shared.clone(),
-                    node.clone(),
-                    period,
-                    stop_rx.clone(),
-                ));
                 router = router.add_service(NodeServer::new(NodeService {
                     shared: shared.clone(),
-                    node,
+                    node: Arc::new(node),
                 }));
             }
             tracing::info!(driver = %shared.name, socket = %path.display(), controller, "serving CSI");

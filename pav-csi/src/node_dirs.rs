@@ -49,6 +49,21 @@ pub(crate) enum NodeDirError {
     CleanUp(String, #[source] pav_sdk::Error),
 }
 
+impl NodeDirError {
+    /// The code a call that removed the directory answers: the
+    /// provisioner's for its clean-up, else `INTERNAL`.
+    pub(crate) fn code(&self) -> tonic::Code {
+        match self {
+            NodeDirError::CleanUp(_, e) => crate::error::provisioner_code(e),
+            NodeDirError::List(..)
+            | NodeDirError::Unmount(..)
+            | NodeDirError::Table(..)
+            | NodeDirError::StillMounted(..)
+            | NodeDirError::Remove(..) => tonic::Code::Internal,
+        }
+    }
+}
+
 impl NodeDirs {
     pub(crate) fn new(state_dir: &Path) -> Self {
         Self {

@@ -28,8 +28,8 @@ pub(crate) struct Shared {
     /// The volumes' node directories, when this process serves the node
     /// service for a provisioner that keeps records.
     pub(crate) node_dirs: Option<crate::node_dirs::NodeDirs>,
-    /// Told when an Unstage or a Delete may have left a node directory
-    /// of a deleted volume ([`crate::node_dirs`]).
+    /// Told when an Unstage may have left the node directory of a deleted
+    /// volume ([`crate::node_dirs`]).
     pub(crate) node_dirs_stale: tokio::sync::Notify,
     /// Where Create's claim is completed from (feature `kube`).
     #[cfg(feature = "kube")]

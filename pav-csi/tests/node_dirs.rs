@@ -116,22 +116,29 @@ async fn a_volume_deleted_here_loses_its_node_directory_and_no_other_does() {
     h.shutdown().await.unwrap();
 }
 
+/// A controller and a node plugin apart, sharing the records in
+/// `records`; the node plugin serves `value`.
+async fn deployed_apart(records: &Path, value: &NodeLocal) -> (Harness, Harness) {
+    let (shared, serving) = (records.to_owned(), NodeLocal::default());
+    let controller = Harness::builder().unwrap().controller_only();
+    let controller = controller
+        .start_with(move |_| node_local(&serving, &shared))
+        .await
+        .unwrap();
+    let (shared, serving) = (records.to_owned(), value.clone());
+    let node = Harness::builder().unwrap();
+    let node = node
+        .start_with(move |_| node_local(&serving, &shared))
+        .await
+        .unwrap();
+    (controller, node)
+}
+
 #[tokio::test]
 async fn a_volume_deleted_by_a_controller_elsewhere_loses_its_node_directory() {
     let records = tempfile::tempdir().unwrap();
-    let (value, serving) = (NodeLocal::default(), NodeLocal::default());
-    let shared = records.path().to_owned();
-    let controller = Harness::builder().unwrap().controller_only();
-    let mut controller = controller
-        .start_with(move |_| node_local(&serving, &shared))
-        .await
-        .unwrap();
-    let (shared, serving) = (records.path().to_owned(), value.clone());
-    let node = Harness::builder().unwrap();
-    let mut node = node
-        .start_with(move |_| node_local(&serving, &shared))
-        .await
-        .unwrap();
+    let value = NodeLocal::default();
+    let (mut controller, mut node) = deployed_apart(records.path(), &value).await;
     assert!(node.serves_node() && !controller.serves_node());
     let volume = create(&mut controller, "pvc-1").await;
     let dir = node.node_dir(&volume);
@@ -174,19 +181,8 @@ fn stage_request(volume_id: &str, staging: &Path) -> csi::NodeStageVolumeRequest
 #[ignore = "needs root (mounts): .ci/run runs it as root"]
 async fn a_volume_deleted_while_staged_keeps_its_node_directory_until_unstaged() {
     let records = tempfile::tempdir().unwrap();
-    let (value, serving) = (NodeLocal::default(), NodeLocal::default());
-    let shared = records.path().to_owned();
-    let controller = Harness::builder().unwrap().controller_only();
-    let mut controller = controller
-        .start_with(move |_| node_local(&serving, &shared))
-        .await
-        .unwrap();
-    let (shared, serving) = (records.path().to_owned(), value.clone());
-    let node = Harness::builder().unwrap();
-    let mut node = node
-        .start_with(move |_| node_local(&serving, &shared))
-        .await
-        .unwrap();
+    let value = NodeLocal::default();
+    let (mut controller, mut node) = deployed_apart(records.path(), &value).await;
     let volume = create(&mut controller, "pvc-1").await;
     let staging = node.staging_path("pvc-1");
     let stage = stage_request(&volume, &staging);

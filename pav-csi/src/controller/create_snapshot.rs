@@ -91,7 +91,7 @@ pub(crate) fn check(req: &csi::CreateSnapshotRequest) -> Result<Checked, CreateS
 pub(crate) async fn run(
     service: &ControllerService,
     snapshotter: &dyn pav_sdk::Snapshot,
-    snapshot: Checked,
+    mut snapshot: Checked,
 ) -> Result<csi::CreateSnapshotResponse, CreateSnapshotError> {
     let shared = &service.shared;
     let (name, source) = (snapshot.name.clone(), snapshot.source.to_string());
@@ -122,7 +122,6 @@ pub(crate) async fn run(
         }
     }
     service.check_exists(source).await?;
-    let mut snapshot = snapshot;
     snapshot.source_node_dir = (shared.node_dirs.as_ref()).and_then(|dirs| dirs.path(source));
     let taken = snapshotter
         .create_snapshot(snapshot)

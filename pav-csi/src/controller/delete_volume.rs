@@ -61,8 +61,7 @@ impl From<DeleteVolumeError> for Status {
             DeleteVolumeError::RecordTask(_) | DeleteVolumeError::Record(_) => Code::Internal,
             DeleteVolumeError::Staged { .. } => Code::FailedPrecondition,
             DeleteVolumeError::Delete(e) => provisioner_code(e),
-            DeleteVolumeError::NodeDir(NodeDirError::CleanUp(_, e)) => provisioner_code(e),
-            DeleteVolumeError::NodeDir(_) => Code::Internal,
+            DeleteVolumeError::NodeDir(e) => e.code(),
         };
         Status::new(code, error_chain(&err))
     }

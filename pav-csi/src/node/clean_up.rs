@@ -8,7 +8,6 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::NodeConfig;
 use crate::guard::Key;
 use crate::node_dirs::{NodeDirError, NodeDirs};
 use crate::shared::Shared;
@@ -41,11 +40,7 @@ enum CleanUpError {
 /// Removes the directory of every volume the records no longer hold
 /// and this node has not staged; answers whether one was left because
 /// another call held its volume (the call that just told us, often).
-async fn clean_up(
-    dirs: &NodeDirs,
-    shared: &Shared,
-    node: &NodeConfig,
-) -> Result<Busy, CleanUpError> {
+async fn clean_up(dirs: &NodeDirs, shared: &Shared) -> Result<Busy, CleanUpError> {
     let Some(records) = shared.provisioner.records() else {
         return Ok(Busy(false));
     };
@@ -63,11 +58,8 @@ async fn clean_up(
             busy = Busy(true);
             continue;
         };
-        if node
-            .staged
-            .get(&name)
-            .map_err(CleanUpError::Staged)?
-            .is_some()
+        if let Some(staged) = &shared.staged
+            && staged.get(&name).map_err(CleanUpError::Staged)?.is_some()
         {
             continue; // kubelet unstages it first; that brings a round
         }
@@ -77,12 +69,11 @@ async fn clean_up(
     Ok(busy)
 }
 
-/// Cleans up at start, whenever an Unstage or a Delete in this process
-/// may have left a directory behind, and every `period` (for Deletes
-/// elsewhere), until `stop` turns true.
+/// For a process serving the node with node directories: cleans up at
+/// start, whenever an Unstage may have left a directory behind, and every
+/// `period` (for Deletes elsewhere), until `stop` turns true.
 pub(crate) async fn keep_clean(
     shared: Arc<Shared>,
-    node: Arc<NodeConfig>,
     period: Duration,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -90,7 +81,7 @@ pub(crate) async fn keep_clean(
         return;
     };
     loop {
-        let wait = match clean_up(&dirs, &shared, &node).await {
+        let wait = match clean_up(&dirs, &shared).await {
             Ok(Busy(true)) => BUSY_RETRY.min(period),
             Ok(Busy(false)) => period,
             Err(e) => {

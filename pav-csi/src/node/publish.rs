@@ -277,7 +277,7 @@ pub(crate) async fn run(
 /// bind-mount what it returns onto the target path.
 async fn stage_and_publish(
     service: &NodeService,
-    stage: pav_sdk::StageRequest,
+    mut stage: pav_sdk::StageRequest,
 ) -> Result<csi::NodePublishVolumeResponse, PublishError> {
     let Some(stager) = service.shared.provisioner.stage() else {
         return Err(Unserved::Stage.into());
@@ -296,7 +296,6 @@ async fn stage_and_publish(
         return Ok(csi::NodePublishVolumeResponse {});
     }
     tracing::info!(volume_id, target = ?target, read_only, %mode, "NodePublishVolume: staging");
-    let mut stage = stage;
     stage.node_dir = service.node_dir(volume_id);
     let staged = stager.stage(stage).await.map_err(PublishError::Stage)?;
     let records = service.node.staged.clone();
