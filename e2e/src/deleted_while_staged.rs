@@ -113,8 +113,8 @@ impl Kept {
 
     /// Whether something is mounted at the path in the node.
     fn mounted(&self) -> bool {
-        let table = std::fs::read_to_string(&self.node.mountinfo).expect("the node's mount table");
-        (table.lines()).any(|line| line.split(' ').nth(4) == Some(self.path.as_str()))
+        let points = mount_points_of(&self.node).expect("the node's mount table");
+        points.contains(&self.path)
     }
 }
 

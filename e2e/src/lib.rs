@@ -660,22 +660,29 @@ pub fn three_nodes() -> Vec<String> {
     nodes
 }
 
-/// Mount points of `node` that belong to CSI volumes of client pods
-/// (published, or block volumes' global map paths) or to PaV pods' `/pav`
-/// directories, as paths inside the node.
-pub fn pav_mounts_of(node: &LocalNode) -> anyhow::Result<Vec<String>> {
+/// Every mount point of `node`, as a path inside the node.
+pub fn mount_points_of(node: &LocalNode) -> anyhow::Result<Vec<String>> {
     let table = std::fs::read_to_string(&node.mountinfo)
         .with_context(|| format!("{}: {}", node.name, node.mountinfo.display()))?;
     Ok(table
         .lines()
         .filter_map(|line| line.split(' ').nth(4))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Mount points of `node` that belong to CSI volumes of client pods
+/// (published, or block volumes' global map paths) or to PaV pods' `/pav`
+/// directories, as paths inside the node.
+pub fn pav_mounts_of(node: &LocalNode) -> anyhow::Result<Vec<String>> {
+    Ok(mount_points_of(node)?
+        .into_iter()
         .filter(|p| {
             (p.starts_with("/var/lib/kubelet/pods/")
                 && (p.contains("/volumes/kubernetes.io~csi/") || p.contains("/volumeDevices/")))
                 || p.starts_with("/var/lib/kubelet/plugins/kubernetes.io/csi/")
                 || p.starts_with(&format!("{PAV_PODS_DIR}/"))
         })
-        .map(str::to_owned)
         .collect())
 }
 

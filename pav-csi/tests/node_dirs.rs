@@ -8,11 +8,13 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod common;
+
 use pav_csi::csi;
-use pav_csi::testing::{Harness, capability};
+use pav_csi::testing::Harness;
 use pav_sdk::prelude::*;
 use pav_sdk::records::Records;
-use pav_sdk::{AccessMode, Provisioner, VolumeMode};
+use pav_sdk::{Provisioner, VolumeMode};
 
 /// Creates volumes of any size; stages by handing out the node directory;
 /// notes each node clean-up, with whether the directory was still there.
@@ -53,14 +55,7 @@ fn node_local(value: &NodeLocal, records: &Path) -> Provisioner<NodeLocal> {
 }
 
 async fn create(h: &mut Harness, name: &str) -> String {
-    let req = csi::CreateVolumeRequest {
-        name: name.into(),
-        volume_capabilities: vec![capability(
-            VolumeMode::Filesystem,
-            AccessMode::SingleNodeWriter,
-        )],
-        ..Default::default()
-    };
+    let req = common::create_request(name);
     let created = h.controller.create_volume(req).await.unwrap().into_inner();
     created.volume.unwrap().volume_id
 }
@@ -165,10 +160,7 @@ fn stage_request(volume_id: &str, staging: &Path) -> csi::NodeStageVolumeRequest
     csi::NodeStageVolumeRequest {
         volume_id: volume_id.into(),
         staging_target_path: staging.display().to_string(),
-        volume_capability: Some(capability(
-            VolumeMode::Filesystem,
-            AccessMode::SingleNodeWriter,
-        )),
+        volume_capability: Some(common::capability(VolumeMode::Filesystem)),
         ..Default::default()
     }
 }
