@@ -230,6 +230,10 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
 serializeImagePulls: false
+# Each node's pod network is a /24 (node_pod_cidr): room for 250 pods rather
+# than the kubelet's default 110, so scripts/bench-scale can put 200 clients
+# of one node-local driver on one node.
+maxPods: 250
 # Volume usage (NodeGetVolumeStats for CSI volumes) every 10 s rather than
 # every minute, so tests see a volume's stats soon after it is mounted.
 volumeStatsAggPeriod: 10s
