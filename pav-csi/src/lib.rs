@@ -168,6 +168,7 @@
 // The pav image holds no programs to run (clippy.toml).
 #![deny(clippy::disallowed_methods)]
 
+mod blocking_work;
 #[cfg(feature = "kube")]
 mod claims;
 pub mod client;

@@ -355,7 +355,6 @@ fn every_sourced_variant() {
 #[test]
 fn other_causes_are_said_once() {
     let cases: Vec<(&str, Box<dyn Error>)> = vec![
-        ("BindError::Task", Box::new(BindError::Task(join_error()))),
         (
             "DeleteVolumeError::RecordTask",
             Box::new(DeleteVolumeError::RecordTask(join_error())),

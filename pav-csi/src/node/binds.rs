@@ -19,9 +19,10 @@ pub(crate) const STAGED_DEVICE: &str = "device";
 /// at a path is refused; each RPC that mounts wraps it.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum BindError {
-    /// The blocking task running the mount work failed (`INTERNAL`).
-    #[error("mount task")]
-    Task(#[source] tokio::task::JoinError),
+    /// The mount work panicked, or its blocking task was cancelled
+    /// (`INTERNAL`).
+    #[error("mount work: {0}")]
+    Task(String),
     /// The mount table could not be read (`INTERNAL`).
     #[error("reading mounts")]
     MountTable(#[source] TableError),
@@ -85,7 +86,8 @@ impl BindError {
     }
 }
 
-/// Runs blocking mount-table work off the async runtime.
+/// Runs blocking mount-table and file work without holding up the
+/// runtime ([`crate::blocking_work::run`]).
 pub(crate) async fn blocking<T, E>(
     work: impl FnOnce() -> Result<T, E> + Send + 'static,
 ) -> Result<T, E>
@@ -93,9 +95,7 @@ where
     T: Send + 'static,
     E: From<BindError> + Send + 'static,
 {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| E::from(BindError::Task(e)))?
+    (crate::blocking_work::run(work).await).map_err(|e| E::from(BindError::Task(e)))?
 }
 
 /// Bind-mounts `source` on `target` unless `target` is already a mount

@@ -209,13 +209,13 @@ impl From<EphemeralError> for Status {
     }
 }
 
-/// The record store, its I/O off the async runtime.
+/// The record store, its I/O through [`crate::blocking_work::run`].
 struct Store(Records);
 
 impl Store {
     async fn get(&self, volume_id: &str) -> Result<Option<Record>, EphemeralError> {
         let (records, id) = (self.0.clone(), volume_id.to_owned());
-        let found = tokio::task::spawn_blocking(move || records.get(&id)).await;
+        let found = crate::blocking_work::run(move || records.get(&id)).await;
         let found = found.unwrap_or_else(|e| Err(std::io::Error::other(e)));
         found.map_err(|source| EphemeralError::Record {
             doing: "reading",
@@ -225,7 +225,7 @@ impl Store {
 
     async fn put(&self, record: &Record) -> Result<(), EphemeralError> {
         let (records, record) = (self.0.clone(), record.clone());
-        let written = tokio::task::spawn_blocking(move || records.put(&record)).await;
+        let written = crate::blocking_work::run(move || records.put(&record)).await;
         let written = written.unwrap_or_else(|e| Err(std::io::Error::other(e)));
         written.map_err(|source| EphemeralError::Record {
             doing: "writing",
@@ -235,7 +235,7 @@ impl Store {
 
     async fn remove(&self, volume_id: &str) -> Result<(), EphemeralError> {
         let (records, id) = (self.0.clone(), volume_id.to_owned());
-        let removed = tokio::task::spawn_blocking(move || records.remove(&id)).await;
+        let removed = crate::blocking_work::run(move || records.remove(&id)).await;
         let removed = removed.unwrap_or_else(|e| Err(std::io::Error::other(e)));
         removed.map_err(|source| EphemeralError::Record {
             doing: "removing",

@@ -23,9 +23,17 @@ struct Answer<T> {
     value: T,
 }
 
+/// How many times its standing time an answer is kept after it stopped
+/// standing, for [`Answers::latest`].
+const KEPT_STANDINGS: u32 = 4;
+
 impl<T> Answer<T> {
     fn stands(&self) -> bool {
         self.measured.elapsed() < self.stands_for
+    }
+
+    fn kept(&self) -> bool {
+        self.measured.elapsed() < self.stands_for * KEPT_STANDINGS
     }
 }
 
@@ -45,12 +53,23 @@ impl<T: Clone> Answers<T> {
             .map(|answer| answer.value.clone())
     }
 
+    /// The last answer for `key`, even one that no longer stands, while
+    /// it is kept (a few times its standing time): what to say when a new
+    /// answer cannot be had now.
+    pub fn latest(&self, key: &str) -> Option<T> {
+        let answers = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        answers
+            .get(key)
+            .filter(|answer| answer.kept())
+            .map(|answer| answer.value.clone())
+    }
+
     /// Records `value` for `key`, standing for `stands_for`, and drops the
-    /// answers that no longer stand (keys that are gone: segments of
-    /// deleted nodes, unstaged volumes).
+    /// answers no longer kept (keys that are gone: segments of deleted
+    /// nodes, unstaged volumes).
     pub fn record(&self, key: String, value: T, stands_for: Duration) {
         let mut answers = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        answers.retain(|_, answer| answer.stands());
+        answers.retain(|_, answer| answer.kept());
         let measured = Instant::now();
         answers.insert(
             key,
@@ -81,5 +100,18 @@ mod tests {
         answers.record("c".into(), 1, Duration::from_secs(60));
         assert_eq!(answers.0.lock().unwrap().len(), 2, "b dropped, a kept");
         assert_eq!(answers.fresh("a"), Some(42));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_latest_answer_is_kept_a_while_after_it_stopped_standing() {
+        let answers = Answers::default();
+        answers.record("a".into(), 42, Duration::from_secs(60));
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert_eq!(answers.fresh("a"), None);
+        assert_eq!(answers.latest("a"), Some(42));
+        tokio::time::advance(Duration::from_secs(3 * 60)).await;
+        assert_eq!(answers.latest("a"), None, "kept four minutes, no longer");
+        answers.record("b".into(), 1, Duration::from_secs(60));
+        assert_eq!(answers.0.lock().unwrap().len(), 1, "a dropped");
     }
 }

@@ -35,6 +35,14 @@ use crate::pods::{
 /// How often a staging in progress checks that its client pod still exists.
 const CLIENT_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Health check pods running at once on one node. Every staged volume is
+/// due a check each `every` (a minute by default): with 200 volumes that
+/// is more pods than the test cluster's nodes start in a minute
+/// (docs/performance.md), and the checks would crowd out the pods that
+/// stage volumes. A volume whose check cannot start now keeps its last
+/// answer and is checked on a later call.
+const HEALTH_CHECKS_AT_ONCE: usize = 2;
+
 /// The pav-sdk Stage and Unstage of a PavProvisioner on one node.
 #[derive(Debug)]
 pub struct PodNode {
@@ -44,6 +52,8 @@ pub struct PodNode {
     unmount_failures: ReportedMounts,
     /// The health checks' answers, per staging pod.
     conditions: crate::csi::answers::Answers<pav_sdk::VolumeCondition>,
+    /// Permits for health check pods ([`HEALTH_CHECKS_AT_ONCE`]).
+    health_checks: tokio::sync::Semaphore,
 }
 
 impl PodNode {
@@ -56,6 +66,7 @@ impl PodNode {
             pods_dir,
             unmount_failures: ReportedMounts::default(),
             conditions: Default::default(),
+            health_checks: tokio::sync::Semaphore::new(HEALTH_CHECKS_AT_ONCE),
         }
     }
 

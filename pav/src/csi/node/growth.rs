@@ -296,7 +296,9 @@ impl PodNode {
     /// check pod's: run when the last answer for this staging no longer
     /// stands (`every`), which costs no request in between; a pod that
     /// failed makes the volume abnormal with its message, one that wrote
-    /// no `/pav/condition` healthy. Without it (and for an ephemeral
+    /// no `/pav/condition` healthy. While the node runs as many checks as
+    /// it may ([`HEALTH_CHECKS_AT_ONCE`](super::HEALTH_CHECKS_AT_ONCE)),
+    /// the last answer (none before the first). Without it (and for an ephemeral
     /// inline volume), the staging pod's own `/pav/condition` (a pod that
     /// keeps running may keep it current), else none: pav-csi answers
     /// healthy.
@@ -318,6 +320,9 @@ impl PodNode {
         if let Some(condition) = self.conditions.fresh(&staging_name) {
             return Ok(Some(condition));
         }
+        let Ok(_checking) = self.health_checks.try_acquire() else {
+            return Ok(self.conditions.latest(&staging_name));
+        };
         let (pvc, pv, node) = self.staged_objects(staging).await?;
         let claim = kube::Resource::object_ref(&pvc, &());
         let read_only = staging

@@ -666,6 +666,39 @@ async fn a_staged_volume_is_checked_again_once_its_interval_has_passed() {
     assert_eq!(checks(), 2, "checked again after the hour");
 }
 
+/// While the node runs as many checks as it may, a volume due a check
+/// starts no pod: it keeps its last answer (none before the first), even
+/// one that no longer stands, and is checked once a check may start.
+#[tokio::test]
+async fn a_volume_due_a_check_while_the_node_runs_its_most_keeps_its_last_answer() {
+    let (server, node, _dir) = staged_with_hourly_check().await;
+    let checks = || {
+        let created = server.created_pods();
+        created
+            .iter()
+            .filter(|pod| pod["metadata"]["labels"][LABEL_PHASE] == "health")
+            .count()
+    };
+    let all = u32::try_from(super::HEALTH_CHECKS_AT_ONCE).unwrap();
+    let busy = node.health_checks.try_acquire_many(all).unwrap();
+    assert_eq!(condition(&node).await.unwrap(), None);
+    assert_eq!(checks(), 0, "no check pod while the node runs its most");
+    drop(busy);
+    let abnormal = condition(&node).await.unwrap().unwrap();
+    assert!(abnormal.abnormal);
+    assert_eq!(checks(), 1);
+
+    tokio::time::pause();
+    tokio::time::advance(std::time::Duration::from_secs(61 * 60)).await;
+    let busy = node.health_checks.try_acquire_many(all).unwrap();
+    assert_eq!(condition(&node).await.unwrap(), Some(abnormal));
+    assert_eq!(checks(), 1, "the answer no longer stands, but no check may start");
+    drop(busy);
+    tokio::time::resume();
+    condition(&node).await.unwrap();
+    assert_eq!(checks(), 2, "checked once a check may start");
+}
+
 /// A check cancelled mid-run (kubelet gave up on NodeGetVolumeStats)
 /// keeps its pod for the next call of its round, which never comes once
 /// the volume is unstaged: the unstaging deletes it, with its directory.
