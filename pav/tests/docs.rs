@@ -1159,19 +1159,19 @@ fn counts_are_what_they_count() {
             "the cases docs/templates.md gives",
         ),
         stated(
-            "docs/performance.md",
+            "docs/performance-log.md",
             "of {n} probes",
             probes,
             "benches/fixtures/semantics-probes.yaml's probes",
         ),
         stated(
-            "docs/performance.md",
+            "docs/performance-log.md",
             "probes, {n} agree",
             probes - deliberate_probes,
             "the probes not marked deliberate",
         ),
         stated(
-            "docs/performance.md",
+            "docs/performance-log.md",
             " agree and {n} differ on purpose",
             deliberate_probes,
             "the probes marked deliberate",
