@@ -692,7 +692,11 @@ async fn a_volume_due_a_check_while_the_node_runs_its_most_keeps_its_last_answer
     tokio::time::advance(std::time::Duration::from_secs(61 * 60)).await;
     let busy = node.health_checks.try_acquire_many(all).unwrap();
     assert_eq!(condition(&node).await.unwrap(), Some(abnormal));
-    assert_eq!(checks(), 1, "the answer no longer stands, but no check may start");
+    assert_eq!(
+        checks(),
+        1,
+        "the answer no longer stands, but no check may start"
+    );
     drop(busy);
     tokio::time::resume();
     condition(&node).await.unwrap();
