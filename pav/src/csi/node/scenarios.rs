@@ -570,6 +570,15 @@ fn checked(dir: &Path, condition: &str) -> Vec<Value> {
     done(dir)
 }
 
+/// How many health check pods were created.
+fn health_checks_created(server: &ApiServer) -> usize {
+    let created = server.created_pods();
+    created
+        .iter()
+        .filter(|pod| pod["metadata"]["labels"][LABEL_PHASE] == "health")
+        .count()
+}
+
 /// The condition NodeGetVolumeStats reports of the scenario's volume.
 async fn condition(node: &PodNode) -> Result<Option<pav_sdk::VolumeCondition>, Error> {
     let mut req = pav_sdk::build::stats("vol-1", TARGET, pav_sdk::VolumeMode::Filesystem);
@@ -647,13 +656,7 @@ async fn a_staged_volume_is_checked_by_a_pod_on_its_node_at_most_every_interval(
 #[tokio::test]
 async fn a_staged_volume_is_checked_again_once_its_interval_has_passed() {
     let (server, node, _dir) = staged_with_hourly_check().await;
-    let checks = || {
-        let created = server.created_pods();
-        created
-            .iter()
-            .filter(|pod| pod["metadata"]["labels"][LABEL_PHASE] == "health")
-            .count()
-    };
+    let checks = || health_checks_created(&server);
     condition(&node).await.unwrap();
     assert_eq!(checks(), 1);
     tokio::time::pause();
@@ -672,13 +675,7 @@ async fn a_staged_volume_is_checked_again_once_its_interval_has_passed() {
 #[tokio::test]
 async fn a_volume_due_a_check_while_the_node_runs_its_most_keeps_its_last_answer() {
     let (server, node, _dir) = staged_with_hourly_check().await;
-    let checks = || {
-        let created = server.created_pods();
-        created
-            .iter()
-            .filter(|pod| pod["metadata"]["labels"][LABEL_PHASE] == "health")
-            .count()
-    };
+    let checks = || health_checks_created(&server);
     let all = u32::try_from(super::HEALTH_CHECKS_AT_ONCE).unwrap();
     let busy = node.health_checks.try_acquire_many(all).unwrap();
     assert_eq!(condition(&node).await.unwrap(), None);
