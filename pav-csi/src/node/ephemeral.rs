@@ -214,33 +214,33 @@ struct Store(Records);
 
 impl Store {
     async fn get(&self, volume_id: &str) -> Result<Option<Record>, EphemeralError> {
-        let (records, id) = (self.0.clone(), volume_id.to_owned());
-        let found = crate::blocking_work::run(move || records.get(&id)).await;
-        let found = found.unwrap_or_else(|e| Err(std::io::Error::other(e)));
-        found.map_err(|source| EphemeralError::Record {
-            doing: "reading",
-            source,
-        })
+        let id = volume_id.to_owned();
+        self.io("reading", move |records| records.get(&id)).await
     }
 
     async fn put(&self, record: &Record) -> Result<(), EphemeralError> {
-        let (records, record) = (self.0.clone(), record.clone());
-        let written = crate::blocking_work::run(move || records.put(&record)).await;
-        let written = written.unwrap_or_else(|e| Err(std::io::Error::other(e)));
-        written.map_err(|source| EphemeralError::Record {
-            doing: "writing",
-            source,
-        })
+        let record = record.clone();
+        self.io("writing", move |records| records.put(&record))
+            .await
     }
 
     async fn remove(&self, volume_id: &str) -> Result<(), EphemeralError> {
-        let (records, id) = (self.0.clone(), volume_id.to_owned());
-        let removed = crate::blocking_work::run(move || records.remove(&id)).await;
-        let removed = removed.unwrap_or_else(|e| Err(std::io::Error::other(e)));
-        removed.map_err(|source| EphemeralError::Record {
-            doing: "removing",
-            source,
-        })
+        let id = volume_id.to_owned();
+        self.io("removing", move |records| records.remove(&id))
+            .await
+    }
+
+    /// Runs `work` on the records; its failure, or its not returning, is
+    /// the record step `doing` failing.
+    async fn io<T: Send + 'static>(
+        &self,
+        doing: &'static str,
+        work: impl FnOnce(&Records) -> std::io::Result<T> + Send + 'static,
+    ) -> Result<T, EphemeralError> {
+        let records = self.0.clone();
+        let done = crate::blocking_work::run(move || work(&records)).await;
+        let done = done.unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        done.map_err(|source| EphemeralError::Record { doing, source })
     }
 }
 
