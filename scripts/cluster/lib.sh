@@ -92,8 +92,9 @@ NODES_DATA=/var/lib/pav-cluster-nodes   # extra nodes' kubelet dirs and /var/lib
 CLUSTER_POD_CIDR=10.244.0.0/16           # every node's pod network
 NODE_LINKS_CIDR=10.245.0.0/16            # the links to extra nodes
 node_name() { if [ "$1" = 1 ]; then echo "$NODE_NAME"; else echo "$NODE_NAME-$1"; fi; }
-node_pod_cidr() { echo "10.244.$(($1 - 1)).0/24"; }
-node_pod_gateway() { echo "10.244.$(($1 - 1)).1"; }
+# A /22 per node (node 1's is POD_CIDR): room for 1,000 pods.
+node_pod_cidr() { echo "10.244.$((($1 - 1) * 4)).0/22"; }
+node_pod_gateway() { echo "10.244.$((($1 - 1) * 4)).1"; }
 node_link_host() { echo "10.245.$1.1"; }
 node_ip() { echo "10.245.$1.2"; }
 
@@ -230,10 +231,10 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
 serializeImagePulls: false
-# Each node's pod network is a /24 (node_pod_cidr): room for 250 pods rather
-# than the kubelet's default 110, so scripts/bench-scale can put 200 clients
-# of one node-local driver on one node.
-maxPods: 250
+# Each node's pod network is a /22 (node_pod_cidr): room for 1,000 pods
+# rather than the kubelet's default 110, so scripts/bench-scale can put N =
+# 1,000 clients of one node-local driver on one node.
+maxPods: 1000
 # Volume usage (NodeGetVolumeStats for CSI volumes) every 10 s rather than
 # every minute, so tests see a volume's stats soon after it is mounted.
 volumeStatsAggPeriod: 10s
