@@ -139,8 +139,10 @@ pub fn controller_provisioner(
 ) -> pav_sdk::Provisioner<controller::PodController> {
     let (store, writer) = reflector::store();
     let pvs: Api<PersistentVolume> = Api::all(driver.client.clone());
-    let stream = reflector(writer, watcher(pvs, watcher::Config::default()))
+    let stream = watcher(pvs, watcher::Config::default())
         .default_backoff()
+        .modify(crate::cached::volume_of(&driver.provisioner))
+        .reflect(writer)
         .touched_objects();
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);

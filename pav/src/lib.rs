@@ -3,6 +3,7 @@
 //!
 //! | module | role |
 //! |---|---|
+//! | [`cached`] | what pav's watch caches keep of an object |
 //! | [`cli`] | the `pav` command line |
 //! | [`client`] | the API client of every component, with a client-side rate limit |
 //! | [`operator`] | `pav controller`, the operator: PavProvisioner objects become CSI drivers |
@@ -20,6 +21,7 @@
 // The pav image holds no programs to run (clippy.toml).
 #![deny(clippy::disallowed_methods)]
 
+pub mod cached;
 pub mod cli;
 pub mod client;
 pub mod csi;

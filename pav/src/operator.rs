@@ -47,9 +47,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{
-    CSIPersistentVolumeSource, PersistentVolume, PersistentVolumeSpec,
-};
+use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::api::ListParams;
 use kube::runtime::controller::Action;
@@ -197,29 +195,6 @@ impl Stores {
     }
 }
 
-/// A PersistentVolume reduced to what the controller reads (name and CSI
-/// driver), so a cluster with many volumes costs little memory.
-pub fn slim_volume(pv: &mut PersistentVolume) {
-    let driver = pv
-        .spec
-        .as_ref()
-        .and_then(|s| s.csi.as_ref())
-        .map(|c| c.driver.clone());
-    pv.metadata = kube::api::ObjectMeta {
-        name: pv.metadata.name.take(),
-        uid: pv.metadata.uid.take(),
-        ..Default::default()
-    };
-    pv.status = None;
-    pv.spec = driver.map(|driver| PersistentVolumeSpec {
-        csi: Some(CSIPersistentVolumeSource {
-            driver,
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
-}
-
 /// A hash of everything a driver is made of: equal hashes, nothing to apply.
 fn fingerprint(objects: &DriverObjects) -> u64 {
     let json = serde_json::to_string(&(
@@ -326,7 +301,7 @@ pub async fn run_with(client: Client, args: Args) -> anyhow::Result<()> {
         watcher::Config::default().any_semantic(),
     )
     .default_backoff()
-    .modify(slim_volume)
+    .modify(crate::cached::slim_volume)
     .reflect(writer)
     .filter_map(move |event| {
         let trigger = match event {
@@ -414,6 +389,7 @@ where
     let (store, writer) = reflector::store();
     let events = watcher(api, config)
         .default_backoff()
+        .modify(crate::cached::without_managed_fields)
         .reflect(writer)
         .touched_objects();
     (store, events)
@@ -662,7 +638,7 @@ mod tests {
     }
 
     #[test]
-    fn slim_volumes_keep_name_and_driver_only() {
+    fn slim_volumes_still_count_for_their_driver() {
         let mut pvs: Vec<PersistentVolume> = serde_yaml::from_str(
             "- metadata: { name: a, uid: u1, annotations: { x: y }, labels: { l: v } }\n  \
                spec: { csi: { driver: hello, volumeHandle: h1, volumeAttributes: { k: v } }, capacity: { storage: 1Gi } }\n  \
@@ -670,18 +646,8 @@ mod tests {
              - metadata: { name: c }\n  spec: { hostPath: { path: /x } }\n",
         )
         .unwrap();
-        pvs.iter_mut().for_each(slim_volume);
+        pvs.iter_mut().for_each(crate::cached::slim_volume);
         assert_eq!(volumes_in(&pvs, "hello"), ["a"]);
-        let json = serde_json::to_value(&pvs).unwrap();
-        assert_eq!(
-            json,
-            serde_json::json!([
-                { "apiVersion": "v1", "kind": "PersistentVolume",
-                  "metadata": { "name": "a", "uid": "u1" },
-                  "spec": { "csi": { "driver": "hello", "volumeHandle": "" } } },
-                { "apiVersion": "v1", "kind": "PersistentVolume", "metadata": { "name": "c" } },
-            ])
-        );
     }
 
     #[test]

@@ -70,7 +70,10 @@ impl PodCache {
         }
         let (store, writer) = reflector::store();
         let (bump, changed) = watch::channel(());
-        let stream = reflector(writer, watcher(Api::<Pod>::all(client), config)).default_backoff();
+        let stream = watcher(Api::<Pod>::all(client), config)
+            .default_backoff()
+            .modify(crate::cached::without_managed_fields)
+            .reflect(writer);
         tokio::spawn(async move {
             let mut stream = pin!(stream);
             while let Some(event) = stream.next().await {
@@ -595,5 +598,31 @@ mod tests {
             );
             assert_eq!(names(&cache), ["after", "before"]);
         }
+    }
+
+    /// The cache keeps pods without their managedFields (the API server's
+    /// bookkeeping of who wrote which field), which nothing of pav reads.
+    #[tokio::test]
+    async fn cached_pods_lose_their_managed_fields() {
+        let (server, client) = crate::csi::fixtures::ApiServer::start();
+        server.serve_pods(|_| Vec::new());
+        server.put_pod(serde_json::json!({
+            "metadata": {
+                "name": "stage-1", "namespace": "pav",
+                "labels": {LABEL_PROVISIONER: "p"},
+                "managedFields": [{"manager": "pav", "operation": "Apply", "fieldsType": "FieldsV1"}],
+            },
+            "spec": {"containers": []},
+        }));
+        let cache = PodCache::start(client, "p", None);
+        cache.ready(Duration::from_secs(10)).await.unwrap();
+        let pod = cache.get("pav", "stage-1").expect("the pod was listed");
+        assert_eq!(pod.metadata.managed_fields, None);
+        assert_eq!(
+            (pod.metadata.labels.as_ref())
+                .and_then(|l| l.get(LABEL_PROVISIONER))
+                .map(String::as_str),
+            Some("p")
+        );
     }
 }

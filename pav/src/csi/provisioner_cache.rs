@@ -55,7 +55,10 @@ impl ProvisionerCache {
         let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let (store, writer) = reflector::store();
         let (listed_tx, listed) = watch::channel(false);
-        let stream = reflector(writer, watcher(api, config)).default_backoff();
+        let stream = watcher(api, config)
+            .default_backoff()
+            .modify(crate::cached::without_managed_fields)
+            .reflect(writer);
         tokio::spawn(async move {
             let mut stream = pin!(stream);
             while let Some(event) = stream.next().await {

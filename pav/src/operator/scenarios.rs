@@ -322,7 +322,7 @@ async fn the_node_plugin_is_bound_where_templates_put_its_pods() {
                  "claimRef": {"namespace": "apps", "name": "data"}},
     });
     let mut slim: PersistentVolume = serde_json::from_value(volume.clone()).unwrap();
-    slim_volume(&mut slim);
+    crate::cached::slim_volume(&mut slim);
     let (server, ctx) = scenario_with(&p, json!({}), stores_with(vec![slim]));
     server.route(Method::GET, PVS_1, (200, volume));
     server.route(
