@@ -57,8 +57,11 @@ pub(crate) fn provisioner_code(err: &pav_sdk::Error) -> Code {
 
 /// The answer to a call whose handler panicked (see
 /// [`crate::completion`]): `INTERNAL`, whatever the RPC.
-pub(crate) fn panicked(failed: tokio::task::JoinError) -> Status {
-    Status::internal(format!("the call failed: {failed}"))
+pub(crate) fn panicked(panic: &(dyn std::any::Any + Send)) -> Status {
+    Status::internal(format!(
+        "the call failed: it panicked: {}",
+        crate::completion::panic_message(panic)
+    ))
 }
 
 /// Whether kubelet and the CSI sidecars take an answer with `code` as

@@ -73,7 +73,7 @@ pub(crate) fn check_free(
     path: &Path,
     records: &Records,
 ) -> Result<(), OccupancyError> {
-    let hidden = mount::mounts_inside(path).map_err(OccupancyError::MountTable)?;
+    let hidden = mounts_below(path).map_err(OccupancyError::MountTable)?;
     if let Some(point) = hidden.first() {
         return Err(OccupancyError::HidesMount {
             field,
@@ -121,4 +121,26 @@ pub(crate) fn check_free(
         }
     }
     Ok(())
+}
+
+/// The mount points strictly below `path`. Nothing can be mounted below a
+/// path that does not exist, a file, or an empty directory that is no
+/// mount point itself (a mount needs an entry to be mounted on; a mount on
+/// `path` may hide entries that hold mounts): those, a new mount's usual
+/// target, are told without reading the mount table, whose size grows with
+/// the node's pods.
+fn mounts_below(path: &Path) -> Result<Vec<PathBuf>, TableError> {
+    let nothing_below = match std::fs::symlink_metadata(path) {
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        Ok(meta) if meta.is_file() => true,
+        Ok(meta) if meta.is_dir() => {
+            !mount::is_mounted(path)?
+                && std::fs::read_dir(path).is_ok_and(|mut entries| entries.next().is_none())
+        }
+        Ok(_) => false,
+    };
+    if nothing_below {
+        return Ok(Vec::new());
+    }
+    mount::mounts_inside(path)
 }

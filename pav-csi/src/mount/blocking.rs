@@ -124,10 +124,15 @@ pub fn mount_once(
     data: &str,
 ) -> Result<bool, MountError> {
     let (source, target) = (source.as_ref(), target.as_ref());
-    let found = mounted_at(target).map_err(|e| MountError::MountTable {
-        target: target.to_owned(),
-        source: e,
-    })?;
+    // Nothing mounted there (the usual case) is told by `statx` alone; only
+    // a mount to compare with needs the mount table.
+    let found = match table::mount_root(target) {
+        Some(false) => None,
+        _ => mounted_at(target).map_err(|e| MountError::MountTable {
+            target: target.to_owned(),
+            source: e,
+        })?,
+    };
     let Some(found) = found else {
         mount(source, target, fstype, flags, data)?;
         return Ok(true);
