@@ -221,12 +221,16 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
 /// The drivers' runtime. Its threads, the blocking ones where templates
 /// are rendered included, have the stack a render needs and 2 MiB (tokio's
 /// default) for the rest, so renders run on them without mapping a stack
-/// each time. Only the pages a thread touches take memory.
+/// each time. Only the pages a thread touches take memory. Memory freed
+/// after a burst goes back to the system ([`crate::memory`]).
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
+    crate::memory::limit_arenas();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .thread_stack_size(pav_templates::engine::RENDER_STACK_BYTES + (2 << 20))
         .enable_all()
-        .build()?)
+        .build()?;
+    runtime.spawn(crate::memory::trim_periodically(crate::memory::TRIM_PERIOD));
+    Ok(runtime)
 }
 
 fn check(files: &[PathBuf], out: &mut dyn Write) -> anyhow::Result<ExitCode> {

@@ -10,6 +10,7 @@
 //! | [`csi`] | `pav csi-controller` / `pav csi-node`: pav-sdk touch points carried out by pods |
 //! | [`driver_error`] | why a step the per-driver RPCs share failed |
 //! | [`leader`] | leader election on a Lease, for `pav controller` |
+//! | [`memory`] | memory a long-running process hands back to the system |
 //! | [`manifests`] | `pav manifests`: the deployment, generated from Rust types |
 //! | [`phases`] | each phase's plan, pod and `pav render` example, one module per phase |
 //! | [`pods`] | evaluated pod templates become the pods PaV creates |
@@ -28,6 +29,7 @@ pub mod csi;
 pub mod driver_error;
 pub mod leader;
 pub mod manifests;
+pub mod memory;
 pub mod operator;
 pub mod phases;
 pub mod pods;
