@@ -26,7 +26,7 @@ pub(crate) async fn run<T: Send + 'static>(
 }
 
 /// What a panic said, as `JoinError` tells it.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     let said = (panic.downcast_ref::<&str>().copied())
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str));
     format!("panicked: {}", said.unwrap_or("(no message)"))

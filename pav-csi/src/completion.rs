@@ -109,12 +109,6 @@ impl<F: Future<Output: Send + 'static> + Send + 'static> Drop for Completing<F> 
     }
 }
 
-/// What a panic's payload says, for the answer.
-pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> &str {
-    (panic.downcast_ref::<&str>().copied())
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("no message")
-}
 
 #[cfg(test)]
 mod tests {

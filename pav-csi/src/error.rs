@@ -59,8 +59,8 @@ pub(crate) fn provisioner_code(err: &pav_sdk::Error) -> Code {
 /// [`crate::completion`]): `INTERNAL`, whatever the RPC.
 pub(crate) fn panicked(panic: &(dyn std::any::Any + Send)) -> Status {
     Status::internal(format!(
-        "the call failed: it panicked: {}",
-        crate::completion::panic_message(panic)
+        "the call failed: {}",
+        crate::blocking_work::panic_message(panic)
     ))
 }
 
