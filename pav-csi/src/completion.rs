@@ -109,7 +109,6 @@ impl<F: Future<Output: Send + 'static> + Send + 'static> Drop for Completing<F> 
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
