@@ -124,15 +124,10 @@ pub fn mount_once(
     data: &str,
 ) -> Result<bool, MountError> {
     let (source, target) = (source.as_ref(), target.as_ref());
-    // Nothing mounted there (the usual case) is told by `statx` alone; only
-    // a mount to compare with needs the mount table.
-    let found = match table::mount_root(target) {
-        Some(false) => None,
-        _ => mounted_at(target).map_err(|e| MountError::MountTable {
-            target: target.to_owned(),
-            source: e,
-        })?,
-    };
+    let found = mounted_at(target).map_err(|e| MountError::MountTable {
+        target: target.to_owned(),
+        source: e,
+    })?;
     let Some(found) = found else {
         mount(source, target, fstype, flags, data)?;
         return Ok(true);
@@ -338,9 +333,9 @@ pub(crate) fn read_only(path: &Path) -> Result<Option<bool>, TableError> {
         Some(false) => Ok(None),
         Some(true) => match rustix::fs::statvfs(path) {
             Ok(vfs) => Ok(Some(vfs.f_flag.contains(StatVfsMountFlags::RDONLY))),
-            Err(_) => Ok(mounted_at(path)?.map(|mount| mount.read_only())),
+            Err(_) => Ok(table::table_mount_at(path)?.map(|mount| mount.read_only())),
         },
-        None => Ok(mounted_at(path)?.map(|mount| mount.read_only())),
+        None => Ok(table::table_mount_at(path)?.map(|mount| mount.read_only())),
     }
 }
 
@@ -567,7 +562,7 @@ mod tests {
             {
                 continue;
             }
-            let from_table = mounted_at(point).unwrap().map(|m| m.read_only());
+            let from_table = (table::table_mount_at(point).unwrap()).map(|m| m.read_only());
             assert_eq!(read_only(point).unwrap(), from_table, "{}", point.display());
             checked += 1;
         }

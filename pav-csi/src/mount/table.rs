@@ -180,7 +180,9 @@ fn parse_table(table: &str) -> Result<Vec<MountInfo>, TableError> {
 /// What is mounted at `path` (the topmost mount when several are stacked
 /// there), from the mount table; `None` when nothing is, or `path` does
 /// not exist. `path` is resolved first (symlinks followed), as the kernel
-/// resolves it.
+/// resolves it. Nothing mounted there (a new mount's usual target) is told
+/// by `statx` alone where the kernel can ([`is_mounted`]): the table's size
+/// grows with the node's pods.
 ///
 /// ```no_run
 /// # fn f(staging: &std::path::Path) -> Result<(), pav_csi::mount::TableError> {
@@ -190,7 +192,16 @@ fn parse_table(table: &str) -> Result<Vec<MountInfo>, TableError> {
 /// # Ok(()) }
 /// ```
 pub fn mounted_at(path: impl AsRef<Path>) -> Result<Option<MountInfo>, TableError> {
-    let Ok(path) = path.as_ref().canonicalize() else {
+    let path = path.as_ref();
+    if mount_root(path) == Some(false) {
+        return Ok(None);
+    }
+    table_mount_at(path)
+}
+
+/// [`mounted_at`] from the mount table alone.
+pub(super) fn table_mount_at(path: &Path) -> Result<Option<MountInfo>, TableError> {
+    let Ok(path) = path.canonicalize() else {
         return Ok(None);
     };
     Ok(topmost(mount_table()?, &path))
@@ -264,7 +275,7 @@ pub fn is_mounted(path: impl AsRef<Path>) -> Result<bool, TableError> {
     let path = path.as_ref();
     match mount_root(path) {
         Some(answer) => Ok(answer),
-        None => Ok(mounted_at(path)?.is_some()),
+        None => Ok(table_mount_at(path)?.is_some()),
     }
 }
 
