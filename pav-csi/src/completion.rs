@@ -111,19 +111,21 @@ impl<F: Future<Output: Send + 'static> + Send + 'static> Drop for Completing<F> 
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::time::Duration;
+    use std::sync::{Arc, Mutex};
+
+    use tokio::sync::{Notify, oneshot};
 
     use super::*;
 
-    /// A service whose calls take a while and then set `finished`.
-    #[derive(Clone)]
-    struct Slow {
-        finished: Arc<AtomicBool>,
+    /// A service whose call waits for `go`, then reports on `done`: only
+    /// the call holds the sender, so `done` fails once the call is dropped
+    /// unfinished.
+    struct Gated {
+        go: Arc<Notify>,
+        done: Mutex<Option<oneshot::Sender<()>>>,
     }
 
-    impl Service<()> for Slow {
+    impl Service<()> for Gated {
         type Response = ();
         type Error = std::convert::Infallible;
         type Future = Pin<Box<dyn Future<Output = Result<(), Self::Error>> + Send>>;
@@ -133,52 +135,55 @@ mod tests {
         }
 
         fn call(&mut self, _request: ()) -> Self::Future {
-            let finished = self.finished.clone();
+            let (go, done) = (self.go.clone(), self.done.lock().unwrap().take());
             Box::pin(async move {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                finished.store(true, Ordering::SeqCst);
+                go.notified().await;
+                if let Some(done) = done {
+                    let _ = done.send(());
+                }
                 Ok(())
             })
         }
     }
 
-    fn slow_service(finished: &Arc<AtomicBool>) -> RunToCompletion<Slow> {
-        RunToCompletionLayer.layer(Slow {
-            finished: finished.clone(),
-        })
-    }
-
-    /// Waits (a few seconds at most) for `finished`.
-    async fn finishes(finished: &AtomicBool) -> bool {
-        for _ in 0..200 {
-            if finished.load(Ordering::SeqCst) {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        false
+    /// A call of a [`Gated`] service through the layer, the gate to open
+    /// and the receiver of its end. The service itself is dropped.
+    fn gated_call() -> (
+        <RunToCompletion<Gated> as Service<()>>::Future,
+        Arc<Notify>,
+        oneshot::Receiver<()>,
+    ) {
+        let (go, (done, finished)) = (Arc::new(Notify::new()), oneshot::channel());
+        let mut service = RunToCompletionLayer.layer(Gated {
+            go: go.clone(),
+            done: Mutex::new(Some(done)),
+        });
+        (service.call(()), go, finished)
     }
 
     #[tokio::test]
     async fn a_call_whose_caller_gives_up_at_once_still_finishes() {
-        let finished = Arc::new(AtomicBool::new(false));
+        let (call, go, finished) = gated_call();
         // The caller gives up before polling, as tonic does when a
         // deadline has passed.
-        drop(slow_service(&finished).call(()));
-        assert!(finishes(&finished).await, "the call never ran");
+        drop(call);
+        go.notify_one();
+        assert!(finished.await.is_ok(), "the call never ran");
     }
 
     #[tokio::test]
     async fn a_call_whose_caller_gives_up_half_way_still_finishes() {
-        let finished = Arc::new(AtomicBool::new(false));
-        let call = slow_service(&finished).call(());
-        // Polled once (it is waiting in the middle), then given up.
-        let given_up = tokio::time::timeout(Duration::from_millis(1), call).await;
+        let (mut call, go, finished) = gated_call();
+        // Polled once (it waits at the gate), then given up.
+        let waker = futures::task::noop_waker();
+        let polled = Pin::new(&mut call).poll(&mut Context::from_waker(&waker));
         assert!(
-            given_up.is_err(),
+            polled.is_pending(),
             "the call ended before its caller gave up"
         );
-        assert!(finishes(&finished).await, "the call stopped half-way");
+        drop(call);
+        go.notify_one();
+        assert!(finished.await.is_ok(), "the call stopped half-way");
     }
 
     /// A call that ends without waiting answers in its caller's poll: no
