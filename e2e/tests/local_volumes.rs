@@ -6,7 +6,8 @@
 //! - local-path's job with an enforced size: a WaitForFirstConsumer claim
 //!   gets a volume on its pod's node (node affinity on pav's topology key),
 //!   a pod cannot write more than the claim asked for, the data outlives the
-//!   pod, and deleting the claim removes the image file;
+//!   pod, two pods use it at once through one staging pod (`stagingPer:
+//!   Node`), and deleting the claim removes the image file;
 //! - online expansion: an xfs claim grows while its pod runs, and the pod
 //!   sees the larger filesystem (a mounted ext4 would need
 //!   CAP_SYS_RESOURCE, which this cluster's containers lack:
@@ -277,7 +278,7 @@ async fn local_volume_is_on_its_node_holds_its_size_and_is_deleted() {
     let client = cluster().await;
     let started = Instant::now();
     remove_snapshots(&client).await;
-    let _observer = start_scenario(&client, NS, NAME, &objects()).await;
+    let observer = start_scenario(&client, NS, NAME, &objects()).await;
     let images_before = image_files();
 
     const SIZE: u64 = 64 * MIB;
@@ -321,9 +322,34 @@ async fn local_volume_is_on_its_node_holds_its_size_and_is_deleted() {
     let image = std::fs::metadata(format!("{VOLUMES_DIR}/{handle}.img")).unwrap();
     assert_eq!(image.len(), SIZE, "the image has the claim's size");
 
-    // A new pod reads what the first wrote.
-    let (output, _) = run_pod(&client, "reader", "data", "cat /data/token").await;
-    assert_eq!(output.trim(), "kept-token");
+    // Two new pods read what the first wrote, each waiting until it sees
+    // the other's file: the volume is theirs at once, through one staging
+    // pod (stagingPer: Node), where the writer had one of its own.
+    let reader = |me: &str, other: &str| {
+        format!(
+            "echo > /data/from-{me}; i=0; \
+             while [ ! -e /data/from-{other} ] && [ $i -lt 500 ]; do sleep 0.2; i=$((i+1)); done; \
+             [ -e /data/from-{other} ] && echo met; cat /data/token"
+        )
+    };
+    let (script_a, script_b) = (reader("a", "b"), reader("b", "a"));
+    let ((output_a, node_a), (output_b, node_b)) = tokio::join!(
+        run_pod(&client, "reader-a", "data", &script_a),
+        run_pod(&client, "reader-b", "data", &script_b),
+    );
+    for output in [&output_a, &output_b] {
+        assert_eq!(
+            output.split_whitespace().collect::<Vec<_>>(),
+            ["met", "kept-token"]
+        );
+    }
+    assert_eq!((node_a.as_str(), node_b.as_str()), (FIRST_NODE, FIRST_NODE));
+    assert_eq!(
+        observer.runs("staging"),
+        2,
+        "one staging pod for the writer, one shared by the readers: {:#?}",
+        observer.seen()
+    );
 
     finish(&client, &["data"], &images_before).await;
     eprintln!(

@@ -80,7 +80,7 @@ pub use context::{
 pub use error::{Error, Location, Result};
 pub use model::{
     LifecycleMode, PavProvisioner, PavProvisionerSpec, PavProvisionerStatus, Phases,
-    ProvisioningMode,
+    ProvisioningMode, StagingPer,
 };
 pub use phase::{
     CapacityPhase, CreationPhase, ExpansionPhase, GroupSnapshotCreationPhase, HealthPhase,

@@ -64,6 +64,13 @@ pub const VERSION: &str = "v1alpha1";
 // The schema keeps `deny_unknown_fields`.
 #[serde(rename_all = "camelCase")]
 #[schemars(deny_unknown_fields)]
+// A volume staged one way cannot be unstaged the other (the node plugins'
+// CSI capabilities differ), so stagingPer never changes, not even from
+// absent to its default spelled out.
+#[x_kube(
+    validation = Rule::new("(has(self.stagingPer) ? self.stagingPer : 'Pod') == (has(oldSelf.stagingPer) ? oldSelf.stagingPer : 'Pod')")
+        .message("spec.stagingPer cannot change once the provisioner exists: delete and recreate it (with no volumes left) to stage the other way")
+)]
 pub struct PavProvisionerSpec {
     /// How volumes of this provisioner come to exist: created on demand for
     /// claims (`Dynamic`), or declared by users as PersistentVolumes (`Static`).
@@ -108,6 +115,20 @@ pub struct PavProvisionerSpec {
     #[schemars(length(min = 1, max = 2))]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub volume_lifecycle_modes: Option<Vec<LifecycleMode>>,
+
+    /// pav: how many staging pods a volume has on a node: one per client
+    /// pod (`Pod`, the PaV guide's staging, and the default), or one per
+    /// node (`Node`), made when the node's first client pod of the volume
+    /// starts and unstaged when its last one is gone, the others sharing
+    /// it (the CSI driver then stages with NodeStageVolume). The staging
+    /// templates see no client pod in either case; with `Node` their
+    /// `readOnly` is true only for a volume every pod reads only
+    /// (ReadOnlyMany), a pod asking read-only getting a read-only bind of
+    /// it. Ephemeral inline volumes are staged per pod either way. Not a
+    /// template, and fixed once the provisioner exists: volumes staged
+    /// one way cannot be unstaged the other.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staging_per: Option<StagingPer>,
 }
 
 impl PavProvisionerSpec {
@@ -121,7 +142,7 @@ impl PavProvisionerSpec {
 /// those an unknown field's error lists, and the only ones `pav check`
 /// accepts.
 pub(crate) const SPEC_FIELDS: &[&str] = &{
-    let mut fields = [""; Phase::ALL.len() + 4];
+    let mut fields = [""; Phase::ALL.len() + 5];
     fields[0] = "provisioningModes";
     fields[1] = "getPvcNamespaces";
     let mut i = 0;
@@ -131,6 +152,7 @@ pub(crate) const SPEC_FIELDS: &[&str] = &{
     }
     fields[Phase::ALL.len() + 2] = "dataSources";
     fields[Phase::ALL.len() + 3] = "volumeLifecycleModes";
+    fields[Phase::ALL.len() + 4] = "stagingPer";
     fields
 };
 
@@ -141,6 +163,7 @@ enum SpecKey {
     Phase(Phase),
     DataSources,
     VolumeLifecycleModes,
+    StagingPer,
 }
 
 impl<'de> Deserialize<'de> for SpecKey {
@@ -160,6 +183,7 @@ impl<'de> Deserialize<'de> for SpecKey {
                     "getPvcNamespaces" => SpecKey::GetPvcNamespaces,
                     "dataSources" => SpecKey::DataSources,
                     "volumeLifecycleModes" => SpecKey::VolumeLifecycleModes,
+                    "stagingPer" => SpecKey::StagingPer,
                     _ => match Phase::ALL.into_iter().find(|phase| phase.field() == key) {
                         Some(phase) => SpecKey::Phase(phase),
                         None => return Err(E::unknown_field(key, SPEC_FIELDS)),
@@ -205,6 +229,7 @@ impl<'de> Deserialize<'de> for PavProvisionerSpec {
                 let mut get_pvc_namespaces: Option<Option<Vec<String>>> = None;
                 let mut data_sources: Option<Option<Vec<DataSourceKind>>> = None;
                 let mut volume_lifecycle_modes: Option<Option<Vec<LifecycleMode>>> = None;
+                let mut staging_per: Option<Option<StagingPer>> = None;
                 let mut phases = Phases::default();
                 let mut seen = [false; Phase::ALL.len()];
                 while let Some(key) = map.next_key()? {
@@ -221,6 +246,7 @@ impl<'de> Deserialize<'de> for PavProvisionerSpec {
                             &mut volume_lifecycle_modes,
                             "volumeLifecycleModes",
                         )?,
+                        SpecKey::StagingPer => read(&mut map, &mut staging_per, "stagingPer")?,
                         SpecKey::Phase(phase) => {
                             if std::mem::replace(&mut seen[phase.index()], true) {
                                 return Err(de::Error::duplicate_field(phase.field()));
@@ -253,6 +279,7 @@ impl<'de> Deserialize<'de> for PavProvisionerSpec {
                     phases,
                     data_sources: data_sources.flatten(),
                     volume_lifecycle_modes: volume_lifecycle_modes.flatten(),
+                    staging_per: staging_per.flatten(),
                 })
             }
         }
@@ -268,6 +295,17 @@ pub enum LifecycleMode {
     Persistent,
     /// CSI ephemeral inline volumes, declared in a pod and gone with it.
     Ephemeral,
+}
+
+/// How many staging pods a volume has on a node
+/// ([`PavProvisionerSpec::staging_per`]).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum StagingPer {
+    /// One per client pod, as the PaV guide stages.
+    #[default]
+    Pod,
+    /// One per node, shared by the node's client pods of the volume.
+    Node,
 }
 
 /// Observed state of a PavProvisioner, written by `pav controller`.

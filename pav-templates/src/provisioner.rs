@@ -24,7 +24,7 @@ use serde_json::{Map, Value as Json};
 use crate::context::{GET_PVC_NAMESPACES_GLOBAL, PhaseContext as _};
 use crate::engine::{self, MAX_PHASE_OUTPUT_BYTES};
 use crate::error::{Error, Location, Result};
-use crate::model::{LifecycleMode, PavProvisioner, ProvisioningMode, SPEC_FIELDS};
+use crate::model::{LifecycleMode, PavProvisioner, ProvisioningMode, SPEC_FIELDS, StagingPer};
 use crate::phase::fields::{Fields, describe_json};
 use crate::phase::{Phase, Section};
 use crate::volume::DataSourceKind;
@@ -74,6 +74,7 @@ pub struct CompiledProvisioner {
     env: Environment<'static>,
     data_sources: Vec<DataSourceKind>,
     lifecycle_modes: Vec<LifecycleMode>,
+    staging_per: StagingPer,
     phases: [Option<Node>; Phase::ALL.len()],
     /// Per phase: the pod template's fields were all checked at compile
     /// time (no template in it can set `yaml`), so rendering needs only a
@@ -128,6 +129,7 @@ impl CompiledProvisioner {
         let get_pvc_namespaces = checker.check_get_pvc_namespaces(spec_map.get("getPvcNamespaces"));
         let data_sources = checker.check_data_sources(spec_map.get("dataSources"));
         let lifecycle_modes = checker.check_lifecycle_modes(spec_map.get("volumeLifecycleModes"));
+        let staging_per = checker.check_staging_per(spec_map.get("stagingPer"));
         for key in spec_map.keys() {
             if !SPEC_FIELDS.contains(&key.as_str()) {
                 checker.problem_schema(&format!("spec.{key}"), "unknown field");
@@ -205,6 +207,7 @@ impl CompiledProvisioner {
             get_pvc_namespaces,
             data_sources,
             lifecycle_modes,
+            staging_per,
             env,
             phases,
             pod_shape_checked,
@@ -246,6 +249,12 @@ impl CompiledProvisioner {
     /// (`[Persistent]` without the field).
     pub fn lifecycle_modes(&self) -> &[LifecycleMode] {
         &self.lifecycle_modes
+    }
+
+    /// `spec.stagingPer`: one staging pod per client pod (`Pod`, without
+    /// the field) or per node.
+    pub fn staging_per(&self) -> StagingPer {
+        self.staging_per
     }
 
     /// `spec.dataSources`: what claims may create volumes from; empty

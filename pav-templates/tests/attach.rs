@@ -98,3 +98,45 @@ fn lifecycle_modes_are_persistent_unless_the_spec_lists_them() {
         ]
     );
 }
+
+#[test]
+fn staging_is_per_pod_unless_the_spec_says_node() {
+    use pav_templates::StagingPer;
+    let staging = "volumeStaging: {podTemplate: {}}\n";
+    let per = |extra: &str| {
+        provisioner(&format!("{BASE}{staging}{extra}"))
+            .unwrap_or_else(|p| panic!("{p}"))
+            .staging_per()
+    };
+    assert_eq!(per(""), StagingPer::Pod);
+    assert_eq!(per("stagingPer: Pod\n"), StagingPer::Pod);
+    assert_eq!(per("stagingPer: Node\n"), StagingPer::Node);
+    for bad in ["Client", "{{ 'Node' }}"] {
+        assert_eq!(
+            problems(&format!("{staging}stagingPer: \"{bad}\"\n")),
+            [format!(
+                "provisioner \"p\", field spec.stagingPer: must be Pod or Node (it is not a template), not \"{bad}\""
+            )]
+        );
+    }
+}
+
+#[test]
+fn the_crd_keeps_staging_per_as_it_was_created() {
+    use kube::CustomResourceExt;
+    let crd = serde_json::to_value(pav_templates::PavProvisioner::crd()).unwrap();
+    let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    assert_eq!(
+        spec["properties"]["stagingPer"]["enum"],
+        serde_json::json!(["Pod", "Node"])
+    );
+    let rules = spec["x-kubernetes-validations"]
+        .as_array()
+        .expect("rules on spec");
+    assert!(
+        rules
+            .iter()
+            .any(|r| r["rule"].as_str().unwrap().contains("oldSelf.stagingPer")),
+        "{rules:#?}"
+    );
+}

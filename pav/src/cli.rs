@@ -805,7 +805,7 @@ spec: {{x: [{aliases}]}}
                 node: "sample-node",
                 claim: &claim,
                 pv: &pv.metadata.name.unwrap(),
-                client: ("apps", "web-0", "u-web"),
+                client: Some(("apps", "web-0", "u-web")),
                 read_only: false,
             },
         );

@@ -96,6 +96,12 @@ pub struct NodeArgs {
     /// `Ephemeral` in `spec.volumeLifecycleModes`; its manifests pass it).
     #[arg(long)]
     pub ephemeral: bool,
+    /// Stage each volume once per node, in NodeStageVolume, for all the
+    /// node's client pods of it (the PavProvisioner says `stagingPer:
+    /// Node`; its manifests pass it); without it, once per client pod in
+    /// NodePublishVolume.
+    #[arg(long)]
+    pub staging_per_node: bool,
 }
 
 /// Port of the drivers' `/metrics` and `/healthz` (their `--metrics-addr`
@@ -137,6 +143,19 @@ async fn driver_context(
 pub fn controller_provisioner(
     driver: Arc<DriverContext>,
 ) -> pav_sdk::Provisioner<controller::PodController> {
+    let store = watch_volumes(&driver);
+    // Expansion, snapshots and clones are served whatever the spec says
+    // now: the spec may gain them at any time, and a request the spec
+    // cannot serve is answered with an error naming the missing section.
+    pav_sdk::provisioner!(controller::PodController::new(driver, store))
+        .clones_volumes()
+        .volume_modes([pav_sdk::VolumeMode::Filesystem, pav_sdk::VolumeMode::Block])
+        .access_modes(access_modes())
+}
+
+/// A store of the PersistentVolumes, kept by a watch from now on: the
+/// driver's own whole (but for managedFields), the others' slim.
+fn watch_volumes(driver: &DriverContext) -> reflector::Store<PersistentVolume> {
     let (store, writer) = reflector::store();
     let pvs: Api<PersistentVolume> = Api::all(driver.client.clone());
     let stream = watcher(pvs, watcher::Config::default())
@@ -152,13 +171,7 @@ pub fn controller_provisioner(
             }
         }
     });
-    // Expansion, snapshots and clones are served whatever the spec says
-    // now: the spec may gain them at any time, and a request the spec
-    // cannot serve is answered with an error naming the missing section.
-    pav_sdk::provisioner!(controller::PodController::new(driver, store))
-        .clones_volumes()
-        .volume_modes([pav_sdk::VolumeMode::Filesystem, pav_sdk::VolumeMode::Block])
-        .access_modes(access_modes())
+    store
 }
 
 /// `provisioner` serving what `spec` has when the driver starts:
@@ -244,14 +257,25 @@ pub async fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         args.node_id.clone(),
         args.pods_dir.clone(),
     ));
+    // Staged per node, NodeStageVolume names no pod: the volume is found
+    // by its handle among the PersistentVolumes, watched only then.
+    let staging = match args.staging_per_node {
+        true => node::Staging::PerNode(watch_volumes(&driver)),
+        false => node::Staging::PerPod,
+    };
+    let per_pod = matches!(staging, node::Staging::PerPod);
     let provisioner = pav_sdk::provisioner!(node::PodNode::new(
         driver,
         args.node_id.clone(),
         args.pods_dir,
+        staging,
     ))
-    .stage_on_publish()
     .volume_modes([pav_sdk::VolumeMode::Filesystem, pav_sdk::VolumeMode::Block])
     .access_modes(access_modes());
+    let provisioner = match per_pod {
+        true => provisioner.stage_on_publish(),
+        false => provisioner,
+    };
     let provisioner = match args.ephemeral {
         true => provisioner.ephemeral(),
         false => provisioner,

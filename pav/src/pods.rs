@@ -339,7 +339,8 @@ pub struct PodOrigin<'a> {
 pub struct Publication<'a> {
     /// The volume handle.
     pub handle: &'a str,
-    /// The kubelet target path the volume is published at.
+    /// The kubelet target path the volume is published at (staged per
+    /// node: its staging path).
     pub target_path: &'a str,
     /// The node the client pod runs on.
     pub node: &'a str,
@@ -347,8 +348,9 @@ pub struct Publication<'a> {
     pub claim: &'a str,
     /// The PersistentVolume's name.
     pub pv: &'a str,
-    /// The client pod's namespace, name and UID.
-    pub client: (&'a str, &'a str, &'a str),
+    /// The client pod's namespace, name and UID; `None` when staged per
+    /// node, for all of them.
+    pub client: Option<(&'a str, &'a str, &'a str)>,
     /// Whether the volume is staged read-only.
     pub read_only: bool,
 }
@@ -739,7 +741,7 @@ mod tests {
             node: "node-a",
             claim: "apps/data",
             pv: "pvc-1",
-            client: ("apps", "web-0", "u-web"),
+            client: Some(("apps", "web-0", "u-web")),
             read_only: true,
         }
     }

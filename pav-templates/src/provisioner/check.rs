@@ -7,7 +7,7 @@ use serde_json::Value as Json;
 use crate::duration::parse_timeout;
 pub(super) use crate::engine::has_template_syntax;
 use crate::error::{Error, Location};
-use crate::model::{LifecycleMode, ProvisioningMode};
+use crate::model::{LifecycleMode, ProvisioningMode, StagingPer};
 use crate::phase::Phase;
 use crate::phase::fields::{
     Kind, PodTemplateError, capacity_rounding, describe_json, kind, pod_template_from_json,
@@ -172,6 +172,24 @@ impl Checker {
         match value {
             None | Some(Json::Null) => vec![LifecycleMode::Persistent],
             Some(_) => modes,
+        }
+    }
+
+    /// `spec.stagingPer`: absent (`Pod`), `Pod` or `Node`. Not a template:
+    /// it decides the node plugins' CSI capabilities.
+    pub(super) fn check_staging_per(&mut self, value: Option<&Json>) -> StagingPer {
+        match value {
+            None | Some(Json::Null) => StagingPer::default(),
+            Some(other) => serde_json::from_value(other.clone()).unwrap_or_else(|_| {
+                self.problem_schema(
+                    "spec.stagingPer",
+                    &format!(
+                        "must be Pod or Node (it is not a template), not {}",
+                        describe_json(other)
+                    ),
+                );
+                StagingPer::default()
+            }),
         }
     }
 

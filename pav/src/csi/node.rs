@@ -8,6 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{
     Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplateSpec,
 };
+use kube::runtime::reflector::Store;
 use kube::{Api, Resource, ResourceExt};
 use pav_sdk::{PodInfo, Result, Stage, StageRequest, Staged, Unstage, UnstageRequest};
 use pav_templates::Phase;
@@ -43,12 +44,25 @@ const CLIENT_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_sec
 /// answer and is checked on a later call.
 const HEALTH_CHECKS_AT_ONCE: usize = 2;
 
+/// How a claim's volume is staged on the node (`spec.stagingPer`);
+/// ephemeral inline volumes are staged per pod either way.
+#[derive(Debug)]
+pub enum Staging {
+    /// One staging pod per client pod, in NodePublishVolume (the guide's).
+    PerPod,
+    /// One staging pod per node, in NodeStageVolume, for all the node's
+    /// client pods of the volume; the volume is found by its handle in
+    /// this watch of PersistentVolumes (kubelet names no pod there).
+    PerNode(Store<PersistentVolume>),
+}
+
 /// The pav-sdk Stage and Unstage of a PavProvisioner on one node.
 #[derive(Debug)]
 pub struct PodNode {
     driver: Arc<DriverContext>,
     node: String,
     pods_dir: PathBuf,
+    staging: Staging,
     unmount_failures: ReportedMounts,
     /// The health checks' answers, per staging pod.
     conditions: crate::csi::answers::Answers<pav_sdk::VolumeCondition>,
@@ -59,11 +73,17 @@ pub struct PodNode {
 impl PodNode {
     /// Stages on `node`; `pods_dir` is where this process sees the nodes'
     /// `/var/lib/pav/pods`.
-    pub fn new(driver: Arc<DriverContext>, node: String, pods_dir: PathBuf) -> Self {
+    pub fn new(
+        driver: Arc<DriverContext>,
+        node: String,
+        pods_dir: PathBuf,
+        staging: Staging,
+    ) -> Self {
         PodNode {
             driver,
             node,
             pods_dir,
+            staging,
             unmount_failures: ReportedMounts::default(),
             conditions: Default::default(),
             health_checks: tokio::sync::Semaphore::new(HEALTH_CHECKS_AT_ONCE),
@@ -132,6 +152,50 @@ impl PodNode {
         })
     }
 
+    /// The PersistentVolume of this driver with `handle`, from `volumes`,
+    /// and the claim it is bound to, read now (the same uid as the
+    /// volume's claimRef).
+    async fn claimed_volume(
+        &self,
+        volumes: &Store<PersistentVolume>,
+        handle: &str,
+    ) -> std::result::Result<(PersistentVolumeClaim, PersistentVolume), StageError> {
+        let unclaimed = || StageError::Unclaimed {
+            handle: handle.to_owned(),
+            provisioner: self.driver.provisioner.clone(),
+        };
+        let _ = volumes.wait_until_ready().await;
+        let pv = volumes
+            .find(|pv| {
+                pv.spec
+                    .as_ref()
+                    .and_then(|s| s.csi.as_ref())
+                    .is_some_and(|c| {
+                        c.driver == self.driver.provisioner && c.volume_handle == handle
+                    })
+            })
+            .ok_or_else(unclaimed)?;
+        let claim_ref = (pv.spec.as_ref())
+            .and_then(|s| s.claim_ref.as_ref())
+            .ok_or_else(unclaimed)?;
+        let (namespace, name) = (
+            claim_ref.namespace.as_deref().unwrap_or_default(),
+            claim_ref.name.as_deref().unwrap_or_default(),
+        );
+        let pvc = Api::<PersistentVolumeClaim>::namespaced(self.driver.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(|e| {
+                StageError::ReadObjects(api_error(
+                    &format!("PersistentVolumeClaim {namespace}/{name}"),
+                    e,
+                ))
+            })?
+            .filter(|pvc| pvc.uid() == claim_ref.uid)
+            .ok_or_else(unclaimed)?;
+        Ok((pvc, PersistentVolume::clone(&pv)))
+    }
+
     /// This node's Node object, if it exists.
     async fn node_object(&self) -> std::result::Result<Option<Node>, DriverError> {
         Api::<Node>::all(self.driver.client.clone())
@@ -140,21 +204,14 @@ impl PodNode {
             .map_err(|e| api_error(&format!("Node {}", self.node), e))
     }
 
+    /// Stages `volume` for `req`: for client pod `client`, or (`None`)
+    /// for all the node's client pods of it.
     async fn stage_volume(
         &self,
         req: &StagingRequest<'_>,
-        info: &PodInfo,
-        client_pod: &Pod,
+        volume: Volume,
+        client: Option<&PodInfo>,
     ) -> std::result::Result<Staged, StageError> {
-        // A persistent volume's claim and PersistentVolume, through the
-        // client pod; an ephemeral inline volume's attributes.
-        let volume = match &req.ephemeral {
-            Some((attributes, size)) => Volume::Inline(attributes.clone(), *size),
-            None => {
-                let (pvc, pv) = self.find_volume(client_pod, req.handle).await?;
-                Volume::Claimed(Box::new(pvc), Box::new(pv))
-            }
-        };
         let node = self
             .node_object()
             .await
@@ -174,14 +231,16 @@ impl PodNode {
             req.handle.to_string(),
             req.target_path.display().to_string(),
         );
-        let client = (info.namespace.clone(), info.name.clone(), info.uid.clone());
+        let client_pod =
+            client.map(|info| (info.namespace.clone(), info.name.clone(), info.uid.clone()));
         let (read_only, publish_context) = (req.read_only, req.publish_context.clone());
         let pod = planner
             .blocking(move |p| {
                 let staging = StagingFor {
                     handle: &handle,
                     target_path: &target_path,
-                    client: (&client.0, &client.1, &client.2),
+                    client: (client_pod.as_ref())
+                        .map(|(ns, name, uid)| (&ns[..], &name[..], &uid[..])),
                     read_only,
                     publish_context: &publish_context,
                 };
@@ -218,14 +277,19 @@ impl PodNode {
         // it, and holds the volume meanwhile: a staging pod that never
         // ends must not keep the NodeUnpublishVolume for a deleted client
         // waiting until the phase times out.
-        let finished = tokio::select! {
-            finished = staged => finished,
-            () = self.client_gone(info) => {
-                let client = format!("{}/{}", info.namespace, info.name);
-                tracing::info!(pod = %name, client, "the client pod went mid-staging: undoing the staging");
-                let undo = self.tear_down(&pod).await.err().map(Box::new);
-                return Err(StageError::ClientGone { pod: client, undo });
-            }
+        // Staged per node, kubelet unstages what it asked to stage once
+        // no pod needs it.
+        let finished = match client {
+            None => staged.await,
+            Some(info) => tokio::select! {
+                finished = staged => finished,
+                () = self.client_gone(info) => {
+                    let client = format!("{}/{}", info.namespace, info.name);
+                    tracing::info!(pod = %name, client, "the client pod went mid-staging: undoing the staging");
+                    let undo = self.tear_down(&pod).await.err().map(Box::new);
+                    return Err(StageError::ClientGone { pod: client, undo });
+                }
+            },
         };
         let message = match finished {
             Ok(()) => return Ok(Staged::at(volume)),
@@ -413,6 +477,33 @@ impl PodNode {
             .await;
     }
 
+    /// A warning about unstaging `staging` that failed with `error`: on
+    /// the client pod it was staged for, or, staged per node, on its claim.
+    async fn report_unstaging(&self, staging: &Pod, error: &UnstageError) {
+        let message = pav_csi::error_chain(error);
+        let annotations = staging.annotations();
+        match (annotations.get(ANNOTATION_CLIENT)).and_then(|c| crate::pods::parse_client(c)) {
+            Some((ns, name, uid)) => {
+                let reference = core_ref("Pod", ns, name, Some(uid));
+                (self.driver.events)
+                    .warn(
+                        &reference,
+                        Phase::Unstaging,
+                        &message,
+                        Some(pod_ref(staging)),
+                    )
+                    .await;
+            }
+            None => {
+                let claim = annotations
+                    .get(ANNOTATION_CLAIM)
+                    .cloned()
+                    .unwrap_or_default();
+                self.warn_claim(&claim, &message, staging).await;
+            }
+        }
+    }
+
     /// The unstaging pod for the claim `namespace/name` and the
     /// PersistentVolume `pv_name`, planned now; [`LiveUnstaging::Gone`]
     /// when the claim, the volume or this node's object is gone.
@@ -554,10 +645,14 @@ impl<'a> StagingRequest<'a> {
 #[pav_sdk::async_trait]
 impl Stage for PodNode {
     async fn stage(&self, req: StageRequest) -> Result<Staged> {
-        let Some(info) = req.pod.clone() else {
-            return Err(StageError::NoPodInfo.into());
-        };
-        Ok(self.stage_for(&StagingRequest::of(&req), &info).await?)
+        let staging = StagingRequest::of(&req);
+        match (&req.pod, &self.staging) {
+            // Every publish of a driver that stages per pod, and an
+            // ephemeral inline volume's of either.
+            (Some(info), _) => Ok(self.stage_for(&staging, info).await?),
+            (None, Staging::PerNode(volumes)) => Ok(self.stage_on_node(&staging, volumes).await?),
+            (None, Staging::PerPod) => Err(StageError::NoPodInfo.into()),
+        }
     }
 }
 
@@ -584,7 +679,17 @@ impl PodNode {
                     e,
                 ))
             })?;
-        let result = self.stage_volume(req, info, &client_pod).await;
+        // A persistent volume's claim and PersistentVolume, through the
+        // client pod; an ephemeral inline volume's attributes.
+        let volume = match &req.ephemeral {
+            Some((attributes, size)) => Ok(Volume::Inline(attributes.clone(), *size)),
+            None => (self.find_volume(&client_pod, req.handle).await)
+                .map(|(pvc, pv)| Volume::Claimed(Box::new(pvc), Box::new(pv))),
+        };
+        let result = match volume {
+            Ok(volume) => self.stage_volume(req, volume, Some(info)).await,
+            Err(e) => Err(e),
+        };
         if let Err(e) = &result
             && e.reported()
         {
@@ -601,8 +706,31 @@ impl PodNode {
         result
     }
 
+    /// Stages `req` once for all the node's client pods of its claim's
+    /// volume (`stagingPer: Node`); a failure is an event on the claim.
+    async fn stage_on_node(
+        &self,
+        req: &StagingRequest<'_>,
+        volumes: &Store<PersistentVolume>,
+    ) -> std::result::Result<Staged, StageError> {
+        let (pvc, pv) = self.claimed_volume(volumes, req.handle).await?;
+        let claim = pvc.object_ref(&());
+        let volume = Volume::Claimed(Box::new(pvc), Box::new(pv));
+        let result = self.stage_volume(req, volume, None).await;
+        if let Err(e) = &result
+            && e.reported()
+        {
+            let message = pav_csi::error_chain(e);
+            (self.driver.events)
+                .warn(&claim, Phase::Staging, &message, None)
+                .await;
+        }
+        result
+    }
+
     /// Tears down the staging pods of `handle` at `target_path` on this
-    /// node; a failure is an event on the client pod.
+    /// node; a failure is an event on the client pod (staged per node: on
+    /// the claim).
     async fn unstage_at(
         &self,
         handle: &str,
@@ -618,21 +746,8 @@ impl PodNode {
             .map_err(UnstageError::ListStagingPods)?;
         for pod in pods {
             if let Err(e) = self.tear_down(&pod).await {
-                let client = pod.annotations().get(ANNOTATION_CLIENT).cloned();
-                if e.reported()
-                    && let Some((ns, name, uid)) =
-                        client.as_deref().and_then(crate::pods::parse_client)
-                {
-                    let reference = core_ref("Pod", ns, name, Some(uid));
-                    self.driver
-                        .events
-                        .warn(
-                            &reference,
-                            Phase::Unstaging,
-                            &pav_csi::error_chain(&e),
-                            Some(pod_ref(&pod)),
-                        )
-                        .await;
+                if e.reported() {
+                    self.report_unstaging(&pod, &e).await;
                 }
                 return Err(e);
             }

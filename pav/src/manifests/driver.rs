@@ -28,7 +28,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
 use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::Resource as _;
-use pav_templates::{LifecycleMode, PavProvisioner, Phase};
+use pav_templates::{LifecycleMode, PavProvisioner, Phase, StagingPer};
 use serde_json::{Value, json};
 
 use super::{
@@ -460,6 +460,9 @@ struct Builder<'a> {
     /// `spec.volumeLifecycleModes`: the CSIDriver's, and with `Ephemeral`
     /// the node plugins run with `--ephemeral`.
     lifecycle_modes: Vec<LifecycleMode>,
+    /// `spec.stagingPer: Node`: the node plugins run with
+    /// `--staging-per-node`.
+    staging_per_node: bool,
 }
 
 fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Value {
@@ -485,6 +488,7 @@ impl<'a> Builder<'a> {
             attaches: provisioner.spec.has(Phase::Attach),
             lifecycle_modes: (provisioner.spec.volume_lifecycle_modes.clone())
                 .unwrap_or_else(|| vec![LifecycleMode::Persistent]),
+            staging_per_node: provisioner.spec.staging_per == Some(StagingPer::Node),
         }
     }
 
@@ -811,6 +815,9 @@ impl<'a> Builder<'a> {
         if self.lifecycle_modes.contains(&LifecycleMode::Ephemeral) {
             pav_args.push("--ephemeral");
         }
+        if self.staging_per_node {
+            pav_args.push("--staging-per-node");
+        }
         let mut spec = json!({
                         "serviceAccountName": self.node,
                         // Root, said explicitly: the image's USER is not.
@@ -982,7 +989,11 @@ pub fn csi_node_role() -> ClusterRole {
             // A pod's status cannot change what it runs, unlike its spec:
             // patching it anywhere grants no way into another namespace.
             rule(&[""], &["pods/status"], &["patch"]),
-            rule(&[""], &["persistentvolumes", "persistentvolumeclaims", "nodes"], &["get"]),
+            // list and watch: staged per node (spec.stagingPer), kubelet
+            // names no pod, so the volume is found by its handle in a watch
+            // of PersistentVolumes.
+            rule(&[""], &["persistentvolumes"], &["get", "list", "watch"]),
+            rule(&[""], &["persistentvolumeclaims", "nodes"], &["get"]),
             rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
             // Its own PavProvisioner, kept by a watch (field selector on
             // its name), compiled once per generation: never a GET.
@@ -1217,6 +1228,19 @@ mod tests {
         assert!(node_args(&both).contains(&"--ephemeral".to_owned()));
         let only = with_sections("  volumeLifecycleModes: [Ephemeral]\n");
         assert_eq!(modes(&only), Some(vec!["Ephemeral".to_owned()]));
+    }
+
+    #[test]
+    fn node_plugins_stage_per_node_exactly_when_the_spec_says_node() {
+        let settings = Settings::default();
+        let per_node = |p: &PavProvisioner| {
+            let pod = objects(p, &settings).daemon_set.spec.template.spec.unwrap();
+            (container(&pod, "pav").args.clone().unwrap())
+                .contains(&"--staging-per-node".to_owned())
+        };
+        assert!(!per_node(&provisioner()));
+        assert!(!per_node(&with_sections("  stagingPer: Pod\n")));
+        assert!(per_node(&with_sections("  stagingPer: Node\n")));
     }
 
     #[test]
@@ -1945,6 +1969,7 @@ mod tests {
             ("", "pods", "watch"),
             ("", "pods/status", "patch"),
             ("", "persistentvolumes", "get"),
+            ("", "persistentvolumes", "watch"),
             ("", "persistentvolumeclaims", "get"),
             ("", "nodes", "get"),
             ("events.k8s.io", "events", "create"),

@@ -26,10 +26,12 @@ use crate::recipe::{Plan, Planner};
 pub struct StagingFor<'a> {
     /// The volume handle.
     pub handle: &'a str,
-    /// The kubelet target path the volume is published at.
+    /// The kubelet target path the volume is published at (staged per
+    /// node: its staging path).
     pub target_path: &'a str,
-    /// The client pod's namespace, name and UID.
-    pub client: (&'a str, &'a str, &'a str),
+    /// The client pod's namespace, name and UID; `None` when the volume
+    /// is staged once for all the node's client pods (`stagingPer: Node`).
+    pub client: Option<(&'a str, &'a str, &'a str)>,
     /// Whether the volume is staged read-only.
     pub read_only: bool,
     /// What the attach pod wrote (`publishContext`); empty without one.
@@ -112,17 +114,15 @@ impl PodOrigin<'_> {
         publication: &Publication<'_>,
     ) -> Pod {
         let key = staging_key(publication.handle, publication.target_path);
-        let (client_ns, client_name, client_uid) = publication.client;
         let mut annotations = vec![
             (ANNOTATION_CLAIM, publication.claim.to_owned()),
             (ANNOTATION_PV, publication.pv.to_owned()),
-            (
-                ANNOTATION_CLIENT,
-                client_annotation(client_ns, client_name, client_uid),
-            ),
             (ANNOTATION_TARGET, publication.target_path.to_owned()),
             (ANNOTATION_READ_ONLY, publication.read_only.to_string()),
         ];
+        if let Some((namespace, name, uid)) = publication.client {
+            annotations.push((ANNOTATION_CLIENT, client_annotation(namespace, name, uid)));
+        }
         if let Some(json) = unstaging.and_then(|u| serde_json::to_string(&u.pod_template).ok()) {
             annotations.push((ANNOTATION_UNSTAGING, json));
         }
@@ -147,14 +147,16 @@ impl PodOrigin<'_> {
 }
 
 /// `pav render --phase staging`: the claim's volume staged on the node for
-/// the client pod, at its target path, as it is not attached (no publish
-/// context).
+/// the client pod (staged per node: for none), at its target path, as it
+/// is not attached (no publish context).
 pub(crate) fn example(example: &Example<'_>, planner: &Planner) -> anyhow::Result<String> {
     let objects = example.objects;
     let staging = StagingFor {
         handle: &example.handle,
         target_path: &example.target_path,
-        client: example.client,
+        // Staged per node, for no client pod in particular.
+        client: (planner.compiled().staging_per() == pav_templates::StagingPer::Pod)
+            .then_some(example.client),
         read_only: example.options.read_only,
         publish_context: &Default::default(),
     };

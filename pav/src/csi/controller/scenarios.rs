@@ -564,7 +564,7 @@ fn staging_pod(pv: &str, node: &str) -> serde_json::Value {
         node,
         claim: "apps/data",
         pv,
-        client: ("apps", "web", "u-web"),
+        client: Some(("apps", "web", "u-web")),
         read_only: false,
     };
     serde_json::to_value(origin.staging_pod(&staging, None, &publication)).unwrap()

@@ -33,6 +33,17 @@ pub enum StageError {
         /// The driver's name.
         provisioner: String,
     },
+    /// Staging per node: no PersistentVolume of the driver has the
+    /// handle, or the one that has it is bound to no claim that exists.
+    #[error(
+        "no PersistentVolume of {provisioner} with handle {handle:?} is bound to an existing claim"
+    )]
+    Unclaimed {
+        /// The volume handle staged.
+        handle: String,
+        /// The driver's name.
+        provisioner: String,
+    },
     /// Planning the staging phase.
     #[error(transparent)]
     Plan(PlanError),
@@ -72,12 +83,14 @@ fn then_undo(undo: &Option<Box<UnstageError>>) -> String {
 }
 
 impl StageError {
-    /// Whether the client pod gets an event: once it has been read.
+    /// Whether the client pod (staging per node: the claim) gets an
+    /// event: once it has been read.
     pub fn reported(&self) -> bool {
         match self {
-            StageError::NoPodInfo | StageError::ClientPod(_) | StageError::ClientGone { .. } => {
-                false
-            }
+            StageError::NoPodInfo
+            | StageError::ClientPod(_)
+            | StageError::ClientGone { .. }
+            | StageError::Unclaimed { .. } => false,
             StageError::ReadObjects(_)
             | StageError::NoVolume { .. }
             | StageError::Plan(_)
@@ -100,7 +113,7 @@ impl From<StageError> for Error {
             StageError::NoPodInfo | StageError::ClientGone { .. } => {
                 Error::FailedPrecondition(message)
             }
-            StageError::NoVolume { .. } => Error::NotFound(message),
+            StageError::NoVolume { .. } | StageError::Unclaimed { .. } => Error::NotFound(message),
             StageError::Failed { .. } => Error::Internal(message),
             StageError::Plan(e) => e.into(),
             StageError::ClientPod(e) | StageError::ReadObjects(e) | StageError::StagingPod(e) => {

@@ -140,22 +140,26 @@ fn pod_name(pod: &Pod) -> String {
 }
 
 impl PodNode {
-    /// The staging pod of `handle` published at `path` on this node, from
-    /// the node plugin's pod cache: kubelet asks for stats of every
-    /// published volume periodically, which must cost no request.
+    /// The staging pod of `handle` on this node, from the node plugin's
+    /// pod cache (kubelet asks for stats of every published volume
+    /// periodically, which must cost no request): the one staged at
+    /// `staging_path` when kubelet sent it (the volume staged per node),
+    /// else the one published at `path` (staged per pod, as is every
+    /// ephemeral inline volume).
     async fn staging_pod_at(
         &self,
         handle: &str,
         path: &Path,
+        staging_path: Option<&Path>,
     ) -> std::result::Result<Arc<Pod>, GrowthError> {
-        let selector = staging_selector(handle, &path.display().to_string(), &self.node);
-        self.driver
-            .pods
-            .cached_all()
-            .await
-            .map_err(GrowthError::ListStagingPods)?
-            .into_iter()
-            .find(|pod| has_labels(pod, &selector))
+        let pods = (self.driver.pods.cached_all().await).map_err(GrowthError::ListStagingPods)?;
+        let staged_at = |path: &Path| {
+            let selector = staging_selector(handle, &path.display().to_string(), &self.node);
+            pods.iter().find(|pod| has_labels(pod, &selector)).cloned()
+        };
+        staging_path
+            .and_then(staged_at)
+            .or_else(|| staged_at(path))
             .ok_or_else(|| GrowthError::NotStaged {
                 handle: handle.to_owned(),
                 path: path.display().to_string(),
@@ -164,7 +168,9 @@ impl PodNode {
     }
 
     async fn grow(&self, req: &NodeExpandRequest) -> std::result::Result<u64, GrowthError> {
-        let staging = self.staging_pod_at(&req.handle, &req.volume_path).await?;
+        let staging = self
+            .staging_pod_at(&req.handle, &req.volume_path, req.staging_path.as_deref())
+            .await?;
         let planner = self
             .driver
             .served
@@ -185,6 +191,14 @@ impl PodNode {
             .get(ANNOTATION_READ_ONLY)
             .map(String::as_str)
             == Some("true");
+        // Events go to the client pod the volume was staged for; staged
+        // per node, to the claim.
+        let regarding = match (staging.annotations().get(ANNOTATION_CLIENT))
+            .and_then(|c| crate::pods::parse_client(c))
+        {
+            Some((ns, name, uid)) => core_ref("Pod", ns, name, Some(uid)),
+            None => kube::Resource::object_ref(&pvc, &()),
+        };
         let staging_name = staging.name_any();
         let pod = planner
             .blocking(move |p| {
@@ -194,17 +208,11 @@ impl PodNode {
             .map_err(GrowthError::Plan)?
             .pod;
         let dir = self.dir(&pod.name_any());
-        // Events go to the client pod the volume was staged for.
-        let client: Vec<_> = (staging.annotations().get(ANNOTATION_CLIENT))
-            .and_then(|c| crate::pods::parse_client(c))
-            .map(|(ns, name, uid)| core_ref("Pod", ns, name, Some(uid)))
-            .into_iter()
-            .collect();
         (self.driver)
             .run(
                 (Phase::NodeExpansion, &pod),
                 PodFiles::Local(&dir),
-                Regarding::Objects(&client),
+                Regarding::Objects(std::slice::from_ref(&regarding)),
             )
             .await
             .map_err(GrowthError::NodeExpansionPod)?;
@@ -260,7 +268,9 @@ impl PodNode {
     /// The volume's usage and condition: see [`measured`](Self::measured)
     /// and [`condition`](Self::condition).
     async fn usage(&self, req: &StatsRequest) -> std::result::Result<VolumeStats, GrowthError> {
-        let staging = self.staging_pod_at(&req.handle, &req.volume_path).await?;
+        let staging = self
+            .staging_pod_at(&req.handle, &req.volume_path, req.staging_path.as_deref())
+            .await?;
         let mut stats = self.measured(&staging, req)?;
         stats.condition = self.condition(&staging).await?;
         Ok(stats)

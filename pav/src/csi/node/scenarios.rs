@@ -127,7 +127,12 @@ fn scenario_of(
     server.put_pod(client_pod());
     let driver = Arc::new(crate::csi::fixtures::driver_context(client));
     driver.pods.start_cache(Some("n1"));
-    let node = PodNode::new(driver, "n1".into(), pods_dir.path().to_owned());
+    let node = PodNode::new(
+        driver,
+        "n1".into(),
+        pods_dir.path().to_owned(),
+        Staging::PerPod,
+    );
     (server, node, pods_dir)
 }
 
@@ -882,4 +887,181 @@ async fn an_ephemeral_volume_is_staged_with_the_pods_attributes_and_unstaged_as_
         .any(|r| r.path.contains("persistentvolumeclaims"));
     assert!(!asked_claims, "an ephemeral volume has no claim to read");
     assert_eq!(std::fs::read_dir(pods_dir.path()).unwrap().count(), 0);
+}
+
+/// Kubelet's staging path of the scenario's volume: staged per node, the
+/// staging pod is keyed by it.
+const STAGING_PATH: &str = "/var/lib/kubelet/plugins/kubernetes.io/csi/p/0123abcd/globalmount";
+
+/// A watch of PersistentVolumes that has listed `volumes`.
+fn volumes_watched(volumes: Vec<Value>) -> Store<PersistentVolume> {
+    use kube::runtime::watcher::Event;
+    let (store, mut writer) = kube::runtime::reflector::store();
+    writer.apply_watcher_event(&Event::Init);
+    for volume in volumes {
+        writer.apply_watcher_event(&Event::InitApply(serde_json::from_value(volume).unwrap()));
+    }
+    writer.apply_watcher_event(&Event::InitDone);
+    store
+}
+
+/// The scenario's node plugin staging per node (`stagingPer: Node`), the
+/// watch having listed the scenario's volume.
+fn per_node(staging: Pods, unstaging: Pods) -> (ApiServer, PodNode, tempfile::TempDir) {
+    let (server, mut node, pods_dir) = scenario(staging, unstaging);
+    node.staging = Staging::PerNode(volumes_watched(vec![volume()]));
+    (server, node, pods_dir)
+}
+
+/// NodeStageVolume's request: the staging path, no pod.
+fn node_staging_request() -> StagingRequest<'static> {
+    StagingRequest {
+        target_path: Path::new(STAGING_PATH),
+        ..staging_request()
+    }
+}
+
+#[tokio::test]
+async fn staged_per_node_the_volume_is_found_by_its_handle_and_its_pod_names_no_client() {
+    let (server, node, pods_dir) = per_node(ready, done);
+    let Staging::PerNode(volumes) = &node.staging else {
+        unreachable!()
+    };
+    let staged = node
+        .stage_on_node(&node_staging_request(), volumes)
+        .await
+        .expect("staging");
+    let created = server.created_pods();
+    assert_eq!(created.len(), 1);
+    let staging = &created[0];
+    assert_eq!(staging["spec"]["containers"][0]["args"], json!(["vol-1"]));
+    let annotations = &staging["metadata"]["annotations"];
+    assert_eq!(annotations[ANNOTATION_CLAIM], "apps/data");
+    assert_eq!(annotations[crate::pods::ANNOTATION_TARGET], STAGING_PATH);
+    assert!(
+        annotations.get(ANNOTATION_CLIENT).is_none(),
+        "{annotations}"
+    );
+    assert_eq!(
+        staging["metadata"]["labels"][LABEL_VOLUME],
+        crate::pods::staging_label("vol-1", STAGING_PATH)
+    );
+    assert_eq!(
+        staged.path,
+        pods_dir.path().join(name(staging)).join("volume")
+    );
+    // No client pod to read, and the volume comes from the watch.
+    assert_eq!(
+        asked(&server),
+        [
+            format!("GET {CLAIM}"),
+            format!("GET {NODE}"),
+            format!("POST {PODS_OF_PAV}"),
+        ]
+    );
+
+    // kubelet asks for a pod's stats at its publish target, naming the
+    // staging path, by which the staging pod is found.
+    let mut stats = pav_sdk::build::stats("vol-1", TARGET, pav_sdk::VolumeMode::Filesystem);
+    stats.measured = Some(pav_sdk::VolumeStats::default());
+    let unnamed = pav_sdk::Stats::stats(&node, stats.clone())
+        .await
+        .unwrap_err();
+    assert!(matches!(unnamed, Error::NotFound(_)), "{unnamed:?}");
+    stats.staging_path = Some(STAGING_PATH.into());
+    pav_sdk::Stats::stats(&node, stats)
+        .await
+        .expect("the stats of the volume staged for the node");
+
+    node.unstage_at("vol-1", Path::new(STAGING_PATH))
+        .await
+        .expect("unstaging");
+    let phases: Vec<Value> = (server.created_pods().iter())
+        .map(|p| p["metadata"]["labels"][LABEL_PHASE].clone())
+        .collect();
+    assert_eq!(phases, [json!("staging"), json!("unstaging")]);
+    let left: Vec<String> = server.pods().iter().map(name).collect();
+    assert_eq!(left, ["client"], "the staging pod let go");
+}
+
+#[tokio::test]
+async fn staged_per_node_a_failure_is_reported_on_the_claim() {
+    let (server, node, _pods_dir) = per_node(refused, done);
+    let Staging::PerNode(volumes) = &node.staging else {
+        unreachable!()
+    };
+    let failure = node
+        .stage_on_node(&node_staging_request(), volumes)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(failure, StageError::Failed { undo: None, .. }),
+        "{failure:?}"
+    );
+    let reported = events(&server);
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    let (reason, kind, name, note) = &reported[0];
+    assert_eq!(
+        (&reason[..], &kind[..], &name[..]),
+        ("StagingFailed", "PersistentVolumeClaim", "data")
+    );
+    assert_eq!(note, &pav_csi::error_chain(&failure));
+}
+
+#[tokio::test]
+async fn staged_per_node_a_handle_of_no_claimed_volume_is_not_found_and_stages_nothing() {
+    let (server, node, _pods_dir) = per_node(ready, done);
+    let other = volumes_watched(vec![volume(), {
+        let mut unbound = volume();
+        unbound["metadata"]["name"] = json!("pv-2");
+        unbound["spec"]["csi"]["volumeHandle"] = json!("vol-2");
+        unbound["spec"]["claimRef"] = Value::Null;
+        unbound
+    }]);
+    for handle in ["vol-2", "vol-3"] {
+        let request = StagingRequest {
+            handle,
+            ..node_staging_request()
+        };
+        let failure = node.stage_on_node(&request, &other).await.unwrap_err();
+        assert!(
+            matches!(failure, StageError::Unclaimed { .. }),
+            "{failure:?}"
+        );
+        assert!(matches!(Error::from(failure), Error::NotFound(_)));
+    }
+    // A claim of the same name but another uid is not the volume's.
+    server.route(
+        Method::GET,
+        CLAIM,
+        (200, {
+            let mut replaced = claim();
+            replaced["metadata"]["uid"] = json!("u-other");
+            replaced
+        }),
+    );
+    let failure = node
+        .stage_on_node(&node_staging_request(), &other)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(failure, StageError::Unclaimed { .. }),
+        "{failure:?}"
+    );
+    assert!(server.created_pods().is_empty());
+    assert!(events(&server).is_empty());
+}
+
+#[tokio::test]
+async fn a_publish_without_a_pod_is_refused_when_staging_per_pod() {
+    let (server, node, _pods_dir) = scenario(ready, done);
+    let request = pav_sdk::build::stage(
+        "vol-1",
+        "n1",
+        PathBuf::from(TARGET),
+        pav_sdk::VolumeMode::Filesystem,
+    );
+    let error = node.stage(request).await.unwrap_err();
+    assert!(matches!(error, Error::FailedPrecondition(_)), "{error:?}");
+    assert!(server.created_pods().is_empty());
 }
