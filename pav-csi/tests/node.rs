@@ -471,6 +471,10 @@ async fn stats_come_from_the_provisioner_when_it_has_them() {
             .volume_condition
             .expect("condition with VOLUME_CONDITION");
         assert_eq!(condition.abnormal, abnormal, "{id}");
+        // kubelet names no staging path here: Stats gets the recorded one.
+        let asked = h.provisioner.stats_staging_paths.lock().unwrap().pop();
+        let staging = h.path(&format!("staging-{id}")).canonicalize().unwrap();
+        assert_eq!(asked, Some(Some(staging)), "{id}");
     }
     h.stop().await;
 }

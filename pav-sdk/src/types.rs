@@ -612,7 +612,9 @@ pub struct StatsRequest {
     /// Where the volume is published (or staged): the CSI `volume_path`,
     /// a path inside kubelet's directory that pav-csi found mounted.
     pub volume_path: PathBuf,
-    /// The volume's staging path, when the CO sent it.
+    /// The volume's staging path: the CO's, else (kubelet sends none
+    /// here) the one recorded when the volume was staged on this node;
+    /// `None` for a provisioner that stages on publish.
     pub staging_path: Option<PathBuf>,
     /// Filesystem or block (a directory or a device at `volume_path`).
     pub volume_mode: VolumeMode,
@@ -755,7 +757,9 @@ pub struct NodeExpandRequest {
     /// Where the volume is published (or staged): a mount point inside
     /// kubelet's directory that pav-csi found mounted.
     pub volume_path: PathBuf,
-    /// The volume's staging path, when the CO sent it.
+    /// The volume's staging path: the CO's, else the one recorded when
+    /// the volume was staged on this node; `None` for a provisioner that
+    /// stages on publish.
     pub staging_path: Option<PathBuf>,
     /// Filesystem or block (a directory or a device at `volume_path`).
     pub volume_mode: VolumeMode,

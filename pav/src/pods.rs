@@ -355,6 +355,50 @@ pub struct Publication<'a> {
     pub read_only: bool,
 }
 
+/// A staged volume as the pods that use it on its node (health checks,
+/// node expansion) find it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StagedVolume {
+    /// The staging pod's name.
+    pub staging_pod: String,
+    /// Where the volume is on the host.
+    pub host_path: String,
+}
+
+impl StagedVolume {
+    /// The volume the staging pod named `name` staged for one client pod:
+    /// at its `/pav/volume`.
+    pub fn per_pod(name: &str) -> Self {
+        StagedVolume {
+            staging_pod: name.to_owned(),
+            host_path: format!("{HOST_POD_DIR}/{name}/volume"),
+        }
+    }
+
+    /// The volume `staging` staged: for one client pod, at its
+    /// `/pav/volume`; for all the node's client pods (it names no client,
+    /// and is a claim's), at the staging path it was staged at, where the
+    /// node plugin moved it (kubelet unstages only a volume mounted
+    /// nowhere else).
+    pub fn of(staging: &Pod) -> Self {
+        use kube::ResourceExt as _;
+        let annotations = staging.annotations();
+        let claimed = annotations
+            .get(ANNOTATION_CLAIM)
+            .is_some_and(|c| !c.is_empty());
+        match (
+            annotations.get(ANNOTATION_CLIENT),
+            annotations.get(ANNOTATION_TARGET),
+        ) {
+            (None, Some(staging_path)) if claimed => StagedVolume {
+                staging_pod: staging.name_any(),
+                host_path: staging_path.clone(),
+            },
+            _ => Self::per_pod(&staging.name_any()),
+        }
+    }
+}
+
 /// `namespace/name/uid` of a client pod, as stored in a staging pod's
 /// annotation.
 pub fn client_annotation(namespace: &str, name: &str, uid: &str) -> String {
@@ -448,14 +492,14 @@ impl<'a> PodOrigin<'a> {
         self.phase_pod(template, timeout, phase, &key, None, annotations)
     }
 
-    /// A pod of `phase` for the volume staged by `staging_pod`, named
-    /// after `key`, on `node`, with the staged volume at `/pav/volume`.
+    /// A pod of `phase` for the volume `staged`, named after `key`, on
+    /// `node`, with the staged volume at `/pav/volume`.
     pub(crate) fn staged_volume_pod(
         &self,
         template: &PodTemplateSpec,
         timeout: Option<std::time::Duration>,
         (phase, key, node): (Phase, &str, &str),
-        staging_pod: &str,
+        staged: &StagedVolume,
         claim: &str,
     ) -> Pod {
         build_pod(
@@ -472,10 +516,10 @@ impl<'a> PodOrigin<'a> {
                 timeout,
                 annotations: vec![
                     (ANNOTATION_CLAIM, claim.to_owned()),
-                    (ANNOTATION_STAGING_POD, staging_pod.to_owned()),
+                    (ANNOTATION_STAGING_POD, staged.staging_pod.clone()),
                 ],
                 finalizers: Vec::new(),
-                staged_volume: Some(format!("{HOST_POD_DIR}/{staging_pod}/volume")),
+                staged_volume: Some(staged.host_path.clone()),
             },
         )
     }

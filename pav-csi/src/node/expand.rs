@@ -134,15 +134,23 @@ pub(crate) async fn run(
         volume_id: volume_id.to_owned(),
         volume_path: volume_path.clone(),
     };
-    let paths = volume_paths(&service.node.paths, &volume_path, &staging_target_path);
-    let (path, staging_path) = paths.ok_or_else(not_published)?;
     let _guard = (service.shared.in_flight).claim(Key::Volume(volume_id.to_owned()))?;
-    let (path, mode) = blocking::<_, BindError>(move || {
+    let (node, id, asked) = (
+        service.node.clone(),
+        volume_id.to_owned(),
+        volume_path.clone(),
+    );
+    let recorded = !service.shared.provisioner.stages_on_publish();
+    let found = blocking::<_, BindError>(move || {
+        let paths = volume_paths(&node, &id, (&asked, &staging_target_path), recorded);
+        let Some((path, staging_path)) = paths else {
+            return Ok(None);
+        };
         let mode = mounted_mode(&path)?;
-        Ok((path, mode))
+        Ok(mode.map(|mode| (path, staging_path, mode)))
     })
     .await?;
-    let mode = mode.ok_or_else(not_published)?;
+    let (path, staging_path, mode) = found.ok_or_else(not_published)?;
     if let Some(wanted) = wanted_mode
         && wanted != mode
     {

@@ -190,18 +190,23 @@ fn stage_request(
 }
 
 /// The volume path of a stats or expansion request, resolved, and its
-/// staging path when given and inside the kubelet directory; `None` when
+/// staging path when given and inside the kubelet directory, else the one
+/// recorded when `volume_id` was staged on this node, if it stages per
+/// node (`recorded`; kubelet's NodeGetVolumeStats names none); `None` when
 /// the volume path lies outside it (where nothing of this driver's is
-/// mounted: the caller's `NOT_FOUND`).
+/// mounted: the caller's `NOT_FOUND`). Blocking: it may read the record.
 fn volume_paths(
-    paths: &Confinement,
-    volume_path: &str,
-    staging_target_path: &str,
+    node: &NodeConfig,
+    volume_id: &str,
+    (volume_path, staging_target_path): (&str, &str),
+    recorded: bool,
 ) -> Option<(PathBuf, Option<PathBuf>)> {
-    let path = paths.lookup(volume_path)?;
-    let staging_path = (!staging_target_path.is_empty())
-        .then(|| paths.lookup(staging_target_path))
-        .flatten();
+    let path = node.paths.lookup(volume_path)?;
+    let staging_path = match (staging_target_path.is_empty(), recorded) {
+        (false, _) => node.paths.lookup(staging_target_path),
+        (true, true) => (node.staged.get(volume_id).ok().flatten()).map(|record| record.staging),
+        (true, false) => None,
+    };
     Some((path, staging_path))
 }
 

@@ -94,16 +94,20 @@ pub(crate) async fn run(
     let not_published = || StatsError::NotPublished {
         volume_path: volume_path.clone(),
     };
-    let paths = volume_paths(&service.node.paths, &volume_path, &staging_target_path);
-    let (path, staging_path) = paths.ok_or_else(not_published)?;
+    let (node, id, asked) = (service.node.clone(), volume_id.clone(), volume_path.clone());
+    let recorded = !service.shared.provisioner.stages_on_publish();
     let mounted = blocking(move || -> Result<_, BindError> {
+        let paths = volume_paths(&node, &id, (&asked, &staging_target_path), recorded);
+        let Some((path, staging_path)) = paths else {
+            return Ok(None);
+        };
         let Some(mode) = mounted_mode(&path)? else {
             return Ok(None);
         };
         let measured = measure(&path, mode);
-        Ok(Some((path, mode, measured)))
+        Ok(Some((path, staging_path, mode, measured)))
     });
-    let (path, mode, measured) = mounted.await?.ok_or_else(not_published)?;
+    let (path, staging_path, mode, measured) = mounted.await?.ok_or_else(not_published)?;
     let provisioner = &service.shared.provisioner;
     let volume_id = service.provisioner_handle(&volume_id).await?;
     let mut stats = match provisioner.stats() {

@@ -44,6 +44,8 @@ pub struct Memory {
     pub attributes: Mutex<HashMap<String, Parameters>>,
     /// The claim of each Modify, in order.
     pub modify_claims: Mutex<Vec<Option<pav_sdk::Claim>>>,
+    /// The staging path each Stats was given, in order.
+    pub stats_staging_paths: Mutex<Vec<Option<PathBuf>>>,
 }
 
 impl Memory {
@@ -61,6 +63,7 @@ impl Memory {
             mounted_at_unstage: Mutex::default(),
             attributes: Mutex::default(),
             modify_claims: Mutex::default(),
+            stats_staging_paths: Mutex::default(),
         }
     }
 
@@ -251,6 +254,7 @@ impl Stats for Memory {
     /// `sick` is abnormal.
     async fn stats(&self, req: StatsRequest) -> Result<VolumeStats> {
         self.record("stats");
+        (self.stats_staging_paths.lock().unwrap()).push(req.staging_path.clone());
         let mut stats = req.measured.unwrap_or_default();
         stats.bytes = Some(Usage {
             total: 42,

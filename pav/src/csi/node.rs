@@ -152,9 +152,10 @@ impl PodNode {
         })
     }
 
-    /// The PersistentVolume of this driver with `handle`, from `volumes`,
-    /// and the claim it is bound to, read now (the same uid as the
-    /// volume's claimRef).
+    /// The PersistentVolume of this driver with `handle`, from `volumes`
+    /// (from a list when the watch has not seen it yet: a volume made a
+    /// moment ago), and the claim it is bound to, read now (the same uid
+    /// as the volume's claimRef).
     async fn claimed_volume(
         &self,
         volumes: &Store<PersistentVolume>,
@@ -164,17 +165,23 @@ impl PodNode {
             handle: handle.to_owned(),
             provisioner: self.driver.provisioner.clone(),
         };
+        let has_handle = |pv: &PersistentVolume| {
+            (pv.spec.as_ref())
+                .and_then(|s| s.csi.as_ref())
+                .is_some_and(|c| c.driver == self.driver.provisioner && c.volume_handle == handle)
+        };
         let _ = volumes.wait_until_ready().await;
-        let pv = volumes
-            .find(|pv| {
-                pv.spec
-                    .as_ref()
-                    .and_then(|s| s.csi.as_ref())
-                    .is_some_and(|c| {
-                        c.driver == self.driver.provisioner && c.volume_handle == handle
-                    })
-            })
-            .ok_or_else(unclaimed)?;
+        let pv = match volumes.find(|pv| has_handle(pv)) {
+            Some(watched) => PersistentVolume::clone(&watched),
+            None => Api::<PersistentVolume>::all(self.driver.client.clone())
+                .list(&Default::default())
+                .await
+                .map_err(|e| StageError::ReadObjects(api_error("listing PersistentVolumes", e)))?
+                .items
+                .into_iter()
+                .find(has_handle)
+                .ok_or_else(unclaimed)?,
+        };
         let claim_ref = (pv.spec.as_ref())
             .and_then(|s| s.claim_ref.as_ref())
             .ok_or_else(unclaimed)?;
@@ -193,7 +200,7 @@ impl PodNode {
             })?
             .filter(|pvc| pvc.uid() == claim_ref.uid)
             .ok_or_else(unclaimed)?;
-        Ok((pvc, PersistentVolume::clone(&pv)))
+        Ok((pvc, pv))
     }
 
     /// This node's Node object, if it exists.
@@ -292,6 +299,11 @@ impl PodNode {
             },
         };
         let message = match finished {
+            // Kubelet unstages a volume staged per node only once its
+            // filesystem is mounted at the staging path alone.
+            Ok(()) if client.is_none() && !block => {
+                return self.move_to_staging_path(&volume, req.target_path).await;
+            }
             Ok(()) => return Ok(Staged::at(volume)),
             Err(RunFailure::Pod(PhaseError::Run(e))) => return Err(StageError::StagingPod(e)),
             Err(RunFailure::Pod(PhaseError::Failed(message))) => message,
@@ -307,6 +319,44 @@ impl PodNode {
         // The guide: a failed staging runs the unstaging pod.
         let undo = self.tear_down(&pod).await.err().map(Box::new);
         Err(StageError::Failed { message, undo })
+    }
+
+    /// Moves the volume a staging pod put at `volume` (its `/pav/volume`)
+    /// to `staging_path`: a bind mount there, then the pod's own mount
+    /// undone. Kubelet's NodeUnstageVolume waits as long as the staged
+    /// filesystem is mounted anywhere but the staging path (its
+    /// GetDeviceMountRefs), so it must not stay at the pod's path too.
+    /// Once moved, a repeat finds it so.
+    async fn move_to_staging_path(
+        &self,
+        volume: &Path,
+        staging_path: &Path,
+    ) -> std::result::Result<Staged, StageError> {
+        use pav_csi::mount;
+        let is_mounted = async |path: &Path| {
+            mount::is_mounted(path)
+                .await
+                .map_err(|source| StageError::MountTable {
+                    path: path.display().to_string(),
+                    source,
+                })
+        };
+        let moved_already = !is_mounted(volume).await? && is_mounted(staging_path).await?;
+        if !moved_already {
+            mount::mount_once(volume, staging_path, "", mount::MountFlags::BIND, "")
+                .await
+                .map_err(|source| StageError::BindStagingPath {
+                    path: staging_path.display().to_string(),
+                    source,
+                })?;
+            mount::unmount(volume)
+                .await
+                .map_err(|source| StageError::UnmountPodMount {
+                    path: volume.display().to_string(),
+                    source,
+                })?;
+        }
+        Ok(Staged::at(staging_path))
     }
 
     /// Returns once client pod `info` is gone or terminating (a pod of

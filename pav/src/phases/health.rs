@@ -10,13 +10,13 @@ use pav_templates::{HealthPhase, Phase};
 use phase::DEFAULT_HEALTH_CHECK_EVERY;
 
 use super::example::Example;
-use crate::pods::{ANNOTATION_HEALTH_ROUND, PodOrigin, claim_name};
+use crate::pods::{ANNOTATION_HEALTH_ROUND, PodOrigin, StagedVolume, claim_name};
 use crate::recipe::plan::Result;
 use crate::recipe::{Plan, Planner};
 
 impl Planner {
-    /// The health check of claim `pvc`'s volume `pv`, staged on `node` by
-    /// the pod named `staging_pod`, at `now`: its pod is named after the
+    /// The health check of claim `pvc`'s volume `pv`, `staged` on `node`,
+    /// at `now`: its pod is named after the
     /// check's round (`now` in units of `every`), which the calls of one
     /// round share.
     pub fn health(
@@ -25,7 +25,7 @@ impl Planner {
         pv: &PersistentVolume,
         node: &Node,
         read_only: bool,
-        staging_pod: &str,
+        staged: &StagedVolume,
         now: std::time::SystemTime,
     ) -> Result<Plan<HealthPhase, Pod>> {
         let context = self.staging_context(pvc, pv, node, read_only)?;
@@ -38,7 +38,7 @@ impl Planner {
         let round = since_epoch.as_secs() / every;
         let pod = self.origin().health_pod(
             &evaluated,
-            staging_pod,
+            staged,
             (round, every),
             node.metadata.name.as_deref().unwrap_or_default(),
             &claim_name(pvc),
@@ -48,8 +48,8 @@ impl Planner {
 }
 
 impl PodOrigin<'_> {
-    /// The health check pod of the volume staged by the staging pod
-    /// `staging_pod` on `node`, for `claim` (`namespace/name`): it runs on
+    /// The health check pod of the volume `staged` on `node`, for `claim`
+    /// (`namespace/name`): it runs on
     /// that node and sees the staged volume at `/pav/volume`. `round`
     /// numbers the check (the time in units of `every` seconds), so that a
     /// pod left by an earlier one (its deletion interrupted) is not this
@@ -58,20 +58,15 @@ impl PodOrigin<'_> {
     pub fn health_pod(
         &self,
         phase: &HealthPhase,
-        staging_pod: &str,
+        staged: &StagedVolume,
         (round, every): (u64, u64),
         node: &str,
         claim: &str,
     ) -> Pod {
-        let key = format!("{staging_pod}\n{round}");
+        let key = format!("{}\n{round}", staged.staging_pod);
         let target = (Phase::Health, key.as_str(), node);
-        let mut pod = self.staged_volume_pod(
-            &phase.pod_template,
-            phase.timeout,
-            target,
-            staging_pod,
-            claim,
-        );
+        let mut pod =
+            self.staged_volume_pod(&phase.pod_template, phase.timeout, target, staged, claim);
         let began = i64::try_from(round.saturating_mul(every)).unwrap_or(i64::MAX);
         let began = (k8s_openapi::jiff::Timestamp::from_second(began))
             .map(|t| t.to_string())
@@ -86,13 +81,13 @@ impl PodOrigin<'_> {
 /// staging pod staged, at `--time`.
 pub(crate) fn example(example: &Example<'_>, planner: &Planner) -> anyhow::Result<String> {
     let objects = example.objects;
-    let staging = example.staging_pod();
+    let staged = StagedVolume::per_pod(&example.staging_pod());
     let plan = planner.health(
         &objects.pvc,
         &objects.pv,
         &objects.node,
         example.options.read_only,
-        &staging,
+        &staged,
         example.options.time,
     );
     example.to_yaml(example.planned(plan)?.optional())

@@ -9,20 +9,20 @@ use pav_templates::phase;
 use pav_templates::{Phase, StagingPhase};
 
 use super::example::Example;
-use crate::pods::{PodOrigin, claim_name};
+use crate::pods::{PodOrigin, StagedVolume, claim_name};
 use crate::recipe::plan::Result;
 use crate::recipe::{Plan, Planner};
 
 impl Planner {
-    /// The node expansion of claim `pvc`'s volume `pv`, staged on `node`
-    /// by the pod named `staging_pod`, grown to `capacity` bytes.
+    /// The node expansion of claim `pvc`'s volume `pv`, `staged` on
+    /// `node`, grown to `capacity` bytes.
     pub fn node_expansion(
         &self,
         pvc: &PersistentVolumeClaim,
         pv: &PersistentVolume,
         node: &Node,
         read_only: bool,
-        staging_pod: &str,
+        staged: &StagedVolume,
         capacity: u64,
     ) -> Result<Plan<StagingPhase, Pod>> {
         let context = self
@@ -31,7 +31,7 @@ impl Planner {
         let evaluated = self.render::<phase::NodeExpansion>(&context)?;
         let pod = self.origin().node_expansion_pod(
             &evaluated,
-            staging_pod,
+            staged,
             capacity,
             node.metadata.name.as_deref().unwrap_or_default(),
             &claim_name(pvc),
@@ -41,29 +41,23 @@ impl Planner {
 }
 
 impl PodOrigin<'_> {
-    /// The node expansion pod of the volume staged by the staging pod
-    /// `staging_pod` on `node`, grown to `capacity` bytes, for `claim`
+    /// The node expansion pod of the volume `staged` on `node`, grown to
+    /// `capacity` bytes, for `claim`
     /// (`namespace/name`): it runs on that node and sees the staged volume
     /// at `/pav/volume`.
     pub fn node_expansion_pod(
         &self,
         phase: &StagingPhase,
-        staging_pod: &str,
+        staged: &StagedVolume,
         capacity: u64,
         node: &str,
         claim: &str,
     ) -> Pod {
         // Named after the size too: a pod left by an earlier growth (its
         // deletion interrupted) is not this one.
-        let key = format!("{staging_pod}\n{capacity}");
+        let key = format!("{}\n{capacity}", staged.staging_pod);
         let target = (Phase::NodeExpansion, key.as_str(), node);
-        self.staged_volume_pod(
-            &phase.pod_template,
-            phase.timeout,
-            target,
-            staging_pod,
-            claim,
-        )
+        self.staged_volume_pod(&phase.pod_template, phase.timeout, target, staged, claim)
     }
 }
 
@@ -72,13 +66,13 @@ impl PodOrigin<'_> {
 pub(crate) fn example(example: &Example<'_>, planner: &Planner) -> anyhow::Result<String> {
     let objects = example.objects;
     let (capacity, _) = example.requested_capacity()?;
-    let staging = example.staging_pod();
+    let staged = StagedVolume::per_pod(&example.staging_pod());
     let plan = planner.node_expansion(
         &objects.pvc,
         &objects.pv,
         &objects.node,
         example.options.read_only,
-        &staging,
+        &staged,
         capacity,
     );
     example.to_yaml(example.planned(plan)?.optional())

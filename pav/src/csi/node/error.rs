@@ -50,6 +50,36 @@ pub enum StageError {
     /// Creating the staging pod, or waiting for it to be ready.
     #[error(transparent)]
     StagingPod(DriverError),
+    /// Staged per node: telling whether the volume is at the pod's
+    /// `/pav/volume` or moved to the staging path already.
+    #[error("reading the mounts at {path}")]
+    MountTable {
+        /// The path asked about.
+        path: String,
+        /// Why the mount table could not tell.
+        #[source]
+        source: pav_csi::mount::TableError,
+    },
+    /// Staged per node: bind-mounting the pod's `/pav/volume` at the
+    /// staging path.
+    #[error("mounting the staged volume at the staging path {path}")]
+    BindStagingPath {
+        /// The staging path.
+        path: String,
+        /// Why the bind mount failed.
+        #[source]
+        source: pav_csi::mount::MountError,
+    },
+    /// Staged per node: unmounting the pod's own mount of the volume once
+    /// it is at the staging path.
+    #[error("unmounting the staging pod's {path}")]
+    UnmountPodMount {
+        /// The pod's `/pav/volume` on the host.
+        path: String,
+        /// Why it could not be unmounted.
+        #[source]
+        source: pav_csi::mount::UnmountError,
+    },
     /// The client pod went (or is terminating) while its staging pod ran:
     /// nobody waits for the volume, and the staging was torn down (`undo`:
     /// how that failed).
@@ -92,6 +122,9 @@ impl StageError {
             | StageError::ClientGone { .. }
             | StageError::Unclaimed { .. } => false,
             StageError::ReadObjects(_)
+            | StageError::MountTable { .. }
+            | StageError::BindStagingPath { .. }
+            | StageError::UnmountPodMount { .. }
             | StageError::NoVolume { .. }
             | StageError::Plan(_)
             | StageError::StagingPod(_)
@@ -114,7 +147,10 @@ impl From<StageError> for Error {
                 Error::FailedPrecondition(message)
             }
             StageError::NoVolume { .. } | StageError::Unclaimed { .. } => Error::NotFound(message),
-            StageError::Failed { .. } => Error::Internal(message),
+            StageError::Failed { .. }
+            | StageError::MountTable { .. }
+            | StageError::BindStagingPath { .. }
+            | StageError::UnmountPodMount { .. } => Error::Internal(message),
             StageError::Plan(e) => e.into(),
             StageError::ClientPod(e) | StageError::ReadObjects(e) | StageError::StagingPod(e) => {
                 e.into()

@@ -20,8 +20,8 @@ use super::PodNode;
 use crate::csi::context::{DriverError, PhaseError, PodFiles, Regarding, api_error, core_ref};
 use crate::pods::results;
 use crate::pods::{
-    ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, has_labels,
-    staging_selector,
+    ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, StagedVolume,
+    has_labels, staging_selector,
 };
 use crate::recipe::PlanError;
 
@@ -143,7 +143,7 @@ impl PodNode {
     /// The staging pod of `handle` on this node, from the node plugin's
     /// pod cache (kubelet asks for stats of every published volume
     /// periodically, which must cost no request): the one staged at
-    /// `staging_path` when kubelet sent it (the volume staged per node),
+    /// `staging_path` (the volume staged per node: pav-csi gives its record),
     /// else the one published at `path` (staged per pod, as is every
     /// ephemeral inline volume).
     async fn staging_pod_at(
@@ -199,11 +199,9 @@ impl PodNode {
             Some((ns, name, uid)) => core_ref("Pod", ns, name, Some(uid)),
             None => kube::Resource::object_ref(&pvc, &()),
         };
-        let staging_name = staging.name_any();
+        let staged = StagedVolume::of(&staging);
         let pod = planner
-            .blocking(move |p| {
-                p.node_expansion(&pvc, &pv, &node, read_only, &staging_name, capacity)
-            })
+            .blocking(move |p| p.node_expansion(&pvc, &pv, &node, read_only, &staged, capacity))
             .await
             .map_err(GrowthError::Plan)?
             .pod;
@@ -340,10 +338,10 @@ impl PodNode {
             .get(ANNOTATION_READ_ONLY)
             .map(String::as_str)
             == Some("true");
-        let name = staging_name.clone();
+        let staged = StagedVolume::of(staging);
         let now = std::time::SystemTime::now();
         let plan = planner
-            .blocking(move |p| p.health(&pvc, &pv, &node, read_only, &name, now))
+            .blocking(move |p| p.health(&pvc, &pv, &node, read_only, &staged, now))
             .await
             .map_err(GrowthError::Plan)?;
         let pod = plan.pod;

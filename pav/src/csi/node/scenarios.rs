@@ -889,9 +889,12 @@ async fn an_ephemeral_volume_is_staged_with_the_pods_attributes_and_unstaged_as_
     assert_eq!(std::fs::read_dir(pods_dir.path()).unwrap().count(), 0);
 }
 
-/// Kubelet's staging path of the scenario's volume: staged per node, the
-/// staging pod is keyed by it.
-const STAGING_PATH: &str = "/var/lib/kubelet/plugins/kubernetes.io/csi/p/0123abcd/globalmount";
+/// The staging path of the scenario's volume (staged per node, the staging
+/// pod is keyed by it). The scenarios cannot mount (no root), so it is a
+/// mount point already, as after a first staging moved the volume there
+/// from the pod's `/pav/volume`: the move is found done. The move itself
+/// is e2e/tests/local_volumes.rs's (kubelet unstages the volume).
+const STAGING_PATH: &str = "/proc";
 
 /// A watch of PersistentVolumes that has listed `volumes`.
 fn volumes_watched(volumes: Vec<Value>) -> Store<PersistentVolume> {
@@ -946,10 +949,8 @@ async fn staged_per_node_the_volume_is_found_by_its_handle_and_its_pod_names_no_
         staging["metadata"]["labels"][LABEL_VOLUME],
         crate::pods::staging_label("vol-1", STAGING_PATH)
     );
-    assert_eq!(
-        staged.path,
-        pods_dir.path().join(name(staging)).join("volume")
-    );
+    assert_eq!(staged.path, Path::new(STAGING_PATH));
+    assert!(pods_dir.path().join(name(staging)).join("volume").is_dir());
     // No client pod to read, and the volume comes from the watch.
     assert_eq!(
         asked(&server),
@@ -1018,6 +1019,12 @@ async fn staged_per_node_a_handle_of_no_claimed_volume_is_not_found_and_stages_n
         unbound["spec"]["claimRef"] = Value::Null;
         unbound
     }]);
+    // A handle the watch has not seen is looked for in a list too.
+    server.route(
+        Method::GET,
+        "/api/v1/persistentvolumes",
+        list("PersistentVolume", vec![volume()]),
+    );
     for handle in ["vol-2", "vol-3"] {
         let request = StagingRequest {
             handle,
@@ -1064,4 +1071,27 @@ async fn a_publish_without_a_pod_is_refused_when_staging_per_pod() {
     let error = node.stage(request).await.unwrap_err();
     assert!(matches!(error, Error::FailedPrecondition(_)), "{error:?}");
     assert!(server.created_pods().is_empty());
+}
+
+#[tokio::test]
+async fn staged_per_node_a_volume_the_watch_has_not_seen_yet_is_listed() {
+    let (server, node, _pods_dir) = per_node(ready, done);
+    server.route(
+        Method::GET,
+        "/api/v1/persistentvolumes",
+        list("PersistentVolume", vec![volume()]),
+    );
+    let not_yet = volumes_watched(vec![]);
+    node.stage_on_node(&node_staging_request(), &not_yet)
+        .await
+        .expect("staging");
+    assert_eq!(
+        asked(&server),
+        [
+            "GET /api/v1/persistentvolumes".to_owned(),
+            format!("GET {CLAIM}"),
+            format!("GET {NODE}"),
+            format!("POST {PODS_OF_PAV}"),
+        ]
+    );
 }
