@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::{Client, Resource};
+use kube::{Api, Client, Resource, ResourceExt};
 
 use super::metrics::Metrics;
 
@@ -62,6 +62,26 @@ impl std::fmt::Debug for DriverContext {
 }
 
 impl DriverContext {
+    /// The claim `pv` is bound to, as it is now; `None` when the volume
+    /// has no claim or the claim is gone.
+    pub async fn claim_of(
+        &self,
+        pv: &PersistentVolume,
+    ) -> Result<Option<PersistentVolumeClaim>, DriverError> {
+        let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
+            return Ok(None);
+        };
+        let (namespace, name) = (
+            claim_ref.namespace.as_deref().unwrap_or_default(),
+            claim_ref.name.as_deref().unwrap_or_default(),
+        );
+        let live = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(|e| api_error(&format!("PersistentVolumeClaim {namespace}/{name}"), e))?;
+        Ok(live.filter(|pvc| pvc.uid() == claim_ref.uid))
+    }
+
     /// The context of `provisioner`'s driver; events are reported as
     /// `pav-<provisioner>` by `instance` (the pod name).
     pub fn new(

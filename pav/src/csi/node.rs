@@ -182,23 +182,8 @@ impl PodNode {
                 .find(has_handle)
                 .ok_or_else(unclaimed)?,
         };
-        let claim_ref = (pv.spec.as_ref())
-            .and_then(|s| s.claim_ref.as_ref())
-            .ok_or_else(unclaimed)?;
-        let (namespace, name) = (
-            claim_ref.namespace.as_deref().unwrap_or_default(),
-            claim_ref.name.as_deref().unwrap_or_default(),
-        );
-        let pvc = Api::<PersistentVolumeClaim>::namespaced(self.driver.client.clone(), namespace)
-            .get_opt(name)
-            .await
-            .map_err(|e| {
-                StageError::ReadObjects(api_error(
-                    &format!("PersistentVolumeClaim {namespace}/{name}"),
-                    e,
-                ))
-            })?
-            .filter(|pvc| pvc.uid() == claim_ref.uid)
+        let pvc = (self.driver.claim_of(&pv).await)
+            .map_err(StageError::ReadObjects)?
             .ok_or_else(unclaimed)?;
         Ok((pvc, pv))
     }

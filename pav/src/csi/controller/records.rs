@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::runtime::reflector::Store;
 use pav_sdk::SnapshotInfo;
@@ -41,24 +40,13 @@ impl Records {
         })
     }
 
-    /// The claim `pv` is bound to, as it is now; `None` when the volume
-    /// has no claim or the claim is gone.
+    /// The claim `pv` is bound to, as it is now
+    /// ([`DriverContext::claim_of`]).
     pub(super) async fn claim_of(
         &self,
         pv: &PersistentVolume,
     ) -> Result<Option<PersistentVolumeClaim>, DriverError> {
-        let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
-            return Ok(None);
-        };
-        let (namespace, name) = (
-            claim_ref.namespace.as_deref().unwrap_or_default(),
-            claim_ref.name.as_deref().unwrap_or_default(),
-        );
-        let live = Api::<PersistentVolumeClaim>::namespaced(self.driver.client.clone(), namespace)
-            .get_opt(name)
-            .await
-            .map_err(|e| api_error(&format!("PersistentVolumeClaim {namespace}/{name}"), e))?;
-        Ok(live.filter(|pvc| pvc.uid() == claim_ref.uid))
+        self.driver.claim_of(pv).await
     }
 
     /// The snapshots the cluster records for this driver: its
