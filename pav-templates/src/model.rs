@@ -570,7 +570,7 @@ mod tests {
             "{err}"
         );
         assert!(
-            err.ends_with("`dataSources`, `volumeLifecycleModes` at line 3 column 1"),
+            err.ends_with("`dataSources`, `volumeLifecycleModes`, `stagingPer` at line 3 column 1"),
             "{err}"
         );
         let err = serde_json::from_str::<PavProvisionerSpec>(
@@ -679,6 +679,6 @@ mod tests {
                 "{phase}"
             );
         }
-        assert_eq!(properties.len(), Phase::ALL.len() + 4);
+        assert_eq!(properties.len(), Phase::ALL.len() + 5);
     }
 }

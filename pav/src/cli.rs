@@ -807,6 +807,7 @@ spec: {{x: [{aliases}]}}
                 pv: &pv.metadata.name.unwrap(),
                 client: Some(("apps", "web-0", "u-web")),
                 read_only: false,
+                moved_to: None,
             },
         );
         assert_eq!(pod, expected);

@@ -126,6 +126,12 @@ pub const ANNOTATION_CLIENT: &str = "pav.albertofaria.github.io/client-pod";
 /// Annotation holding the kubelet target path a staging pod's volume is
 /// bind-mounted on.
 pub const ANNOTATION_TARGET: &str = "pav.albertofaria.github.io/target-path";
+/// Annotation on a staging pod that stages a Filesystem volume for all
+/// the node's client pods (`stagingPer: Node`), holding the staging path
+/// the node plugin moves the volume to from the pod's `/pav/volume`:
+/// where the pods that use the staged volume (health checks, node
+/// expansion) find it.
+pub const ANNOTATION_STAGED_AT: &str = "pav.albertofaria.github.io/staged-at";
 /// Annotation holding `"true"` when a staging pod stages read-only.
 pub const ANNOTATION_READ_ONLY: &str = "pav.albertofaria.github.io/read-only";
 /// Annotation on a staging pod holding its unstaging phase as rendered
@@ -353,6 +359,10 @@ pub struct Publication<'a> {
     pub client: Option<(&'a str, &'a str, &'a str)>,
     /// Whether the volume is staged read-only.
     pub read_only: bool,
+    /// Where the node plugin moves the staged volume from the pod's
+    /// `/pav/volume` (a Filesystem volume staged per node: the staging
+    /// path); `None` when it stays there.
+    pub moved_to: Option<&'a str>,
 }
 
 /// A staged volume as the pods that use it on its node (health checks,
@@ -375,26 +385,16 @@ impl StagedVolume {
         }
     }
 
-    /// The volume `staging` staged: for one client pod, at its
-    /// `/pav/volume`; for all the node's client pods (it names no client,
-    /// and is a claim's), at the staging path it was staged at, where the
-    /// node plugin moved it (kubelet unstages only a volume mounted
-    /// nowhere else).
+    /// The volume `staging` staged: where the node plugin moved it
+    /// ([`ANNOTATION_STAGED_AT`]), else at the pod's `/pav/volume`.
     pub fn of(staging: &Pod) -> Self {
         use kube::ResourceExt as _;
-        let annotations = staging.annotations();
-        let claimed = annotations
-            .get(ANNOTATION_CLAIM)
-            .is_some_and(|c| !c.is_empty());
-        match (
-            annotations.get(ANNOTATION_CLIENT),
-            annotations.get(ANNOTATION_TARGET),
-        ) {
-            (None, Some(staging_path)) if claimed => StagedVolume {
+        match staging.annotations().get(ANNOTATION_STAGED_AT) {
+            Some(path) => StagedVolume {
                 staging_pod: staging.name_any(),
-                host_path: staging_path.clone(),
+                host_path: path.clone(),
             },
-            _ => Self::per_pod(&staging.name_any()),
+            None => Self::per_pod(&staging.name_any()),
         }
     }
 }
@@ -787,7 +787,37 @@ mod tests {
             pv: "pvc-1",
             client: Some(("apps", "web-0", "u-web")),
             read_only: true,
+            moved_to: None,
         }
+    }
+
+    #[test]
+    fn a_staged_volume_is_at_the_staging_pods_volume_unless_moved() {
+        let origin = PodOrigin {
+            provisioner: "p",
+            owner: None,
+            default_namespace: "pav",
+        };
+        let staging = pav_templates::StagingPhase {
+            pod_template: template(serde_json::json!({
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+            })),
+            timeout: None,
+        };
+        let per_pod = origin.staging_pod(&staging, None, &publication("/t"));
+        let name = per_pod.metadata.name.clone().unwrap();
+        assert_eq!(
+            StagedVolume::of(&per_pod).host_path,
+            format!("{HOST_POD_DIR}/{name}/volume")
+        );
+        let staging_path = "/var/lib/kubelet/plugins/kubernetes.io/csi/p/h/globalmount";
+        let moved = Publication {
+            client: None,
+            moved_to: Some(staging_path),
+            ..publication(staging_path)
+        };
+        let per_node = origin.staging_pod(&staging, None, &moved);
+        assert_eq!(StagedVolume::of(&per_node).host_path, staging_path);
     }
 
     #[test]

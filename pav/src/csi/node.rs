@@ -170,7 +170,8 @@ impl PodNode {
                 .and_then(|s| s.csi.as_ref())
                 .is_some_and(|c| c.driver == self.driver.provisioner && c.volume_handle == handle)
         };
-        let _ = volumes.wait_until_ready().await;
+        // Not waiting for the watch's first list: a watch that cannot
+        // start (the API server away) must not hold the volume.
         let pv = match volumes.find(|pv| has_handle(pv)) {
             Some(watched) => PersistentVolume::clone(&watched),
             None => Api::<PersistentVolume>::all(self.driver.client.clone())
@@ -226,6 +227,10 @@ impl PodNode {
         let client_pod =
             client.map(|info| (info.namespace.clone(), info.name.clone(), info.uid.clone()));
         let (read_only, publish_context) = (req.read_only, req.publish_context.clone());
+        // Kubelet unstages a Filesystem volume staged per node only once
+        // its filesystem is mounted at the staging path alone: it is moved
+        // there (move_to_staging_path).
+        let moved = client.is_none() && !req.block;
         let pod = planner
             .blocking(move |p| {
                 let staging = StagingFor {
@@ -235,6 +240,7 @@ impl PodNode {
                         .map(|(ns, name, uid)| (&ns[..], &name[..], &uid[..])),
                     read_only,
                     publish_context: &publish_context,
+                    moved_to: moved.then_some(&target_path[..]),
                 };
                 match volume {
                     Volume::Claimed(pvc, pv) => p.staging(&pvc, &pv, &node, &staging),
@@ -284,9 +290,7 @@ impl PodNode {
             },
         };
         let message = match finished {
-            // Kubelet unstages a volume staged per node only once its
-            // filesystem is mounted at the staging path alone.
-            Ok(()) if client.is_none() && !block => {
+            Ok(()) if moved => {
                 return self.move_to_staging_path(&volume, req.target_path).await;
             }
             Ok(()) => return Ok(Staged::at(volume)),

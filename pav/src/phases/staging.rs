@@ -14,9 +14,9 @@ use pav_templates::{OptionalPodPhase, Phase, StagingContext, StagingPhase};
 
 use super::example::Example;
 use crate::pods::{
-    ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, ANNOTATION_TARGET,
-    ANNOTATION_UNSTAGING, FINALIZER_UNSTAGE, PodOrigin, PodParams, PodTarget, Publication,
-    build_pod, claim_name, client_annotation, staging_key,
+    ANNOTATION_CLAIM, ANNOTATION_CLIENT, ANNOTATION_PV, ANNOTATION_READ_ONLY, ANNOTATION_STAGED_AT,
+    ANNOTATION_TARGET, ANNOTATION_UNSTAGING, FINALIZER_UNSTAGE, PodOrigin, PodParams, PodTarget,
+    Publication, build_pod, claim_name, client_annotation, staging_key,
 };
 use crate::recipe::plan::Result;
 use crate::recipe::{Plan, Planner};
@@ -36,6 +36,9 @@ pub struct StagingFor<'a> {
     pub read_only: bool,
     /// What the attach pod wrote (`publishContext`); empty without one.
     pub publish_context: &'a BTreeMap<String, String>,
+    /// Where the node plugin moves the volume from the pod's
+    /// `/pav/volume` once staged ([`Publication::moved_to`]).
+    pub moved_to: Option<&'a str>,
 }
 
 impl Planner {
@@ -96,6 +99,7 @@ impl Planner {
                 pv,
                 client: staging.client,
                 read_only: staging.read_only,
+                moved_to: staging.moved_to,
             },
         );
         Ok(Plan { evaluated, pod })
@@ -120,6 +124,9 @@ impl PodOrigin<'_> {
             (ANNOTATION_TARGET, publication.target_path.to_owned()),
             (ANNOTATION_READ_ONLY, publication.read_only.to_string()),
         ];
+        if let Some(path) = publication.moved_to {
+            annotations.push((ANNOTATION_STAGED_AT, path.to_owned()));
+        }
         if let Some((namespace, name, uid)) = publication.client {
             annotations.push((ANNOTATION_CLIENT, client_annotation(namespace, name, uid)));
         }
@@ -159,6 +166,7 @@ pub(crate) fn example(example: &Example<'_>, planner: &Planner) -> anyhow::Resul
             .then_some(example.client),
         read_only: example.options.read_only,
         publish_context: &Default::default(),
+        moved_to: None,
     };
     let plan = planner.staging(&objects.pvc, &objects.pv, &objects.node, &staging);
     example.to_yaml(example.planned(plan)?.optional())

@@ -566,6 +566,7 @@ fn staging_pod(pv: &str, node: &str) -> serde_json::Value {
         pv,
         client: Some(("apps", "web", "u-web")),
         read_only: false,
+        moved_to: None,
     };
     serde_json::to_value(origin.staging_pod(&staging, None, &publication)).unwrap()
 }

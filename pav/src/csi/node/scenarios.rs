@@ -945,6 +945,11 @@ async fn staged_per_node_the_volume_is_found_by_its_handle_and_its_pod_names_no_
         annotations.get(ANNOTATION_CLIENT).is_none(),
         "{annotations}"
     );
+    // Where health checks and node expansion find the moved volume.
+    assert_eq!(annotations[crate::pods::ANNOTATION_STAGED_AT], STAGING_PATH);
+    let parsed: Pod = serde_json::from_value(staging.clone()).unwrap();
+    let moved = crate::pods::StagedVolume::of(&parsed);
+    assert_eq!(moved.host_path, STAGING_PATH);
     assert_eq!(
         staging["metadata"]["labels"][LABEL_VOLUME],
         crate::pods::staging_label("vol-1", STAGING_PATH)
