@@ -133,6 +133,13 @@ fn example(file: &str) -> String {
 fn objects() -> String {
     let mut provisioner: serde_yaml::Value =
         serde_yaml::from_str(&example("provisioner.yaml")).expect("the example parses");
+    // Applied under the previous chart, whose CRD does not declare
+    // spec.stagingPer (its users' provisioners stage per pod); the
+    // field is fixed once created, so it stays so after the upgrade.
+    provisioner["spec"]
+        .as_mapping_mut()
+        .expect("the example's spec")
+        .remove("stagingPer");
     let (key, value) = SELECTOR.split_once('=').expect("key=value");
     provisioner["metadata"]["labels"] =
         serde_yaml::Mapping::from_iter([(key.into(), value.into())]).into();
