@@ -916,6 +916,14 @@ fn per_node(staging: Pods, unstaging: Pods) -> (ApiServer, PodNode, tempfile::Te
     (server, node, pods_dir)
 }
 
+/// The watch of PersistentVolumes of a node plugin made by [`per_node`].
+fn watched(node: &PodNode) -> &Store<PersistentVolume> {
+    match &node.staging {
+        Staging::PerNode(volumes) => volumes,
+        Staging::PerPod => panic!("a node plugin staging per pod watches no volumes"),
+    }
+}
+
 /// NodeStageVolume's request: the staging path, no pod.
 fn node_staging_request() -> StagingRequest<'static> {
     StagingRequest {
@@ -927,9 +935,7 @@ fn node_staging_request() -> StagingRequest<'static> {
 #[tokio::test]
 async fn staged_per_node_the_volume_is_found_by_its_handle_and_its_pod_names_no_client() {
     let (server, node, pods_dir) = per_node(ready, done);
-    let Staging::PerNode(volumes) = &node.staging else {
-        unreachable!()
-    };
+    let volumes = watched(&node);
     let staged = node
         .stage_on_node(&node_staging_request(), volumes)
         .await
@@ -993,9 +999,7 @@ async fn staged_per_node_the_volume_is_found_by_its_handle_and_its_pod_names_no_
 #[tokio::test]
 async fn staged_per_node_a_failure_is_reported_on_the_claim() {
     let (server, node, _pods_dir) = per_node(refused, done);
-    let Staging::PerNode(volumes) = &node.staging else {
-        unreachable!()
-    };
+    let volumes = watched(&node);
     let failure = node
         .stage_on_node(&node_staging_request(), volumes)
         .await
