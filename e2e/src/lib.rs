@@ -304,6 +304,69 @@ pub fn status_capacity(claim: &PersistentVolumeClaim) -> Option<u64> {
     quantity_bytes(&quantity.0)
 }
 
+/// Whether the controller's part of a claim's expansion is done and the
+/// node's is pending (`FileSystemResizePending`, or the allocated size's
+/// `NodeResizePending` of recoverable expansion).
+pub fn node_resize_pending(claim: &PersistentVolumeClaim) -> bool {
+    let Some(status) = claim.status.as_ref() else {
+        return false;
+    };
+    let condition = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "FileSystemResizePending" && c.status == "True");
+    let allocated = status
+        .allocated_resource_statuses
+        .as_ref()
+        .and_then(|s| s.get("storage"))
+        .is_some_and(|s| s == "NodeResizePending");
+    condition || allocated
+}
+
+/// Grows claim `namespace/claim` to `bytes` while pod `pod` uses it, and
+/// waits until the claim reports that size: the driver's controller, then
+/// the kubelet's node expansion, are done.
+///
+/// The kubelet grows a mounted volume when it next syncs the pod, which
+/// is about every minute (its `syncFrequency`) unless the pod changes. So
+/// once the controller's part is done, an annotation on the pod makes
+/// the kubelet sync it now, as any change to the pod would: the wait is
+/// on the driver, not on the kubelet's period.
+pub async fn grow_in_use(
+    client: &Client,
+    namespace: &str,
+    claim: &str,
+    pod: &str,
+    bytes: u64,
+) -> anyhow::Result<PersistentVolumeClaim> {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    let grow =
+        serde_json::json!({"spec": {"resources": {"requests": {"storage": bytes.to_string()}}}});
+    claims
+        .patch(claim, &PatchParams::default(), &Patch::Merge(&grow))
+        .await?;
+    wait_for(
+        &claims,
+        claim,
+        STEP,
+        "its node expansion to be pending",
+        |c| node_resize_pending(c) || status_capacity(c) == Some(bytes),
+    )
+    .await?;
+    let nudge = serde_json::json!({"metadata": {"annotations": {
+        "e2e.pav.albertofaria.github.io/grown-to": bytes.to_string()
+    }}});
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .patch(pod, &PatchParams::default(), &Patch::Merge(&nudge))
+        .await
+        .with_context(|| format!("annotating pod {namespace}/{pod}"))?;
+    wait_for(&claims, claim, STEP, "its new size", |c| {
+        status_capacity(c) == Some(bytes)
+    })
+    .await
+}
+
 /// The log of a pod's (first) container.
 pub async fn logs(client: &Client, namespace: &str, name: &str) -> anyhow::Result<String> {
     Ok(Api::<Pod>::namespaced(client.clone(), namespace)

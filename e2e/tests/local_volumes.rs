@@ -417,19 +417,7 @@ async fn local_volume_grows_while_its_pod_runs() {
         "the volume's size, not the node's: capacity {capacity}, used {used}"
     );
 
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
-    let grow =
-        serde_json::json!({"spec": {"resources": {"requests": {"storage": GROWN.to_string()}}}});
-    claims
-        .patch("growing", &PatchParams::default(), &Patch::Merge(&grow))
-        .await
-        .unwrap();
-    let grown = wait_until("the claim to report its new size", STEP, || async {
-        let claim = claims.get("growing").await?;
-        Ok((status_capacity(&claim) == Some(GROWN)).then_some(()))
-    })
-    .await;
-    if let Err(e) = grown {
+    if let Err(e) = grow_in_use(&client, NS, "growing", "user", GROWN).await {
         panic!(
             "{e}; claim events: {:#?}; pod events: {:#?}",
             event_lines(&client, NS, "growing").await,

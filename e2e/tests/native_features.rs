@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::CSIStorageCapacity;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::ListParams;
 use kube::{Api, Client};
 use pav_e2e::sparse_file::{self, DRIVER, DRIVER_NS};
 use pav_e2e::*;
@@ -185,17 +185,7 @@ async fn sparse_file_grows_snapshots_clones_and_reports_capacity_and_stats() {
 
     // Expansion while the pod runs: the resizer grows the image, the
     // kubelet the mounted filesystem; the pod sees it.
-    let grow = serde_json::json!({"spec": {"resources": {"requests": {"storage": GROWN_SIZE.to_string()}}}});
-    claims
-        .patch("data", &PatchParams::default(), &Patch::Merge(&grow))
-        .await
-        .unwrap();
-    let grown = wait_until("the claim to report its new size", STEP, || async {
-        let claim = claims.get("data").await?;
-        Ok((status_capacity(&claim) == Some(GROWN_SIZE)).then_some(()))
-    })
-    .await;
-    if let Err(e) = grown {
+    if let Err(e) = grow_in_use(&client, NS, "data", "user", GROWN_SIZE).await {
         panic!("{e}; events: {:#?}", event_lines(&client, NS, "data").await);
     }
     let seen = wait_until("the pod to see the new size", STEP, || async {

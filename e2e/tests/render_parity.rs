@@ -700,16 +700,9 @@ async fn render_prints_the_pods_of_every_other_phase() {
 
     // Grown while in use: controller, then node expansion.
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NAMESPACE);
-    let grow = serde_json::json!({"spec": {"resources": {"requests": {"storage": "2Mi"}}}});
-    claims
-        .patch("data", &PatchParams::default(), &Patch::Merge(&grow))
+    grow_in_use(&client, NAMESPACE, "data", "user", 2 << 20)
         .await
         .unwrap();
-    wait_for(&claims, "data", STEP, "grown to 2Mi", |c| {
-        status_capacity(c) == Some(2 << 20)
-    })
-    .await
-    .unwrap();
     let expansion = first_seen.wait_one("expansion", |_| true).await;
     let node_expansion = first_seen.wait_one("node-expansion", |_| true).await;
 
