@@ -255,9 +255,10 @@ pub const CSI_LEADER_ELECTION_ROLE: &str = "pav-csi-leader-election";
 
 /// Names of the Leases the sidecars of `provisioner`'s CSI controller hold
 /// in the pav namespace: external-provisioner's (the driver name),
-/// external-resizer v2's (`external-resizer-<driver>`) and
-/// csi-snapshotter v8's (`external-snapshotter-leader-<driver>`), each
-/// sanitized by csi-lib-utils.
+/// external-resizer v2's (`external-resizer-<driver>`), csi-snapshotter
+/// v8's (`external-snapshotter-leader-<driver>`) and external-attacher
+/// v4's (`external-attacher-leader-<driver>`), each sanitized by
+/// csi-lib-utils.
 ///
 /// ```
 /// assert_eq!(
@@ -266,14 +267,16 @@ pub const CSI_LEADER_ELECTION_ROLE: &str = "pav-csi-leader-election";
 ///         "files-example-com",
 ///         "external-resizer-files-example-com",
 ///         "external-snapshotter-leader-files-example-com",
+///         "external-attacher-leader-files-example-com",
 ///     ]
 /// );
 /// ```
-pub fn lease_names(provisioner: &str) -> [String; 3] {
+pub fn lease_names(provisioner: &str) -> [String; 4] {
     [
         sanitized(provisioner),
         sanitized(&format!("external-resizer-{provisioner}")),
         sanitized(&format!("external-snapshotter-leader-{provisioner}")),
+        sanitized(&format!("external-attacher-leader-{provisioner}")),
     ]
 }
 
@@ -1583,7 +1586,8 @@ mod tests {
             [
                 "a-b-X",
                 "external-resizer-a-b-X",
-                "external-snapshotter-leader-a-b-X"
+                "external-snapshotter-leader-a-b-X",
+                "external-attacher-leader-a-b-X"
             ]
         );
     }

@@ -599,6 +599,10 @@ fn removal() -> Vec<String> {
             "DELETE {}",
             path_of::<Lease>(ns, "external-snapshotter-leader-p")
         ),
+        format!(
+            "DELETE {}",
+            path_of::<Lease>(ns, "external-attacher-leader-p")
+        ),
         // Then the finalizer.
         format!("PATCH {PROVISIONER}"),
     ]
