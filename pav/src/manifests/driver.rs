@@ -88,6 +88,9 @@ pub struct Sidecar {
     /// Name of that container port: at most 15 characters (an IANA
     /// service name), hence `-m` for metrics, not `-metrics`.
     pub port_name: &'static str,
+    /// What its leader-election Lease's name puts before the driver's
+    /// name ([`lease_names`]).
+    pub lease_prefix: &'static str,
 }
 
 /// external-provisioner.
@@ -95,24 +98,28 @@ pub const PROVISIONER: Sidecar = Sidecar {
     name: "csi-provisioner",
     http_port: 8081,
     port_name: "provisioner-m",
+    lease_prefix: "",
 };
 /// external-resizer (provisioners with `volumeExpansion`).
 pub const RESIZER: Sidecar = Sidecar {
     name: "csi-resizer",
     http_port: 8082,
     port_name: "resizer-m",
+    lease_prefix: "external-resizer-",
 };
 /// external-attacher (provisioners with `volumeAttach`).
 pub const ATTACHER: Sidecar = Sidecar {
     name: "csi-attacher",
     http_port: 8084,
     port_name: "attacher-m",
+    lease_prefix: "external-attacher-leader-",
 };
 /// csi-snapshotter (provisioners with `snapshotCreation`).
 pub const SNAPSHOTTER: Sidecar = Sidecar {
     name: "csi-snapshotter",
     http_port: 8083,
     port_name: "snapshotter-m",
+    lease_prefix: "external-snapshotter-leader-",
 };
 /// Every sidecar a driver's CSI controller may run, each with a metrics
 /// port of its own (the `pav-metrics` Service lists them all).
@@ -254,11 +261,12 @@ pub const DRIVER_ROLES: [&str; 4] = [
 pub const CSI_LEADER_ELECTION_ROLE: &str = "pav-csi-leader-election";
 
 /// Names of the Leases the sidecars of `provisioner`'s CSI controller hold
-/// in the pav namespace: external-provisioner's (the driver name),
-/// external-resizer v2's (`external-resizer-<driver>`), csi-snapshotter
-/// v8's (`external-snapshotter-leader-<driver>`) and external-attacher
-/// v4's (`external-attacher-leader-<driver>`), each sanitized by
-/// csi-lib-utils.
+/// in the pav namespace, one per [`CONTROLLER_SIDECARS`] (each sidecar's
+/// `lease_prefix` and the driver name): external-provisioner's (the driver
+/// name), external-resizer v2's (`external-resizer-<driver>`),
+/// csi-snapshotter v8's (`external-snapshotter-leader-<driver>`) and
+/// external-attacher v4's (`external-attacher-leader-<driver>`), each
+/// sanitized by csi-lib-utils.
 ///
 /// ```
 /// assert_eq!(
@@ -271,13 +279,8 @@ pub const CSI_LEADER_ELECTION_ROLE: &str = "pav-csi-leader-election";
 ///     ]
 /// );
 /// ```
-pub fn lease_names(provisioner: &str) -> [String; 4] {
-    [
-        sanitized(provisioner),
-        sanitized(&format!("external-resizer-{provisioner}")),
-        sanitized(&format!("external-snapshotter-leader-{provisioner}")),
-        sanitized(&format!("external-attacher-leader-{provisioner}")),
-    ]
+pub fn lease_names(provisioner: &str) -> [String; CONTROLLER_SIDECARS.len()] {
+    CONTROLLER_SIDECARS.map(|sidecar| sanitized(&format!("{}{provisioner}", sidecar.lease_prefix)))
 }
 
 /// csi-lib-utils' `sanitizeName` of a Lease name: anything but ASCII
