@@ -324,6 +324,32 @@ pub fn node_resize_pending(claim: &PersistentVolumeClaim) -> bool {
     condition || allocated
 }
 
+/// Whether external-resizer marked the claim's expansion infeasible
+/// (`ControllerResizeInfeasible`: the driver answered that the size can
+/// never be provided; the owner may lower the request).
+pub fn resize_infeasible(claim: &PersistentVolumeClaim) -> bool {
+    (claim.status.as_ref())
+        .and_then(|s| s.allocated_resource_statuses.as_ref())
+        .and_then(|s| s.get("storage"))
+        .is_some_and(|s| s == "ControllerResizeInfeasible")
+}
+
+/// Sets claim `claim`'s storage request to `bytes`: how a user grows a
+/// volume, or lowers a request that failed.
+pub async fn request_size(
+    claims: &Api<PersistentVolumeClaim>,
+    claim: &str,
+    bytes: u64,
+) -> anyhow::Result<()> {
+    let size =
+        serde_json::json!({"spec": {"resources": {"requests": {"storage": bytes.to_string()}}}});
+    claims
+        .patch(claim, &PatchParams::default(), &Patch::Merge(&size))
+        .await
+        .with_context(|| format!("setting claim {claim}'s request to {bytes} bytes"))?;
+    Ok(())
+}
+
 /// Grows claim `namespace/claim` to `bytes` while pod `pod` uses it, and
 /// waits until the claim reports that size: the driver's controller, then
 /// the kubelet's node expansion, are done.
@@ -341,11 +367,7 @@ pub async fn grow_in_use(
     bytes: u64,
 ) -> anyhow::Result<PersistentVolumeClaim> {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
-    let grow =
-        serde_json::json!({"spec": {"resources": {"requests": {"storage": bytes.to_string()}}}});
-    claims
-        .patch(claim, &PatchParams::default(), &Patch::Merge(&grow))
-        .await?;
+    request_size(&claims, claim, bytes).await?;
     wait_for(
         &claims,
         claim,

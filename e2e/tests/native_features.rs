@@ -10,8 +10,9 @@
 //!   scheduler's reason, and no volume is made for it;
 //! - stats: the kubelet's volume stats for the claim report the volume's
 //!   size, not the host filesystem's;
-//! - expansion: the claim grows while its pod runs, and the pod sees the new
-//!   size;
+//! - expansion: a request past what the node's filesystem can hold is
+//!   infeasible (an event with the limit), and a lower one grows the claim
+//!   while its pod runs; the pod sees the new size;
 //! - snapshots: a VolumeSnapshot restored into a new claim holds the data;
 //! - clones: a claim cloned from the first holds the data;
 //!
@@ -182,6 +183,30 @@ async fn sparse_file_grows_snapshots_clones_and_reports_capacity_and_stats() {
         capacity <= FIRST_SIZE && capacity > FIRST_SIZE / 2 && used < capacity,
         "the volume's size, not the host's: capacity {capacity}, used {used}"
     );
+
+    // Recovery from an infeasible expansion: more than the node's
+    // filesystem can ever hold is OUT_OF_RANGE naming its size, which
+    // external-resizer reports as infeasible; the lower request below is
+    // then grown at once.
+    request_size(&claims, "data", 1 << 50).await.unwrap();
+    wait_event(
+        &client,
+        NS,
+        "data",
+        &["filesystem holding", "can ever provide"],
+        STEP,
+    )
+    .await
+    .unwrap();
+    wait_for(
+        &claims,
+        "data",
+        STEP,
+        "ControllerResizeInfeasible",
+        resize_infeasible,
+    )
+    .await
+    .unwrap();
 
     // Expansion while the pod runs: the resizer grows the image, the
     // kubelet the mounted filesystem; the pod sees it.

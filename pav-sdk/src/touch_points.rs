@@ -256,11 +256,20 @@ pub trait Expand: Send + Sync {
     /// the requested range.
     ///
     /// **Codes:** [`NotFound`](crate::Error::NotFound) when the volume does
-    /// not exist; [`OutOfRange`](crate::Error::OutOfRange) when the size
-    /// can never be provided (external-resizer marks the resize failed);
+    /// not exist; [`OutOfRange`](crate::Error::OutOfRange) (or
+    /// [`InvalidArgument`](crate::Error::InvalidArgument)) when the size
+    /// can never be provided: name the limit in the message;
     /// [`ResourceExhausted`](crate::Error::ResourceExhausted) when there is
-    /// no room now. external-resizer retries every error with exponential
-    /// backoff; the claim shows a `VolumeResizeFailed` event.
+    /// no room now. The claim shows a `VolumeResizeFailed` event with the
+    /// message. external-resizer (v2, Kubernetes' recovery
+    /// from expansion failure, GA in v1.34) marks an `OUT_OF_RANGE` resize **infeasible**
+    /// (`ControllerResizeInfeasible` in the claim's
+    /// `status.allocatedResourceStatuses`) and calls again with that size
+    /// only every few minutes; the claim's owner recovers by lowering the
+    /// request (to more than the claim's `status.capacity`), which is
+    /// called at once. Other errors are retried with exponential backoff.
+    /// [`CapacityRange::choose`](crate::CapacityRange::choose) answers
+    /// `OutOfRange` for a size past the range's limit.
     async fn expand(&self, req: ExpandRequest) -> Result<Expanded>;
 }
 

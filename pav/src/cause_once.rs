@@ -105,6 +105,13 @@ fn every_sourced_variant() {
             }),
         ),
         (
+            "ExpandError::TooSmall",
+            Box::new(ExpandError::TooSmall {
+                said_by: "expansion pod pav/p: /pav/capacity".into(),
+                source: crate::recipe::grown(1, 2).unwrap_err(),
+            }),
+        ),
+        (
             "CapacityError::Quantity",
             Box::new(CapacityError::Quantity {
                 pod: "pav/p".into(),

@@ -4,8 +4,9 @@
 //! requested size.
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, PodTemplateSpec};
-use pav_templates::phase;
-use pav_templates::{ExpansionContext, ExpansionPhase, Phase};
+use k8s_openapi::api::storage::v1::StorageClass;
+use pav_templates::phase::{self, Refusal};
+use pav_templates::{ExpansionContext, ExpansionPhase, Phase, ValidationContext};
 
 use super::example::Example;
 use crate::pods::{ANNOTATION_PV, PodOrigin};
@@ -37,6 +38,34 @@ impl Planner {
         });
         Ok(Plan { evaluated, pod })
     }
+
+    /// Refuses growing volume `pv` to `requested` bytes past
+    /// `volumeValidation`'s `maxCapacity`, the most a volume of this
+    /// provisioner may hold, evaluated as it was when the volume was
+    /// provisioned: with its claim and class `sc`, or, without either
+    /// (a static volume, a deleted class), from the volume alone.
+    pub fn expansion_refusal(
+        &self,
+        pv: &PersistentVolume,
+        pvc: Option<&PersistentVolumeClaim>,
+        sc: Option<&StorageClass>,
+        requested: u64,
+    ) -> Result<Option<Refusal>> {
+        if !self.compiled().has_phase(Phase::Validation) {
+            return Ok(None);
+        }
+        let context = match (pvc, sc) {
+            (Some(pvc), Some(sc)) => ValidationContext::dynamic(pvc, sc),
+            _ => ValidationContext::static_pv(pv),
+        }
+        .map_err(PlanError::Context)?
+        .with_pvc_lookup(self.lookup());
+        let rules = self.render::<phase::Validation>(&context)?;
+        Ok(rules
+            .max_capacity
+            .filter(|maximum| requested > *maximum)
+            .map(|maximum| Refusal::AboveMaximum { requested, maximum }))
+    }
 }
 
 impl PodOrigin<'_> {
@@ -65,11 +94,21 @@ impl PodOrigin<'_> {
 }
 
 /// `pav render --phase expansion`: the volume grown to the claim's
-/// request (raising it is how a user grows a volume), an evaluated
-/// capacity below it refused as the driver refuses it.
+/// request (raising it is how a user grows a volume), a request past
+/// `volumeValidation`'s `maxCapacity` or an evaluated capacity below it
+/// refused as the driver refuses them.
 pub(crate) fn example(example: &Example<'_>, planner: &Planner) -> anyhow::Result<String> {
     let objects = example.objects;
     let (min, max) = example.requested_capacity()?;
+    let refusal = example.planned(planner.expansion_refusal(
+        &objects.pv,
+        Some(&objects.pvc),
+        Some(&objects.sc),
+        min,
+    ))?;
+    if let Some(refusal) = refusal {
+        anyhow::bail!("{refusal}");
+    }
     let plan = example.planned(planner.expansion(&objects.pv, Some(&objects.pvc), min, max))?;
     plan.check_capacity(min)?;
     example.to_yaml(plan)

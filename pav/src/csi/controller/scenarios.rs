@@ -752,6 +752,113 @@ async fn a_provisioner_without_expansion_refuses_growth_naming_the_section() {
     assert!(server.created_pods().is_empty());
 }
 
+/// ControllerExpandVolume of `vol-1` to `bytes`.
+fn grow(bytes: i64) -> csi::ControllerExpandVolumeRequest {
+    csi::ControllerExpandVolumeRequest {
+        volume_id: "vol-1".into(),
+        capacity_range: Some(csi::CapacityRange {
+            required_bytes: bytes,
+            limit_bytes: 0,
+        }),
+        ..Default::default()
+    }
+}
+
+/// The Warning events the driver posted: (reason, regarded object, note).
+fn warnings(server: &ApiServer) -> Vec<(String, String, String)> {
+    (server.requests().into_iter())
+        .filter(|r| r.method == Method::POST && r.path == EVENTS)
+        .filter_map(|r| r.body)
+        .map(|e| {
+            let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+            (
+                text(&e["reason"]),
+                text(&e["regarding"]["name"]),
+                text(&e["note"]),
+            )
+        })
+        .collect()
+}
+
+/// Recovery from a failed expansion (Kubernetes 1.34): growth past
+/// `maxCapacity` is infeasible, `OUT_OF_RANGE` before any pod runs, and
+/// the claim's owner who lowers the request then gets the volume grown.
+#[tokio::test]
+async fn growth_past_max_capacity_is_out_of_range_and_a_lower_request_then_grows() {
+    let mut spec = spec_with_features(json!(["PersistentVolumeClaim"]));
+    spec["volumeValidation"] = json!({"maxCapacity": "{{ '2Mi' if sc.metadata.name == 'sc' }}"});
+    let (server, client) = scenario(spec);
+    server.route(
+        Method::GET,
+        "/api/v1/persistentvolumes",
+        list("PersistentVolume", vec![volume()]),
+    );
+    server.serve_pods(crate::csi::fixtures::pods_ending(|phase| {
+        assert_eq!(phase, "expansion", "only the expansion pod runs");
+        succeeded(results::Collected::default())
+    }));
+    let (refused, grown) = with_controller(client, async |mut controller| {
+        let refused = controller.controller_expand_volume(grow(4 << 20)).await;
+        let grown = controller.controller_expand_volume(grow(2 << 20)).await;
+        (refused, grown)
+    })
+    .await;
+    let status = refused.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    let message = "PersistentVolume pvc-u-data: requested capacity 4194304 bytes exceeds the maximum of 2097152 bytes";
+    assert_eq!(status.message(), message);
+    assert_eq!(
+        warnings(&server),
+        [("ExpansionFailed".into(), "data".into(), message.into())],
+        "the claim says why"
+    );
+    assert_eq!(
+        grown
+            .expect("the lowered request")
+            .into_inner()
+            .capacity_bytes,
+        2 << 20
+    );
+    assert_eq!(
+        server.created_pods().len(),
+        1,
+        "no pod for the refused size"
+    );
+}
+
+/// An expansion pod that could not give what was asked says how much it
+/// gave: that is the volume's limit, `OUT_OF_RANGE` (infeasible).
+#[tokio::test]
+async fn an_expansion_pod_giving_less_than_asked_is_out_of_range_naming_its_capacity() {
+    let (server, client) = scenario(spec_with_features(json!(["PersistentVolumeClaim"])));
+    server.route(
+        Method::GET,
+        "/api/v1/persistentvolumes",
+        list("PersistentVolume", vec![volume()]),
+    );
+    server.serve_pods(crate::csi::fixtures::pods_ending(|_| {
+        succeeded(results::Collected {
+            capacity: Some("3Mi".into()),
+            ..results::Collected::default()
+        })
+    }));
+    let status = with_controller(client, async |mut controller| {
+        controller.controller_expand_volume(grow(4 << 20)).await
+    })
+    .await
+    .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    let pod = pod_path(&server.created_pods()[0]);
+    let pod = pod.rsplit('/').next().unwrap();
+    assert_eq!(
+        status.message(),
+        format!(
+            "expansion pod pav/{pod}: /pav/capacity: the volume grew to 3145728 bytes, less than the 4194304 bytes requested"
+        )
+    );
+    assert_eq!(warnings(&server)[0].2, status.message());
+}
+
 #[tokio::test]
 async fn a_snapshot_pod_exports_the_snapshot_handle_and_size() {
     let (server, client) = scenario(spec_with_features(json!(["PersistentVolumeClaim"])));
