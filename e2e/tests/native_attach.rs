@@ -8,6 +8,11 @@
 //! limit in CSINode. Once the pod is gone the VolumeAttachment is deleted
 //! and the device no longer backs the image; the claim's deletion leaves
 //! no image behind.
+//!
+//! The node's limit follows its loop devices (Kubernetes 1.35+'s
+//! `nodeAllocatableUpdatePeriodSeconds`): loop devices another program
+//! attaches lower CSINode's count within the period, and detaching them
+//! raises it again.
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
@@ -44,6 +49,65 @@ fn backing_file(device: &str) -> Option<String> {
     Some(file.trim_end().to_owned())
 }
 
+/// The deploy's `--max-volumes-per-node`.
+const BUDGET: i32 = 64;
+/// Loop devices the scenario attaches, more than the other scenarios hold
+/// at once.
+const TAKEN: i32 = 16;
+
+/// Waits until the driver's allocatable count in the node's CSINode
+/// satisfies `wanted`; returns it.
+async fn driver_limit(client: &kube::Client, what: &str, wanted: impl Fn(i32) -> bool) -> i32 {
+    let csinodes: Api<CSINode> = Api::all(client.clone());
+    wait_until(what, STEP, || async {
+        let node = csinodes.get(FIRST_NODE).await?;
+        let count = (node.spec.drivers.iter())
+            .find(|d| d.name == DRIVER)
+            .and_then(|d| d.allocatable.as_ref()?.count);
+        Ok(count.filter(|count| wanted(*count)))
+    })
+    .await
+    .unwrap()
+}
+
+/// Loop devices another program holds on the node, detached on drop.
+struct TakenLoopDevices {
+    _file: tempfile::NamedTempFile,
+    devices: Vec<String>,
+}
+
+impl TakenLoopDevices {
+    fn attach(count: i32) -> Self {
+        let file = tempfile::NamedTempFile::new_in("/var/tmp").unwrap();
+        file.as_file().set_len(1 << 20).unwrap();
+        let devices = (0..count)
+            .map(|_| {
+                let output = std::process::Command::new("losetup")
+                    .args(["--find", "--show"])
+                    .arg(file.path())
+                    .output()
+                    .unwrap();
+                assert!(output.status.success(), "{output:?}");
+                String::from_utf8(output.stdout).unwrap().trim().to_owned()
+            })
+            .collect();
+        TakenLoopDevices {
+            _file: file,
+            devices,
+        }
+    }
+}
+
+impl Drop for TakenLoopDevices {
+    fn drop(&mut self) {
+        for device in &self.devices {
+            let _ = std::process::Command::new("losetup")
+                .args(["--detach", device])
+                .status();
+        }
+    }
+}
+
 #[tokio::test]
 #[ignore = "needs a cluster"]
 async fn sparse_file_attaches_its_image_to_a_loop_device_for_the_pod() {
@@ -53,21 +117,18 @@ async fn sparse_file_attaches_its_image_to_a_loop_device_for_the_pod() {
     namespace(&client, NS).await.unwrap();
     sparse_file::install(&client, &FILES).await;
 
-    // The node plugin reports its limit: kubelet puts it in CSINode.
-    let csinodes: Api<CSINode> = Api::all(client.clone());
-    let limit = wait_until(
-        "CSINode's allocatable count for the driver",
-        STEP,
-        || async {
-            let node = csinodes.get(FIRST_NODE).await?;
-            Ok((node.spec.drivers.iter())
-                .find(|d| d.name == DRIVER)
-                .and_then(|d| d.allocatable.as_ref()?.count))
-        },
-    )
-    .await
-    .unwrap();
-    assert_eq!(limit, 64);
+    // The node plugin reports its limit, the deploy's 64 loop devices less
+    // those other programs (other scenarios' drivers) attached: kubelet
+    // puts it in CSINode, and asks again every 10 s.
+    let limit = driver_limit(&client, "CSINode's count", |count| count <= BUDGET).await;
+    eprintln!("CSINode's allocatable count: {limit}");
+    let taken = TakenLoopDevices::attach(TAKEN);
+    driver_limit(&client, "the count lowered", |count| {
+        count <= BUDGET - TAKEN
+    })
+    .await;
+    drop(taken);
+    driver_limit(&client, "the count raised", |count| count > BUDGET - TAKEN).await;
 
     apply(&client, &claim()).await.unwrap();
     let pod = sparse_file::client_pod(NS, "user", "attached", "echo used > /data/f; sleep 3600");

@@ -283,11 +283,9 @@ impl DriverBuilder {
             sockets.entry(path).or_default().1 = Some(NodeConfig {
                 node_id,
                 topology: self.node_topology,
-                // The builder's, else the provisioner's (its Attach's limit).
-                max_volumes: match self.max_volumes_per_node {
-                    0 => (shared.provisioner.volumes_per_node_limit()).map_or(0, i64::from),
-                    set => set,
-                },
+                // The builder's; else the provisioner's, asked at each
+                // NodeGetInfo (it may change).
+                max_volumes: self.max_volumes_per_node,
                 staged: Records::new(&state_dir),
                 paths: Confinement {
                     kubelet_dir: self.kubelet_dir,

@@ -19,10 +19,23 @@ use csi::controller_service_capability::rpc::Type as Rpc;
 
 /// Disks that attach to the nodes `n1` and `n2`, handing out a device
 /// path; Stage keeps the publish context it was given.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 struct Disks {
     calls: Arc<Mutex<Vec<String>>>,
     staged_with: Arc<Mutex<Vec<Parameters>>>,
+    /// What `max_volumes_now` answers: the node's free slots, or why it
+    /// cannot tell.
+    slots_now: Arc<Mutex<Result<Option<u32>>>>,
+}
+
+impl Default for Disks {
+    fn default() -> Self {
+        Disks {
+            calls: Arc::default(),
+            staged_with: Arc::default(),
+            slots_now: Arc::new(Mutex::new(Ok(None))),
+        }
+    }
 }
 
 impl Disks {
@@ -79,6 +92,10 @@ impl Stage for Disks {
         // Mounted at the staging path by the provisioner: nothing for
         // pav-csi to bind, no root needed.
         Ok(Staged::at(req.target_path))
+    }
+
+    async fn max_volumes_now(&self) -> Result<Option<u32>> {
+        self.slots_now.lock().unwrap().clone()
     }
 }
 
@@ -204,6 +221,31 @@ async fn attach_is_advertised_only_when_implemented() {
     assert!(rpcs.contains(&(Rpc::PublishReadonly as i32)));
     let info = h.node.node_get_info(csi::NodeGetInfoRequest {}).await;
     assert_eq!(info.unwrap().into_inner().max_volumes_per_node, 2);
+}
+
+/// NodeGetInfo asks the provisioner each time: a limit that changes is
+/// reported as it is now, `None` falls back to the fixed one, and a failure
+/// is the provisioner's code.
+#[tokio::test]
+async fn node_info_reports_the_limit_as_it_is_now() {
+    let (mut h, disks) = disks().await;
+    let mut limit = async || {
+        let info = h.node.node_get_info(csi::NodeGetInfoRequest {}).await;
+        info.map(|i| i.into_inner().max_volumes_per_node)
+    };
+    *disks.slots_now.lock().unwrap() = Ok(Some(5));
+    assert_eq!(limit().await.unwrap(), 5);
+    *disks.slots_now.lock().unwrap() = Ok(Some(3));
+    assert_eq!(limit().await.unwrap(), 3);
+    *disks.slots_now.lock().unwrap() = Ok(None);
+    assert_eq!(limit().await.unwrap(), 2, "the fixed max_volumes_per_node");
+    *disks.slots_now.lock().unwrap() = Err(Error::Unavailable("the hypervisor is away".into()));
+    let failed = limit().await.unwrap_err();
+    assert_eq!(failed.code(), Code::Unavailable);
+    assert_eq!(
+        failed.message(),
+        "the node's volume limit: the hypervisor is away"
+    );
 }
 
 #[tokio::test]

@@ -18,7 +18,7 @@
 //! | [`Stats`] | `NodeGetVolumeStats` | kubelet's volume metrics and health events | yes: `statvfs` of the volume path |
 //! | [`Expand`] | `ControllerExpandVolume` | a bound claim's request grows (external-resizer) | yes: claims cannot grow |
 //! | [`Modify`], [`CreateRequest::mutable_parameters`] | `ControllerModifyVolume`; `CreateVolume.mutable_parameters` | a claim's VolumeAttributesClass (`volumeAttributesClassName`) at creation and when it changes (external-resizer) | yes: `MODIFY_VOLUME` not advertised, classes refused |
-//! | [`Attach`], [`Provisioner::max_volumes_per_node`] | `ControllerPublishVolume`, `ControllerUnpublishVolume`; `NodeGetInfo.max_volumes_per_node`; [`StageRequest::publish_context`] | VolumeAttachment (external-attacher): a disk attached to the node before it is staged | yes: nothing to attach |
+//! | [`Attach`], [`Provisioner::max_volumes_per_node`], [`Stage::max_volumes_now`] | `ControllerPublishVolume`, `ControllerUnpublishVolume`; `NodeGetInfo.max_volumes_per_node`; [`StageRequest::publish_context`] | VolumeAttachment (external-attacher): a disk attached to the node before it is staged | yes: nothing to attach |
 //! | [`Capacity`] | `GetCapacity` | CSIStorageCapacity objects the scheduler places `WaitForFirstConsumer` claims by (external-provisioner `--enable-capacity`) | yes: the scheduler ignores space |
 //! | [`Health`] | `ControllerGetVolume`, `ListVolumes`' and `NodeGetVolumeStats`' `volume_condition` | kubelet's `kubelet_volume_stats_health_status_abnormal` metric (feature gate `CSIVolumeHealth`), external-health-monitor's events on the claim | yes: healthy unless Stats or List say otherwise |
 //! | [`List`] | `ListVolumes` | the external-health-monitor's volume conditions; reconciling COs | yes |

@@ -243,7 +243,8 @@ impl<P: Send + Sync + 'static> Provisioner<P> {
     /// nodes' provisioner (a flag both are given, say): the controller
     /// knows the limit only this way. 0 means no limit, as without it.
     /// pav-csi's `DriverBuilder::max_volumes_per_node`, when set, wins for
-    /// `NodeGetInfo`.
+    /// `NodeGetInfo`; a node's limit that changes while it runs is
+    /// [`Stage::max_volumes_now`](crate::Stage::max_volumes_now).
     pub fn max_volumes_per_node(mut self, max: u32) -> Self {
         self.max_volumes_per_node = (max > 0).then_some(max);
         self.rewrap_records();

@@ -193,6 +193,30 @@ pub trait Stage: Send + Sync {
         let _ = req;
         Ok(())
     }
+
+    /// The most volumes this node can hold now, those it holds included,
+    /// when that changes while the driver runs (disk slots another
+    /// program took, loop devices in use elsewhere); `None` keeps the
+    /// provisioner's fixed
+    /// [`max_volumes_per_node`](crate::Provisioner::max_volumes_per_node).
+    /// The default: `None`.
+    ///
+    /// **CSI call:** `NodeGetInfo` (`max_volumes_per_node`), from kubelet
+    /// when the node plugin registers and, with the CSIDriver's
+    /// `nodeAllocatableUpdatePeriodSeconds` (Kubernetes 1.35+, at least
+    /// 10), every that many seconds and at once after an attach failed
+    /// `RESOURCE_EXHAUSTED`: kubelet copies the answer into the node's
+    /// CSINode (`spec.drivers[].allocatable.count`), which the scheduler
+    /// counts the node's volumes of this driver against. pav-csi's
+    /// `DriverBuilder::max_volumes_per_node`, when set, wins. `Some(0)`
+    /// means no limit, as CSI has it. Keep it cheap: kubelet calls it
+    /// while pods wait.
+    ///
+    /// **Codes:** any error fails `NodeGetInfo`; kubelet keeps the count it
+    /// had (at registration: it retries registering).
+    async fn max_volumes_now(&self) -> Result<Option<u32>> {
+        Ok(None)
+    }
 }
 
 /// Undoes [`Stage`]. Before it runs, pav-csi has unmounted everything

@@ -220,6 +220,37 @@ fn devices_backed_by(backing: &Path) -> Result<Vec<String>> {
     Ok(backed.map(|(name, _)| format!("/dev/{name}")).collect())
 }
 
+/// A node's loop devices, as the volume limit counts them.
+struct Room {
+    /// The loop devices the driver may use (`--max-volumes-per-node`).
+    budget: u32,
+    /// Attached loop devices backed by files outside the directory.
+    others: usize,
+    /// Attached loop devices backed by images of the directory.
+    held: usize,
+    /// The most volumes the node can hold now.
+    limit: u32,
+}
+
+impl Room {
+    /// The room `budget` loop devices leave for images under `dir`, with
+    /// `attached` (name, backing file) attached.
+    fn count(budget: u32, dir: &Path, attached: &[(String, PathBuf)]) -> Room {
+        let held = (attached.iter())
+            .filter(|(_, file)| file.starts_with(dir))
+            .count();
+        let others = attached.len() - held;
+        // At least 1: CSI's 0 means no limit.
+        let free = (budget as usize).saturating_sub(others).max(1);
+        Room {
+            budget,
+            others,
+            held,
+            limit: u32::try_from(free).unwrap_or(budget),
+        }
+    }
+}
+
 /// Every attached loop device of this node, by name (`loop3`), with the
 /// backing file the kernel names.
 fn attached_loop_devices() -> Result<Vec<(String, PathBuf)>> {
@@ -259,20 +290,35 @@ impl SparseFiles {
     }
 
     /// `RESOURCE_EXHAUSTED` when as many images of the directory as the
-    /// node may hold are attached to loop devices already.
+    /// node may hold now are attached to loop devices already.
     fn check_room(&self) -> Result<()> {
-        let Some(max) = self.attached_limit() else {
+        let Some(room) = self.room()? else {
             return Ok(());
         };
-        let dir = resolved(self.dir())?;
-        let attached = attached_loop_devices()?.into_iter();
-        let attached = attached.filter(|(_, file)| file.starts_with(&dir)).count();
-        if attached >= max as usize {
+        if room.held >= room.limit as usize {
             return Err(Error::ResourceExhausted(format!(
-                "{attached} volumes are attached to this node, its maximum"
+                "{} volumes are attached to this node, its maximum now ({} loop devices for this driver, {} of them used by other programs)",
+                room.held, room.budget, room.others
             )));
         }
         Ok(())
+    }
+
+    /// The most volumes this node can hold now (`NodeGetInfo`): the loop
+    /// devices the driver may use (`--max-volumes-per-node`) less those
+    /// other programs attached meanwhile; `None` without a limit.
+    pub(crate) fn volume_limit_now(&self) -> Result<Option<u32>> {
+        Ok(self.room()?.map(|room| room.limit))
+    }
+
+    /// The node's loop devices as the limit counts them, `None` without
+    /// a limit.
+    fn room(&self) -> Result<Option<Room>> {
+        let Some(budget) = self.attached_limit() else {
+            return Ok(None);
+        };
+        let dir = resolved(self.dir())?;
+        Ok(Some(Room::count(budget, &dir, &attached_loop_devices()?)))
     }
 
     /// The device the publish context names, once checked: a loop device
@@ -377,6 +423,23 @@ impl Attach for SparseFiles {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The node's limit is the budget less what other programs attached,
+    /// never 0 (CSI's "no limit"); the driver's own devices count as held.
+    #[test]
+    fn other_programs_loop_devices_lower_the_limit() {
+        let dir = Path::new("/var/lib/sparse-file");
+        let device = |name: &str, file: &str| (name.to_owned(), PathBuf::from(file));
+        let attached = [
+            device("loop0", "/var/lib/sparse-file/a.img"),
+            device("loop1", "/var/lib/other/disk.img"),
+            device("loop2", "/var/lib/sparse-file-old/b.img"),
+        ];
+        let room = Room::count(8, dir, &attached);
+        assert_eq!((room.held, room.others, room.limit), (1, 2, 6));
+        assert_eq!(Room::count(8, dir, &attached[..1]).limit, 8);
+        assert_eq!(Room::count(2, dir, &attached).limit, 1, "never 0");
+    }
 
     #[test]
     fn only_loop_device_paths_are_accepted() {

@@ -55,11 +55,13 @@ struct Cli {
     /// per line).
     #[arg(long, default_value_t)]
     log_format: pav_csi::logging::LogFormat,
-    /// The most volumes one node holds attached (its loop devices for
-    /// this driver): the node reports it (CSINode's allocatable count,
-    /// which the scheduler counts) and the controller refuses to attach
-    /// more (RESOURCE_EXHAUSTED). 0: no limit. Give the controller and
-    /// the nodes the same.
+    /// The loop devices a node may give this driver's volumes, shared
+    /// with the node's other users of loop devices: the node reports this
+    /// less the devices other programs attached (CSINode's allocatable
+    /// count, which the scheduler counts, refreshed every
+    /// nodeAllocatableUpdatePeriodSeconds of the CSIDriver) and the
+    /// controller refuses to attach past it (RESOURCE_EXHAUSTED). 0: no
+    /// limit. Give the controller and the nodes the same.
     #[arg(long, default_value_t = 0)]
     max_volumes_per_node: u32,
     /// Instead of serving, ask the driver serving `--endpoint` whether it

@@ -914,6 +914,10 @@ impl Stage for SparseFiles {
         }
         Ok(Staged::at(req.target_path))
     }
+
+    async fn max_volumes_now(&self) -> Result<Option<u32>> {
+        self.volume_limit_now()
+    }
 }
 
 /// A snapshot is a copy of the volume's image, `snap-<name hash>-<volume

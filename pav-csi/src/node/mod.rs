@@ -44,6 +44,7 @@ use crate::staged::Records;
 pub(crate) struct NodeConfig {
     pub(crate) node_id: String,
     pub(crate) topology: Topology,
+    /// The builder's volume limit; 0: the provisioner's (`NodeGetInfo`).
     pub(crate) max_volumes: i64,
     /// Staging and target paths must lie in the kubelet directory.
     pub(crate) paths: Confinement,
@@ -374,6 +375,6 @@ impl csi::node_server::Node for NodeService {
         &self,
         _request: Request<csi::NodeGetInfoRequest>,
     ) -> Result<Response<csi::NodeGetInfoResponse>, Status> {
-        Ok(Response::new(info::answer(&self.node)))
+        Ok(Response::new(info::answer(&self.node, &self.shared).await?))
     }
 }

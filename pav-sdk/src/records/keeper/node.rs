@@ -23,20 +23,28 @@ impl RecordKeeper {
     }
 }
 
+impl RecordKeeper {
+    /// The author's Stage, which records wrap.
+    fn author_stage(&self) -> &dyn Stage {
+        (self.author.stage.as_deref())
+            .expect("records serve Stage only for a provisioner with Stage")
+    }
+}
+
 #[async_trait]
 impl Stage for RecordKeeper {
     async fn stage(&self, mut req: StageRequest) -> Result<Staged> {
-        let stage = (self.author.stage.as_deref())
-            .expect("records serve Stage only for a provisioner with Stage");
         req.record = self.stored_record(&req.handle).await?;
         req.node_dir = made_for_record(&req.record, req.node_dir.take())?;
-        stage.stage(req).await
+        self.author_stage().stage(req).await
     }
 
     async fn clean_up(&self, req: NodeCleanUpRequest) -> Result<()> {
-        let stage = (self.author.stage.as_deref())
-            .expect("records serve Stage only for a provisioner with Stage");
-        stage.clean_up(req).await
+        self.author_stage().clean_up(req).await
+    }
+
+    async fn max_volumes_now(&self) -> Result<Option<u32>> {
+        self.author_stage().max_volumes_now().await
     }
 }
 
