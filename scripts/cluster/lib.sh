@@ -38,6 +38,15 @@ die() { log "error: $*"; exit 1; }
 # version; the staging modules are v0.<minor>.<patch> of it.
 [[ "$KUBERNETES_VERSION" =~ ^v1\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?$ ]] ||
   die "KUBERNETES_VERSION (PAV_KUBERNETES_VERSION) must be a k8s.io/kubernetes version such as v1.37.2, not '$KUBERNETES_VERSION'"
+# Beta and off by default in v1.34 only (on from v1.35, GA and locked from
+# v1.36, removed in v1.38): a node's volume limit that changes
+# (CSIDriver nodeAllocatableUpdatePeriodSeconds), which the kubelet and the
+# API server must both have on. Empty for other versions.
+mutable_allocatable_gate() {
+  case "$KUBERNETES_VERSION" in
+    v1.34.*) echo MutableCSINodeAllocatableCount ;;
+  esac
+}
 # The version a running cluster was started with, recorded by cluster-up
 # (empty if none is recorded).
 running_kubernetes_version() { cat "$STATE/kubernetes-version" 2>/dev/null || true; }
@@ -245,6 +254,7 @@ featureGates:
   # VolumeCondition (NodeGetVolumeStats) and publishes
   # kubelet_volume_stats_health_status_abnormal.
   CSIVolumeHealth: true
+$(gate="$(mutable_allocatable_gate)"; [ -z "$gate" ] || echo "  $gate: true")
 YAML
 }
 
