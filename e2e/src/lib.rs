@@ -350,6 +350,29 @@ pub async fn request_size(
     Ok(())
 }
 
+/// Asks claim `namespace/claim` for `bytes`, more than its driver can ever
+/// provide, and waits until an event on the claim contains every one of
+/// `needles` and external-resizer marks the expansion infeasible.
+pub async fn request_infeasible(
+    client: &Client,
+    namespace: &str,
+    claim: &str,
+    bytes: u64,
+    needles: &[&str],
+) -> anyhow::Result<PersistentVolumeClaim> {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    request_size(&claims, claim, bytes).await?;
+    wait_event(client, namespace, claim, needles, STEP).await?;
+    wait_for(
+        &claims,
+        claim,
+        STEP,
+        "ControllerResizeInfeasible",
+        resize_infeasible,
+    )
+    .await
+}
+
 /// Grows claim `namespace/claim` to `bytes` while pod `pod` uses it, and
 /// waits until the claim reports that size: the driver's controller, then
 /// the kubelet's node expansion, are done.

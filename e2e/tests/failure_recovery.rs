@@ -196,37 +196,17 @@ async fn infeasible_expansion_is_reported_and_a_lower_request_grows() {
     let volume = volume_name(&claim).unwrap();
 
     // Past maxCapacity: refused before any pod runs.
-    request_size(&claims, "grown", 8 << 20).await.unwrap();
     let past_maximum = "requested capacity 8388608 bytes exceeds the maximum of 4194304 bytes";
-    wait_event(&client, GROW, "grown", &[past_maximum], STEP)
+    request_infeasible(&client, GROW, "grown", 8 << 20, &[past_maximum])
         .await
         .unwrap();
-    wait_for(
-        &claims,
-        "grown",
-        STEP,
-        "ControllerResizeInfeasible",
-        resize_infeasible,
-    )
-    .await
-    .unwrap();
     assert_eq!(observer.runs("expansion"), 0, "{:#?}", observer.seen());
 
     // Within maxCapacity, past what the expansion pod can give.
-    request_size(&claims, "grown", 4 << 20).await.unwrap();
     let past_storage = "the volume grew to 3145728 bytes, less than the 4194304 bytes requested";
-    wait_event(&client, GROW, "grown", &[past_storage], STEP)
+    request_infeasible(&client, GROW, "grown", 4 << 20, &[past_storage])
         .await
         .unwrap();
-    wait_for(
-        &claims,
-        "grown",
-        STEP,
-        "ControllerResizeInfeasible",
-        resize_infeasible,
-    )
-    .await
-    .unwrap();
 
     // The owner lowers the request: the volume grows to it.
     request_size(&claims, "grown", 2 << 20).await.unwrap();

@@ -9,10 +9,11 @@
 //! and the device no longer backs the image; the claim's deletion leaves
 //! no image behind.
 //!
-//! The node's limit follows its loop devices (Kubernetes 1.35+'s
-//! `nodeAllocatableUpdatePeriodSeconds`): loop devices another program
-//! attaches lower CSINode's count within the period, and detaching them
-//! raises it again.
+//! The node's limit follows its loop devices (the CSIDriver's
+//! `nodeAllocatableUpdatePeriodSeconds`: v1.35 on, or the test cluster's
+//! v1.34 with its `MutableCSINodeAllocatableCount` gate on): loop devices
+//! another program attaches lower CSINode's count within the period, and
+//! detaching them raises it again.
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};

@@ -188,25 +188,10 @@ async fn sparse_file_grows_snapshots_clones_and_reports_capacity_and_stats() {
     // filesystem can ever hold is OUT_OF_RANGE naming its size, which
     // external-resizer reports as infeasible; the lower request below is
     // then grown at once.
-    request_size(&claims, "data", 1 << 50).await.unwrap();
-    wait_event(
-        &client,
-        NS,
-        "data",
-        &["filesystem holding", "can ever provide"],
-        STEP,
-    )
-    .await
-    .unwrap();
-    wait_for(
-        &claims,
-        "data",
-        STEP,
-        "ControllerResizeInfeasible",
-        resize_infeasible,
-    )
-    .await
-    .unwrap();
+    let needles = ["filesystem holding", "can ever provide"];
+    request_infeasible(&client, NS, "data", 1 << 50, &needles)
+        .await
+        .unwrap();
 
     // Expansion while the pod runs: the resizer grows the image, the
     // kubelet the mounted filesystem; the pod sees it.

@@ -203,8 +203,9 @@ pub trait Stage: Send + Sync {
     ///
     /// **CSI call:** `NodeGetInfo` (`max_volumes_per_node`), from kubelet
     /// when the node plugin registers and, with the CSIDriver's
-    /// `nodeAllocatableUpdatePeriodSeconds` (Kubernetes 1.35+, at least
-    /// 10), every that many seconds and at once after an attach failed
+    /// `nodeAllocatableUpdatePeriodSeconds` (Kubernetes 1.35+, or 1.34
+    /// with its `MutableCSINodeAllocatableCount` gate; at least 10),
+    /// every that many seconds and at once after an attach failed
     /// `RESOURCE_EXHAUSTED`: kubelet copies the answer into the node's
     /// CSINode (`spec.drivers[].allocatable.count`), which the scheduler
     /// counts the node's volumes of this driver against. pav-csi's
