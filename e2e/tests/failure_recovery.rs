@@ -79,14 +79,9 @@ spec:
 async fn failed_creation_reports_and_recovers() {
     let client = cluster().await;
     let started = Instant::now();
-    reset(&client, NS, NAME).await.unwrap();
-    namespace(&client, NS).await.unwrap();
-    let observer = PodObserver::start(&client, NAME);
-
     let failing =
         provisioner("echo \"quota exceeded for {{ pvc.metadata.name }}\" > /pav/error; exit 1");
-    apply(&client, &failing).await.unwrap();
-    wait_provisioner_ready(&client, NAME, STEP).await.unwrap();
+    let observer = start_scenario(&client, NS, NAME, &failing).await;
     apply(&client, CLAIM).await.unwrap();
 
     let line = wait_event(&client, NS, "doomed", &["quota exceeded for doomed"], STEP)
@@ -182,11 +177,7 @@ spec:
 async fn infeasible_expansion_is_reported_and_a_lower_request_grows() {
     let client = cluster().await;
     let started = Instant::now();
-    reset(&client, GROW, GROW).await.unwrap();
-    namespace(&client, GROW).await.unwrap();
-    let observer = PodObserver::start(&client, GROW);
-    apply(&client, GROW_PROVISIONER).await.unwrap();
-    wait_provisioner_ready(&client, GROW, STEP).await.unwrap();
+    let observer = start_scenario(&client, GROW, GROW, GROW_PROVISIONER).await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), GROW);
     let claim = wait_for(&claims, "grown", STEP, "Bound", |c| {
         claim_phase(c) == "Bound"
