@@ -23,6 +23,14 @@
 //! pod, of pav's controller, of the provisioner's CSI controller
 //! (`pav`, external-provisioner) and node plugin (`pav`,
 //! node-driver-registrar); and the kubelet's log lines written meanwhile.
+//!
+//! The PavProvisioner also asks for the client pod's service-account token
+//! (`tokenRequests`, audience [`AUDIENCE`]): its staging pod prints the
+//! token's SHA-256 from `/pav/tokens/`, the test reads the token from the
+//! staging pod's directory on the node, the API server's TokenReview says
+//! it is the client pod's, and the token (whole, and its signature) is a
+//! canary too, looked for in everything scanned before and after it was
+//! known.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read as _, Seek as _, Write as _};
@@ -45,6 +53,10 @@ const NS: &str = "e2e-secret-canary";
 const SECRET: &str = "canary";
 const FAIL_ANNOTATION: &str = "e2e.pav/fail-staging";
 const KUBELET_LOG: &str = "/var/run/pav-cluster/logs/kubelet.log";
+/// The audience of the service-account token the staging pod receives.
+const AUDIENCE: &str = "e2e-canary";
+/// Where the node plugin keeps each PaV pod's `/pav` on the node.
+const HOST_POD_DIR: &str = "/var/lib/pav/pods";
 
 const PROVISIONER: &str = r#"
 apiVersion: pav.albertofaria.github.io/v1alpha1
@@ -53,6 +65,8 @@ metadata:
   name: e2e-secret-canary
 spec:
   provisioningModes: [Dynamic]
+  tokenRequests:
+    - audience: e2e-canary
   volumeCreation:
     capacity: "{{ requestedMinCapacity }}"
     podTemplate:
@@ -101,6 +115,8 @@ spec:
               - |
                 sum=$(printf %s "$TOKEN" | sha256sum | cut -d ' ' -f 1)
                 echo "staging: token sha256 $sum"
+                jwt=$(sha256sum < /pav/tokens/e2e-canary | cut -d ' ' -f 1)
+                echo "staging: service-account token sha256 $jwt"
                 if [ "$FAIL" = yes ]; then
                   echo "failing on purpose; token sha256 $sum" > /pav/error
                   exit 1
@@ -165,7 +181,9 @@ spec:
     - name: client
       image: busybox:stable
       imagePullPolicy: IfNotPresent
-      command: [cat, /volume/token.sha256]
+      # Runs on until deleted: the staging pod's directory, where the
+      # test reads the service-account token, stays while it does.
+      command: [sh, -c, "cat /volume/token.sha256 && exec sleep 3600"]
       volumeMounts: [{ name: data, mountPath: /volume }]
   volumes:
     - name: data
@@ -194,13 +212,31 @@ struct Scan {
     texts: BTreeMap<String, String>,
     /// The last version seen of each PaV pod of the provisioner, by uid.
     pav_pods: BTreeMap<String, Pod>,
+    /// Everything scanned, `(where, text)`, for a needle found later.
+    scanned: Vec<(String, String)>,
 }
 
 type Shared = Arc<Mutex<Scan>>;
 
 impl Scan {
     fn text(&mut self, place: &str, text: &str) {
-        for needle in &self.needles {
+        self.scanned.push((place.to_owned(), text.to_owned()));
+        self.find(place, text, 0);
+    }
+
+    /// Looks for `needle` from now on, and in everything scanned before.
+    fn add_needle(&mut self, needle: String) {
+        self.needles.push(needle);
+        let scanned = std::mem::take(&mut self.scanned);
+        for (place, text) in &scanned {
+            self.find(place, text, self.needles.len() - 1);
+        }
+        self.scanned = scanned;
+    }
+
+    /// Records the hits in `text` of the needles from index `first` on.
+    fn find(&mut self, place: &str, text: &str, first: usize) {
+        for needle in &self.needles[first..] {
             let mut from = 0;
             while let Some(at) = text[from..].find(needle.as_str()) {
                 let at = from + at;
@@ -442,6 +478,45 @@ fn scan_kubelet_log(scan: &Shared, from: u64) {
         .log("kubelet log", &String::from_utf8_lossy(&bytes));
 }
 
+/// The service-account token in the running staging pod's `/pav/tokens/`,
+/// read on the node (this machine).
+async fn staging_pod_token(client: &Client) -> String {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let selector = format!("{LABEL_PROVISIONER}={NAME},{LABEL_PHASE}=staging");
+    let staging = pods.list(&ListParams::default().labels(&selector)).await;
+    let staging = staging.expect("listing staging pods").items;
+    let [pod] = &staging[..] else {
+        panic!("one staging pod, not {}", staging.len());
+    };
+    let path = format!("{HOST_POD_DIR}/{}/tokens/{AUDIENCE}", pod.name_any());
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The API server's TokenReview of `token` for [`AUDIENCE`]: the user
+/// it authenticates, and the pod it is bound to.
+async fn review_token(client: &Client, token: &str) -> (Option<String>, Vec<String>) {
+    use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+    let review = TokenReview {
+        spec: TokenReviewSpec {
+            token: token.to_owned(),
+            audiences: Some(vec![AUDIENCE.to_owned()]),
+        },
+        ..TokenReview::default()
+    };
+    let api: Api<TokenReview> = Api::all(client.clone());
+    let reviewed = api
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("TokenReview");
+    let status = reviewed.status.expect("a reviewed token has a status");
+    assert_eq!(status.authenticated, Some(true), "{:?}", status.error);
+    let user = status.user.unwrap_or_default();
+    let pod = (user.extra.unwrap_or_default())
+        .remove("authentication.kubernetes.io/pod-name")
+        .unwrap_or_default();
+    (user.username, pod)
+}
+
 /// The `TOKEN` variables of a pod: (container, literal value, Secret named
 /// by `secretKeyRef`).
 fn token_env(pod: &Pod) -> Vec<(String, Option<String>, Option<String>)> {
@@ -589,20 +664,39 @@ async fn secret_values_never_appear_in_logs_events_or_objects() {
         .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let pod = match wait_for(&pods, "client", STEP, "finished", |p| {
-        matches!(pod_phase(p), "Succeeded" | "Failed")
+    let read = wait_until("the client to print the digest", STEP, || async {
+        let printed = logs(&client, NS, "client").await.unwrap_or_default();
+        Ok((!printed.is_empty()).then_some(printed))
     })
-    .await
-    {
-        Ok(pod) => pod,
+    .await;
+    let read = match read {
+        Ok(read) => read,
         Err(e) => panic!(
             "{e}; client events: {:#?}",
             event_lines(&client, NS, "client").await
         ),
     };
-    assert_eq!(pod_phase(&pod), "Succeeded", "client: {:?}", pod.status);
-    let read = logs(&client, NS, "client").await.unwrap();
     assert_eq!(read.trim_end(), sha);
+
+    // The staging pod's service-account token: the client pod's, for the
+    // audience asked, and a canary from now on.
+    let token = staging_pod_token(&client).await;
+    let review = review_token(&client, &token).await;
+    let username = format!("system:serviceaccount:{NS}:default");
+    assert_eq!(review.0.as_deref(), Some(username.as_str()), "{review:?}");
+    assert_eq!(
+        review.1,
+        ["client".to_owned()],
+        "the token is bound to the client pod"
+    );
+    let token_sha = sha256(&token);
+    eprintln!("service-account token sha256 {token_sha}");
+    let signature = token.rsplit('.').next().expect("a JWT").to_owned();
+    {
+        let mut scan = scan.lock().expect("not poisoned");
+        scan.add_needle(token.clone());
+        scan.add_needle(signature);
+    }
 
     delete_and_wait(&pods, "client", STEP).await.unwrap();
     delete_and_wait(&claims, "data", STEP).await.unwrap();
@@ -658,15 +752,22 @@ async fn secret_values_never_appear_in_logs_events_or_objects() {
         BTreeSet::from(["creation".to_owned(), "staging".to_owned()]),
         "PaV pods seen"
     );
-    // What the pods printed shows they had the value.
-    for (phase, container) in [("creation", "create"), ("staging", "stage")] {
-        let line = format!("{phase}: token sha256 {sha}");
+    // What the pods printed shows they had the values.
+    let lines = [
+        ("create", format!("creation: token sha256 {sha}")),
+        ("stage", format!("staging: token sha256 {sha}")),
+        (
+            "stage",
+            format!("staging: service-account token sha256 {token_sha}"),
+        ),
+    ];
+    for (container, line) in lines {
         let found = scan.texts.iter().any(|(source, text)| {
             source.ends_with(&format!("/{container}")) && text.contains(&line)
         });
         assert!(
             found,
-            "no log of a {phase} pod says {line:?}; logs read: {:?}",
+            "no log of a {container} container says {line:?}; logs read: {:?}",
             scan.texts.keys().collect::<Vec<_>>()
         );
     }

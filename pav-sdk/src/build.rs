@@ -15,7 +15,8 @@ use crate::snapshot::{DeleteSnapshotRequest, SnapshotRequest};
 use crate::types::{
     AccessMode, CapacityRange, CapacityRequest, CreateRequest, DeleteRequest, ExpandRequest,
     ModifyRequest, MountOptions, NodeCleanUpRequest, NodeExpandRequest, Parameters, Secrets,
-    StageRequest, StatsRequest, TopologyRequirement, UnstageRequest, ValidateRequest, VolumeMode,
+    ServiceAccountTokens, StageRequest, StatsRequest, TopologyRequirement, UnstageRequest,
+    ValidateRequest, VolumeMode,
 };
 
 /// A [`CreateRequest`] for `name` with `mode`, `SingleNodeWriter` and nothing else set.
@@ -100,6 +101,7 @@ pub fn stage(
         mount: MountOptions::default(),
         context: Parameters::new(),
         secrets: Secrets::default(),
+        service_account_tokens: ServiceAccountTokens::default(),
         pod: None,
         publish_context: Parameters::new(),
         record: None,

@@ -35,6 +35,7 @@
 //! | [`CreateRequest::parameters`] | `parameters` | `StorageClass.parameters` | |
 //! | [`Claim`] | `csi.storage.k8s.io/pvc/*`, `.../pv/name` parameters | PVC name, namespace and PV name (external-provisioner `--extra-create-metadata`); labels, annotations and selected node with pav-csi's `kube` feature | |
 //! | [`Secrets`] | `secrets` | StorageClass secret references | never logged |
+//! | [`ServiceAccountTokens`] ([`StageRequest::service_account_tokens`]) | `csi.storage.k8s.io/serviceAccount.tokens` of `NodePublishVolume`, in `secrets` (else `volume_context`), taken out of both | the client pod's service-account tokens (CSIDriver `tokenRequests`; `serviceAccountTokenInSecrets: true`), renewed by republish (`requiresRepublish: true`), which runs Stage again | never logged; staging on publish and ephemeral volumes only |
 //! | [`VolumeMode`] | `VolumeCapability.access_type` | `volumeMode` | |
 //! | [`AccessMode`] | `VolumeCapability.access_mode` | `accessModes` | served: [`AccessMode::SINGLE_NODE`] unless [`Provisioner::access_modes`] says more; `ReadWriteOncePod` is `SingleNodeSingleWriter`, `ReadWriteOnce` `SingleNodeMultiWriter` |
 //! | [`CapacityRange`] | `capacity_range` | `resources.requests/limits.storage` | |
@@ -372,8 +373,9 @@
 //! * **No concurrency per volume.** pav-csi never runs two calls for the same
 //!   volume (or name) at once; a second one is answered `ABORTED` and retried.
 //! * **Slow is fine.** Calls are async and may take minutes.
-//! * **Secrets stay secret.** [`Secrets`] has no `Display` and a redacting
-//!   `Debug`; keep values out of error messages.
+//! * **Secrets stay secret.** [`Secrets`] and [`ServiceAccountTokens`]
+//!   have no `Display` and a redacting `Debug`; keep values out of error
+//!   messages.
 //! * **Your data stays out of kubelet's way.** Keep the provisioner's own
 //!   data (volumes, records) outside kubelet's directory (`/var/lib/<driver>`
 //!   on the node), or in pav-csi's state directory (`DriverBuilder::state_dir`,
@@ -428,7 +430,8 @@ pub use types::{
     AccessMode, AvailableCapacity, CapacityRange, CapacityRequest, Claim, ContentSource,
     CreateRequest, DeleteRequest, ExpandRequest, Expanded, ListedVolume, ModifyRequest,
     MountOptions, NodeCleanUpRequest, NodeExpandRequest, Parameters, PodInfo, Secrets,
-    StageRequest, Staged, StatsRequest, Topology, TopologyRequirement, UnstageRequest, Usage,
-    ValidateRequest, Volume, VolumeCondition, VolumeMode, VolumeStats,
+    ServiceAccountToken, ServiceAccountTokens, StageRequest, Staged, StatsRequest, TokensError,
+    Topology, TopologyRequirement, UnstageRequest, Usage, ValidateRequest, Volume, VolumeCondition,
+    VolumeMode, VolumeStats,
 };
 pub use volume_id::{PathComponentError, VolumeId};

@@ -38,7 +38,8 @@ pub use crate::types::{
     AccessMode, AvailableCapacity, CapacityRange, CapacityRequest, Claim, ContentSource,
     CreateRequest, DeleteRequest, ExpandRequest, Expanded, ListedVolume, ModifyRequest,
     MountOptions, NodeCleanUpRequest, NodeExpandRequest, Parameters, PodInfo, RecordedSource,
-    Secrets, StageRequest, Staged, StatsRequest, Topology, TopologyRequirement, UnstageRequest,
-    Usage, ValidateRequest, Volume, VolumeCondition, VolumeMode, VolumeRecord, VolumeStats,
+    Secrets, ServiceAccountToken, ServiceAccountTokens, StageRequest, Staged, StatsRequest,
+    Topology, TopologyRequirement, UnstageRequest, Usage, ValidateRequest, Volume, VolumeCondition,
+    VolumeMode, VolumeRecord, VolumeStats,
 };
 pub use crate::volume_id::VolumeId;

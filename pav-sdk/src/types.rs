@@ -7,9 +7,11 @@ use std::path::{Path, PathBuf};
 use crate::{Error, Result, VolumeId};
 
 mod record;
+mod tokens;
 
 pub(crate) use record::recorded;
 pub use record::{AttachmentRecord, RecordedMode, RecordedSource, VolumeRecord};
+pub use tokens::{ServiceAccountToken, ServiceAccountTokens, TokensError};
 
 /// StorageClass parameters or a volume's context: string keys to string values.
 pub type Parameters = BTreeMap<String, String>;
@@ -465,8 +467,25 @@ pub struct StageRequest {
     pub mount: MountOptions,
     /// The context returned by Create, or PV volume attributes for static volumes.
     pub context: Parameters,
-    /// Secrets for the operation.
+    /// Secrets for the operation (never the service-account tokens:
+    /// those are [`service_account_tokens`](Self::service_account_tokens)).
     pub secrets: Secrets,
+    /// The client pod's service-account tokens, by audience, when the
+    /// CSIDriver has `tokenRequests`: filled only when staging on publish
+    /// ([`Provisioner::stage_on_publish`](crate::Provisioner::stage_on_publish))
+    /// or for an ephemeral inline volume, since kubelet passes them to
+    /// `NodePublishVolume` only; empty otherwise. pav-csi takes them from
+    /// the request's `secrets` when the CSIDriver has
+    /// `serviceAccountTokenInSecrets: true` (kubelet's GA behaviour), else
+    /// from its volume context, and leaves them out of
+    /// [`secrets`](Self::secrets) and [`context`](Self::context).
+    ///
+    /// With the CSIDriver's `requiresRepublish: true`, kubelet publishes
+    /// the volume again periodically with renewed tokens, and pav-csi calls
+    /// Stage again with them while the volume stays mounted: a provisioner
+    /// that hands tokens to its storage renews them then (Stage is
+    /// idempotent anyway).
+    pub service_account_tokens: ServiceAccountTokens,
     /// The pod the volume is staged for, when the provisioner stages per pod
     /// ([`Provisioner::stage_on_publish`](crate::Provisioner::stage_on_publish))
     /// and the CSIDriver has `podInfoOnMount: true`.

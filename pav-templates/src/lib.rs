@@ -80,7 +80,7 @@ pub use context::{
 pub use error::{Error, Location, Result};
 pub use model::{
     LifecycleMode, PavProvisioner, PavProvisionerSpec, PavProvisionerStatus, Phases,
-    ProvisioningMode, StagingPer,
+    ProvisioningMode, StagingPer, TokenRequest, token_file_name,
 };
 pub use phase::{
     CapacityPhase, CreationPhase, ExpansionPhase, GroupSnapshotCreationPhase, HealthPhase,

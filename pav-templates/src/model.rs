@@ -129,6 +129,61 @@ pub struct PavProvisionerSpec {
     /// one way cannot be unstaged the other.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staging_per: Option<StagingPer>,
+
+    /// pav: service-account tokens of each client pod that its staging pod
+    /// receives, one per audience (its CSIDriver's `tokenRequests`, with
+    /// `serviceAccountTokenInSecrets` and `requiresRepublish`): kubelet
+    /// hands them to the node plugin at each publish, which writes each
+    /// to the staging pod's `/pav/tokens/<audience>` ([`token_file_name`])
+    /// before the pod starts and renews it while the volume is published.
+    /// Needs `stagingPer: Pod`. Not a template. Without it, no tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["audience"]))]
+    pub token_requests: Option<Vec<TokenRequest>>,
+}
+
+/// A service-account token the staging pods receive
+/// ([`PavProvisionerSpec::token_requests`]), as in a CSIDriver's
+/// `tokenRequests`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TokenRequest {
+    /// The token's audience: who will accept it (the storage's identity
+    /// service, e.g. `sts.amazonaws.com`).
+    #[schemars(length(min = 1, max = 253))]
+    pub audience: String,
+    /// How long a token is valid, in seconds (at least 600); kubelet's
+    /// default (an hour, or the service account's maximum) without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 600, max = 4294967295u32))]
+    pub expiration_seconds: Option<i64>,
+}
+
+/// The file name under a staging pod's `/pav/tokens/` of the token for
+/// `audience`: the audience with each byte other than an ASCII letter,
+/// digit, `-`, `_` or `.` (a `.` only after the first byte) replaced by
+/// `_`, so that an audience that is a URL is still one file name; the
+/// empty audience (the API server's own, in a CSIDriver) is `_`.
+///
+/// ```
+/// use pav_templates::token_file_name;
+/// assert_eq!(token_file_name("sts.amazonaws.com"), "sts.amazonaws.com");
+/// assert_eq!(token_file_name("https://sts.example.com/a"), "https___sts.example.com_a");
+/// assert_eq!(token_file_name(".."), "_.");
+/// ```
+pub fn token_file_name(audience: &str) -> String {
+    if audience.is_empty() {
+        return "_".to_owned();
+    }
+    (audience.bytes().enumerate())
+        .map(|(i, b)| match b {
+            b'.' if i > 0 => '.',
+            b'-' | b'_' => b as char,
+            b if b.is_ascii_alphanumeric() => b as char,
+            _ => '_',
+        })
+        .collect()
 }
 
 impl PavProvisionerSpec {
@@ -142,7 +197,7 @@ impl PavProvisionerSpec {
 /// those an unknown field's error lists, and the only ones `pav check`
 /// accepts.
 pub(crate) const SPEC_FIELDS: &[&str] = &{
-    let mut fields = [""; Phase::ALL.len() + 5];
+    let mut fields = [""; Phase::ALL.len() + 6];
     fields[0] = "provisioningModes";
     fields[1] = "getPvcNamespaces";
     let mut i = 0;
@@ -153,6 +208,7 @@ pub(crate) const SPEC_FIELDS: &[&str] = &{
     fields[Phase::ALL.len() + 2] = "dataSources";
     fields[Phase::ALL.len() + 3] = "volumeLifecycleModes";
     fields[Phase::ALL.len() + 4] = "stagingPer";
+    fields[Phase::ALL.len() + 5] = "tokenRequests";
     fields
 };
 
@@ -164,6 +220,7 @@ enum SpecKey {
     DataSources,
     VolumeLifecycleModes,
     StagingPer,
+    TokenRequests,
 }
 
 impl<'de> Deserialize<'de> for SpecKey {
@@ -184,6 +241,7 @@ impl<'de> Deserialize<'de> for SpecKey {
                     "dataSources" => SpecKey::DataSources,
                     "volumeLifecycleModes" => SpecKey::VolumeLifecycleModes,
                     "stagingPer" => SpecKey::StagingPer,
+                    "tokenRequests" => SpecKey::TokenRequests,
                     _ => match Phase::ALL.into_iter().find(|phase| phase.field() == key) {
                         Some(phase) => SpecKey::Phase(phase),
                         None => return Err(E::unknown_field(key, SPEC_FIELDS)),
@@ -230,6 +288,7 @@ impl<'de> Deserialize<'de> for PavProvisionerSpec {
                 let mut data_sources: Option<Option<Vec<DataSourceKind>>> = None;
                 let mut volume_lifecycle_modes: Option<Option<Vec<LifecycleMode>>> = None;
                 let mut staging_per: Option<Option<StagingPer>> = None;
+                let mut token_requests: Option<Option<Vec<TokenRequest>>> = None;
                 let mut phases = Phases::default();
                 let mut seen = [false; Phase::ALL.len()];
                 while let Some(key) = map.next_key()? {
@@ -247,6 +306,9 @@ impl<'de> Deserialize<'de> for PavProvisionerSpec {
                             "volumeLifecycleModes",
                         )?,
                         SpecKey::StagingPer => read(&mut map, &mut staging_per, "stagingPer")?,
+                        SpecKey::TokenRequests => {
+                            read(&mut map, &mut token_requests, "tokenRequests")?
+                        }
                         SpecKey::Phase(phase) => {
                             if std::mem::replace(&mut seen[phase.index()], true) {
                                 return Err(de::Error::duplicate_field(phase.field()));
@@ -280,6 +342,7 @@ impl<'de> Deserialize<'de> for PavProvisionerSpec {
                     data_sources: data_sources.flatten(),
                     volume_lifecycle_modes: volume_lifecycle_modes.flatten(),
                     staging_per: staging_per.flatten(),
+                    token_requests: token_requests.flatten(),
                 })
             }
         }
@@ -570,7 +633,7 @@ mod tests {
             "{err}"
         );
         assert!(
-            err.ends_with("`dataSources`, `volumeLifecycleModes`, `stagingPer` at line 3 column 1"),
+            err.ends_with("`dataSources`, `volumeLifecycleModes`, `stagingPer`, `tokenRequests` at line 3 column 1"),
             "{err}"
         );
         let err = serde_json::from_str::<PavProvisionerSpec>(

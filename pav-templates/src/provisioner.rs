@@ -130,6 +130,7 @@ impl CompiledProvisioner {
         let data_sources = checker.check_data_sources(spec_map.get("dataSources"));
         let lifecycle_modes = checker.check_lifecycle_modes(spec_map.get("volumeLifecycleModes"));
         let staging_per = checker.check_staging_per(spec_map.get("stagingPer"));
+        checker.check_token_requests(spec_map.get("tokenRequests"), staging_per);
         for key in spec_map.keys() {
             if !SPEC_FIELDS.contains(&key.as_str()) {
                 checker.problem_schema(&format!("spec.{key}"), "unknown field");

@@ -203,3 +203,58 @@ fn snapshots_see_their_source_and_defaults() {
         Some(vec!["snap-9".to_owned(), "unknown".to_owned()])
     );
 }
+
+#[test]
+fn token_requests_are_distinct_audiences_of_distinct_files_staged_per_pod() {
+    compiled("tokenRequests: [{audience: sts.example.com, expirationSeconds: 3600}]\n");
+    compiled("tokenRequests: [{audience: a}, {audience: 'https://b.example/x'}]\n");
+    let field = |path: &str| format!("provisioner \"p\", field spec.tokenRequests{path}: ");
+    let cases = [
+        (
+            "tokenRequests: []\n",
+            vec![format!(
+                "{}must list at least one audience when present",
+                field("")
+            )],
+        ),
+        (
+            "tokenRequests: [{audience: a, expirationSeconds: 60}]\n",
+            vec![format!(
+                "{}must be at least 600 (10 minutes), not 60",
+                field("[0].expirationSeconds")
+            )],
+        ),
+        (
+            "tokenRequests: [{audience: ''}]\n",
+            vec![format!("{}must be 1 to 253 bytes", field("[0].audience"))],
+        ),
+        (
+            "tokenRequests: [{audience: a}, {audience: a}]\n",
+            vec![format!("{}repeats audience \"a\"", field("[1]"))],
+        ),
+        (
+            "tokenRequests: [{audience: 'x/y'}, {audience: 'x:y'}]\n",
+            vec![format!(
+                "{}audiences \"x/y\" and \"x:y\" would share the file /pav/tokens/x_y",
+                field("[1]")
+            )],
+        ),
+        (
+            "tokenRequests: [{audience: a, lifetime: 1h}]\n",
+            vec![format!(
+                "{}must be a list of {{audience, expirationSeconds}} (it is not a template), not a list",
+                field("")
+            )],
+        ),
+        (
+            "stagingPer: Node\ntokenRequests: [{audience: a}]\n",
+            vec![format!(
+                "{}needs stagingPer: Pod: kubelet gives tokens with each client pod's publish, which a volume staged per node does not stage",
+                field("")
+            )],
+        ),
+    ];
+    for (spec, want) in cases {
+        assert_eq!(problems(spec), want, "{spec}");
+    }
+}

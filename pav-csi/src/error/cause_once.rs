@@ -245,6 +245,13 @@ fn every_sourced_variant() {
             }),
         ),
         (
+            "EphemeralError::Restage",
+            Box::new(EphemeralError::Restage {
+                volume_id: "v".into(),
+                source: sdk(),
+            }),
+        ),
+        (
             "EphemeralError::Unstage",
             Box::new(EphemeralError::Unstage {
                 volume_id: "v".into(),
@@ -358,6 +365,13 @@ fn other_causes_are_said_once() {
         (
             "DeleteVolumeError::RecordTask",
             Box::new(DeleteVolumeError::RecordTask(join_error())),
+        ),
+        (
+            "node PublishError::ServiceAccountTokens",
+            Box::new(crate::node::publish::PublishError::ServiceAccountTokens {
+                field: "secrets",
+                source: pav_sdk::TokensError::Malformed { line: 1, column: 1 },
+            }),
         ),
         (
             "PublishError::Mode",

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use pav_sdk::{CapacityRange, PodInfo, Secrets};
+use pav_sdk::{CapacityRange, PodInfo, Secrets, ServiceAccountTokens};
 use tonic::{Code, Status};
 
 use super::binds::{BindError, bind_once, blocking, published, unmount_and_remove};
@@ -28,6 +28,15 @@ pub(crate) fn is_ephemeral(volume_context: &HashMap<String, String>) -> bool {
     volume_context.get(EPHEMERAL_KEY).map(String::as_str) == Some("true")
 }
 
+/// What a publish hands the provisioner besides the volume: the secrets
+/// (Create and Stage) and the client pod's service-account tokens (Stage).
+/// Never recorded.
+#[derive(Debug, Default)]
+pub(crate) struct Credentials {
+    pub(crate) secrets: Secrets,
+    pub(crate) service_account_tokens: ServiceAccountTokens,
+}
+
 /// An ephemeral `NodePublishVolume` that passed its checks.
 #[derive(Debug)]
 pub(crate) struct Checked {
@@ -36,14 +45,14 @@ pub(crate) struct Checked {
     record: Record,
     read_only: bool,
     pod: Option<PodInfo>,
-    secrets: Secrets,
+    credentials: Credentials,
 }
 
 /// An error naming the key (`INVALID_ARGUMENT`) unless the provisioner
 /// serves ephemeral volumes; the `size` attribute parsed, the other
 /// attributes (the `csi.storage.k8s.io/` keys aside, which are the pod)
-/// the parameters. The common checks (ids, paths, capability, limits) are
-/// the caller's.
+/// the parameters. The common checks (ids, paths, capability, limits) and
+/// taking the service-account tokens out of the context are the caller's.
 pub(crate) fn check(
     serves_ephemeral: bool,
     volume_id: &str,
@@ -51,7 +60,7 @@ pub(crate) fn check(
     capability: Capability,
     read_only: bool,
     volume_context: &HashMap<String, String>,
-    secrets: Secrets,
+    credentials: Credentials,
 ) -> Result<Checked, EphemeralError> {
     if !serves_ephemeral {
         return Err(EphemeralError::Unserved);
@@ -72,7 +81,7 @@ pub(crate) fn check(
         },
         read_only,
         pod,
-        secrets,
+        credentials,
     })
 }
 
@@ -159,6 +168,14 @@ pub(crate) enum EphemeralError {
         #[source]
         source: pav_sdk::Error,
     },
+    /// The provisioner's Stage of a republish, with renewed
+    /// service-account tokens, failed.
+    #[error("staging ephemeral volume {volume_id} again with renewed service-account tokens")]
+    Restage {
+        volume_id: String,
+        #[source]
+        source: pav_sdk::Error,
+    },
     /// The target is not free for a new mount (its code).
     #[error(transparent)]
     Occupancy(#[from] OccupancyError),
@@ -196,6 +213,7 @@ impl EphemeralError {
             EphemeralError::Validate { source, .. }
             | EphemeralError::Create { source, .. }
             | EphemeralError::Stage { source, .. }
+            | EphemeralError::Restage { source, .. }
             | EphemeralError::Unstage { source, .. }
             | EphemeralError::Delete { source, .. } => provisioner_code(source),
         }
@@ -276,11 +294,13 @@ impl NodeService {
 }
 
 /// NodePublishVolume of an ephemeral volume, in steps: hold the volume and
-/// the target; record it (or find its record); answer a repeat from the
-/// mount table; create it (Validate first); record the handle; stage it at
-/// the target and bind what was staged there. A step failing with a code
-/// the kubelet takes as final undoes the volume (it will not call
-/// NodeUnpublishVolume for a publish it saw fail).
+/// the target; record it (or find its record); create it (Validate first);
+/// answer a repeat from the mount table, staging again when it brings
+/// service-account tokens (kubelet's republish renews them); record the
+/// handle; stage it at the target and bind what was staged there. A step
+/// failing with a code the kubelet takes as final undoes the volume (it
+/// will not call NodeUnpublishVolume for a publish it saw fail); a failed
+/// republish keeps it, as the pod still uses it.
 pub(crate) async fn publish(
     service: &NodeService,
     checked: Checked,
@@ -289,7 +309,7 @@ pub(crate) async fn publish(
         record: asked,
         read_only,
         pod,
-        secrets,
+        credentials,
     } = checked;
     let volume_id = asked.volume_id.clone();
     let in_flight = &service.shared.in_flight;
@@ -313,8 +333,12 @@ pub(crate) async fn publish(
     let (path, mode) = (record.target.clone(), record.capability.mode);
     let repeat =
         blocking::<_, BindError>(move || published(&path, None, mode, read_only, true)).await?;
-    let volume = create(service, &record, secrets.clone()).await?;
+    let volume = create(service, &record, credentials.secrets.clone()).await?;
     if repeat {
+        // A plain repeat carries no tokens: nothing to stage again.
+        if !credentials.service_account_tokens.is_empty() {
+            restage(service, &record, &volume, read_only, pod, credentials).await?;
+        }
         return Ok(volume);
     }
     tracing::info!(volume_id, handle = %volume.handle, target = ?record.target, "NodePublishVolume: ephemeral volume created");
@@ -330,7 +354,7 @@ pub(crate) async fn publish(
             completed
         }
     };
-    let staged = stage_and_bind(service, &record, &volume, read_only, pod, secrets).await;
+    let staged = stage_and_bind(service, &record, &volume, read_only, pod, credentials).await;
     match staged {
         Err(failure) if is_final(failure.code()) => {
             if let Err(undo) = undo(service, &record, &handle).await {
@@ -379,6 +403,55 @@ async fn create(
     (creator.create(create).await).map_err(|source| EphemeralError::Create { volume_id, source })
 }
 
+/// The StageRequest at the target: the created volume's context, the pod
+/// and the credentials.
+fn stage_request_at_target(
+    service: &NodeService,
+    record: &Record,
+    volume: &pav_sdk::Volume,
+    read_only: bool,
+    pod: Option<PodInfo>,
+    credentials: Credentials,
+) -> pav_sdk::StageRequest {
+    let handle = volume.handle.as_str();
+    let mut stage = stage_request(
+        &service.node.node_id,
+        handle,
+        record.target.clone(),
+        record.capability.clone(),
+        read_only,
+    );
+    stage.context = volume.context.clone();
+    stage.pod = pod;
+    stage.secrets = credentials.secrets;
+    stage.service_account_tokens = credentials.service_account_tokens;
+    stage.node_dir = service.node_dir(handle);
+    stage
+}
+
+/// Stage again at the target, where the volume is bound already: kubelet's
+/// republish (the CSIDriver's `requiresRepublish: true`) brings the pod's
+/// renewed service-account tokens. The bind stays.
+async fn restage(
+    service: &NodeService,
+    record: &Record,
+    volume: &pav_sdk::Volume,
+    read_only: bool,
+    pod: Option<PodInfo>,
+    credentials: Credentials,
+) -> Result<(), EphemeralError> {
+    let stager = (service.shared.provisioner.stage()).ok_or(Unserved::Stage)?;
+    let volume_id = record.volume_id.as_str();
+    tracing::info!(volume_id, target = ?record.target, "NodePublishVolume: staging ephemeral volume again with renewed service-account tokens");
+    let stage = stage_request_at_target(service, record, volume, read_only, pod, credentials);
+    let restaged = stager.stage(stage).await;
+    restaged.map_err(|source| EphemeralError::Restage {
+        volume_id: volume_id.to_owned(),
+        source,
+    })?;
+    Ok(())
+}
+
 /// Stage at the target (with the created volume's context and the pod),
 /// then bind what was staged onto the target unless Stage mounted there.
 async fn stage_and_bind(
@@ -387,23 +460,10 @@ async fn stage_and_bind(
     volume: &pav_sdk::Volume,
     read_only: bool,
     pod: Option<PodInfo>,
-    secrets: Secrets,
+    credentials: Credentials,
 ) -> Result<(), EphemeralError> {
     let stager = (service.shared.provisioner.stage()).ok_or(Unserved::Stage)?;
-    let node_id = &service.node.node_id;
-    let handle = volume.handle.as_str();
-    let target = record.target.clone();
-    let mut stage = stage_request(
-        node_id,
-        handle,
-        target.clone(),
-        record.capability.clone(),
-        read_only,
-    );
-    stage.context = volume.context.clone();
-    stage.pod = pod;
-    stage.secrets = secrets;
-    stage.node_dir = service.node_dir(handle);
+    let stage = stage_request_at_target(service, record, volume, read_only, pod, credentials);
     let staged = stager
         .stage(stage)
         .await
@@ -411,6 +471,7 @@ async fn stage_and_bind(
             volume_id: record.volume_id.clone(),
             source,
         })?;
+    let target = record.target.clone();
     let (records, mode) = (service.node.staged.clone(), record.capability.mode);
     blocking(move || {
         check_free("target_path", &target, &records)?;
@@ -494,7 +555,7 @@ mod tests {
             capability(),
             false,
             &ctx,
-            Secrets::default(),
+            Credentials::default(),
         )
         .map_err(Status::from)
     }

@@ -15,7 +15,7 @@ pub(crate) mod clean_up;
 pub(crate) mod ephemeral;
 mod expand;
 mod info;
-mod publish;
+pub(crate) mod publish;
 mod stage;
 pub(crate) mod stats;
 mod unpublish;

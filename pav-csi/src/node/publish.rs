@@ -2,9 +2,10 @@
 //! target, or, for a provisioner that stages per client pod, stage at the
 //! target and bind what it staged there.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
-use pav_sdk::{AccessMode, VolumeMode};
+use pav_sdk::{AccessMode, ServiceAccountTokens, VolumeMode};
 use tonic::{Code, Status};
 
 use super::binds::{
@@ -25,6 +26,12 @@ use crate::occupancy::{OccupancyError, check_free};
 use crate::paths::PathError;
 use crate::shared::Shared;
 
+/// The key under which kubelet passes `NodePublishVolume` the client
+/// pod's service-account tokens (the CSIDriver's `tokenRequests`): in
+/// `secrets` with the CSIDriver's `serviceAccountTokenInSecrets: true`,
+/// else in `volume_context`.
+pub(crate) const SERVICE_ACCOUNT_TOKENS: &str = "csi.storage.k8s.io/serviceAccount.tokens";
+
 /// Why a `NodePublishVolume` failed: one variant per step of [`check`] and
 /// [`run`], each mapped to its code once, in [`From`].
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +42,14 @@ pub(crate) enum PublishError {
     /// A field breaks CSI's limits (`INVALID_ARGUMENT`).
     #[error(transparent)]
     Limit(#[from] LimitError),
+    /// kubelet's service-account tokens are refused (`INVALID_ARGUMENT`);
+    /// the message names the key, never its value.
+    #[error("{field}: reading {SERVICE_ACCOUNT_TOKENS}")]
+    ServiceAccountTokens {
+        field: &'static str,
+        #[source]
+        source: pav_sdk::TokensError,
+    },
     /// The target or staging path is refused (`INVALID_ARGUMENT`).
     #[error(transparent)]
     Path(#[from] PathError),
@@ -93,6 +108,10 @@ pub(crate) enum PublishError {
     /// The provisioner's Stage failed (its code).
     #[error("{}", .0.message())]
     Stage(pav_sdk::Error),
+    /// The provisioner's Stage of a republish, with renewed
+    /// service-account tokens, failed (its code).
+    #[error("staging again with renewed service-account tokens: {}", .0.message())]
+    Restage(pav_sdk::Error),
     /// What is mounted at the target, or binding, failed (its code).
     #[error(transparent)]
     Bind(#[from] BindError),
@@ -103,6 +122,7 @@ impl From<PublishError> for Status {
         let code = match &err {
             PublishError::Unserved(_) => Code::Unimplemented,
             PublishError::Limit(e) => e.code(),
+            PublishError::ServiceAccountTokens { .. } => Code::InvalidArgument,
             PublishError::Path(e) => e.code(),
             PublishError::Capability(e) => e.code(),
             PublishError::Ephemeral(e) => e.code(),
@@ -115,7 +135,7 @@ impl From<PublishError> for Status {
             | PublishError::OtherMode { .. }
             | PublishError::NotMounted { .. } => Code::FailedPrecondition,
             PublishError::Occupancy(e) => e.code(),
-            PublishError::Stage(e) => provisioner_code(e),
+            PublishError::Stage(e) | PublishError::Restage(e) => provisioner_code(e),
             PublishError::Bind(e) => e.code(),
         };
         Status::new(code, error_chain(&err))
@@ -142,8 +162,8 @@ pub(crate) enum Checked {
 }
 
 /// The volume id, the target path, a capability the provisioner serves,
-/// limits, and (unless the provisioner stages on publish) a staging path
-/// apart from the target.
+/// kubelet's service-account tokens, limits, and (unless the provisioner
+/// stages on publish) a staging path apart from the target.
 pub(crate) fn check(
     req: &csi::NodePublishVolumeRequest,
     shared: &Shared,
@@ -152,26 +172,40 @@ pub(crate) fn check(
     let volume_id = limits::required("volume_id", &req.volume_id)?;
     let target = node.paths.path("target_path", &req.target_path)?;
     let capability = required_capability(req.volume_capability.as_ref())?;
+    let (mut secrets, mut volume_context) = (req.secrets.clone(), req.volume_context.clone());
+    let tokens = take_service_account_tokens(&mut secrets, &mut volume_context)?;
     limits::map("publish_context", &req.publish_context)?;
-    limits::map("volume_context", &req.volume_context)?;
-    let secrets = convert::secrets(&req.secrets)?;
+    // Measured without the tokens: kubelet sends its JWTs whatever CSI's
+    // 4 KiB, and a few audiences exceed it.
+    limits::map("volume_context", &volume_context)?;
+    let secrets = convert::secrets(&secrets)?;
     check_capability(shared, &capability)?;
     let read_only = req.readonly || capability.access_mode.is_read_only();
-    if ephemeral::is_ephemeral(&req.volume_context) {
+    if ephemeral::is_ephemeral(&volume_context) {
         let serves = shared.provisioner.serves_ephemeral();
-        let context = &req.volume_context;
+        let credentials = ephemeral::Credentials {
+            secrets,
+            service_account_tokens: tokens,
+        };
         let checked = ephemeral::check(
-            serves, volume_id, target, capability, read_only, context, secrets,
+            serves,
+            volume_id,
+            target,
+            capability,
+            read_only,
+            &volume_context,
+            credentials,
         )?;
         return Ok(Checked::Ephemeral(Box::new(checked)));
     }
     if shared.provisioner.stages_on_publish() {
         // staging_target_path is not ours to use: STAGE_UNSTAGE_VOLUME
         // is not advertised, so the CO leaves it unset.
-        let (context, pod) = convert::split_pod_info(&req.volume_context);
+        let (context, pod) = convert::split_pod_info(&volume_context);
         let mut stage = stage_request(&node.node_id, volume_id, target, capability, read_only);
         stage.context = context;
         stage.secrets = secrets;
+        stage.service_account_tokens = tokens;
         stage.pod = pod;
         stage.publish_context = convert::sorted(&req.publish_context);
         return Ok(Checked::StageOnPublish(Box::new(stage)));
@@ -193,6 +227,27 @@ pub(crate) fn check(
         capability,
         read_only,
     })
+}
+
+/// Takes kubelet's service-account tokens out of a publish's `secrets`
+/// and `volume_context`, so that neither holds a token for the
+/// provisioner or a log to see, and parses them: from `secrets` when
+/// there (the CSIDriver's `serviceAccountTokenInSecrets: true`), else
+/// from the volume context (where kubelet puts them without it). None
+/// when kubelet passed none (the CSIDriver has no `tokenRequests`).
+fn take_service_account_tokens(
+    secrets: &mut HashMap<String, String>,
+    volume_context: &mut HashMap<String, String>,
+) -> Result<ServiceAccountTokens, PublishError> {
+    let in_secrets = secrets.remove(SERVICE_ACCOUNT_TOKENS);
+    let in_context = volume_context.remove(SERVICE_ACCOUNT_TOKENS);
+    let (field, json) = match (in_secrets, in_context) {
+        (Some(json), _) => ("secrets", json),
+        (None, Some(json)) => ("volume_context", json),
+        (None, None) => return Ok(ServiceAccountTokens::default()),
+    };
+    ServiceAccountTokens::from_kubelet_json(&json)
+        .map_err(|source| PublishError::ServiceAccountTokens { field, source })
 }
 
 /// Holds the volume and the target, and binds the staging path recorded
@@ -274,7 +329,11 @@ pub(crate) async fn run(
 
 /// `NodePublishVolume` of a provisioner that stages per client pod:
 /// Stage with the publish target path and the client pod, then
-/// bind-mount what it returns onto the target path.
+/// bind-mount what it returns onto the target path. A volume published at
+/// the target already is a repeat, answered without Stage; or, when the
+/// request carries service-account tokens, kubelet's republish (the
+/// CSIDriver's `requiresRepublish: true`), whose renewed tokens Stage
+/// takes while the bind stays.
 async fn stage_and_publish(
     service: &NodeService,
     mut stage: pav_sdk::StageRequest,
@@ -292,11 +351,19 @@ async fn stage_and_publish(
     let (path, mode, read_only) = (target.clone(), stage.volume_mode, stage.read_only);
     // What the provisioner stages is unknown until it runs: a read-only
     // mount there may be the provisioner's own choice.
-    if blocking::<_, BindError>(move || published(&path, None, mode, read_only, true)).await? {
+    let published =
+        blocking::<_, BindError>(move || published(&path, None, mode, read_only, true)).await?;
+    if published && stage.service_account_tokens.is_empty() {
+        return Ok(csi::NodePublishVolumeResponse {});
+    }
+    stage.node_dir = service.node_dir(volume_id);
+    if published {
+        // kubelet's republish: Stage takes the renewed tokens, the bind stays.
+        tracing::info!(volume_id, target = ?target, "NodePublishVolume: staging again with renewed service-account tokens");
+        stager.stage(stage).await.map_err(PublishError::Restage)?;
         return Ok(csi::NodePublishVolumeResponse {});
     }
     tracing::info!(volume_id, target = ?target, read_only, %mode, "NodePublishVolume: staging");
-    stage.node_dir = service.node_dir(volume_id);
     let staged = stager.stage(stage).await.map_err(PublishError::Stage)?;
     let records = service.node.staged.clone();
     let published_at = target.clone();
@@ -308,4 +375,60 @@ async fn stage_and_publish(
     // With the "staging" line above, a volume's time in this call.
     tracing::info!(volume_id, target = ?published_at, "NodePublishVolume: published");
     Ok(csi::NodePublishVolumeResponse {})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        (pairs.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    const KUBELET: &str =
+        r#"{"vault":{"token":"eyJ-vault","expirationTimestamp":"2026-05-01T10:00:00Z"}}"#;
+
+    #[test]
+    fn tokens_come_from_secrets_first_and_leave_both_maps() {
+        let mut secrets = map(&[(SERVICE_ACCOUNT_TOKENS, KUBELET), ("password", "pw")]);
+        let mut context = map(&[(SERVICE_ACCOUNT_TOKENS, "stale"), ("origin", "pv")]);
+        let tokens = take_service_account_tokens(&mut secrets, &mut context).unwrap();
+        assert_eq!(tokens.get("vault").unwrap().token(), "eyJ-vault");
+        assert_eq!(secrets, map(&[("password", "pw")]));
+        assert_eq!(context, map(&[("origin", "pv")]));
+
+        let mut context = map(&[(SERVICE_ACCOUNT_TOKENS, KUBELET)]);
+        let tokens = take_service_account_tokens(&mut HashMap::new(), &mut context).unwrap();
+        assert_eq!(tokens.get("vault").unwrap().token(), "eyJ-vault");
+        assert!(context.is_empty());
+
+        let mut context = map(&[("origin", "pv")]);
+        let none = take_service_account_tokens(&mut HashMap::new(), &mut context).unwrap();
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn refused_tokens_are_invalid_argument_naming_the_field_and_the_key() {
+        let no_token = r#"{"vault": {"expirationTimestamp": "x"}}"#;
+        let mut context = map(&[(SERVICE_ACCOUNT_TOKENS, no_token)]);
+        let refused = take_service_account_tokens(&mut HashMap::new(), &mut context);
+        let refused = Status::from(refused.unwrap_err());
+        assert_eq!(refused.code(), Code::InvalidArgument);
+        assert_eq!(
+            refused.message(),
+            "volume_context: reading csi.storage.k8s.io/serviceAccount.tokens: not kubelet's JSON \
+             map of audience to token and expirationTimestamp (line 1, column 38)"
+        );
+        let mut secrets = map(&[(SERVICE_ACCOUNT_TOKENS, "eyJ-vault")]);
+        let refused = take_service_account_tokens(&mut secrets, &mut HashMap::new());
+        let refused = Status::from(refused.unwrap_err());
+        assert_eq!(refused.code(), Code::InvalidArgument);
+        assert_eq!(
+            refused.message(),
+            "secrets: reading csi.storage.k8s.io/serviceAccount.tokens: not kubelet's JSON map \
+             of audience to token and expirationTimestamp (line 1, column 1)"
+        );
+    }
 }

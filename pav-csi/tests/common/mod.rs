@@ -46,6 +46,8 @@ pub struct Memory {
     pub modify_claims: Mutex<Vec<Option<pav_sdk::Claim>>>,
     /// The staging path each Stats was given, in order.
     pub stats_staging_paths: Mutex<Vec<Option<PathBuf>>>,
+    /// Each Stage's request, in order.
+    pub stage_requests: Mutex<Vec<StageRequest>>,
 }
 
 impl Memory {
@@ -64,6 +66,7 @@ impl Memory {
             attributes: Mutex::default(),
             modify_claims: Mutex::default(),
             stats_staging_paths: Mutex::default(),
+            stage_requests: Mutex::default(),
         }
     }
 
@@ -197,6 +200,7 @@ impl Delete for Memory {
 impl Stage for Memory {
     async fn stage(&self, req: StageRequest) -> Result<Staged> {
         self.record("stage");
+        self.stage_requests.lock().unwrap().push(req.clone());
         // A handle starting with `slow` takes a while, and says when done.
         if req.handle.starts_with("slow") {
             tokio::time::sleep(Duration::from_millis(500)).await;

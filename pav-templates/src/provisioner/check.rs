@@ -7,7 +7,7 @@ use serde_json::Value as Json;
 use crate::duration::parse_timeout;
 pub(super) use crate::engine::has_template_syntax;
 use crate::error::{Error, Location};
-use crate::model::{LifecycleMode, ProvisioningMode, StagingPer};
+use crate::model::{LifecycleMode, ProvisioningMode, StagingPer, TokenRequest, token_file_name};
 use crate::phase::Phase;
 use crate::phase::fields::{
     Kind, PodTemplateError, capacity_rounding, describe_json, kind, pod_template_from_json,
@@ -190,6 +190,59 @@ impl Checker {
                 );
                 StagingPer::default()
             }),
+        }
+    }
+
+    /// `spec.tokenRequests`: absent, or a non-empty list of distinct
+    /// audiences, each its own file name under `/pav/tokens/`, with an
+    /// optional `expirationSeconds` of at least 600 (the CSIDriver's
+    /// rules); only with `stagingPer: Pod`, as tokens come with each
+    /// client pod's publish. Not a template: it is the CSIDriver's.
+    pub(super) fn check_token_requests(&mut self, value: Option<&Json>, staging_per: StagingPer) {
+        const PATH: &str = "spec.tokenRequests";
+        let requests: Vec<TokenRequest> = match value {
+            None | Some(Json::Null) => return,
+            Some(value) => match serde_json::from_value(value.clone()) {
+                Ok(requests) => requests,
+                Err(_) => {
+                    let found = describe_json(value);
+                    let message = format!(
+                        "must be a list of {{audience, expirationSeconds}} (it is not a template), not {found}"
+                    );
+                    return self.problem_schema(PATH, &message);
+                }
+            },
+        };
+        if requests.is_empty() {
+            self.problem_schema(PATH, "must list at least one audience when present");
+        }
+        if staging_per == StagingPer::Node {
+            let message = "needs stagingPer: Pod: kubelet gives tokens with each client pod's publish, which a volume staged per node does not stage";
+            self.problem_rule(PATH, message);
+        }
+        let mut files = std::collections::BTreeMap::new();
+        for (i, request) in requests.iter().enumerate() {
+            let path = format!("{PATH}[{i}]");
+            let audience = &request.audience;
+            if audience.is_empty() || audience.len() > 253 {
+                self.problem_schema(&format!("{path}.audience"), "must be 1 to 253 bytes");
+            }
+            if let Some(seconds) = request.expiration_seconds
+                && !(600..=u32::MAX.into()).contains(&seconds)
+            {
+                let message = format!("must be at least 600 (10 minutes), not {seconds}");
+                self.problem_schema(&format!("{path}.expirationSeconds"), &message);
+            }
+            if let Some(other) = files.insert(token_file_name(audience), audience) {
+                let message = match other == audience {
+                    true => format!("repeats audience {audience:?}"),
+                    false => format!(
+                        "audiences {other:?} and {audience:?} would share the file /pav/tokens/{}",
+                        token_file_name(audience)
+                    ),
+                };
+                self.problem_schema(&path, &message);
+            }
         }
     }
 

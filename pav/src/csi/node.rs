@@ -23,6 +23,7 @@ pub mod collector;
 mod ephemeral;
 mod error;
 mod growth;
+mod tokens;
 
 pub use self::collector::{collect, sweep_dirs};
 pub use self::error::{StageError, UnstageError};
@@ -254,6 +255,14 @@ impl PodNode {
             .pod;
         let name = pod.name_any();
         let dir = self.dir(&name);
+        // Before the pod starts, and again at each republish (renewed).
+        let (tokens_dir, tokens) = (dir.clone(), req.tokens.clone());
+        let written =
+            tokio::task::spawn_blocking(move || tokens::write_tokens(&tokens_dir, &tokens));
+        written
+            .await
+            .expect("writing tokens does not panic")
+            .map_err(StageError::Tokens)?;
         let volume = dir.join("volume");
         let block = req.block;
         // The pod stays while its volume is staged; the run ends once the
@@ -666,6 +675,8 @@ struct StagingRequest<'a> {
     /// An ephemeral inline volume's attributes and size; `None` for a
     /// persistent volume.
     ephemeral: Option<(pav_sdk::Parameters, Option<u64>)>,
+    /// The client pod's service-account tokens (`spec.tokenRequests`).
+    tokens: &'a pav_sdk::ServiceAccountTokens,
 }
 
 impl<'a> StagingRequest<'a> {
@@ -677,6 +688,7 @@ impl<'a> StagingRequest<'a> {
             block: req.volume_mode == pav_sdk::VolumeMode::Block,
             publish_context: &req.publish_context,
             ephemeral: ephemeral::attributes(&req.context),
+            tokens: &req.service_account_tokens,
         }
     }
 }

@@ -28,7 +28,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
 use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::Resource as _;
-use pav_templates::{LifecycleMode, PavProvisioner, Phase, StagingPer};
+use pav_templates::{LifecycleMode, PavProvisioner, Phase, StagingPer, TokenRequest};
 use serde_json::{Value, json};
 
 use super::{
@@ -469,6 +469,9 @@ struct Builder<'a> {
     /// `spec.stagingPer: Node`: the node plugins run with
     /// `--staging-per-node`.
     staging_per_node: bool,
+    /// `spec.tokenRequests`: the CSIDriver's, which kubelet then passes
+    /// to NodePublishVolume in its secrets and renews by publishing again.
+    token_requests: Vec<TokenRequest>,
 }
 
 fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Value {
@@ -495,6 +498,7 @@ impl<'a> Builder<'a> {
             lifecycle_modes: (provisioner.spec.volume_lifecycle_modes.clone())
                 .unwrap_or_else(|| vec![LifecycleMode::Persistent]),
             staging_per_node: provisioner.spec.staging_per == Some(StagingPer::Node),
+            token_requests: provisioner.spec.token_requests.clone().unwrap_or_default(),
         }
     }
 
@@ -533,6 +537,7 @@ impl<'a> Builder<'a> {
     }
 
     fn csi_driver(&self) -> CSIDriver {
+        let tokens = !self.token_requests.is_empty();
         typed(json!({
             "apiVersion": "storage.k8s.io/v1",
             "kind": "CSIDriver",
@@ -553,7 +558,16 @@ impl<'a> Builder<'a> {
                 // access mode or fsType (pav volumes have neither a fixed
                 // fsType nor always RWO).
                 "fsGroupPolicy": "File",
-                "requiresRepublish": false,
+                // Tokens expire: kubelet publishes again about every
+                // minute with fresh ones, which the node plugin writes
+                // to the staging pod.
+                "requiresRepublish": tokens,
+                "tokenRequests": tokens.then(|| super::json(&self.token_requests)),
+                // In NodePublishVolume's secrets (never logged), not its
+                // volume context; an API server without the field (before
+                // Kubernetes' v1.35, or its gate off) drops it, and kubelet
+                // then uses the context, which the node plugin reads too.
+                "serviceAccountTokenInSecrets": tokens.then_some(true),
                 // The scheduler checks CSIStorageCapacity objects only
                 // when set (spec.storageCapacity publishes them).
                 "storageCapacity": self.capacity,
@@ -1234,6 +1248,25 @@ mod tests {
         assert!(node_args(&both).contains(&"--ephemeral".to_owned()));
         let only = with_sections("  volumeLifecycleModes: [Ephemeral]\n");
         assert_eq!(modes(&only), Some(vec!["Ephemeral".to_owned()]));
+    }
+
+    #[test]
+    fn the_csi_driver_asks_for_tokens_exactly_when_the_spec_does() {
+        let settings = Settings::default();
+        let driver = |p: &PavProvisioner| objects(p, &settings).csi_driver.spec;
+        let plain = driver(&provisioner());
+        assert_eq!(plain.token_requests, None);
+        assert_eq!(plain.requires_republish, Some(false));
+        assert_eq!(plain.service_account_token_in_secrets, None);
+        let asks = driver(&with_sections(
+            "  tokenRequests:\n    - audience: sts.example.com\n      expirationSeconds: 3600\n",
+        ));
+        let requests = asks.token_requests.expect("the spec's token requests");
+        assert_eq!(requests.len(), 1);
+        assert_eq!(requests[0].audience, "sts.example.com");
+        assert_eq!(requests[0].expiration_seconds, Some(3600));
+        assert_eq!(asks.requires_republish, Some(true));
+        assert_eq!(asks.service_account_token_in_secrets, Some(true));
     }
 
     #[test]

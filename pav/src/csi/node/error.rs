@@ -47,6 +47,10 @@ pub enum StageError {
     /// Planning the staging phase.
     #[error(transparent)]
     Plan(PlanError),
+    /// Writing the client pod's service-account tokens into the staging
+    /// pod's `/pav/tokens`.
+    #[error("handing the client pod's service-account tokens to the staging pod")]
+    Tokens(#[source] super::tokens::TokenFileError),
     /// Creating the staging pod, or waiting for it to be ready.
     #[error(transparent)]
     StagingPod(DriverError),
@@ -128,6 +132,7 @@ impl StageError {
             | StageError::NoVolume { .. }
             | StageError::Plan(_)
             | StageError::StagingPod(_)
+            | StageError::Tokens(_)
             | StageError::Failed { .. } => true,
         }
     }
@@ -150,7 +155,8 @@ impl From<StageError> for Error {
             StageError::Failed { .. }
             | StageError::MountTable { .. }
             | StageError::BindStagingPath { .. }
-            | StageError::UnmountPodMount { .. } => Error::Internal(message),
+            | StageError::UnmountPodMount { .. }
+            | StageError::Tokens(_) => Error::Internal(message),
             StageError::Plan(e) => e.into(),
             StageError::ClientPod(e) | StageError::ReadObjects(e) | StageError::StagingPod(e) => {
                 e.into()

@@ -167,11 +167,71 @@ fn staging_request() -> StagingRequest<'static> {
         block: false,
         publish_context: &NO_CONTEXT,
         ephemeral: None,
+        tokens: &NO_TOKENS,
     }
 }
 
 /// The publish context of a volume no attach pod attached.
 static NO_CONTEXT: pav_sdk::Parameters = pav_sdk::Parameters::new();
+
+/// The tokens of a client pod when the CSIDriver asks for none.
+static NO_TOKENS: std::sync::LazyLock<pav_sdk::ServiceAccountTokens> =
+    std::sync::LazyLock::new(Default::default);
+
+/// A client pod's service-account tokens (`spec.tokenRequests`) are in
+/// its staging pod's `/pav/tokens` when the pod is created; a republish
+/// with renewed tokens replaces them and creates no other pod.
+#[tokio::test]
+async fn the_client_pods_tokens_are_its_staging_pods_files_renewed_at_republish() {
+    let found_at_creation = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let found = found_at_creation.clone();
+    let (server, node, pods_dir) = scenario_of(spec(), move |phase, dir| match phase {
+        "staging" => {
+            let token = std::fs::read_to_string(dir.join("tokens/sts.example.com"));
+            found.lock().unwrap().push(token.ok());
+            ready(dir)
+        }
+        other => panic!("a {other:?} pod on the node"),
+    });
+    let tokens = |jwt: &str| -> pav_sdk::ServiceAccountTokens {
+        let token = pav_sdk::ServiceAccountToken::new(jwt, "2026-12-01T00:00:00Z");
+        [("sts.example.com".to_owned(), token)]
+            .into_iter()
+            .collect()
+    };
+    let first = tokens("jwt-first");
+    let request = StagingRequest {
+        tokens: &first,
+        ..staging_request()
+    };
+    node.stage_for(&request, &client_info())
+        .await
+        .expect("staging");
+    let created = server.created_pods();
+    assert_eq!(created.len(), 1);
+    let file = pods_dir
+        .path()
+        .join(name(&created[0]))
+        .join("tokens/sts.example.com");
+    let at_creation = found_at_creation.lock().unwrap().clone();
+    assert_eq!(at_creation.first(), Some(&Some("jwt-first".to_owned())));
+
+    let renewed = tokens("jwt-renewed");
+    let republish = StagingRequest {
+        tokens: &renewed,
+        ..staging_request()
+    };
+    node.stage_for(&republish, &client_info())
+        .await
+        .expect("republish");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "jwt-renewed");
+    assert_eq!(server.created_pods().len(), 1, "the staging pod is kept");
+    let posted = format!("{:?}", server.requests());
+    assert!(
+        !posted.contains("jwt-"),
+        "no token reaches the API server: {posted}"
+    );
+}
 
 fn client_info() -> PodInfo {
     PodInfo {
