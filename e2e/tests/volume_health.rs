@@ -1,23 +1,27 @@
 //! Scenario: volume health on a real cluster. examples/sparse-file (whose
 //! pav-sdk `Health` checks an image's filesystem superblock) serves an
 //! ext4 claim to a running pod; the kubelet, with its `CSIVolumeHealth`
-//! feature gate (scripts/cluster-up turns it on), asks NodeGetVolumeStats
-//! for the condition and exports it as
-//! `kubelet_volume_stats_health_status_abnormal`:
+//! feature gate (scripts/cluster-up turns it on, for the API server too),
+//! asks the node plugin for the volume's health and reports it: before
+//! Kubernetes' v1.37 from NodeGetVolumeStats' condition, as the gauge
+//! `kubelet_volume_stats_health_status_abnormal` and a
+//! `VolumeConditionAbnormal` Warning event on the pod; from v1.37 from
+//! NodeGetVolumeHealth, in the pod's `status.volumeHealth` (see
+//! [`Reporting`]):
 //!
-//! - healthy: the gauge is 0 for the claim;
+//! - healthy: the gauge is 0 for the claim, or the pod's status lists no
+//!   condition for the volume;
 //! - the image's ext4 superblock magic overwritten on the node (what a
-//!   stray write or a truncation does): the gauge turns 1, and the
-//!   kubelet records a `VolumeConditionAbnormal` Warning event on the pod
-//!   whose message names the image;
-//! - the magic written back: 0 again, and the pod unmounts cleanly;
+//!   stray write or a truncation does): abnormal, reported with a message
+//!   that names the image (the event's, or the condition's);
+//! - the magic written back: healthy again, and the pod unmounts cleanly;
 //!
 //! then the claim is deleted and nothing is left. examples/local-volumes
 //! (PaV `spec.volumeHealth`: a pod on the node checks the staged image
 //! every minute, every 10 s here, and writes `/pav/condition`) goes
 //! through the same steps.
 //! external-health-monitor (events on the claim) is not deployed here:
-//! its module is not to be had on this machine, so the kubelet's metric
+//! its module is not to be had on this machine, so the kubelet's report
 //! is the proof.
 
 use std::os::unix::fs::FileExt as _;
@@ -59,6 +63,56 @@ spec:
     )
 }
 
+/// What the kubelet reports of the health of claim [`CLAIM`], mounted as
+/// volume `data` of pod [`POD`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Health {
+    Healthy,
+    /// With the condition's messages where the report carries them.
+    Abnormal(String),
+}
+
+/// Where this cluster's kubelet reports a volume's health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reporting {
+    /// Before Kubernetes v1.37: the gauge
+    /// `kubelet_volume_stats_health_status_abnormal` (0 or 1, per claim),
+    /// the condition's message in a `VolumeConditionAbnormal` event on
+    /// the pod.
+    Gauge,
+    /// From v1.37: the pod's `status.volumeHealth`, an entry per volume
+    /// whose `healthConditions` hold the abnormal conditions (none:
+    /// healthy); the gauge and the event are gone.
+    PodStatus,
+}
+
+impl Reporting {
+    /// The way of the API server's Kubernetes version.
+    async fn of(client: &Client) -> Self {
+        let version = client
+            .apiserver_version()
+            .await
+            .expect("the server's version");
+        let minor: u32 = (version.minor.trim_end_matches('+').parse())
+            .unwrap_or_else(|e| panic!("minor version {:?}: {e}", version.minor));
+        match (version.major.as_str(), minor) {
+            ("1", ..37) => Reporting::Gauge,
+            _ => Reporting::PodStatus,
+        }
+    }
+
+    /// The health last reported, once there is a report.
+    async fn health(self, client: &Client, ns: &str, node: &str) -> Option<Health> {
+        match self {
+            Reporting::Gauge => Some(match abnormal_gauge(client, ns, node).await? {
+                0 => Health::Healthy,
+                _ => Health::Abnormal(String::new()),
+            }),
+            Reporting::PodStatus => pod_status_health(client, ns).await,
+        }
+    }
+}
+
 /// The kubelet's `kubelet_volume_stats_health_status_abnormal` for claim
 /// [`CLAIM`] of namespace `ns` on `node` (1 abnormal, 0 not), once it
 /// reports one.
@@ -79,25 +133,47 @@ async fn abnormal_gauge(client: &Client, ns: &str, node: &str) -> Option<u64> {
         .map(|value| value as u64)
 }
 
-/// Waits until the gauge of namespace `ns` reads `want`; on a timeout,
+/// The health of volume `data` in pod [`POD`]'s `status.volumeHealth`:
+/// abnormal with the conditions' messages while it lists any; healthy
+/// when it lists none, or has no entry for the volume once the pod runs
+/// (the kubelet writes entries for abnormal volumes).
+async fn pod_status_health(client: &Client, ns: &str) -> Option<Health> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let status = pods.get(POD).await.ok()?.status?;
+    let entry = (status.volume_health.unwrap_or_default().into_iter()).find(|v| v.name == "data");
+    let conditions = entry.and_then(|v| v.health_conditions).unwrap_or_default();
+    Some(match conditions.is_empty() {
+        true => Health::Healthy,
+        false => Health::Abnormal(format!("{conditions:?}")),
+    })
+}
+
+/// Waits until the health of namespace `ns`'s claim is `want` (for
+/// abnormal: any report of it, whose messages it returns); on a timeout,
 /// panics with `diagnose`'s account.
-async fn wait_gauge<D: std::future::Future<Output = String>>(
+async fn wait_health<D: std::future::Future<Output = String>>(
     client: &Client,
-    (ns, node): (&str, &str),
-    want: u64,
+    (reporting, ns, node): (Reporting, &str, &str),
+    want: &Health,
     what: &str,
     diagnose: impl FnOnce() -> D,
-) {
+) -> Health {
+    let matches = |health: &Health| match (want, health) {
+        (Health::Abnormal(_), Health::Abnormal(_)) => true,
+        _ => want == health,
+    };
     let seen = wait_until(what, HEALTH_ROUNDS, || async {
-        Ok((abnormal_gauge(client, ns, node).await == Some(want)).then_some(()))
+        let health = reporting.health(client, ns, node).await;
+        Ok(health.filter(|h| matches(h)))
     })
     .await;
-    if let Err(e) = seen {
-        let account = diagnose().await;
-        panic!(
-            "{e}; gauge now {:?}; {account}",
-            abnormal_gauge(client, ns, node).await
-        );
+    match seen {
+        Ok(health) => health,
+        Err(e) => {
+            let account = diagnose().await;
+            let now = reporting.health(client, ns, node).await;
+            panic!("{e}; {reporting:?} reports {now:?}; {account}")
+        }
     }
 }
 
@@ -154,8 +230,9 @@ async fn run_writer(client: &Client, ns: &str) -> (Api<Pod>, String) {
 }
 
 /// The health steps on a running pod's volume: healthy; its image's ext4
-/// magic overwritten: abnormal, and the kubelet's event on the pod naming
-/// the image and `damage`; written back: healthy again.
+/// magic overwritten: abnormal, reported with a message naming the image
+/// and `damage` (the condition's, or the kubelet's event on the pod);
+/// written back: healthy again.
 async fn damaged_and_repaired<D: std::future::Future<Output = String>>(
     client: &Client,
     (ns, node): (&str, &str),
@@ -163,18 +240,36 @@ async fn damaged_and_repaired<D: std::future::Future<Output = String>>(
     damage: &str,
     diagnose: impl Fn() -> D,
 ) {
+    let reporting = Reporting::of(client).await;
+    let at = (reporting, ns, node);
     let healthy = "the kubelet to report the volume healthy";
-    wait_gauge(client, (ns, node), 0, healthy, &diagnose).await;
+    wait_health(client, at, &Health::Healthy, healthy, &diagnose).await;
     let was = write_magic(image, [0, 0]);
     assert_eq!(was, EXT4_MAGIC, "{image} held ext4 where health looks");
     let abnormal = "the kubelet to report the volume abnormal";
-    wait_gauge(client, (ns, node), 1, abnormal, &diagnose).await;
-    let needles = ["VolumeConditionAbnormal", image, damage];
-    let event = wait_event(client, ns, POD, &needles, STEP).await;
-    event.unwrap_or_else(|e| panic!("{e}"));
+    let reported = wait_health(
+        client,
+        at,
+        &Health::Abnormal(String::new()),
+        abnormal,
+        &diagnose,
+    )
+    .await;
+    match (reporting, reported) {
+        (Reporting::Gauge, _) => {
+            let needles = ["VolumeConditionAbnormal", image, damage];
+            let event = wait_event(client, ns, POD, &needles, STEP).await;
+            event.unwrap_or_else(|e| panic!("{e}"));
+        }
+        (Reporting::PodStatus, Health::Abnormal(conditions)) => assert!(
+            conditions.contains(image) && conditions.contains(damage),
+            "status.volumeHealth names {image} and {damage:?}: {conditions}"
+        ),
+        (Reporting::PodStatus, Health::Healthy) => unreachable!("waited for abnormal"),
+    }
     write_magic(image, EXT4_MAGIC);
     let repaired = "the kubelet to report the repaired volume healthy";
-    wait_gauge(client, (ns, node), 0, repaired, &diagnose).await;
+    wait_health(client, at, &Health::Healthy, repaired, &diagnose).await;
 }
 
 #[tokio::test]

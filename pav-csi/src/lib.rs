@@ -1,4 +1,5 @@
-//! Serve any [`pav_sdk`] provisioner as a conformant CSI v1.12.0 driver.
+//! Serve any [`pav_sdk`] provisioner as a conformant CSI v1.12.0 driver
+//! (with CSI v1.13's `NodeGetVolumeHealth`).
 //!
 //! # A complete driver
 //!
@@ -144,6 +145,7 @@
 //! | Attach | `ControllerPublishVolume`, `ControllerUnpublishVolume`, `NodeStageVolume`, `NodeGetInfo` | with [`pav_sdk::Attach`]: `PUBLISH_UNPUBLISH_VOLUME` advertised (`PUBLISH_READONLY` when [`pav_sdk::Attach::attaches_read_only`], else a read-only attach is `INVALID_ARGUMENT`); `volume_id`, `node_id` and `volume_capability` required, its modes served, secrets and context within limits, an unknown volume `NOT_FOUND` (an unknown node is the provisioner's `NOT_FOUND`), one call per volume; the publish context answered checked (within the map limit, strings CSI carries, else `INTERNAL`); unpublish without a node id detaches from every node, and the provisioner's `NOT_FOUND` is success; `NodeStageVolume`'s `publish_context` passed to Stage ([`pav_sdk::StageRequest::publish_context`]); `max_volumes_per_node` reported from [`pav_sdk::Stage::max_volumes_now`] at each call, else [`pav_sdk::Provisioner::max_volumes_per_node`], unless [`DriverBuilder::max_volumes_per_node`] is set; with records, repeats, conflicts and full nodes answered by pav-sdk |
 //! | Capacity | `GetCapacity` | with [`pav_sdk::Capacity`]: per topology segment; 0 without asking for volume capabilities the provisioner does not serve |
 //! | Topology | `NodeGetInfo`, `CreateVolume` | [`DriverBuilder::node_topology`] reported by the node and advertised; `accessibility_requirements` passed to Create (bounded), its `accessible_topology` checked and returned |
+//! | Volume health | `NodeGetVolumeHealth` (CSI v1.13) | with [`pav_sdk::Stats`] or [`pav_sdk::Health`]: `GET_VOLUME_HEALTH` advertised (with `VOLUME_CONDITION`: kubelets before Kubernetes' v1.37 read that one), else `UNIMPLEMENTED`; `volume_id` required; with `volume_publish_path`, the condition `NodeGetVolumeStats` carries and its codes (`NOT_FOUND` where nothing is mounted); without it, Health's answer to the controller's question (its `NOT_FOUND` for a volume that does not exist), or healthy without Health; healthy: no entry; abnormal: one, status from [`pav_sdk::HealthProblem`], [`pav_sdk::VolumeCondition::reason`] (`VolumeAbnormal` if empty) and message |
 //! | Health | `ControllerGetVolume`, `ListVolumes`, `NodeGetVolumeStats` | with [`pav_sdk::Health`]: `VOLUME_CONDITION` advertised on the node, and with a listing `GET_VOLUME` and `VOLUME_CONDITION` on the controller; `ControllerGetVolume`: `volume_id` required, a volume not listed `NOT_FOUND`, the listed volume with the listing's condition or else Health's (no published node ids: pav-csi publishes nothing from the controller); listing entries and node stats without a condition take Health's |
 //! | Listing | `ListVolumes` | with [`pav_sdk::List`]: sorted by handle, paged by tokens that name the last entry (a foreign token is `ABORTED`); conditions reported (and `VOLUME_CONDITION` advertised) when the provisioner says it has them |
 //! | Snapshots | `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` | with [`pav_sdk::Snapshot`]: name and source required, an unknown source volume `NOT_FOUND`, one call per name and source volume, recent answers cached by name (another source is `ALREADY_EXISTS`), listing filtered, sorted and paged |
@@ -204,7 +206,8 @@ mod staged;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-/// Generated CSI v1.12.0 messages, clients and servers (package `csi.v1`).
+/// Generated CSI v1.12.0 messages, clients and servers (package `csi.v1`),
+/// with CSI v1.13's `NodeGetVolumeHealth`.
 #[allow(missing_docs, clippy::all)]
 pub mod csi {
     tonic::include_proto!("csi.v1");

@@ -1091,6 +1091,101 @@ async fn health_is_advertised_only_when_implemented() {
     h.stop().await;
 }
 
+/// The node reports volume health both ways when the provisioner has
+/// Stats or Health: `VOLUME_CONDITION` (NodeGetVolumeStats' condition,
+/// for kubelets before v1.37) and `GET_VOLUME_HEALTH` (NodeGetVolumeHealth,
+/// from v1.37), together. Without either, NodeGetVolumeHealth is
+/// `UNIMPLEMENTED`, naming the capability.
+#[tokio::test]
+async fn node_volume_health_is_advertised_with_stats_or_health() {
+    use csi::node_service_capability::rpc::Type as Node;
+    for (stats, health) in [(false, false), (true, false), (false, true), (true, true)] {
+        let mut h = Harness::start_with(Options {
+            stats,
+            health,
+            ..Default::default()
+        })
+        .await;
+        let rpcs = node_rpcs(&mut h).await;
+        let reported = stats || health;
+        let case = format!("stats {stats}, health {health}");
+        assert_eq!(
+            rpcs.contains(&(Node::GetVolumeHealth as i32)),
+            reported,
+            "{case}"
+        );
+        assert_eq!(
+            rpcs.contains(&(Node::VolumeCondition as i32)),
+            reported,
+            "{case}"
+        );
+        if !reported {
+            let refused = common::volume_health(&mut h, "vol-1", "")
+                .await
+                .unwrap_err();
+            assert_eq!(refused.code(), Code::Unimplemented);
+            assert!(
+                refused.message().contains("GET_VOLUME_HEALTH"),
+                "{refused:?}"
+            );
+        }
+        h.stop().await;
+    }
+}
+
+/// NodeGetVolumeHealth without a publish path (a volume the CO could not
+/// publish) asks Health about the volume alone, as the controller does:
+/// each problem with its reason and message, none when healthy, and
+/// `NOT_FOUND` for a volume that does not exist. With Stats alone there is
+/// nothing to ask without a path: healthy.
+#[tokio::test]
+async fn node_volume_health_without_a_publish_path_asks_health_about_the_volume() {
+    use csi::VolumeHealthErrorType::{DataLoss, Degraded, Inaccessible};
+    let mut h = Harness::start_with(Options {
+        health: true,
+        ..Default::default()
+    })
+    .await;
+    for handle in ["fine-1", "broken-1", "degraded-1", "lost-1"] {
+        let mut request = create_request(handle);
+        request.parameters.insert("handle".into(), handle.into());
+        h.controller.create_volume(request).await.unwrap();
+    }
+    let broken = |handle: &str| format!("volume {handle} is broken");
+    let expected = [
+        ("fine-1", vec![]),
+        (
+            "broken-1",
+            vec![(Inaccessible, "VolumeAbnormal".into(), broken("broken-1"))],
+        ),
+        (
+            "degraded-1",
+            vec![(Degraded, "SlowDisk".into(), broken("degraded-1"))],
+        ),
+        (
+            "lost-1",
+            vec![(DataLoss, "DiskFailed".into(), broken("lost-1"))],
+        ),
+    ];
+    for (handle, statuses) in expected {
+        let answer = common::volume_health(&mut h, handle, "").await.unwrap();
+        assert_eq!(answer, statuses, "{handle}");
+    }
+    let missing = common::volume_health(&mut h, "vol-never", "").await;
+    assert_eq!(missing.unwrap_err().code(), Code::NotFound);
+    h.stop().await;
+
+    let mut h = Harness::start_with(Options {
+        stats: true,
+        ..Default::default()
+    })
+    .await;
+    let answer = common::volume_health(&mut h, "sick", "").await.unwrap();
+    assert_eq!(answer, vec![]);
+    assert_eq!(h.provisioner.calls(), Vec::<&str>::new());
+    h.stop().await;
+}
+
 /// ControllerGetVolume: the volume id required, an unknown volume
 /// NOT_FOUND, the volume as listed with the listing's condition when it
 /// has one, else Health's; ListVolumes asks Health for the entries the

@@ -13,7 +13,8 @@
 //! NodeStageVolume / NodePublishVolume incompatible with what is
 //! staged / published at that path `ALREADY_EXISTS`; an RPC the driver does
 //! not serve `UNIMPLEMENTED`; NodeGetVolumeStats of a path where no volume
-//! of the driver is `NOT_FOUND`.
+//! of the driver is `NOT_FOUND`, and NodeGetVolumeHealth (CSI v1.13) the
+//! same as NodeGetVolumeStats.
 
 mod common;
 
@@ -39,6 +40,7 @@ enum Call {
     NodePublishVolume(csi::NodePublishVolumeRequest),
     NodeUnpublishVolume(csi::NodeUnpublishVolumeRequest),
     NodeGetVolumeStats(csi::NodeGetVolumeStatsRequest),
+    NodeGetVolumeHealth(csi::NodeGetVolumeHealthRequest),
     NodeGetInfo,
     NodeGetCapabilities,
     NodeExpandVolume,
@@ -59,6 +61,7 @@ impl Call {
             Call::NodePublishVolume(_) => "NodePublishVolume",
             Call::NodeUnpublishVolume(_) => "NodeUnpublishVolume",
             Call::NodeGetVolumeStats(_) => "NodeGetVolumeStats",
+            Call::NodeGetVolumeHealth(_) => "NodeGetVolumeHealth",
             Call::NodeGetInfo => "NodeGetInfo",
             Call::NodeGetCapabilities => "NodeGetCapabilities",
             Call::NodeExpandVolume => "NodeExpandVolume",
@@ -148,6 +151,7 @@ async fn invoke(h: &mut Harness, call: Call) -> Result<Option<String>, Status> {
         Call::NodePublishVolume(r) => h.node.node_publish_volume(r).await.map(none),
         Call::NodeUnpublishVolume(r) => h.node.node_unpublish_volume(r).await.map(none),
         Call::NodeGetVolumeStats(r) => h.node.node_get_volume_stats(r).await.map(none),
+        Call::NodeGetVolumeHealth(r) => h.node.node_get_volume_health(r).await.map(none),
         Call::NodeGetInfo => h
             .node
             .node_get_info(csi::NodeGetInfoRequest {})
@@ -340,6 +344,14 @@ fn stats(id: &str, path: &str) -> csi::NodeGetVolumeStatsRequest {
     csi::NodeGetVolumeStatsRequest {
         volume_id: id.into(),
         volume_path: path.into(),
+        staging_target_path: String::new(),
+    }
+}
+
+fn volume_health(id: &str, path: &str) -> csi::NodeGetVolumeHealthRequest {
+    csi::NodeGetVolumeHealthRequest {
+        volume_id: id.into(),
+        volume_publish_path: path.into(),
         staging_target_path: String::new(),
     }
 }
@@ -1044,6 +1056,12 @@ fn full_driver_rows(p: &Paths) -> Vec<Row> {
         ok("no input", Call::NodeGetInfo),
         ok("no input", Call::NodeGetCapabilities),
         fails(
+            "not served (no Stats, no Health), even without a volume_id",
+            Call::NodeGetVolumeHealth(volume_health("", &target)),
+            Code::Unimplemented,
+            "GET_VOLUME_HEALTH",
+        ),
+        fails(
             "not served",
             Call::NodeExpandVolume,
             Code::Unimplemented,
@@ -1257,6 +1275,113 @@ async fn modifying_driver_refuses_bad_input_with_the_spec_code() {
         ),
     ];
     run(&mut h, "modifying driver", rows).await;
+    h.stop().await;
+}
+
+/// A driver whose provisioner has Health: NodeGetVolumeHealth refuses
+/// what NodeGetVolumeStats refuses, with the same code, before asking the
+/// provisioner. Only its publish path is optional (a volume the CO could
+/// not publish): Health is asked about the volume alone.
+#[tokio::test]
+async fn health_reporting_driver_refuses_bad_input_as_stats_does() {
+    let mut h = Harness::start_with(Options {
+        health: true,
+        ..Options::default()
+    })
+    .await;
+    let p = Paths::new(&h);
+    let target = p.k("pods/uid/volumes/kubernetes.io~csi/v/mount");
+    let long_path = format!("/{}", "a/".repeat(2100));
+    let mut rows = Vec::new();
+    // (case, volume id, path, code, text): each a NodeGetVolumeStats row
+    // and a NodeGetVolumeHealth row.
+    let same = [
+        (
+            "missing volume_id",
+            String::new(),
+            target.clone(),
+            Code::InvalidArgument,
+            "volume_id",
+        ),
+        (
+            "volume_id of 129 bytes",
+            long(129),
+            target.clone(),
+            Code::InvalidArgument,
+            "volume_id",
+        ),
+        (
+            "path over 4096 bytes",
+            "v".into(),
+            long_path.clone(),
+            Code::InvalidArgument,
+            "path",
+        ),
+        (
+            "relative path",
+            "v".into(),
+            "some/path".into(),
+            Code::NotFound,
+            "some/path",
+        ),
+        (
+            "path outside the kubelet directory (/)",
+            "v".into(),
+            "/".into(),
+            Code::NotFound,
+            "no volume",
+        ),
+        (
+            "path through a symlink out",
+            "v".into(),
+            p.escape(""),
+            Code::NotFound,
+            "no volume",
+        ),
+        (
+            "path climbing out with ..",
+            "v".into(),
+            p.traversal("t"),
+            Code::NotFound,
+            "no volume",
+        ),
+        (
+            "nothing published at the path",
+            "v".into(),
+            target.clone(),
+            Code::NotFound,
+            "no volume",
+        ),
+    ];
+    for (case, id, path, code, text) in same {
+        rows.push(fails(
+            case,
+            Call::NodeGetVolumeStats(stats(&id, &path)),
+            code,
+            text,
+        ));
+        let health = Call::NodeGetVolumeHealth(volume_health(&id, &path));
+        rows.push(fails(case, health, code, text));
+    }
+    rows.extend([
+        invalid(
+            "staging_target_path over 4096 bytes",
+            Call::NodeGetVolumeHealth(csi::NodeGetVolumeHealthRequest {
+                staging_target_path: long_path.clone(),
+                ..volume_health("v", &target)
+            }),
+            "staging_target_path",
+        ),
+        fails(
+            "no volume_publish_path, a volume that does not exist",
+            Call::NodeGetVolumeHealth(volume_health("vol-never", "")),
+            Code::NotFound,
+            "no volume vol-never",
+        )
+        .calling(&["condition"]),
+    ]);
+    run(&mut h, "health-reporting driver", rows).await;
+    p.assert_outside_untouched();
     h.stop().await;
 }
 

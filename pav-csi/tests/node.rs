@@ -600,3 +600,62 @@ async fn a_volume_staged_on_this_node_is_not_deleted_until_unstaged() {
     assert_eq!(deletes(&h), 1);
     h.stop().await;
 }
+
+/// NodeGetVolumeHealth (kubelet's from v1.37) of a volume published at the
+/// path answers the condition NodeGetVolumeStats carries, Stats' when it
+/// gave one (Health is not asked then), else Health's, as kubelet reads
+/// it: no entry when healthy, one with the problem, reason and message
+/// when not.
+#[tokio::test]
+#[ignore = "needs root (mounts): .ci/run runs it as root"]
+async fn node_volume_health_reports_the_condition_stats_carries() {
+    use csi::VolumeHealthErrorType::{DataLoss, Degraded, Inaccessible};
+    for (stats, health) in [(false, true), (true, true), (true, false)] {
+        let mut h = Harness::start_with(common::Options {
+            stats,
+            health,
+            ..Default::default()
+        })
+        .await;
+        for id in ["fine", "broken", "degraded", "lost", "sick"] {
+            h.node
+                .node_stage_volume(stage_request(&h, id, VolumeMode::Filesystem))
+                .await
+                .unwrap();
+            let target = format!("pods/{id}/target");
+            let publish = publish_request(&h, id, VolumeMode::Filesystem, &target);
+            h.node.node_publish_volume(publish).await.unwrap();
+            let published = h.path(&target);
+            let at = format!("volume {id} is broken at {}", published.display());
+            let expected = match id {
+                "broken" if health => vec![(Inaccessible, "VolumeAbnormal".into(), at)],
+                "degraded" if health => vec![(Degraded, "SlowDisk".into(), at)],
+                "lost" if health => vec![(DataLoss, "DiskFailed".into(), at)],
+                "sick" if stats => {
+                    vec![(Inaccessible, "VolumeAbnormal".into(), "test says so".into())]
+                }
+                _ => vec![],
+            };
+            let case = format!("{id}, stats {stats}, health {health}");
+            let path = published.to_string_lossy().into_owned();
+            let asked = h.provisioner.count("condition");
+            let answer = common::volume_health(&mut h, id, &path).await.unwrap();
+            assert_eq!(answer, expected, "{case}");
+            let asked_health = h.provisioner.count("condition") > asked;
+            assert_eq!(asked_health, health && !(stats && id == "sick"), "{case}");
+            let condition = (h.node)
+                .node_get_volume_stats(csi::NodeGetVolumeStatsRequest {
+                    volume_id: id.into(),
+                    volume_path: path,
+                    staging_target_path: "".into(),
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .volume_condition
+                .expect("a condition");
+            assert_eq!(condition.abnormal, !expected.is_empty(), "{case}");
+        }
+        h.stop().await;
+    }
+}

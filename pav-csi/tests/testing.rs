@@ -15,10 +15,10 @@ use pav_sdk::{Attach, AttachRequest, Attached, DetachRequest};
 use pav_sdk::{
     ContentSource, Create, CreateRequest, Delete, DeleteGroupSnapshotRequest, DeleteRequest,
     DeleteSnapshotRequest, Error, Expand, ExpandRequest, Expanded, GetGroupSnapshotRequest,
-    GroupSnapshot, GroupSnapshotInfo, GroupSnapshotRequest, Health, HealthRequest, List,
-    ListedVolume, Modify, ModifyRequest, NodeExpand, NodeExpandRequest, Parameters, Provisioner,
-    Result, Snapshot, SnapshotInfo, SnapshotRequest, Stage, StageRequest, Staged, Volume,
-    VolumeCondition, VolumeId, async_trait,
+    GroupSnapshot, GroupSnapshotInfo, GroupSnapshotRequest, Health, HealthProblem, HealthRequest,
+    List, ListedVolume, Modify, ModifyRequest, NodeExpand, NodeExpandRequest, Parameters,
+    Provisioner, Result, Snapshot, SnapshotInfo, SnapshotRequest, Stage, StageRequest, Staged,
+    Volume, VolumeCondition, VolumeId, async_trait,
 };
 
 /// The mistakes [`Dirs`] can make, each one an author's.
@@ -46,6 +46,8 @@ struct Faults {
     modify_in_memory: bool,
     /// Health says every volume is healthy, without looking.
     health_never_looks: bool,
+    /// Health's reason is words, not one CamelCase word.
+    health_reason_in_words: bool,
 }
 
 /// The temporary directory of the harness whose storage directory is
@@ -318,7 +320,7 @@ impl List for Dirs {
 }
 
 /// A volume whose directory holds a `broken` file (what [`damage`]
-/// leaves) is abnormal.
+/// leaves) is abnormal: its data is taken for lost.
 #[async_trait]
 impl Health for Dirs {
     async fn condition(&self, req: HealthRequest) -> Result<VolumeCondition> {
@@ -327,10 +329,12 @@ impl Health for Dirs {
             return Err(Error::NotFound(format!("no volume {}", req.handle)));
         }
         if dir.join("broken").exists() && !self.faults.health_never_looks {
-            return Ok(VolumeCondition::abnormal(format!(
-                "volume {} is broken",
-                req.handle
-            )));
+            let reason = match self.faults.health_reason_in_words {
+                true => "marked broken",
+                false => "MarkedBroken",
+            };
+            let abnormal = VolumeCondition::abnormal(format!("volume {} is broken", req.handle));
+            return Ok(abnormal.because(HealthProblem::DataLoss, reason));
         }
         Ok(VolumeCondition::healthy())
     }
@@ -814,6 +818,22 @@ async fn a_modify_that_keeps_parameters_in_memory_fails_modify() {
             "CreateVolume repeated after a driver restart, with the mutable parameters"
         ) && message.contains("expected OK, got ALREADY_EXISTS"),
         "{message}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs root (mounts): .ci/run runs it as root"]
+async fn a_health_reason_in_words_fails_health() {
+    let faults = Faults {
+        health_reason_in_words: true,
+        ..Faults::default()
+    };
+    let failure = checks(faults).health().await.expect_err("the check passed");
+    assert!(
+        failure.message.starts_with(
+            "NodeGetVolumeHealth of a volume Conformance::damage damaged: reason \"marked broken\" is not one CamelCase word"
+        ),
+        "{failure}"
     );
 }
 

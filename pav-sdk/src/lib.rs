@@ -20,7 +20,7 @@
 //! | [`Modify`], [`CreateRequest::mutable_parameters`] | `ControllerModifyVolume`; `CreateVolume.mutable_parameters` | a claim's VolumeAttributesClass (`volumeAttributesClassName`) at creation and when it changes (external-resizer) | yes: `MODIFY_VOLUME` not advertised, classes refused |
 //! | [`Attach`], [`Provisioner::max_volumes_per_node`], [`Stage::max_volumes_now`] | `ControllerPublishVolume`, `ControllerUnpublishVolume`; `NodeGetInfo.max_volumes_per_node`; [`StageRequest::publish_context`] | VolumeAttachment (external-attacher): a disk attached to the node before it is staged | yes: nothing to attach |
 //! | [`Capacity`] | `GetCapacity` | CSIStorageCapacity objects the scheduler places `WaitForFirstConsumer` claims by (external-provisioner `--enable-capacity`) | yes: the scheduler ignores space |
-//! | [`Health`] | `ControllerGetVolume`, `ListVolumes`' and `NodeGetVolumeStats`' `volume_condition` | kubelet's `kubelet_volume_stats_health_status_abnormal` metric (feature gate `CSIVolumeHealth`), external-health-monitor's events on the claim | yes: healthy unless Stats or List say otherwise |
+//! | [`Health`], [`HealthProblem`] | `NodeGetVolumeHealth` (CSI v1.13); `ControllerGetVolume`, `ListVolumes`' and `NodeGetVolumeStats`' `volume_condition` | the pod's `status.volumeHealth` from Kubernetes' v1.37 kubelet, its `kubelet_volume_stats_health_status_abnormal` metric before (feature gate `CSIVolumeHealth`), external-health-monitor's events on the claim | yes: healthy unless Stats or List say otherwise |
 //! | [`List`] | `ListVolumes` | the external-health-monitor's volume conditions; reconciling COs | yes |
 //! | [`Snapshot`] | `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` | VolumeSnapshot (csi-snapshotter sidecar, snapshot-controller) | yes |
 //! | [`GroupSnapshot`] | `CreateVolumeGroupSnapshot`, `DeleteVolumeGroupSnapshot`, `GetVolumeGroupSnapshot` (GroupController service) | VolumeGroupSnapshot (csi-snapshotter and snapshot-controller with `CSIVolumeGroupSnapshot=true`) | yes |
@@ -428,10 +428,10 @@ pub use touch_points::{
 };
 pub use types::{
     AccessMode, AvailableCapacity, CapacityRange, CapacityRequest, Claim, ContentSource,
-    CreateRequest, DeleteRequest, ExpandRequest, Expanded, ListedVolume, ModifyRequest,
-    MountOptions, NodeCleanUpRequest, NodeExpandRequest, Parameters, PodInfo, Secrets,
-    ServiceAccountToken, ServiceAccountTokens, StageRequest, Staged, StatsRequest, TokensError,
-    Topology, TopologyRequirement, UnstageRequest, Usage, ValidateRequest, Volume, VolumeCondition,
-    VolumeMode, VolumeStats,
+    CreateRequest, DeleteRequest, ExpandRequest, Expanded, HealthProblem, ListedVolume,
+    ModifyRequest, MountOptions, NodeCleanUpRequest, NodeExpandRequest, Parameters, PodInfo,
+    Secrets, ServiceAccountToken, ServiceAccountTokens, StageRequest, Staged, StatsRequest,
+    TokensError, Topology, TopologyRequirement, UnstageRequest, Usage, ValidateRequest, Volume,
+    VolumeCondition, VolumeMode, VolumeStats,
 };
 pub use volume_id::{PathComponentError, VolumeId};

@@ -36,10 +36,10 @@ pub use crate::touch_points::{
 };
 pub use crate::types::{
     AccessMode, AvailableCapacity, CapacityRange, CapacityRequest, Claim, ContentSource,
-    CreateRequest, DeleteRequest, ExpandRequest, Expanded, ListedVolume, ModifyRequest,
-    MountOptions, NodeCleanUpRequest, NodeExpandRequest, Parameters, PodInfo, RecordedSource,
-    Secrets, ServiceAccountToken, ServiceAccountTokens, StageRequest, Staged, StatsRequest,
-    Topology, TopologyRequirement, UnstageRequest, Usage, ValidateRequest, Volume, VolumeCondition,
-    VolumeMode, VolumeRecord, VolumeStats,
+    CreateRequest, DeleteRequest, ExpandRequest, Expanded, HealthProblem, ListedVolume,
+    ModifyRequest, MountOptions, NodeCleanUpRequest, NodeExpandRequest, Parameters, PodInfo,
+    RecordedSource, Secrets, ServiceAccountToken, ServiceAccountTokens, StageRequest, Staged,
+    StatsRequest, Topology, TopologyRequirement, UnstageRequest, Usage, ValidateRequest, Volume,
+    VolumeCondition, VolumeMode, VolumeRecord, VolumeStats,
 };
 pub use crate::volume_id::VolumeId;

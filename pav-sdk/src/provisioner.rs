@@ -48,12 +48,12 @@ pub enum Expansion {
 /// | `with_validate` | runs before `CreateVolume` and for `ValidateVolumeCapabilities` |
 /// | `with_stage` | `STAGE_UNSTAGE_VOLUME` node capability, node service can be served |
 /// | `with_unstage` | `NodeUnstageVolume` calls it after unmounting |
-/// | `with_stats` | `NodeGetVolumeStats` calls it; `VOLUME_CONDITION` node capability (a missing condition is [`Health`]'s, or healthy) |
+/// | `with_stats` | `NodeGetVolumeStats` and `NodeGetVolumeHealth` call it; `VOLUME_CONDITION` and `GET_VOLUME_HEALTH` node capabilities (a missing condition is [`Health`]'s, or healthy) |
 /// | `with_expand` | `EXPAND_VOLUME` controller capability, `ControllerExpandVolume` served; `VolumeExpansion` plugin capability (`ONLINE`, or [`offline_expansion`](Provisioner::offline_expansion)) |
 /// | `with_modify` | `MODIFY_VOLUME` controller capability, `ControllerModifyVolume` served; `CreateVolume` with `mutable_parameters` accepted |
 /// | `with_attach` | `PUBLISH_UNPUBLISH_VOLUME` controller capability (and `PUBLISH_READONLY` when [`Attach::attaches_read_only`]), `ControllerPublishVolume` and `ControllerUnpublishVolume` served; `NodeStageVolume`'s `publish_context` passed to Stage |
 /// | `max_volumes_per_node` | `NodeGetInfo.max_volumes_per_node`; with records, an attach past it `RESOURCE_EXHAUSTED` |
-/// | `with_health` | `GET_VOLUME` and `VOLUME_CONDITION` controller capabilities (with a listing: [`List`] or records), `ControllerGetVolume` served, `ListVolumes` entries without a condition asked; `VOLUME_CONDITION` node capability, `NodeGetVolumeStats` asks it when [`Stats`] gave no condition |
+/// | `with_health` | `GET_VOLUME` and `VOLUME_CONDITION` controller capabilities (with a listing: [`List`] or records), `ControllerGetVolume` served, `ListVolumes` entries without a condition asked; `VOLUME_CONDITION` and `GET_VOLUME_HEALTH` node capabilities, `NodeGetVolumeStats` and `NodeGetVolumeHealth` ask it when [`Stats`] gave no condition (`NodeGetVolumeHealth` without a publish path: the controller's question) |
 /// | `with_capacity` | `GET_CAPACITY` controller capability, `GetCapacity` served |
 /// | `with_list` | `LIST_VOLUMES` controller capability (and `VOLUME_CONDITION` when [`List::reports_condition`]), `ListVolumes` served |
 /// | `with_snapshot` | `CREATE_DELETE_SNAPSHOT` and `LIST_SNAPSHOTS` controller capabilities; `CreateSnapshot`, `DeleteSnapshot`, `ListSnapshots` served; `CreateVolume` from a snapshot accepted |

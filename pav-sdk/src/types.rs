@@ -657,30 +657,103 @@ pub struct Usage {
 }
 
 /// Whether a volume is healthy, as kubelet reports it on the pod (CSI
-/// `VolumeCondition`).
+/// `VolumeCondition`, and CSI v1.13's `VolumeHealth` of
+/// `NodeGetVolumeHealth`).
+///
+/// Kubelets before Kubernetes' v1.37 read `abnormal` and `message`
+/// (`NodeGetVolumeStats`); from v1.37 on kubelet reads an abnormal
+/// condition's [`problem`](Self::problem), [`reason`](Self::reason) and
+/// `message` into the pod's `status.volumeHealth`. A healthy condition
+/// reports neither `problem` nor `reason`.
+///
+/// ```
+/// use pav_sdk::{HealthProblem, VolumeCondition};
+///
+/// let lost = VolumeCondition::abnormal("the disk behind the volume failed")
+///     .because(HealthProblem::DataLoss, "DiskFailed");
+/// assert!(lost.abnormal);
+/// assert_eq!(lost.reason, "DiskFailed");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VolumeCondition {
     /// True when something is wrong with the volume.
     pub abnormal: bool,
     /// What is wrong, or a short note that nothing is.
     pub message: String,
+    /// What kind of problem it is, when abnormal (CSI
+    /// `VolumeHealthErrorType`).
+    pub problem: HealthProblem,
+    /// A short CamelCase word for the problem, for machines and listings
+    /// (`ImageMissing`, `FilesystemDamaged`), when abnormal; `message` is
+    /// for people. Empty when healthy.
+    pub reason: String,
 }
 
 impl VolumeCondition {
+    /// The reason of [`abnormal`](Self::abnormal) until
+    /// [`because`](Self::because) gives one.
+    pub const ABNORMAL_REASON: &str = "VolumeAbnormal";
+
     /// A volume in good health.
     pub fn healthy() -> Self {
         Self {
             abnormal: false,
             message: String::new(),
+            problem: HealthProblem::default(),
+            reason: String::new(),
         }
     }
 
-    /// A volume with a problem, described by `message`.
+    /// A volume with a problem, described by `message`: an
+    /// [`Inaccessible`](HealthProblem::Inaccessible) one, reason
+    /// [`ABNORMAL_REASON`](Self::ABNORMAL_REASON), until
+    /// [`because`](Self::because) says which.
     pub fn abnormal(message: impl Into<String>) -> Self {
         Self {
             abnormal: true,
             message: message.into(),
+            problem: HealthProblem::default(),
+            reason: Self::ABNORMAL_REASON.to_owned(),
         }
+    }
+
+    /// Says what kind of problem an abnormal volume has, and a CamelCase
+    /// `reason` naming it (`ImageMissing`): keep the reason stable while the
+    /// problem lasts, and put the details in the message. A healthy
+    /// condition stays healthy and reports neither.
+    pub fn because(mut self, problem: HealthProblem, reason: impl Into<String>) -> Self {
+        self.problem = problem;
+        self.reason = reason.into();
+        self
+    }
+}
+
+/// What is wrong with an abnormal volume (CSI v1.13's
+/// `VolumeHealthErrorType`, kubelet's `status.volumeHealth[].healthConditions[].status`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum HealthProblem {
+    /// The volume cannot be reached (from the node, when the node
+    /// answers): its storage is gone or cut off. The default: what
+    /// [`VolumeCondition::abnormal`] says until told otherwise.
+    #[default]
+    Inaccessible,
+    /// The volume works, but not as it should: slow, short of room, a
+    /// replica missing.
+    Degraded,
+    /// Data is lost, or likely lost: restore it from a snapshot or a
+    /// replica.
+    DataLoss,
+}
+
+impl std::fmt::Display for HealthProblem {
+    /// Kubernetes' name: `Inaccessible`, `Degraded`, `DataLoss`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HealthProblem::Inaccessible => "Inaccessible",
+            HealthProblem::Degraded => "Degraded",
+            HealthProblem::DataLoss => "DataLoss",
+        })
     }
 }
 
@@ -890,6 +963,56 @@ impl ListedVolume {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_abnormal_volume_is_inaccessible_until_told_otherwise() {
+        let abnormal = VolumeCondition::abnormal("gone");
+        assert!(abnormal.abnormal);
+        assert_eq!(abnormal.message, "gone");
+        assert_eq!(abnormal.problem, HealthProblem::Inaccessible);
+        assert_eq!(abnormal.reason, "VolumeAbnormal");
+        assert_eq!(HealthProblem::default(), HealthProblem::Inaccessible);
+    }
+
+    #[test]
+    fn because_names_the_problem_and_keeps_the_rest() {
+        for problem in [
+            HealthProblem::Inaccessible,
+            HealthProblem::Degraded,
+            HealthProblem::DataLoss,
+        ] {
+            let condition = VolumeCondition::abnormal("superblock overwritten")
+                .because(problem, "FilesystemDamaged");
+            assert_eq!(
+                condition,
+                VolumeCondition {
+                    abnormal: true,
+                    message: "superblock overwritten".into(),
+                    problem,
+                    reason: "FilesystemDamaged".into(),
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn a_healthy_volume_has_no_reason_and_stays_healthy() {
+        let healthy = VolumeCondition::healthy();
+        assert!(!healthy.abnormal && healthy.message.is_empty() && healthy.reason.is_empty());
+        let told = VolumeCondition::healthy().because(HealthProblem::Degraded, "Slow");
+        assert!(!told.abnormal, "because does not make a volume abnormal");
+    }
+
+    #[test]
+    fn health_problems_display_as_kubernetes_names_them() {
+        let names = [
+            HealthProblem::Inaccessible,
+            HealthProblem::Degraded,
+            HealthProblem::DataLoss,
+        ]
+        .map(|p| p.to_string());
+        assert_eq!(names, ["Inaccessible", "Degraded", "DataLoss"]);
+    }
 
     fn range(min: Option<u64>, max: Option<u64>) -> CapacityRange {
         CapacityRange {

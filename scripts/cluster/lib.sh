@@ -38,11 +38,16 @@ die() { log "error: $*"; exit 1; }
 # version; the staging modules are v0.<minor>.<patch> of it.
 [[ "$KUBERNETES_VERSION" =~ ^v1\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?$ ]] ||
   die "KUBERNETES_VERSION (PAV_KUBERNETES_VERSION) must be a k8s.io/kubernetes version such as v1.37.2, not '$KUBERNETES_VERSION'"
-# Beta and off by default in v1.34 only (on from v1.35, GA and locked from
-# v1.36, removed in v1.38): a node's volume limit that changes
-# (CSIDriver nodeAllocatableUpdatePeriodSeconds), which the kubelet and the
-# API server must both have on. Empty for other versions.
-mutable_allocatable_gate() {
+# The feature gates the kubelets and the API server both turn on, one per
+# line: CSIVolumeHealth (alpha: the kubelet asks the node plugins for each
+# volume's health; from v1.37 it writes it into the pod's
+# status.volumeHealth, which the API server drops unless it has the gate
+# too) and, in v1.34 only (beta and off there, on from v1.35, GA and
+# locked from v1.36, removed in v1.38), MutableCSINodeAllocatableCount: a
+# node's volume limit that changes (CSIDriver
+# nodeAllocatableUpdatePeriodSeconds).
+shared_feature_gates() {
+  echo CSIVolumeHealth
   case "$KUBERNETES_VERSION" in
     v1.34.*) echo MutableCSINodeAllocatableCount ;;
   esac
@@ -250,11 +255,7 @@ volumeStatsAggPeriod: 10s
 rotateCertificates: false
 serverTLSBootstrap: false
 featureGates:
-  # Alpha: the kubelet asks the CSI node plugin for each volume's
-  # VolumeCondition (NodeGetVolumeStats) and publishes
-  # kubelet_volume_stats_health_status_abnormal.
-  CSIVolumeHealth: true
-$(gate="$(mutable_allocatable_gate)"; [ -z "$gate" ] || echo "  $gate: true")
+$(shared_feature_gates | sed 's/.*/  &: true/')
 YAML
 }
 

@@ -6,10 +6,11 @@ use std::path::{Path, PathBuf};
 
 use pav_sdk::{
     AvailableCapacity, Capacity, CapacityRequest, ContentSource, Create, CreateRequest, Delete,
-    DeleteRequest, Error, Expand, ExpandRequest, Expanded, List, ListedVolume, Modify,
-    ModifyRequest, NodeExpand, NodeExpandRequest, Parameters, Result, Stage, StageRequest, Staged,
-    Stats, StatsRequest, Topology, TopologyRequirement, Unstage, UnstageRequest, Usage, Validate,
-    ValidateRequest, Volume, VolumeCondition, VolumeId, VolumeMode, VolumeStats, async_trait,
+    DeleteRequest, Error, Expand, ExpandRequest, Expanded, HealthProblem, List, ListedVolume,
+    Modify, ModifyRequest, NodeExpand, NodeExpandRequest, Parameters, Result, Stage, StageRequest,
+    Staged, Stats, StatsRequest, Topology, TopologyRequirement, Unstage, UnstageRequest, Usage,
+    Validate, ValidateRequest, Volume, VolumeCondition, VolumeId, VolumeMode, VolumeStats,
+    async_trait,
 };
 use pav_sdk::{DeleteSnapshotRequest, Snapshot, SnapshotInfo, SnapshotRequest};
 use tokio::process::Command;
@@ -1190,14 +1191,16 @@ fn backing(meta: &std::fs::Metadata) -> (u64, u64) {
 
 impl SparseFiles {
     /// Abnormal when the directory has less room than an image may still
-    /// need (`unbacked` bytes): writes to it will then fail with I/O errors.
+    /// need (`unbacked` bytes): writes to it will then fail with I/O errors
+    /// (`Degraded`, `ImageCannotGrow`: it works until then).
     fn condition(&self, unbacked: u64) -> Result<VolumeCondition> {
         let (_, free) = self.space()?;
         Ok(match free < unbacked {
             true => VolumeCondition::abnormal(format!(
                 "the image may still need {unbacked} bytes but {} has {free} bytes free",
                 self.dir.display()
-            )),
+            ))
+            .because(HealthProblem::Degraded, "ImageCannotGrow"),
             false => VolumeCondition::healthy(),
         })
     }

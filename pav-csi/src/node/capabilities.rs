@@ -2,15 +2,18 @@
 
 use crate::csi;
 use crate::csi::node_service_capability::rpc::Type as RpcType;
+use crate::node::published::reports_condition;
 use crate::shared::Shared;
 
 /// The RPCs advertised: stats always, the rest from the touch points the
-/// provisioner was given.
+/// provisioner was given. Conditions go both ways: `VOLUME_CONDITION`
+/// (in `NodeGetVolumeStats`, for kubelets before v1.37) and
+/// `GET_VOLUME_HEALTH` (`NodeGetVolumeHealth`, for kubelets from v1.37 on).
 pub(crate) fn answer(shared: &Shared) -> csi::NodeGetCapabilitiesResponse {
     let provisioner = &shared.provisioner;
     let mut rpcs = vec![RpcType::GetVolumeStats];
-    if provisioner.stats().is_some() || provisioner.health().is_some() {
-        rpcs.push(RpcType::VolumeCondition);
+    if reports_condition(provisioner) {
+        rpcs.extend([RpcType::VolumeCondition, RpcType::GetVolumeHealth]);
     }
     if provisioner.stage().is_some() && !provisioner.stages_on_publish() {
         rpcs.push(RpcType::StageUnstageVolume);

@@ -6,8 +6,9 @@
 //! directory, which reads symlinks but neither mounts nor records) giving
 //! its `Checked` request, a `run` that carries it out, and an error enum
 //! (one variant per failing step) with the one mapping of it to a
-//! `Status`. The mount mechanics are in [`binds`]; what several RPCs need
-//! lives here.
+//! `Status`. The mount mechanics are in [`binds`]; what
+//! `NodeGetVolumeStats` and `NodeGetVolumeHealth` share in [`published`];
+//! what several RPCs need lives here.
 
 pub(crate) mod binds;
 mod capabilities;
@@ -16,10 +17,12 @@ pub(crate) mod ephemeral;
 mod expand;
 mod info;
 pub(crate) mod publish;
+pub(crate) mod published;
 mod stage;
 pub(crate) mod stats;
 mod unpublish;
 pub(crate) mod unstage;
+pub(crate) mod volume_health;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -72,6 +75,11 @@ pub(crate) enum Unserved {
     /// `NodeExpandVolume` without [`pav_sdk::NodeExpand`].
     #[error("this provisioner does not expand volumes on nodes (EXPAND_VOLUME is not advertised)")]
     NodeExpand,
+    /// `NodeGetVolumeHealth` without [`pav_sdk::Stats`] or [`pav_sdk::Health`].
+    #[error(
+        "this provisioner reports no volume health (GET_VOLUME_HEALTH is not advertised: it has neither Stats nor Health)"
+    )]
+    VolumeHealth,
 }
 
 /// Why a request's `volume_capability` was refused (`INVALID_ARGUMENT`).
@@ -190,8 +198,8 @@ fn stage_request(
     stage
 }
 
-/// The volume path of a stats or expansion request, resolved, and its
-/// staging path when given and inside the kubelet directory, else the one
+/// The volume path of a stats, health or expansion request, resolved, and
+/// its staging path when given and inside the kubelet directory, else the one
 /// recorded when `volume_id` was staged on this node, if it stages per
 /// node (`recorded`; kubelet's NodeGetVolumeStats names none); `None` when
 /// the volume path lies outside it (where nothing of this driver's is
@@ -345,6 +353,20 @@ impl csi::node_server::Node for NodeService {
         let answer = async {
             let checked = stats::check(request.get_ref())?;
             stats::run(self, checked).await
+        };
+        Ok(Response::new(answer.await?))
+    }
+
+    async fn node_get_volume_health(
+        &self,
+        request: Request<csi::NodeGetVolumeHealthRequest>,
+    ) -> Result<Response<csi::NodeGetVolumeHealthResponse>, Status> {
+        let answer = async {
+            if !published::reports_condition(&self.shared.provisioner) {
+                return Err(Unserved::VolumeHealth.into());
+            }
+            let checked = volume_health::check(request.get_ref())?;
+            volume_health::run(self, checked).await
         };
         Ok(Response::new(answer.await?))
     }

@@ -1,16 +1,16 @@
 //! `NodeGetVolumeStats`: the provisioner's answer, or what pav-csi
-//! measures of the volume mounted at the path given.
+//! measures of the volume mounted at the path given. Finding the volume
+//! and asking the provisioner are [`published`]'s, shared with
+//! `NodeGetVolumeHealth`.
 
-use std::path::Path;
-
-use pav_sdk::{Usage, VolumeCondition, VolumeMode, VolumeStats};
+use pav_sdk::{Usage, VolumeCondition, VolumeStats};
 use tonic::{Code, Status};
 
-use super::binds::{BindError, blocking, mounted_mode};
+use super::NodeService;
 use super::ephemeral::EphemeralError;
-use super::{NodeService, volume_paths};
+use super::published::{self, AskError, Asked, PublishedError};
 use crate::csi;
-use crate::error::{error_chain, provisioner_code};
+use crate::error::error_chain;
 use crate::limits::{self, Int64Error, LimitError};
 
 /// Why a `NodeGetVolumeStats` failed: one variant per step of [`check`]
@@ -20,24 +20,19 @@ pub(crate) enum StatsError {
     /// A field breaks CSI's limits (`INVALID_ARGUMENT`).
     #[error(transparent)]
     Limit(#[from] LimitError),
-    /// No volume is mounted at the path (`NOT_FOUND`).
-    #[error("no volume is published at {volume_path}")]
-    NotPublished { volume_path: String },
-    /// Reading what is mounted there failed (its code).
+    /// No volume is found published at the path (its code: `NOT_FOUND`
+    /// when none is mounted there).
     #[error(transparent)]
-    Bind(#[from] BindError),
+    Published(#[from] PublishedError),
     /// Reading the ephemeral volume record failed (its code).
     #[error(transparent)]
     Ephemeral(#[from] EphemeralError),
+    /// The provisioner's Stats or Health failed (its code).
+    #[error(transparent)]
+    Ask(#[from] AskError),
     /// Measuring the volume failed (`INTERNAL`).
     #[error("reading usage")]
     Usage(#[source] std::io::Error),
-    /// The provisioner's Stats failed (its code).
-    #[error("{}", .0.message())]
-    Stats(pav_sdk::Error),
-    /// The provisioner's Health failed (its code).
-    #[error("{}", .0.message())]
-    Health(pav_sdk::Error),
     /// A count does not fit CSI's int64 (`INTERNAL`).
     #[error(transparent)]
     Size(#[from] Int64Error),
@@ -47,11 +42,10 @@ impl From<StatsError> for Status {
     fn from(err: StatsError) -> Self {
         let code = match &err {
             StatsError::Limit(e) => e.code(),
-            StatsError::NotPublished { .. } => Code::NotFound,
-            StatsError::Bind(e) => e.code(),
+            StatsError::Published(e) => e.code(),
             StatsError::Ephemeral(e) => e.code(),
+            StatsError::Ask(e) => e.code(),
             StatsError::Usage(_) | StatsError::Size(_) => Code::Internal,
-            StatsError::Stats(e) | StatsError::Health(e) => provisioner_code(e),
         };
         Status::new(code, error_chain(&err))
     }
@@ -91,75 +85,18 @@ pub(crate) async fn run(
         volume_path,
         staging_target_path,
     } = checked;
-    let not_published = || StatsError::NotPublished {
-        volume_path: volume_path.clone(),
+    let published =
+        published::find(service, &volume_id, &volume_path, &staging_target_path).await?;
+    let handle = service.provisioner_handle(&volume_id).await?;
+    let asked = published::ask(service, "NodeGetVolumeStats", &handle, &published).await?;
+    let Asked { stats, condition } = asked;
+    let mut stats = match stats {
+        Some(stats) => stats,
+        None => published.measured.map_err(StatsError::Usage)?,
     };
-    let (node, id, asked) = (service.node.clone(), volume_id.clone(), volume_path.clone());
-    let recorded = !service.shared.provisioner.stages_on_publish();
-    let mounted = blocking(move || -> Result<_, BindError> {
-        let paths = volume_paths(&node, &id, (&asked, &staging_target_path), recorded);
-        let Some((path, staging_path)) = paths else {
-            return Ok(None);
-        };
-        let Some(mode) = mounted_mode(&path)? else {
-            return Ok(None);
-        };
-        let measured = measure(&path, mode);
-        Ok(Some((path, staging_path, mode, measured)))
-    });
-    let (path, staging_path, mode, measured) = mounted.await?.ok_or_else(not_published)?;
-    let provisioner = &service.shared.provisioner;
-    let volume_id = service.provisioner_handle(&volume_id).await?;
-    let mut stats = match provisioner.stats() {
-        None => measured.map_err(StatsError::Usage)?,
-        Some(provisioner) => {
-            let mut ask = pav_sdk::build::stats(volume_id.as_str(), path.clone(), mode);
-            ask.staging_path = staging_path;
-            ask.measured = measured.ok();
-            provisioner.stats(ask).await.map_err(|e| {
-                tracing::warn!(volume_id, error = e.message(), "NodeGetVolumeStats failed");
-                StatsError::Stats(e)
-            })?
-        }
-    };
-    if let (None, Some(health)) = (&stats.condition, provisioner.health()) {
-        let ask = pav_sdk::HealthRequest::node(volume_id.as_str(), path, mode);
-        let condition = health.condition(ask).await.map_err(|e| {
-            tracing::warn!(volume_id, error = e.message(), "checking health failed");
-            StatsError::Health(e)
-        })?;
-        stats.condition = Some(condition);
-    }
-    let condition_advertised = provisioner.stats().is_some() || provisioner.health().is_some();
+    stats.condition = condition;
+    let condition_advertised = published::reports_condition(&service.shared.provisioner);
     Ok(csi_stats(stats, condition_advertised)?)
-}
-
-/// What pav-csi measures of the volume at `path` itself: `statvfs` (bytes
-/// and inodes) for a filesystem, the device's size for a block volume.
-fn measure(path: &Path, mode: VolumeMode) -> std::io::Result<VolumeStats> {
-    if mode == VolumeMode::Filesystem {
-        let fs = rustix::fs::statvfs(path)?;
-        let block = fs.f_frsize;
-        let bytes = Usage {
-            total: fs.f_blocks.saturating_mul(block),
-            available: fs.f_bavail.saturating_mul(block),
-            used: (fs.f_blocks.saturating_sub(fs.f_bfree)).saturating_mul(block),
-        };
-        let inodes = Usage {
-            total: fs.f_files,
-            available: fs.f_ffree,
-            used: fs.f_files.saturating_sub(fs.f_ffree),
-        };
-        return Ok(VolumeStats::bytes(bytes).with_inodes(inodes));
-    }
-    // A block device's size is where seeking to its end lands.
-    use std::io::Seek;
-    let size = std::fs::File::open(path)?.seek(std::io::SeekFrom::End(0))?;
-    Ok(VolumeStats::bytes(Usage {
-        total: size,
-        available: 0,
-        used: 0,
-    }))
 }
 
 /// The CSI answer for `stats`. With `VOLUME_CONDITION` advertised

@@ -414,9 +414,14 @@ impl Conformance {
     /// an id: `INVALID_ARGUMENT`; of an unknown volume: `NOT_FOUND`; of the
     /// volume: `OK`, that volume, a condition, not abnormal. With the node
     /// service: stages and publishes it; `NodeGetVolumeStats`: a
-    /// condition, not abnormal. With [`damage`](Self::damage): damages the
-    /// volume; both then answer abnormal, with a message. Unpublishes,
-    /// unstages and deletes it.
+    /// condition, not abnormal; with `GET_VOLUME_HEALTH`,
+    /// `NodeGetVolumeHealth` with the publish path and without one (as
+    /// csi-sanity asks): `OK`, that volume, no health status. With
+    /// [`damage`](Self::damage): damages the volume; both then answer
+    /// abnormal, with a message, and `NodeGetVolumeHealth` one health
+    /// status: a status kubelet knows, a CamelCase reason
+    /// ([`VolumeCondition::because`](pav_sdk::VolumeCondition::because))
+    /// and a message. Unpublishes, unstages and deletes it.
     pub async fn health(&self) -> Result<Outcome, Failure> {
         self.run(Check::Health).await
     }

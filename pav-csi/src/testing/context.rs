@@ -63,6 +63,8 @@ pub(super) struct Caps {
     pub(super) stage_unstage: bool,
     /// Node `EXPAND_VOLUME`.
     pub(super) node_expand: bool,
+    /// Node `GET_VOLUME_HEALTH`.
+    pub(super) volume_health: bool,
     /// Controller `PUBLISH_UNPUBLISH_VOLUME`.
     pub(super) attach: bool,
 }
@@ -225,6 +227,7 @@ impl<'a> Ctx<'a> {
                 match rpc.r#type() {
                     NodeRpc::StageUnstageVolume => caps.stage_unstage = true,
                     NodeRpc::ExpandVolume => caps.node_expand = true,
+                    NodeRpc::GetVolumeHealth => caps.volume_health = true,
                     _ => {}
                 }
             }

@@ -11,10 +11,10 @@ use std::time::Duration;
 use pav_csi::csi;
 use pav_sdk::{
     AccessMode, AvailableCapacity, Capacity, CapacityRequest, Create, CreateRequest, Delete,
-    DeleteRequest, Error, Expand, ExpandRequest, Expanded, Health, HealthRequest, List,
-    ListedVolume, Modify, ModifyRequest, NodeExpand, NodeExpandRequest, Parameters, Provisioner,
-    Result, Stage, StageRequest, Staged, Stats, StatsRequest, Unstage, UnstageRequest, Usage,
-    Validate, ValidateRequest, Volume, VolumeCondition, VolumeId, VolumeMode, VolumeStats,
+    DeleteRequest, Error, Expand, ExpandRequest, Expanded, Health, HealthProblem, HealthRequest,
+    List, ListedVolume, Modify, ModifyRequest, NodeExpand, NodeExpandRequest, Parameters,
+    Provisioner, Result, Stage, StageRequest, Staged, Stats, StatsRequest, Unstage, UnstageRequest,
+    Usage, Validate, ValidateRequest, Volume, VolumeCondition, VolumeId, VolumeMode, VolumeStats,
     async_trait,
 };
 use pav_sdk::{DeleteSnapshotRequest, Snapshot, SnapshotInfo, SnapshotRequest};
@@ -368,23 +368,35 @@ impl List for Memory {
 
 #[async_trait]
 impl Health for Memory {
-    /// A volume whose handle contains `broken` is abnormal, with a message
-    /// naming it and, on the node, the path it was asked at. The
-    /// controller's question about an unknown volume is NOT_FOUND (on the
-    /// node a published volume is there, whatever the store says).
+    /// A volume whose handle contains `broken` is abnormal (as
+    /// `VolumeCondition::abnormal` says: inaccessible), with a message
+    /// naming it and, on the node, the path it was asked at; `degraded` is
+    /// so too, `Degraded` (`SlowDisk`), and `lost` `DataLoss`
+    /// (`DiskFailed`). The controller's question about an unknown volume
+    /// is NOT_FOUND (on the node a published volume is there, whatever the
+    /// store says).
     async fn condition(&self, req: HealthRequest) -> Result<VolumeCondition> {
         self.record("condition");
         let known = (self.volumes.lock().unwrap().values()).any(|v| v.handle == req.handle);
         if !known && !req.on_node() {
             return Err(Error::NotFound(format!("no volume {}", req.handle)));
         }
-        if !req.handle.as_str().contains("broken") {
+        let handle = req.handle.as_str();
+        if !["broken", "degraded", "lost"]
+            .iter()
+            .any(|w| handle.contains(w))
+        {
             return Ok(VolumeCondition::healthy());
         }
-        Ok(VolumeCondition::abnormal(match &req.volume_path {
-            Some(path) => format!("volume {} is broken at {}", req.handle, path.display()),
-            None => format!("volume {} is broken", req.handle),
-        }))
+        let abnormal = VolumeCondition::abnormal(match &req.volume_path {
+            Some(path) => format!("volume {handle} is broken at {}", path.display()),
+            None => format!("volume {handle} is broken"),
+        });
+        Ok(match handle {
+            h if h.contains("degraded") => abnormal.because(HealthProblem::Degraded, "SlowDisk"),
+            h if h.contains("lost") => abnormal.because(HealthProblem::DataLoss, "DiskFailed"),
+            _ => abnormal,
+        })
     }
 }
 
@@ -647,4 +659,27 @@ pub async fn controller_rpcs(h: &mut Harness) -> Vec<i32> {
     caps.iter()
         .filter_map(|c| c.r#type.as_ref().map(|Type::Rpc(r)| r.r#type))
         .collect()
+}
+
+/// NodeGetVolumeHealth of `volume_id` published at `path` ("": not
+/// published): the health statuses answered for it, as (status, reason,
+/// message); asserts the answer names the volume asked about.
+pub async fn volume_health(
+    h: &mut Harness,
+    volume_id: &str,
+    path: &str,
+) -> std::result::Result<Vec<(csi::VolumeHealthErrorType, String, String)>, tonic::Status> {
+    let request = csi::NodeGetVolumeHealthRequest {
+        volume_id: volume_id.into(),
+        volume_publish_path: path.into(),
+        staging_target_path: String::new(),
+    };
+    let answer = h.node.node_get_volume_health(request).await?.into_inner();
+    let health = answer.volume_health.expect("volume_health is required");
+    assert_eq!(health.volume_id, volume_id);
+    Ok(health
+        .health_statuses
+        .into_iter()
+        .map(|entry| (entry.status(), entry.reason, entry.message))
+        .collect())
 }

@@ -433,30 +433,72 @@ pub fn parse_group_members(text: &str, sources: &[&str]) -> Result<Vec<String>, 
     Ok(members)
 }
 
-/// A `/pav/condition`: a YAML map of `abnormal` (a boolean) and an
-/// optional `message`, as CSI's VolumeCondition.
+/// A `/pav/condition`: a YAML map of `abnormal` (a boolean), an optional
+/// `message`, and for an abnormal volume an optional `problem`
+/// (`Inaccessible`, the default, `Degraded` or `DataLoss`) and `reason`
+/// (CamelCase, `VolumeAbnormal` without it), as CSI's volume health.
 pub fn parse_condition(text: &str) -> Result<pav_sdk::VolumeCondition, String> {
+    const KEYS: [&str; 4] = ["abnormal", "message", "problem", "reason"];
     let value = pav_templates::yaml::yaml_to_json(text)?;
     let Some(map) = value.as_object() else {
         return Err("must be a map of abnormal (true or false) and message".into());
     };
-    if let Some(key) = map
-        .keys()
-        .find(|k| !["abnormal", "message"].contains(&k.as_str()))
-    {
-        return Err(format!("unknown key {key:?} (allowed: abnormal, message)"));
+    if let Some(key) = map.keys().find(|k| !KEYS.contains(&k.as_str())) {
+        return Err(format!(
+            "unknown key {key:?} (allowed: {})",
+            KEYS.join(", ")
+        ));
     }
     let abnormal = match map.get("abnormal") {
         Some(serde_json::Value::Bool(abnormal)) => *abnormal,
         Some(other) => return Err(format!("abnormal: {other} is not true or false")),
         None => return Err("abnormal is missing".into()),
     };
-    let message = match map.get("message") {
-        None | Some(serde_json::Value::Null) => String::new(),
-        Some(serde_json::Value::String(text)) => text.clone(),
-        Some(other) => return Err(format!("message: {other} is not a string")),
+    let text_of = |key: &str| match map.get(key) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(text)) => Ok(Some(text.clone())),
+        Some(other) => Err(format!("{key}: {other} is not a string")),
     };
-    Ok(pav_sdk::VolumeCondition { abnormal, message })
+    let message = text_of("message")?.unwrap_or_default();
+    let mut condition = match abnormal {
+        true => pav_sdk::VolumeCondition::abnormal(message),
+        false => pav_sdk::VolumeCondition {
+            message,
+            ..pav_sdk::VolumeCondition::healthy()
+        },
+    };
+    let problem = match text_of("problem")?.as_deref() {
+        None => condition.problem,
+        Some("Inaccessible") => pav_sdk::HealthProblem::Inaccessible,
+        Some("Degraded") => pav_sdk::HealthProblem::Degraded,
+        Some("DataLoss") => pav_sdk::HealthProblem::DataLoss,
+        Some(other) => {
+            return Err(format!(
+                "problem: {other:?} is not Inaccessible, Degraded or DataLoss"
+            ));
+        }
+    };
+    let reason = match text_of("reason")? {
+        None => condition.reason.clone(),
+        Some(reason) if is_camel_case(&reason) => reason,
+        Some(reason) => {
+            return Err(format!(
+                "reason: {reason:?} is not 1 to 256 bytes of CamelCase (letters and digits, first a capital)"
+            ));
+        }
+    };
+    if abnormal {
+        condition = condition.because(problem, reason);
+    }
+    Ok(condition)
+}
+
+/// CSI's and Kubernetes' reason: 1 to 256 ASCII letters and digits, the
+/// first a capital.
+fn is_camel_case(reason: &str) -> bool {
+    (1..=256).contains(&reason.len())
+        && reason.starts_with(|c: char| c.is_ascii_uppercase())
+        && reason.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
 /// The message a user sees when a phase's pod fails: phase, pod, and what
@@ -760,6 +802,16 @@ mod tests {
         assert!(abnormal.abnormal);
         assert_eq!(abnormal.message, "e2fsck: 3 errors");
         assert_eq!(
+            (abnormal.problem, abnormal.reason.as_str()),
+            (pav_sdk::HealthProblem::Inaccessible, "VolumeAbnormal")
+        );
+        let lost = "abnormal: true\nproblem: DataLoss\nreason: SuperblockGone\nmessage: m";
+        let lost = parse_condition(lost).unwrap();
+        assert_eq!(
+            (lost.problem, lost.reason.as_str(), lost.message.as_str()),
+            (pav_sdk::HealthProblem::DataLoss, "SuperblockGone", "m")
+        );
+        assert_eq!(
             parse_condition("abnormal: false"),
             Ok(pav_sdk::VolumeCondition::healthy())
         );
@@ -767,7 +819,15 @@ mod tests {
             ("abnormal: yes please", "is not true or false"),
             ("message: gone", "abnormal is missing"),
             ("abnormal: true\nmessage: [1]", "is not a string"),
-            ("abnormal: true\nreason: x", "unknown key \"reason\""),
+            ("abnormal: true\nseverity: x", "unknown key \"severity\""),
+            (
+                "abnormal: true\nproblem: Broken",
+                "is not Inaccessible, Degraded or DataLoss",
+            ),
+            (
+                "abnormal: true\nreason: not camel",
+                "is not 1 to 256 bytes of CamelCase",
+            ),
             ("true", "must be a map"),
         ] {
             let error = parse_condition(text).unwrap_err();

@@ -11,7 +11,7 @@ use std::io::ErrorKind;
 use std::os::unix::fs::FileExt as _;
 use std::path::Path;
 
-use pav_sdk::{Error, Health, HealthRequest, Result, VolumeCondition, async_trait};
+use pav_sdk::{Error, Health, HealthProblem, HealthRequest, Result, VolumeCondition, async_trait};
 
 use super::{SparseFiles, backing, io_error};
 
@@ -79,23 +79,26 @@ fn damage(image: &Path) -> std::io::Result<Option<String>> {
     })
 }
 
-/// The condition of a published volume whose image is gone: its loop
-/// device still holds the deleted file, but nothing written now outlives
-/// the device.
+/// The condition of a published volume whose image is gone
+/// (`Inaccessible`, `ImageMissing`): its loop device still holds the
+/// deleted file, but nothing written now outlives the device.
 pub(super) fn missing(image: &Path) -> VolumeCondition {
     VolumeCondition::abnormal(format!(
         "image {} is missing: the volume's data is lost once it is unstaged",
         image.display()
     ))
+    .because(HealthProblem::Inaccessible, "ImageMissing")
 }
 
 impl SparseFiles {
     /// The condition of the image at `image`, whose `unbacked` bytes are
-    /// not yet allocated: abnormal when its filesystem is damaged, else
-    /// when the directory has no room left for those bytes.
+    /// not yet allocated: abnormal when its filesystem is damaged
+    /// (`DataLoss`, `FilesystemDamaged`), else when the directory has no
+    /// room left for those bytes.
     pub(super) fn image_condition(&self, image: &Path, unbacked: u64) -> Result<VolumeCondition> {
         match damage(image) {
-            Ok(Some(damage)) => Ok(VolumeCondition::abnormal(damage)),
+            Ok(Some(damage)) => Ok(VolumeCondition::abnormal(damage)
+                .because(HealthProblem::DataLoss, "FilesystemDamaged")),
             Ok(None) => self.condition(unbacked),
             Err(e) => Err(io_error("checking", image, e)),
         }
@@ -182,6 +185,8 @@ mod tests {
             assert!(condition.abnormal, "{fs}");
             let named = format!("image {} has no {fs} superblock", image.display());
             assert!(condition.message.starts_with(&named), "{condition:?}");
+            assert_eq!(condition.problem, HealthProblem::DataLoss, "{fs}");
+            assert_eq!(condition.reason, "FilesystemDamaged", "{fs}");
             assert!(
                 asked(&files, HealthRequest::controller(&*handle))
                     .await
@@ -229,6 +234,8 @@ mod tests {
         assert!(condition.abnormal);
         let named = format!("image {} is missing", image.display());
         assert!(condition.message.starts_with(&named), "{condition:?}");
+        assert_eq!(condition.problem, HealthProblem::Inaccessible);
+        assert_eq!(condition.reason, "ImageMissing");
         let controller = Health::condition(&files, HealthRequest::controller(&*handle)).await;
         assert!(
             matches!(controller, Err(Error::NotFound(_))),

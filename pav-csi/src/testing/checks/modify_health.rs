@@ -102,12 +102,24 @@ pub(in crate::testing) async fn health(ctx: &mut Ctx<'_>) -> Step<Outcome> {
     let mounted = match ctx.caps.node {
         true => {
             let mounted = ctx.mount_for_pod(&id, "health").await?;
-            let condition = node_condition(ctx, &id, &mounted.1, "a volume just created").await?;
+            let fresh = "a volume just created";
+            let condition = node_condition(ctx, &id, &mounted.1, fresh).await?;
             if condition.abnormal {
                 return Err(format!(
-                    "NodeGetVolumeStats of a volume just created: abnormal ({:?})",
+                    "NodeGetVolumeStats of {fresh}: abnormal ({:?})",
                     condition.message
                 ));
+            }
+            match ctx.caps.volume_health {
+                // As kubelet asks, and as csi-sanity does (no path).
+                true => {
+                    for path in [Some(mounted.1.as_path()), None] {
+                        expect_healthy(ctx, &id, path, fresh).await?;
+                    }
+                }
+                false => {
+                    not_applying.push("NodeGetVolumeHealth: GET_VOLUME_HEALTH is not advertised")
+                }
             }
             Some(mounted)
         }
@@ -128,6 +140,9 @@ pub(in crate::testing) async fn health(ctx: &mut Ctx<'_>) -> Step<Outcome> {
             if let Some(mounted) = &mounted {
                 let condition = node_condition(ctx, &id, &mounted.1, after).await?;
                 expect_abnormal("NodeGetVolumeStats", after, &condition)?;
+                if ctx.caps.volume_health {
+                    expect_unhealthy(ctx, &id, &mounted.1, after).await?;
+                }
             }
         }
         None => not_applying.push("a damaged volume: no Conformance::damage given"),
@@ -201,4 +216,86 @@ fn expect_abnormal(rpc: &str, which: &str, condition: &csi::VolumeCondition) -> 
         ));
     }
     Ok(())
+}
+
+/// The health statuses NodeGetVolumeHealth answers for `id` (of `which`)
+/// published at `path`, or asked without a path (a volume the CO could
+/// not publish; csi-sanity asks so); the answer must name the volume.
+async fn node_volume_health(
+    ctx: &mut Ctx<'_>,
+    id: &str,
+    path: Option<&std::path::Path>,
+    which: &str,
+) -> Step<(String, Vec<csi::volume_health::VolumeHealthEntry>)> {
+    let what = match path {
+        Some(_) => format!("NodeGetVolumeHealth of {which}"),
+        None => format!("NodeGetVolumeHealth of {which}, without a publish path"),
+    };
+    let req = csi::NodeGetVolumeHealthRequest {
+        volume_id: id.to_owned(),
+        volume_publish_path: path.map(text).unwrap_or_default(),
+        staging_target_path: String::new(),
+    };
+    let answer = expect_ok(&what, call(ctx.h.node.node_get_volume_health(req)).await)?;
+    let health = (answer.volume_health)
+        .ok_or_else(|| format!("{what}: no volume_health, which CSI requires"))?;
+    if health.volume_id != id {
+        return Err(format!(
+            "{what}: answered volume {:?}, not {id:?}",
+            health.volume_id
+        ));
+    }
+    Ok((what, health.health_statuses))
+}
+
+/// NodeGetVolumeHealth of `id` lists no problem.
+async fn expect_healthy(
+    ctx: &mut Ctx<'_>,
+    id: &str,
+    path: Option<&std::path::Path>,
+    which: &str,
+) -> Step<()> {
+    let (what, statuses) = node_volume_health(ctx, id, path, which).await?;
+    match statuses.is_empty() {
+        true => Ok(()),
+        false => Err(format!("{what}: unhealthy ({statuses:?})")),
+    }
+}
+
+/// NodeGetVolumeHealth of `id` published at `path` lists its problem as
+/// kubelet reads it: a status it knows, a CamelCase reason and a message.
+async fn expect_unhealthy(
+    ctx: &mut Ctx<'_>,
+    id: &str,
+    path: &std::path::Path,
+    which: &str,
+) -> Step<()> {
+    let (what, statuses) = node_volume_health(ctx, id, Some(path), which).await?;
+    let [entry] = statuses.as_slice() else {
+        return Err(format!(
+            "{what}: {} health statuses ({statuses:?}), not the one problem Health reports",
+            statuses.len()
+        ));
+    };
+    if entry.status() == csi::VolumeHealthErrorType::UnknownVolumeHealthType {
+        return Err(format!("{what}: status UNKNOWN, which kubelet drops"));
+    }
+    if !is_camel_case(&entry.reason) {
+        return Err(format!(
+            "{what}: reason {:?} is not one CamelCase word \
+             (VolumeCondition::because's reason, e.g. \"ImageMissing\")",
+            entry.reason
+        ));
+    }
+    if entry.message.is_empty() {
+        return Err(format!("{what}: no message saying what is wrong"));
+    }
+    Ok(())
+}
+
+/// One word of ASCII letters and digits starting with a capital letter,
+/// as CSI asks of a health reason.
+fn is_camel_case(reason: &str) -> bool {
+    reason.starts_with(|c: char| c.is_ascii_uppercase())
+        && reason.chars().all(|c| c.is_ascii_alphanumeric())
 }
