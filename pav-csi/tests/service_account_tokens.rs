@@ -151,6 +151,15 @@ fn files_below(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// Unpublishes volume `volume_id` from `target`, which must succeed.
+async fn unpublish(h: &mut Harness, volume_id: &str, target: &Path) {
+    let unpublish = csi::NodeUnpublishVolumeRequest {
+        volume_id: volume_id.into(),
+        target_path: target.to_string_lossy().into(),
+    };
+    h.node.node_unpublish_volume(unpublish).await.unwrap();
+}
+
 /// How many mounts there are at `path`.
 async fn mounts_at(path: &Path) -> usize {
     let table = pav_csi::mount::mount_table().await.unwrap();
@@ -252,11 +261,7 @@ async fn a_republish_with_renewed_tokens_stages_again_without_binding_again() {
     assert!(refused.message().contains("renewed"), "{refused:?}");
     assert_eq!(mounts_at(&target).await, 1);
 
-    let unpublish = csi::NodeUnpublishVolumeRequest {
-        volume_id: "v1".into(),
-        target_path: target.to_string_lossy().into(),
-    };
-    h.node.node_unpublish_volume(unpublish).await.unwrap();
+    unpublish(&mut h, "v1", &target).await;
     h.stop().await;
 }
 
@@ -271,11 +276,7 @@ async fn a_repeat_without_tokens_does_not_stage_again() {
     }
     assert_eq!(h.provisioner.count("stage"), 1);
     assert_eq!(mounts_at(&target).await, 1);
-    let unpublish = csi::NodeUnpublishVolumeRequest {
-        volume_id: "v1".into(),
-        target_path: target.to_string_lossy().into(),
-    };
-    h.node.node_unpublish_volume(unpublish).await.unwrap();
+    unpublish(&mut h, "v1", &target).await;
     h.stop().await;
 }
 
@@ -296,10 +297,6 @@ async fn an_ephemeral_republish_with_renewed_tokens_stages_again() {
         "Create asked again, idempotent"
     );
     assert_eq!(mounts_at(&target).await, 1, "bound once");
-    let unpublish = csi::NodeUnpublishVolumeRequest {
-        volume_id: "csi-1".into(),
-        target_path: target.to_string_lossy().into(),
-    };
-    h.node.node_unpublish_volume(unpublish).await.unwrap();
+    unpublish(&mut h, "csi-1", &target).await;
     h.stop().await;
 }
