@@ -628,12 +628,18 @@ pub async fn diagnosis(client: &Client, namespace: &str, provisioner: &str) -> S
 
 /// PaV pods (those with a phase label) of `provisioner`, any namespace.
 pub async fn pav_pods(client: &Client, provisioner: &str) -> anyhow::Result<Vec<Pod>> {
+    pods_selected(
+        client,
+        &format!("{LABEL_PROVISIONER}={provisioner},{LABEL_PHASE}"),
+    )
+    .await
+}
+
+/// Pods of any namespace that `selector` selects.
+async fn pods_selected(client: &Client, selector: &str) -> anyhow::Result<Vec<Pod>> {
     let api: Api<Pod> = Api::all(client.clone());
     Ok(api
-        .list(
-            &ListParams::default()
-                .labels(&format!("{LABEL_PROVISIONER}={provisioner},{LABEL_PHASE}")),
-        )
+        .list(&ListParams::default().labels(selector))
         .await?
         .items)
 }
@@ -647,21 +653,50 @@ pub async fn wait_no_pav_pods(
     provisioner: &str,
     timeout: Duration,
 ) -> anyhow::Result<()> {
-    wait_until(
+    wait_none_selected(
+        client,
         &format!("no PaV pods of {provisioner}"),
+        &format!("{LABEL_PROVISIONER}={provisioner},{LABEL_PHASE}"),
         timeout,
-        || async {
-            let pods = pav_pods(client, provisioner).await?;
-            if pods.is_empty() {
-                Ok(Some(()))
-            } else {
-                bail!(
-                    "left: {:?}",
-                    pods.iter().map(|p| p.name_any()).collect::<Vec<_>>()
-                )
-            }
-        },
     )
+    .await
+}
+
+/// Waits until no pod of `provisioner`'s `phase` exists: with `staging`,
+/// until kubelet has unstaged the volumes of the pods that are gone (it
+/// does so after their deletion, not before).
+pub async fn wait_no_pav_pods_of_phase(
+    client: &Client,
+    provisioner: &str,
+    phase: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    wait_none_selected(
+        client,
+        &format!("no {phase} pods of {provisioner}"),
+        &format!("{LABEL_PROVISIONER}={provisioner},{LABEL_PHASE}={phase}"),
+        timeout,
+    )
+    .await
+}
+
+async fn wait_none_selected(
+    client: &Client,
+    what: &str,
+    selector: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    wait_until(what, timeout, || async {
+        let pods = pods_selected(client, selector).await?;
+        if pods.is_empty() {
+            Ok(Some(()))
+        } else {
+            bail!(
+                "left: {:?}",
+                pods.iter().map(|p| p.name_any()).collect::<Vec<_>>()
+            )
+        }
+    })
     .await
 }
 

@@ -324,7 +324,12 @@ async fn local_volume_is_on_its_node_holds_its_size_and_is_deleted() {
 
     // Two new pods read what the first wrote, each waiting until it sees
     // the other's file: the volume is theirs at once, through one staging
-    // pod (stagingPer: Node), where the writer had one of its own.
+    // pod (stagingPer: Node), where the writer had one of its own. Kubelet
+    // unstages the writer's volume after the writer is gone: readers
+    // started before that would use the writer's staging pod.
+    wait_no_pav_pods_of_phase(&client, NAME, "staging", STEP)
+        .await
+        .unwrap();
     let reader = |me: &str, other: &str| {
         format!(
             "echo > /data/from-{me}; i=0; \
