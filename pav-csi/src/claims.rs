@@ -7,7 +7,7 @@ use pav_sdk::Claim;
 use tonic::Code;
 
 /// The annotation the scheduler sets on a `WaitForFirstConsumer` claim.
-const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+pub(crate) const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 
 /// The API client claims are read with; `kube::Client` has no `Debug`.
 #[derive(Clone)]

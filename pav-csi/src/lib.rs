@@ -89,6 +89,7 @@
 //! |---|---|
 //! | `logging` | `pav_csi::logging`: the log set-up of a driver's `main` (text coloured only on a terminal, or JSON lines; `RUST_LOG` filter) |
 //! | `kube` | `DriverBuilder::claim_lookup`: the claim's labels, annotations and selected node, read from the API server for Create; `config_map_store::ConfigMapStore`: records in ConfigMaps, shared by a controller and node plugins deployed apart (Rust 1.89; the binary picks k8s-openapi's Kubernetes version feature and kube's TLS) |
+//! | `populator` | `pav_csi::populator::Populator`: Kubernetes' volume populator protocol for a [`pav_sdk::Populate`] driver (claims whose `dataSourceRef` names one of its kinds: a prime claim in the driver's namespace, filled, then handed over), with kube's runtime; implies `kube` |
 //! | `testing` | `pav_csi::testing`, for a provisioner's own `cargo test` (enable it under `[dev-dependencies]`): `Harness` serves the provisioner in-process on a socket in a temporary directory, with Identity, Controller and Node clients; `Conformance` runs named checks (`Check::ALL`: repeated Create, Delete of what is gone, repeated Stage and Unstage with a Delete while staged, repeated Publish and Unpublish, repeated Attach and Detach, Expand, a snapshot round trip, a group snapshot round trip, hostile ids and paths, Modify, Health) as csi-sanity would, without Go |
 //!
 //! # Logging
@@ -201,6 +202,8 @@ mod node_dirs;
 mod occupancy;
 mod pages;
 mod paths;
+#[cfg(feature = "populator")]
+pub mod populator;
 mod shared;
 mod staged;
 #[cfg(feature = "testing")]

@@ -402,6 +402,7 @@ pub mod ephemeral;
 mod error;
 pub mod group_snapshot;
 mod health;
+pub mod populate;
 pub mod prelude;
 mod provisioner;
 pub mod records;
@@ -421,6 +422,7 @@ pub use group_snapshot::{
     GroupSnapshotRequest,
 };
 pub use health::{Health, HealthRequest};
+pub use populate::{DataSourceKind, ObjectName, Populate, PopulateRequest};
 pub use provisioner::{Expansion, Provisioner};
 pub use snapshot::{DeleteSnapshotRequest, Snapshot, SnapshotInfo, SnapshotRequest};
 pub use touch_points::{
