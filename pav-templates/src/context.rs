@@ -19,6 +19,7 @@
 //! | group snapshot deletion | [`GroupSnapshotContext::deletion`] | `groupSnapshotHandle`, `snapshotHandles`, `snapshots` (each with `handle` and `sourceHandle`, none when unknown) |
 //! | storage capacity | [`CapacityContext::new`] | `topology` (the segment's labels, none for all the storage), `nodeName` (the segment's node, none without one), `params` (the StorageClass's) |
 //! | volume modification | [`ModificationContext::new`] | `handle`, `capacity`, `volumeMode`, `params`, `mutableParams` (after the change), `previousMutableParams`, `requestedMutableParams` (the class's), `pv`, `pvc` (none without a claim) |
+//! | volume population | [`PopulationContext::new`] | `handle`, `capacity`, `volumeMode`, `params`, `pv`, `pvc` (the claim being filled), `dataSource` (the object its `dataSourceRef` names, as the API server returned it) |
 //!
 //! The creation and deletion contexts and the staging ones also have
 //! `mutableParams`: the VolumeAttributesClass parameters the volume is
@@ -897,6 +898,8 @@ pub fn recorded_mutable_parameters(pv: &PersistentVolume) -> BTreeMap<String, St
 
 mod capacity;
 mod modification;
+mod population;
 
 pub use self::capacity::CapacityContext;
 pub use self::modification::ModificationContext;
+pub use self::population::PopulationContext;

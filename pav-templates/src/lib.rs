@@ -74,12 +74,12 @@ pub mod yaml;
 
 pub use context::{
     CapacityContext, CreationContext, ExpansionContext, GroupMember, GroupSnapshotContext,
-    ModificationContext, PvcLookup, PvcMap, SnapshotContext, Source, StagingContext,
-    ValidationContext,
+    ModificationContext, PopulationContext, PvcLookup, PvcMap, SnapshotContext, Source,
+    StagingContext, ValidationContext,
 };
 pub use error::{Error, Location, Result};
 pub use model::{
-    LifecycleMode, PavProvisioner, PavProvisionerSpec, PavProvisionerStatus, Phases,
+    LifecycleMode, PavProvisioner, PavProvisionerSpec, PavProvisionerStatus, Phases, PopulatedKind,
     ProvisioningMode, StagingPer, TokenRequest, token_file_name,
 };
 pub use phase::{

@@ -141,6 +141,33 @@ pub struct PavProvisionerSpec {
     #[schemars(length(min = 1))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["audience"]))]
     pub token_requests: Option<Vec<TokenRequest>>,
+
+    /// pav: the kinds of object a claim's `dataSourceRef` may name for
+    /// `volumePopulation` to fill its volume from (a volume populator):
+    /// each an `apiGroup` and a `kind`, of custom resources (the API
+    /// server accepts no `dataSourceRef` of the core group but a claim).
+    /// The driver provisions such a claim empty, fills it with the
+    /// population pod and only then binds it. Needs `volumePopulation`,
+    /// which needs it. Not a template. Without it, no claim is populated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub populated_from: Option<Vec<PopulatedKind>>,
+}
+
+/// A kind of object volumes are filled from
+/// ([`PavProvisionerSpec::populated_from`]), as a claim's `dataSourceRef`
+/// names it.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PopulatedKind {
+    /// The API group (`example.com`); `pav check` refuses the core group.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub api_group: String,
+    /// The kind (`VolumeFiles`).
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
 }
 
 /// A service-account token the staging pods receive
@@ -198,7 +225,7 @@ impl PavProvisionerSpec {
 /// those an unknown field's error lists, and the only ones `pav check`
 /// accepts.
 pub(crate) const SPEC_FIELDS: &[&str] = &{
-    let mut fields = [""; Phase::ALL.len() + 6];
+    let mut fields = [""; Phase::ALL.len() + 7];
     fields[0] = "provisioningModes";
     fields[1] = "getPvcNamespaces";
     let mut i = 0;
@@ -210,6 +237,7 @@ pub(crate) const SPEC_FIELDS: &[&str] = &{
     fields[Phase::ALL.len() + 3] = "volumeLifecycleModes";
     fields[Phase::ALL.len() + 4] = "stagingPer";
     fields[Phase::ALL.len() + 5] = "tokenRequests";
+    fields[Phase::ALL.len() + 6] = "populatedFrom";
     fields
 };
 
@@ -222,6 +250,7 @@ enum SpecKey {
     VolumeLifecycleModes,
     StagingPer,
     TokenRequests,
+    PopulatedFrom,
 }
 
 impl<'de> Deserialize<'de> for SpecKey {
@@ -243,6 +272,7 @@ impl<'de> Deserialize<'de> for SpecKey {
                     "volumeLifecycleModes" => SpecKey::VolumeLifecycleModes,
                     "stagingPer" => SpecKey::StagingPer,
                     "tokenRequests" => SpecKey::TokenRequests,
+                    "populatedFrom" => SpecKey::PopulatedFrom,
                     _ => match Phase::ALL.into_iter().find(|phase| phase.field() == key) {
                         Some(phase) => SpecKey::Phase(phase),
                         None => return Err(E::unknown_field(key, SPEC_FIELDS)),
@@ -290,6 +320,7 @@ impl<'de> Deserialize<'de> for PavProvisionerSpec {
                 let mut volume_lifecycle_modes: Option<Option<Vec<LifecycleMode>>> = None;
                 let mut staging_per: Option<Option<StagingPer>> = None;
                 let mut token_requests: Option<Option<Vec<TokenRequest>>> = None;
+                let mut populated_from: Option<Option<Vec<PopulatedKind>>> = None;
                 let mut phases = Phases::default();
                 let mut seen = [false; Phase::ALL.len()];
                 while let Some(key) = map.next_key()? {
@@ -309,6 +340,9 @@ impl<'de> Deserialize<'de> for PavProvisionerSpec {
                         SpecKey::StagingPer => read(&mut map, &mut staging_per, "stagingPer")?,
                         SpecKey::TokenRequests => {
                             read(&mut map, &mut token_requests, "tokenRequests")?
+                        }
+                        SpecKey::PopulatedFrom => {
+                            read(&mut map, &mut populated_from, "populatedFrom")?
                         }
                         SpecKey::Phase(phase) => {
                             if std::mem::replace(&mut seen[phase.index()], true) {
@@ -344,6 +378,7 @@ impl<'de> Deserialize<'de> for PavProvisionerSpec {
                     volume_lifecycle_modes: volume_lifecycle_modes.flatten(),
                     staging_per: staging_per.flatten(),
                     token_requests: token_requests.flatten(),
+                    populated_from: populated_from.flatten(),
                 })
             }
         }
@@ -634,7 +669,9 @@ mod tests {
             "{err}"
         );
         assert!(
-            err.ends_with("`dataSources`, `volumeLifecycleModes`, `stagingPer`, `tokenRequests` at line 3 column 1"),
+            err.ends_with(
+                "`dataSources`, `volumeLifecycleModes`, `stagingPer`, `tokenRequests`, `populatedFrom` at line 3 column 1"
+            ),
             "{err}"
         );
         let err = serde_json::from_str::<PavProvisionerSpec>(

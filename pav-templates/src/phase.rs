@@ -36,6 +36,7 @@ pub mod group_snapshot_deletion;
 pub mod health;
 pub mod modification;
 pub mod node_expansion;
+pub mod population;
 pub mod snapshot_creation;
 pub mod snapshot_deletion;
 pub mod staging;
@@ -53,6 +54,7 @@ pub use self::group_snapshot_deletion::GroupSnapshotDeletion;
 pub use self::health::{DEFAULT_HEALTH_CHECK_EVERY, Health, HealthPhase};
 pub use self::modification::{Modification, ModificationPhase};
 pub use self::node_expansion::NodeExpansion;
+pub use self::population::Population;
 pub use self::snapshot_creation::{SnapshotCreation, SnapshotCreationPhase};
 pub use self::snapshot_deletion::SnapshotDeletion;
 pub use self::staging::Staging;
@@ -105,6 +107,9 @@ pub enum Phase {
     /// `spec.groupSnapshotDeletion` (pav): a group snapshot and its
     /// members are deleted.
     GroupSnapshotDeletion,
+    /// `spec.volumePopulation` (pav): a new volume is filled from its
+    /// claim's `dataSourceRef` before the claim gets it.
+    Population,
 }
 
 /// What defines one phase, in one place: the rest of pav (the spec's
@@ -146,7 +151,7 @@ const POD_ONLY: &[&str] = &["podTemplate", "timeout"];
 
 /// Every phase's definition, in [`Phase`]'s order: the original PaV's in
 /// lifecycle order, then pav's.
-const DEFINITIONS: [Definition; 16] = [
+const DEFINITIONS: [Definition; 17] = [
     Validation::DEFINITION,
     Creation::DEFINITION,
     Deletion::DEFINITION,
@@ -163,6 +168,7 @@ const DEFINITIONS: [Definition; 16] = [
     Detach::DEFINITION,
     GroupSnapshotCreation::DEFINITION,
     GroupSnapshotDeletion::DEFINITION,
+    Population::DEFINITION,
 ];
 
 /// A phase's section of the spec as a type, one per phase in its module
@@ -191,8 +197,8 @@ pub trait Section {
 impl Phase {
     /// All phases, in the order of their definitions: the original PaV's
     /// in lifecycle order, then pav's.
-    pub const ALL: [Phase; 16] = {
-        let mut all = [Phase::Validation; 16];
+    pub const ALL: [Phase; 17] = {
+        let mut all = [Phase::Validation; 17];
         let mut i = 0;
         while i < all.len() {
             all[i] = DEFINITIONS[i].phase;
@@ -308,8 +314,9 @@ impl OptionalPodPhase {
 }
 
 /// Evaluated section of a phase whose pod is mandatory and all it holds:
-/// `spec.volumeStaging`, and `spec.volumeNodeExpansion` and
-/// `spec.volumeAttach`, whose pod is mandatory too.
+/// `spec.volumeStaging`, and `spec.volumeNodeExpansion`,
+/// `spec.volumeAttach` and `spec.volumePopulation`, whose pod is mandatory
+/// too.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StagingPhase {
@@ -317,7 +324,8 @@ pub struct StagingPhase {
     /// completes or creates `/pav/ready` and keeps running. (The node
     /// expansion pod: run to completion, the staged volume at
     /// `/pav/volume`. The attach pod: run to completion, its
-    /// `/pav/publish-context` reaching staging.)
+    /// `/pav/publish-context` reaching staging. The population pod: run to
+    /// completion, the new volume at `/pav/volume`.)
     pub pod_template: PodTemplateSpec,
     /// How long this phase's pod may take (the `timeout` field, an
     /// extension of pav); the runner's default when absent.

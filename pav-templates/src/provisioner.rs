@@ -24,7 +24,9 @@ use serde_json::{Map, Value as Json};
 use crate::context::{GET_PVC_NAMESPACES_GLOBAL, PhaseContext as _};
 use crate::engine::{self, MAX_PHASE_OUTPUT_BYTES};
 use crate::error::{Error, Location, Result};
-use crate::model::{LifecycleMode, PavProvisioner, ProvisioningMode, SPEC_FIELDS, StagingPer};
+use crate::model::{
+    LifecycleMode, PavProvisioner, PopulatedKind, ProvisioningMode, SPEC_FIELDS, StagingPer,
+};
 use crate::phase::fields::{Fields, describe_json};
 use crate::phase::{Phase, Section};
 use crate::volume::DataSourceKind;
@@ -75,6 +77,7 @@ pub struct CompiledProvisioner {
     data_sources: Vec<DataSourceKind>,
     lifecycle_modes: Vec<LifecycleMode>,
     staging_per: StagingPer,
+    populated_from: Vec<PopulatedKind>,
     phases: [Option<Node>; Phase::ALL.len()],
     /// Per phase: the pod template's fields were all checked at compile
     /// time (no template in it can set `yaml`), so rendering needs only a
@@ -131,6 +134,10 @@ impl CompiledProvisioner {
         let lifecycle_modes = checker.check_lifecycle_modes(spec_map.get("volumeLifecycleModes"));
         let staging_per = checker.check_staging_per(spec_map.get("stagingPer"));
         checker.check_token_requests(spec_map.get("tokenRequests"), staging_per);
+        let populated_from = checker.check_populated_from(
+            spec_map.get("populatedFrom"),
+            spec_map.contains_key(Phase::Population.field()),
+        );
         for key in spec_map.keys() {
             if !SPEC_FIELDS.contains(&key.as_str()) {
                 checker.problem_schema(&format!("spec.{key}"), "unknown field");
@@ -209,6 +216,7 @@ impl CompiledProvisioner {
             data_sources,
             lifecycle_modes,
             staging_per,
+            populated_from,
             env,
             phases,
             pod_shape_checked,
@@ -228,6 +236,12 @@ impl CompiledProvisioner {
             }])
         })?;
         Self::from_json(json)
+    }
+
+    /// `spec.populatedFrom`: the kinds of object it fills new volumes from
+    /// (none without `volumePopulation`).
+    pub fn populated_from(&self) -> &[PopulatedKind] {
+        &self.populated_from
     }
 
     /// `metadata.name` of the provisioner.

@@ -85,6 +85,8 @@ pub struct Contexts {
     pub group_snapshot_creation: crate::GroupSnapshotContext,
     /// The sample group snapshot being deleted.
     pub group_snapshot_deletion: crate::GroupSnapshotContext,
+    /// The sample volume being filled from [`data_source`].
+    pub population: crate::PopulationContext,
 }
 
 /// The topology key of pav's drivers, as the sample segment has it.
@@ -109,6 +111,23 @@ pub fn modification_context() -> crate::ModificationContext {
     let requested = std::collections::BTreeMap::from([("mode".to_owned(), "ro".to_owned())]);
     crate::ModificationContext::new(&pv(), Some(&pvc()), &requested)
         .expect("samples are consistent")
+}
+
+/// The object the sample volume is filled from: files of a custom
+/// resource in the sample claim's namespace.
+pub fn data_source() -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "examples.pav.albertofaria.github.io/v1",
+        "kind": "VolumeFiles",
+        "metadata": {"name": "greeting", "namespace": pvc().metadata.namespace},
+        "spec": {"files": {"hello": "Hello world!\n"}},
+    })
+}
+
+/// The sample volume, for the sample claim, being filled from
+/// [`data_source`].
+pub fn population_context() -> crate::PopulationContext {
+    crate::PopulationContext::new(&pv(), &pvc(), &data_source()).expect("samples are consistent")
 }
 
 /// Expansion of the sample volume, bound to the sample claim, to twice its
@@ -196,6 +215,7 @@ pub fn contexts(lookup: Arc<PvcMap>) -> Contexts {
         capacity: capacity_context().with_pvc_lookup(lookup.clone()),
         modification: modification_context().with_pvc_lookup(lookup.clone()),
         group_snapshot_creation: group_snapshot_creation_context().with_pvc_lookup(lookup.clone()),
-        group_snapshot_deletion: group_snapshot_deletion_context().with_pvc_lookup(lookup),
+        group_snapshot_deletion: group_snapshot_deletion_context().with_pvc_lookup(lookup.clone()),
+        population: population_context().with_pvc_lookup(lookup),
     }
 }

@@ -9,8 +9,8 @@ use pav_templates::phase::{
     Creation, Expansion, NodeExpansion, SnapshotCreation, SnapshotDeletion,
 };
 use pav_templates::{
-    CompiledProvisioner, CreationContext, DataSourceKind, ExpansionContext, SnapshotContext,
-    Source, StagingContext, samples,
+    CompiledProvisioner, CreationContext, DataSourceKind, ExpansionContext, PopulationContext,
+    SnapshotContext, Source, StagingContext, samples,
 };
 
 const BASE: &str = "provisioningModes: [Dynamic]\nvolumeCreation: {capacity: 1Gi}\nvolumeStaging: {podTemplate: {}}\n";
@@ -257,4 +257,119 @@ fn token_requests_are_distinct_audiences_of_distinct_files_staged_per_pod() {
     for (spec, want) in cases {
         assert_eq!(problems(spec), want, "{spec}");
     }
+}
+
+const POPULATION: &str =
+    "volumePopulation: {podTemplate: {spec: {containers: [{name: c, image: i}]}}}\n";
+
+#[test]
+fn populated_from_names_distinct_kinds_and_comes_with_volume_population() {
+    let populating = compiled(&format!(
+        "populatedFrom: [{{apiGroup: example.com, kind: Files}}, {{apiGroup: example.com, kind: Seed}}]\n{POPULATION}"
+    ));
+    let kinds: Vec<(&str, &str)> = (populating.populated_from().iter())
+        .map(|k| (k.api_group.as_str(), k.kind.as_str()))
+        .collect();
+    assert_eq!(kinds, [("example.com", "Files"), ("example.com", "Seed")]);
+    assert!(compiled("").populated_from().is_empty());
+
+    let field = |path: &str| format!("provisioner \"p\", field spec.populatedFrom{path}: ");
+    let cases = [
+        (
+            POPULATION.to_owned(),
+            vec![format!(
+                "{}is required with spec.volumePopulation: it names the kinds of object volumes are filled from",
+                field("")
+            )],
+        ),
+        (
+            "populatedFrom: [{apiGroup: example.com, kind: Files}]\n".to_owned(),
+            vec![format!(
+                "{}may only be specified together with spec.volumePopulation",
+                field("")
+            )],
+        ),
+        (
+            format!("populatedFrom: []\n{POPULATION}"),
+            vec![format!(
+                "{}must list at least one kind when present",
+                field("")
+            )],
+        ),
+        (
+            format!(
+                "populatedFrom: [{{apiGroup: a.io, kind: F}}, {{apiGroup: a.io, kind: F}}]\n{POPULATION}"
+            ),
+            vec![format!("{}repeats a kind", field("[1]"))],
+        ),
+        (
+            format!(
+                "populatedFrom: [{{apiGroup: a.io, kind: 'Config Map'}}, {{apiGroup: Example.COM, kind: X}}]\n{POPULATION}"
+            ),
+            vec![
+                format!(
+                    "{}\"Config Map\" is no kind: 1 to 63 ASCII letters and digits, a letter first",
+                    field("[0].kind")
+                ),
+                format!("{}\"Example.COM\" is no API group", field("[1].apiGroup")),
+            ],
+        ),
+        (
+            format!("populatedFrom: [{{kind: ConfigMap}}]\n{POPULATION}"),
+            vec![format!(
+                "{}must name an API group: a claim's dataSourceRef names no kind of the core group but PersistentVolumeClaim",
+                field("[0].apiGroup")
+            )],
+        ),
+        (
+            format!(
+                "populatedFrom: [{{apiGroup: snapshot.storage.k8s.io, kind: VolumeSnapshot}}]\n{POPULATION}"
+            ),
+            vec![format!(
+                "{}VolumeSnapshots are spec.dataSources: volume creation restores them",
+                field("[0]")
+            )],
+        ),
+        (
+            format!("populatedFrom: ConfigMap\n{POPULATION}"),
+            vec![format!(
+                "{}must be a list of {{apiGroup, kind}} (it is not a template), not \"ConfigMap\"",
+                field("")
+            )],
+        ),
+    ];
+    for (spec, want) in cases {
+        assert_eq!(problems(&spec), want, "{spec}");
+    }
+    assert_eq!(
+        problems("populatedFrom: [{apiGroup: a.io, kind: F}]\nvolumePopulation: {timeout: 1m}\n"),
+        ["provisioner \"p\", field spec.volumePopulation.podTemplate: is required"]
+    );
+}
+
+#[test]
+fn population_sees_the_volume_its_claim_and_the_data_source() {
+    let provisioner = compiled(
+        "populatedFrom: [{apiGroup: a.io, kind: F}]\n\
+         volumePopulation:\n  podTemplate:\n    spec:\n      containers:\n        - name: c\n          image: i\n          args:\n            - '{{ handle }} {{ capacity }} {{ pvc.metadata.name }} {{ dataSource.kind }} {{ dataSource.spec.greeting }}'\n",
+    );
+    let source = serde_json::json!({
+        "apiVersion": "a.io/v1",
+        "kind": "F",
+        "metadata": {"name": "seed", "namespace": "default"},
+        "spec": {"greeting": "hello"},
+    });
+    let context = PopulationContext::new(&samples::pv(), &samples::pvc(), &source).unwrap();
+    let evaluated = provisioner
+        .render::<pav_templates::phase::Population>(&context)
+        .unwrap();
+    let args = evaluated.pod_template.spec.unwrap().containers[0]
+        .args
+        .clone();
+    let handle = samples::pv().spec.unwrap().csi.unwrap().volume_handle;
+    let claim = samples::pvc().metadata.name.unwrap();
+    assert_eq!(
+        args,
+        Some(vec![format!("{handle} 1073741824 {claim} F hello")])
+    );
 }

@@ -92,6 +92,10 @@ pub enum Command {
         /// `parameters` a snapshot is taken with (default: none).
         #[arg(long)]
         snapshot_class: Option<PathBuf>,
+        /// The object the claim's `dataSourceRef` names, for population
+        /// (default: an object of that kind with only a name).
+        #[arg(long)]
+        data_source: Option<PathBuf>,
         /// When the health check runs, as RFC 3339 (default: the Unix
         /// epoch): its pod is named after the round of `every` this is in.
         #[arg(long, value_parser = parse_time)]
@@ -140,6 +144,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             target_path,
             snapshot_content,
             snapshot_class,
+            data_source,
             time,
             namespace,
         } => {
@@ -166,6 +171,15 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
                         crate::snapshots::requested_parameters(&load_class_parameters(path)?)
                     }
                     None => Default::default(),
+                },
+                data_source: match data_source.as_deref() {
+                    Some(path) => Some(parse_document::<serde_json::Value>(
+                        path,
+                        None,
+                        "object",
+                        &read_text(path)?,
+                    )?),
+                    None => None,
                 },
                 claims: claims
                     .iter()

@@ -231,17 +231,60 @@ pub async fn run_controller(args: ControllerArgs) -> anyhow::Result<()> {
     tokio::spawn(deleted_nodes::release_periodically(driver.clone()));
     let object = driver.served.object().await?;
     let provisioner = served_sections(
-        controller_provisioner(driver),
+        controller_provisioner(driver.clone()),
         object.as_ref().map(|p| &p.spec),
     );
-    pav_csi::Driver::builder(args.common.provisioner.clone())
+    let leadership = Arc::new(tokio::sync::OnceCell::new());
+    tokio::spawn(populate_as_leader(
+        driver,
+        provisioner.inner().clone(),
+        leadership.clone(),
+    ));
+    let served = pav_csi::Driver::builder(args.common.provisioner.clone())
         .version(env!("CARGO_PKG_VERSION"))
         .provisioner(provisioner)
         .topology_aware()
         .serve_controller(&args.common.endpoint)
         .run()
-        .await?;
-    Ok(())
+        .await;
+    // A successor need not wait for the Lease to expire.
+    if let Some(leadership) = leadership.get() {
+        leadership.release().await;
+    }
+    Ok(served?)
+}
+
+/// Runs the volume populator (`spec.volumePopulation`) in one replica of
+/// the CSI controller at a time: the holder of Lease
+/// `pav-populator-<driver>`, kept in `leadership` for its release. Always,
+/// whatever the spec says now: a claim is filled only for the kinds the
+/// spec names when the populator sees it.
+async fn populate_as_leader(
+    driver: Arc<DriverContext>,
+    populate: Arc<controller::PodController>,
+    leadership: Arc<tokio::sync::OnceCell<Arc<crate::leader::Leadership>>>,
+) {
+    let lease = format!("pav-populator-{}", driver.provisioner);
+    let identity = crate::leader::identity("pav-csi-controller");
+    let held = Arc::new(
+        crate::leader::Leadership::acquire(
+            driver.client.clone(),
+            &driver.namespace,
+            &lease,
+            &identity,
+        )
+        .await,
+    );
+    let _ = leadership.set(held.clone());
+    tokio::spawn(async move { held.keep().await });
+    pav_csi::populator::Populator::new(
+        driver.client.clone(),
+        driver.provisioner.clone(),
+        driver.namespace.clone(),
+        populate,
+    )
+    .run()
+    .await;
 }
 
 /// Serves the CSI node service until SIGTERM.

@@ -78,6 +78,14 @@ fn spec_for(identity: &str, old: Option<&LeaseSpec>, now: Timestamp) -> LeaseSpe
     }
 }
 
+/// This process's identity in a Lease: its pod's name (`POD_NAME`, else
+/// `HOSTNAME`), or `fallback` and its process id outside a pod.
+pub fn identity(fallback: &str) -> String {
+    std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| format!("{fallback}-{}", std::process::id()))
+}
+
 impl Leadership {
     /// Waits until this process holds Lease `name` in `namespace`.
     pub async fn acquire(client: Client, namespace: &str, name: &str, identity: &str) -> Self {

@@ -271,9 +271,7 @@ pub async fn run_with(client: Client, args: Args) -> anyhow::Result<()> {
 
     let ns = args.settings.namespace.clone();
     let leadership = if args.leader_election {
-        let identity = std::env::var("POD_NAME")
-            .or_else(|_| std::env::var("HOSTNAME"))
-            .unwrap_or_else(|_| format!("pav-controller-{}", std::process::id()));
+        let identity = leader::identity("pav-controller");
         let leadership =
             Arc::new(leader::Leadership::acquire(client.clone(), &ns, LEASE, &identity).await);
         let keeper = leadership.clone();

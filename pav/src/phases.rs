@@ -29,6 +29,7 @@ pub mod group_snapshot_deletion;
 pub mod health;
 pub mod modification;
 pub mod node_expansion;
+pub mod population;
 pub mod snapshot_creation;
 pub mod snapshot_deletion;
 pub mod staging;
@@ -83,6 +84,7 @@ pub(crate) fn render(
         Phase::Detach => detach::example(&example, &planner),
         Phase::GroupSnapshotCreation => group_snapshot_creation::example(&example, &planner),
         Phase::GroupSnapshotDeletion => group_snapshot_deletion::example(&example, &planner),
+        Phase::Population => population::example(&example, &planner),
     }
 }
 

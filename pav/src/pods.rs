@@ -27,8 +27,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    HostPathVolumeSource, PersistentVolumeClaim, Pod, PodSpec, PodTemplateSpec, Toleration, Volume,
-    VolumeMount,
+    HostPathVolumeSource, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, PodSpec,
+    PodTemplateSpec, Toleration, Volume, VolumeDevice, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use pav_templates::Phase;
@@ -206,8 +206,9 @@ pub const HOST_POD_DIR: &str = "/var/lib/pav/pods";
 /// Name of the volume PaV adds to each pod for `/pav`.
 pub const PAV_VOLUME: &str = "pav";
 
-/// Name of the volume PaV adds to a node expansion pod for `/pav/volume`.
-pub const STAGED_VOLUME: &str = "pav-volume";
+/// Name of the volume PaV adds to a pod that works on a volume, for
+/// `/pav/volume` ([`PodVolume`]).
+pub const POD_VOLUME: &str = "pav-volume";
 
 /// Which volume a pod works on, and where.
 #[derive(Debug, Clone)]
@@ -321,9 +322,25 @@ pub struct PodParams<'a> {
     pub annotations: Vec<(&'static str, String)>,
     /// Finalizers PaV puts on the pod.
     pub finalizers: Vec<&'static str>,
-    /// For a node expansion pod: the host directory of the staged volume
-    /// (the staging pod's `/pav/volume`), mounted at `/pav/volume`.
-    pub staged_volume: Option<String>,
+    /// The volume the pod works on, mounted at `/pav/volume`, if any.
+    pub volume: Option<PodVolume>,
+}
+
+/// What a PaV pod sees at `/pav/volume`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodVolume {
+    /// A staged volume (node expansion, health): the host directory that
+    /// is the staging pod's `/pav/volume`.
+    Staged(String),
+    /// A volume through its claim, in the pod's namespace (population:
+    /// the prime claim of a volume being filled): mounted, or for a block
+    /// volume its device.
+    Claim {
+        /// The claim's name.
+        name: String,
+        /// Whether the volume is a block device (`volumeMode: Block`).
+        block: bool,
+    },
 }
 
 /// What every pod of one driver shares: the provisioner it belongs to and
@@ -453,7 +470,7 @@ impl<'a> PodOrigin<'a> {
                 timeout,
                 annotations,
                 finalizers: Vec::new(),
-                staged_volume: None,
+                volume: None,
             },
         )
     }
@@ -519,7 +536,7 @@ impl<'a> PodOrigin<'a> {
                     (ANNOTATION_STAGING_POD, staged.staging_pod.clone()),
                 ],
                 finalizers: Vec::new(),
-                staged_volume: Some(staged.host_path.clone()),
+                volume: Some(PodVolume::Staged(staged.host_path.clone())),
             },
         )
     }
@@ -571,7 +588,7 @@ pub fn namespace_of(named: Option<&str>, default_namespace: &str) -> String {
 /// let target = PodTarget { provisioner: "p", phase: Phase::Staging, volume: "vol-1", node: Some("node-a") };
 /// let params = PodParams {
 ///     target, owner: None, default_namespace: "pav", timeout: None,
-///     annotations: vec![], finalizers: vec![], staged_volume: None,
+///     annotations: vec![], finalizers: vec![], volume: None,
 /// };
 /// let pod = build_pod(&template, &params);
 /// let spec = pod.spec.unwrap();
@@ -630,13 +647,23 @@ pub fn build_pod(template: &PodTemplateSpec, params: &PodParams<'_>) -> Pod {
         }),
         ..Volume::default()
     });
-    if let Some(path) = &params.staged_volume {
+    if let Some(volume) = &params.volume {
         spec.volumes.get_or_insert_with(Vec::new).push(Volume {
-            name: STAGED_VOLUME.to_owned(),
-            host_path: Some(HostPathVolumeSource {
-                path: path.clone(),
-                type_: None,
-            }),
+            name: POD_VOLUME.to_owned(),
+            host_path: match volume {
+                PodVolume::Staged(path) => Some(HostPathVolumeSource {
+                    path: path.clone(),
+                    type_: None,
+                }),
+                PodVolume::Claim { .. } => None,
+            },
+            persistent_volume_claim: match volume {
+                PodVolume::Staged(_) => None,
+                PodVolume::Claim { name, .. } => Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: name.clone(),
+                    read_only: None,
+                }),
+            },
             ..Volume::default()
         });
     }
@@ -660,18 +687,34 @@ pub fn build_pod(template: &PodTemplateSpec, params: &PodParams<'_>) -> Pod {
                 mount_propagation: (staging && privileged).then(|| "Bidirectional".to_owned()),
                 ..VolumeMount::default()
             });
-        if params.staged_volume.is_some() {
+        match &params.volume {
+            None => {}
             // The staged volume is a mount made on the host after the
             // directory was: only propagation shows it in the pod.
-            container
+            Some(PodVolume::Staged(_)) => container
                 .volume_mounts
                 .get_or_insert_with(Vec::new)
                 .push(VolumeMount {
-                    name: STAGED_VOLUME.to_owned(),
+                    name: POD_VOLUME.to_owned(),
                     mount_path: "/pav/volume".to_owned(),
                     mount_propagation: Some("HostToContainer".to_owned()),
                     ..VolumeMount::default()
-                });
+                }),
+            Some(PodVolume::Claim { block: false, .. }) => container
+                .volume_mounts
+                .get_or_insert_with(Vec::new)
+                .push(VolumeMount {
+                    name: POD_VOLUME.to_owned(),
+                    mount_path: "/pav/volume".to_owned(),
+                    ..VolumeMount::default()
+                }),
+            Some(PodVolume::Claim { block: true, .. }) => container
+                .volume_devices
+                .get_or_insert_with(Vec::new)
+                .push(VolumeDevice {
+                    name: POD_VOLUME.to_owned(),
+                    device_path: "/pav/volume".to_owned(),
+                }),
         }
     }
     let mut pod = Pod {

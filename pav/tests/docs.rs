@@ -823,7 +823,7 @@ fn phase_lists_are_the_phases() {
         ),
         (
             "docs/writing-a-provisioner.md",
-            Listed::InParagraph("pav adds eleven optional ones"),
+            Listed::InParagraph("pav adds twelve optional ones"),
             Spelling::Field,
             &extensions,
         ),

@@ -107,6 +107,7 @@ fn render_every_phase(provisioner: &CompiledProvisioner) {
             Phase::Modification => contexts.modification.value(),
             Phase::GroupSnapshotCreation => contexts.group_snapshot_creation.value(),
             Phase::GroupSnapshotDeletion => contexts.group_snapshot_deletion.value(),
+            Phase::Population => contexts.population.value(),
         };
         if let Ok(raw) = provisioner.render_raw(phase, value) {
             assert_within_limits(&raw);

@@ -7,7 +7,9 @@ use serde_json::Value as Json;
 use crate::duration::parse_timeout;
 pub(super) use crate::engine::has_template_syntax;
 use crate::error::{Error, Location};
-use crate::model::{LifecycleMode, ProvisioningMode, StagingPer, TokenRequest, token_file_name};
+use crate::model::{
+    LifecycleMode, PopulatedKind, ProvisioningMode, StagingPer, TokenRequest, token_file_name,
+};
 use crate::phase::Phase;
 use crate::phase::fields::{
     Kind, PodTemplateError, capacity_rounding, describe_json, kind, pod_template_from_json,
@@ -244,6 +246,83 @@ impl Checker {
                 self.problem_schema(&path, &message);
             }
         }
+    }
+
+    /// `spec.populatedFrom`: absent, or a non-empty list of distinct kinds
+    /// (`kind` a name Kubernetes accepts for one), each of an API group
+    /// other than the core one (where a claim's `dataSourceRef` may name
+    /// only a claim) and none a VolumeSnapshot (those are `dataSources`,
+    /// which creation restores); present exactly when `volumePopulation`
+    /// is. Not a
+    /// template: the driver watches claims for these kinds before any
+    /// volume exists. What it holds, when absent none.
+    pub(super) fn check_populated_from(
+        &mut self,
+        value: Option<&Json>,
+        has_population: bool,
+    ) -> Vec<PopulatedKind> {
+        const PATH: &str = "spec.populatedFrom";
+        let kinds: Vec<PopulatedKind> = match value {
+            None | Some(Json::Null) => {
+                if has_population {
+                    let message = "is required with spec.volumePopulation: it names the kinds of object volumes are filled from";
+                    self.problem_rule(PATH, message);
+                }
+                return Vec::new();
+            }
+            Some(value) => match serde_json::from_value(value.clone()) {
+                Ok(kinds) => kinds,
+                Err(_) => {
+                    let found = describe_json(value);
+                    let message = format!(
+                        "must be a list of {{apiGroup, kind}} (it is not a template), not {found}"
+                    );
+                    self.problem_schema(PATH, &message);
+                    return Vec::new();
+                }
+            },
+        };
+        if kinds.is_empty() {
+            self.problem_schema(PATH, "must list at least one kind when present");
+        }
+        if !has_population {
+            let message = "may only be specified together with spec.volumePopulation";
+            self.problem_rule(PATH, message);
+        }
+        for (i, kind) in kinds.iter().enumerate() {
+            let path = format!("{PATH}[{i}]");
+            let valid_kind = (1..=63).contains(&kind.kind.len())
+                && kind.kind.starts_with(|c: char| c.is_ascii_alphabetic())
+                && kind.kind.chars().all(|c| c.is_ascii_alphanumeric());
+            if !valid_kind {
+                let message = format!(
+                    "{:?} is no kind: 1 to 63 ASCII letters and digits, a letter first",
+                    kind.kind
+                );
+                self.problem_schema(&format!("{path}.kind"), &message);
+            }
+            let valid_group = kind.api_group.len() <= 253
+                && (kind.api_group.chars())
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
+            if !valid_group {
+                let message = format!("{:?} is no API group", kind.api_group);
+                self.problem_schema(&format!("{path}.apiGroup"), &message);
+            }
+            if kind.api_group.is_empty() {
+                // The API server's validation of a claim's dataSourceRef.
+                let message = "must name an API group: a claim's dataSourceRef names no kind of the core group but PersistentVolumeClaim";
+                self.problem_rule(&format!("{path}.apiGroup"), message);
+            } else if (kind.api_group.as_str(), kind.kind.as_str())
+                == ("snapshot.storage.k8s.io", "VolumeSnapshot")
+            {
+                let message = "VolumeSnapshots are spec.dataSources: volume creation restores them";
+                self.problem_rule(&path, message);
+            }
+            if kinds[..i].contains(kind) {
+                self.problem_schema(&path, "repeats a kind");
+            }
+        }
+        kinds
     }
 
     /// A spec field that is a non-empty list of distinct names out of

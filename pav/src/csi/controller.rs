@@ -26,6 +26,7 @@ mod error;
 pub(crate) mod expand;
 mod group_snapshot;
 mod modify;
+mod populate;
 mod records;
 pub(crate) mod snapshot;
 

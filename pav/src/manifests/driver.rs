@@ -940,7 +940,14 @@ pub fn csi_controller_role() -> ClusterRole {
         "rules": [
             // patch: external-resizer's new capacity.
             rule(&[""], &["persistentvolumes"], &["get", "list", "watch", "create", "patch", "delete"]),
-            rule(&[""], &["persistentvolumeclaims"], &["get", "list", "watch", "update"]),
+            // create, delete: the populator's prime claims (in the pav
+            // namespace; spec.volumePopulation); patch: its finalizer on a
+            // claim being filled.
+            rule(
+                &[""],
+                &["persistentvolumeclaims"],
+                &["get", "list", "watch", "update", "create", "delete", "patch"],
+            ),
             // external-resizer's resize status and conditions.
             rule(&[""], &["persistentvolumeclaims/status"], &["patch"]),
             rule(&["storage.k8s.io"], &["storageclasses"], &["get", "list", "watch"]),

@@ -35,6 +35,9 @@ pub(crate) struct Objects {
     pub(crate) snapshot_parameters: BTreeMap<String, String>,
     /// Whether `--vac` was given.
     pub(crate) vac_given: bool,
+    /// `--data-source`'s object (none: one of the claim's data source
+    /// kind with a name only).
+    pub(crate) data_source: Option<serde_json::Value>,
     pub(crate) claims: Vec<PersistentVolumeClaim>,
     /// Where each of the four came from, to label errors about them.
     pub(crate) origins: Origins,

@@ -147,7 +147,7 @@ impl PodOrigin<'_> {
                 timeout: staging.timeout,
                 annotations,
                 finalizers: vec![FINALIZER_UNSTAGE],
-                staged_volume: None,
+                volume: None,
             },
         )
     }

@@ -69,7 +69,7 @@ impl PodOrigin<'_> {
                 timeout: None,
                 annotations: vec![(ANNOTATION_CLAIM, claim.to_owned())],
                 finalizers: Vec::new(),
-                staged_volume: None,
+                volume: None,
             },
         )
     }
