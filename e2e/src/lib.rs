@@ -700,6 +700,35 @@ async fn wait_none_selected(
     .await
 }
 
+/// Deletes the running pods of `provisioner`'s pav `component`
+/// (`csi-controller`, `csi-node`) at once and waits until a new one is
+/// ready.
+pub async fn kill_component(client: &Client, provisioner: &str, component: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), PAV_NAMESPACE);
+    let selector = ListParams::default().labels(&format!(
+        "{LABEL_PROVISIONER}={provisioner},app.kubernetes.io/component={component}"
+    ));
+    let old: Vec<String> = (pods.list(&selector).await.unwrap().items)
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    assert!(!old.is_empty(), "no {component} pod of {provisioner}");
+    for pod in &old {
+        pods.delete(pod, &DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+        eprintln!("killed {component} pod {pod}");
+    }
+    wait_until(&format!("a new {component} pod ready"), STEP, || async {
+        let ready = (pods.list(&selector).await?.items)
+            .into_iter()
+            .any(|p| !old.contains(&p.name_any()) && pod_ready(&p));
+        Ok(ready.then_some(()))
+    })
+    .await
+    .unwrap();
+}
+
 /// PersistentVolumes whose `spec.csi.driver` is `provisioner`.
 pub async fn volumes_of(client: &Client, provisioner: &str) -> anyhow::Result<Vec<String>> {
     let api: Api<PersistentVolume> = Api::all(client.clone());

@@ -40,6 +40,8 @@ const NS: &str = "e2e-local-volumes";
 /// The example's StorageClass (ext4) and the xfs one this test adds.
 const CLASS: &str = "local-volumes";
 const XFS_CLASS: &str = "local-volumes-xfs";
+/// A StorageClass that binds at once, for claims no pod uses yet.
+const IMMEDIATE_CLASS: &str = "local-volumes-immediate";
 /// Where the example keeps images (and `snapshots/`) on each node.
 const VOLUMES_DIR: &str = "/var/lib/pav-local-volumes";
 /// The label every pav node plugin reports its node under.
@@ -50,7 +52,9 @@ fn example(file: &str) -> String {
     example_file("local-volumes", file)
 }
 
-/// The example's objects, and an xfs StorageClass.
+/// The example's objects, an xfs StorageClass and an Immediate one, the
+/// VolumeFiles CRD (not its sample) and the example's grant to read the
+/// VolumeFiles of the test's namespace.
 fn objects() -> String {
     let xfs_class = format!(
         r#"
@@ -71,6 +75,19 @@ reclaimPolicy: Delete
         example("snapshotclass.yaml"),
         example("groupsnapshotclass.yaml"),
         xfs_class,
+        format!(
+            r#"
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: {IMMEDIATE_CLASS}
+provisioner: {NAME}
+volumeBindingMode: Immediate
+reclaimPolicy: Delete
+"#
+        ),
+        volume_files_crd(),
+        example("population-rbac.yaml").replace("namespace: default", &format!("namespace: {NS}")),
     ]
     .join("\n---\n")
 }
@@ -807,6 +824,169 @@ async fn local_volumes_serve_inline_volumes_with_their_pods() {
     finish(&client, &[], &image_files()).await;
     eprintln!(
         "local_volumes_serve_inline_volumes_with_their_pods: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// The example's VolumeFiles CRD: volumefiles.yaml's first object.
+fn volume_files_crd() -> String {
+    let text = example("volumefiles.yaml");
+    let crd = text.split("\n---\n").next().unwrap_or_default();
+    crd.to_owned()
+}
+
+/// A VolumeFiles of the test's namespace holding `files` (`name: text`).
+fn volume_files(name: &str, files: &[(&str, &str)]) -> String {
+    let files: serde_json::Map<_, _> = (files.iter())
+        .map(|(k, v)| ((*k).to_owned(), serde_json::Value::from(*v)))
+        .collect();
+    serde_json::json!({
+        "apiVersion": "examples.pav.albertofaria.github.io/v1",
+        "kind": "VolumeFiles",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"files": files},
+    })
+    .to_string()
+}
+
+/// Applies `yaml` once the API server serves its kind (a CRD applied
+/// with the scenario's objects is established a moment later).
+async fn apply_when_served(client: &Client, yaml: &str) {
+    wait_until("the VolumeFiles kind served", STEP, || async {
+        Ok(apply(client, yaml).await.ok().map(|_| ()))
+    })
+    .await
+    .unwrap();
+}
+
+/// A claim of `class` filled from VolumeFiles `source`.
+fn populated_claim(name: &str, class: &str, bytes: u64, source: &str) -> String {
+    claim(name, class, bytes, None)
+        + &format!(
+            "  dataSourceRef: {{ apiGroup: examples.pav.albertofaria.github.io, kind: VolumeFiles, name: {source} }}\n"
+        )
+}
+
+/// The prime claims and population pods the populator left in pav's
+/// namespace.
+async fn population_leftovers(client: &Client) -> Vec<String> {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), PAV_NAMESPACE);
+    let mut left: Vec<String> = (claims.list(&ListParams::default()).await.unwrap().items)
+        .iter()
+        .map(|c| format!("claim {}", c.name_any()))
+        .collect();
+    let pods = pav_pods(client, NAME).await.unwrap();
+    left.extend(
+        pods.iter()
+            .filter(|p| p.labels().get(LABEL_PHASE).map(String::as_str) == Some("population"))
+            .map(|p| format!("pod {}", p.name_any())),
+    );
+    left
+}
+
+/// Claims filled from VolumeFiles (`populatedFrom`, `volumePopulation`):
+/// a WaitForFirstConsumer claim is filled, then bound, and its pod reads
+/// the files; files that do not fit fail the population, which is
+/// retried while the claim stays Pending and unbound, and deleting that
+/// claim leaves no volume, image, prime claim or pod; a failing
+/// population goes on across a restart of the CSI controller and succeeds
+/// once the VolumeFiles is fixed (Immediate class).
+#[tokio::test]
+#[ignore = "needs a cluster"]
+async fn local_volumes_fill_claims_from_volume_files() {
+    let started = std::time::Instant::now();
+    let client = cluster().await;
+    remove_snapshots(&client).await;
+    let _observer = start_scenario(&client, NS, NAME, &objects()).await;
+    let images_before = image_files();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+
+    // Filled, then bound: the pod reads the files.
+    // A text with what Kubernetes expands in arguments ($(NAME), $$)
+    // reaches the volume as written.
+    let files = [
+        ("hello", "world"),
+        ("lines", "a\nb\n"),
+        ("dollars", "$(HOME) $$ $x"),
+    ];
+    apply_when_served(&client, &volume_files("greeting", &files)).await;
+    apply(
+        &client,
+        &populated_claim("filled", CLASS, 64 * MIB, "greeting"),
+    )
+    .await
+    .unwrap();
+    let script = "cat /data/hello; echo; cat /data/lines /data/dollars";
+    let (output, _) = run_pod(&client, "reader", "filled", script).await;
+    assert_eq!(
+        output, "world\na\nb\n$(HOME) $$ $x",
+        "the volume holds the files"
+    );
+    for reason in ["Provisioning", "Populating", "Populated"] {
+        wait_event(&client, NS, "filled", &[reason], STEP)
+            .await
+            .unwrap();
+    }
+
+    // Files larger than the volume: the population fails and is retried,
+    // the claim stays unbound; deleting it leaves nothing.
+    // Eight files of 125,000 bytes (each one argument of at most 128 KiB)
+    // in a 1 MiB ext4 volume, which has 966 KiB free.
+    let chunk = "x".repeat(125_000);
+    let names: Vec<String> = (0..8).map(|i| format!("part-{i}")).collect();
+    let big: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), chunk.as_str())).collect();
+    apply(&client, &volume_files("big", &big)).await.unwrap();
+    apply(
+        &client,
+        &populated_claim("too-big", IMMEDIATE_CLASS, MIB, "big"),
+    )
+    .await
+    .unwrap();
+    wait_event(&client, NS, "too-big", &["PopulationFailed"], STEP)
+        .await
+        .unwrap();
+    let claim = claims.get("too-big").await.unwrap();
+    assert_eq!(
+        (claim_phase(&claim), volume_name(&claim)),
+        ("Pending", None),
+        "a volume that was not filled is not bound"
+    );
+    delete_and_wait(&claims, "too-big", STEP).await.unwrap();
+
+    // Failing, then the CSI controller restarts, then the VolumeFiles is
+    // fixed: the population started over succeeds.
+    apply(&client, &volume_files("later", &big)).await.unwrap();
+    apply(
+        &client,
+        &populated_claim("retried", IMMEDIATE_CLASS, MIB, "later"),
+    )
+    .await
+    .unwrap();
+    wait_event(&client, NS, "retried", &["PopulationFailed"], STEP)
+        .await
+        .unwrap();
+    kill_component(&client, NAME, "csi-controller").await;
+    apply(&client, &volume_files("later", &[("small", "fits")]))
+        .await
+        .unwrap();
+    // The killed leader's populator Lease expires first.
+    wait_for(&claims, "retried", 2 * STEP, "Bound", |c| {
+        claim_phase(c) == "Bound"
+    })
+    .await
+    .unwrap();
+    let (output, _) = run_pod(&client, "later-reader", "retried", "cat /data/small").await;
+    assert_eq!(output, "fits");
+
+    finish(&client, &["filled", "retried"], &images_before).await;
+    wait_until("no prime claim or population pod", STEP, || async {
+        let left = population_leftovers(&client).await;
+        Ok(left.is_empty().then_some(()))
+    })
+    .await
+    .unwrap();
+    eprintln!(
+        "local_volumes_fill_claims_from_volume_files: {:.1}s",
         started.elapsed().as_secs_f64()
     );
 }

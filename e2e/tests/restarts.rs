@@ -81,39 +81,6 @@ spec:
       persistentVolumeClaim: { claimName: data }
 "#;
 
-/// Deletes the running pod of pav's `component` (csi-node) of the
-/// provisioner and waits until a new one is ready.
-async fn kill(client: &Client, component: &str) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), PAV_NAMESPACE);
-    let selector = ListParams::default().labels(&format!(
-        "{LABEL_PROVISIONER}={NAME},app.kubernetes.io/component={component}"
-    ));
-    let old: Vec<String> = pods
-        .list(&selector)
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|p| p.name_any())
-        .collect();
-    assert_eq!(old.len(), 1, "{component} pods: {old:?}");
-    pods.delete(&old[0], &DeleteParams::default().grace_period(0))
-        .await
-        .unwrap();
-    eprintln!("killed {component} pod {}", old[0]);
-    wait_until(&format!("a new {component} pod ready"), STEP, || async {
-        let ready = pods
-            .list(&selector)
-            .await?
-            .items
-            .into_iter()
-            .any(|p| !old.contains(&p.name_any()) && pod_ready(&p));
-        Ok(ready.then_some(()))
-    })
-    .await
-    .unwrap();
-}
-
 /// The CSI controller's pods, once as many are ready as its Deployment
 /// asks for (more than one) and its PodDisruptionBudget lets a drain evict
 /// exactly one of them; and pav's controller's budget likewise.
@@ -303,7 +270,7 @@ async fn components_restart_mid_phase() {
     // The node plugin dies while the staging pod runs.
     apply(&client, CLIENT).await.unwrap();
     observer.wait("staging", "Running", STEP).await.unwrap();
-    kill(&client, "csi-node").await;
+    kill_component(&client, NAME, "csi-node").await;
     client_read_the_volume(&client, NS).await;
     assert_eq!(observer.runs("staging"), 1, "{:#?}", observer.seen());
 
