@@ -134,12 +134,15 @@ fn objects() -> String {
     let mut provisioner: serde_yaml::Value =
         serde_yaml::from_str(&example("provisioner.yaml")).expect("the example parses");
     // Applied under the previous chart, whose CRD does not declare
-    // spec.stagingPer (its users' provisioners stage per pod); the
-    // field is fixed once created, so it stays so after the upgrade.
-    provisioner["spec"]
+    // spec.stagingPer (its users' provisioners stage per pod; the field
+    // is fixed once created, so it stays so after the upgrade), nor
+    // spec.populatedFrom and spec.volumePopulation.
+    let spec = provisioner["spec"]
         .as_mapping_mut()
-        .expect("the example's spec")
-        .remove("stagingPer");
+        .expect("the example's spec");
+    for newer in ["stagingPer", "populatedFrom", "volumePopulation"] {
+        spec.remove(newer);
+    }
     let (key, value) = SELECTOR.split_once('=').expect("key=value");
     provisioner["metadata"]["labels"] =
         serde_yaml::Mapping::from_iter([(key.into(), value.into())]).into();

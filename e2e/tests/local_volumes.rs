@@ -53,8 +53,8 @@ fn example(file: &str) -> String {
 }
 
 /// The example's objects, an xfs StorageClass and an Immediate one, the
-/// VolumeFiles CRD (not its sample) and the example's grant to read the
-/// VolumeFiles of the test's namespace.
+/// VolumeFiles CRD and the example's grant to read the VolumeFiles of the
+/// test's namespace.
 fn objects() -> String {
     let xfs_class = format!(
         r#"
@@ -86,7 +86,7 @@ volumeBindingMode: Immediate
 reclaimPolicy: Delete
 "#
         ),
-        volume_files_crd(),
+        example("volumefiles.yaml"),
         example("population-rbac.yaml").replace("namespace: default", &format!("namespace: {NS}")),
     ]
     .join("\n---\n")
@@ -826,13 +826,6 @@ async fn local_volumes_serve_inline_volumes_with_their_pods() {
         "local_volumes_serve_inline_volumes_with_their_pods: {:.1}s",
         started.elapsed().as_secs_f64()
     );
-}
-
-/// The example's VolumeFiles CRD: volumefiles.yaml's first object.
-fn volume_files_crd() -> String {
-    let text = example("volumefiles.yaml");
-    let crd = text.split("\n---\n").next().unwrap_or_default();
-    crd.to_owned()
 }
 
 /// A VolumeFiles of the test's namespace holding `files` (`name: text`).

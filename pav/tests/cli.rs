@@ -510,3 +510,77 @@ fn render_fails_where_the_driver_refuses() {
         "the volume grew to 1048576 bytes, less than the 1073741824 bytes requested",
     );
 }
+
+/// examples/local-volumes' population pod for populated-pvc.yaml's claim
+/// and files: in pav's namespace, owned by the prime claim, the volume at
+/// /pav/volume through it, and each file's name and text as arguments,
+/// every `$` doubled so that Kubernetes' expansion gives them back as
+/// written.
+#[test]
+fn render_fills_the_local_volumes_claim_from_its_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let example =
+        std::fs::read_to_string(repo_root().join("examples/local-volumes/populated-pvc.yaml"))
+            .unwrap();
+    let (files, claim) = example.split_once("\n---\n").unwrap();
+    let files = files.replace(
+        "hello: \"Hello world!\\n\"",
+        "hello: \"Hello world!\\n\"\n    price: \"$(HOME) $$5\"",
+    );
+    let claim = claim.replace(
+        "  namespace: default\n",
+        "  namespace: default\n  uid: 9d2c7b1a-0e3f-4a5b-8c6d-7e8f9a0b1c2d\n",
+    );
+    let (files_path, claim_path) = (dir.path().join("files.yaml"), dir.path().join("pvc.yaml"));
+    std::fs::write(&files_path, files).unwrap();
+    std::fs::write(&claim_path, claim).unwrap();
+    let rendered = render(&[
+        "examples/local-volumes/provisioner.yaml",
+        "--phase",
+        "population",
+        "--pvc",
+        claim_path.to_str().unwrap(),
+        "--data-source",
+        files_path.to_str().unwrap(),
+    ]);
+    let pod: Pod = serde_json::from_value(rendered["pods"][0].clone()).unwrap();
+    let prime = "prime-9d2c7b1a-0e3f-4a5b-8c6d-7e8f9a0b1c2d";
+    assert_eq!(pod.metadata.namespace.as_deref(), Some("pav"));
+    let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("PersistentVolumeClaim", prime)
+    );
+    let spec = pod.spec.as_ref().unwrap();
+    let volume = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "pav-volume")
+        .unwrap();
+    assert_eq!(
+        volume.persistent_volume_claim.as_ref().unwrap().claim_name,
+        prime
+    );
+    let container = &spec.containers[0];
+    assert!(
+        container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == "pav-volume" && m.mount_path == "/pav/volume"),
+        "{:?}",
+        container.volume_mounts
+    );
+    assert_eq!(
+        container.args.as_deref(),
+        Some(
+            &[
+                "hello".to_owned(),
+                "Hello world!\n".to_owned(),
+                "price".to_owned(),
+                "$$(HOME) $$$$5".to_owned()
+            ][..]
+        )
+    );
+}
