@@ -264,7 +264,7 @@ async fn populate_as_leader(
     populate: Arc<controller::PodController>,
     leadership: Arc<tokio::sync::OnceCell<Arc<crate::leader::Leadership>>>,
 ) {
-    let lease = format!("pav-populator-{}", driver.provisioner);
+    let lease = crate::manifests::driver::populator_lease_name(&driver.provisioner);
     let identity = crate::leader::identity("pav-csi-controller");
     let held = Arc::new(
         crate::leader::Leadership::acquire(

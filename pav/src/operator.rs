@@ -584,10 +584,10 @@ async fn cleanup(p: &PavProvisioner, ctx: &Context) -> Result<(Action, Outcome),
     }
     let ns = &ctx.settings.namespace;
     delete_driver(&ctx.client, ns, &name).await?;
-    // The Leases of the driver's sidecars, else a provisioner re-created
-    // under the same name waits for them to expire before it provisions
-    // (resizes, snapshots). Only once the CSI controller pod is gone: a
-    // running one would re-create them.
+    // The Leases of the driver's sidecars and populator, else a
+    // provisioner re-created under the same name waits for them to expire
+    // before it provisions (resizes, snapshots, populates). Only once the
+    // CSI controller pod is gone: a running one would re-create them.
     let selector = format!(
         "{LABEL_PROVISIONER}={name},{}=csi-controller",
         crate::manifests::LABEL_COMPONENT

@@ -51,7 +51,8 @@ mod attributes;
 pub const SIDECAR_TIMEOUT: &str = "300s";
 
 /// Leader election of every sidecar of the CSI controller (each holds its
-/// own Lease in the pav namespace, see [`lease_names`]).
+/// own Lease in the pav namespace, as the populator does, see
+/// [`lease_names`]).
 ///
 /// A sidecar exits when it cannot renew its lease in time; with the
 /// defaults (10 s) an API server restart or an etcd stall of that length
@@ -260,13 +261,14 @@ pub const DRIVER_ROLES: [&str; 4] = [
 /// bound in the pav namespace only.
 pub const CSI_LEADER_ELECTION_ROLE: &str = "pav-csi-leader-election";
 
-/// Names of the Leases the sidecars of `provisioner`'s CSI controller hold
-/// in the pav namespace, one per [`CONTROLLER_SIDECARS`] (each sidecar's
-/// `lease_prefix` and the driver name): external-provisioner's (the driver
-/// name), external-resizer v2's (`external-resizer-<driver>`),
-/// csi-snapshotter v8's (`external-snapshotter-leader-<driver>`) and
-/// external-attacher v4's (`external-attacher-leader-<driver>`), each
-/// sanitized by csi-lib-utils.
+/// Names of the Leases `provisioner`'s CSI controller holds in the pav
+/// namespace: one per [`CONTROLLER_SIDECARS`] (each sidecar's
+/// `lease_prefix` and the driver name, sanitized by csi-lib-utils):
+/// external-provisioner's (the driver name), external-resizer v2's
+/// (`external-resizer-<driver>`), csi-snapshotter v8's
+/// (`external-snapshotter-leader-<driver>`) and external-attacher v4's
+/// (`external-attacher-leader-<driver>`); then pav's populator's
+/// ([`populator_lease_name`]).
 ///
 /// ```
 /// assert_eq!(
@@ -276,11 +278,21 @@ pub const CSI_LEADER_ELECTION_ROLE: &str = "pav-csi-leader-election";
 ///         "external-resizer-files-example-com",
 ///         "external-snapshotter-leader-files-example-com",
 ///         "external-attacher-leader-files-example-com",
+///         "pav-populator-files.example.com",
 ///     ]
 /// );
 /// ```
-pub fn lease_names(provisioner: &str) -> [String; CONTROLLER_SIDECARS.len()] {
-    CONTROLLER_SIDECARS.map(|sidecar| sanitized(&format!("{}{provisioner}", sidecar.lease_prefix)))
+pub fn lease_names(provisioner: &str) -> Vec<String> {
+    (CONTROLLER_SIDECARS.iter())
+        .map(|sidecar| sanitized(&format!("{}{provisioner}", sidecar.lease_prefix)))
+        .chain([populator_lease_name(provisioner)])
+        .collect()
+}
+
+/// The Lease held by the CSI controller replica of `provisioner` that runs
+/// its volume populator (`spec.volumePopulation`): one replica at a time.
+pub fn populator_lease_name(provisioner: &str) -> String {
+    format!("pav-populator-{provisioner}")
 }
 
 /// csi-lib-utils' `sanitizeName` of a Lease name: anything but ASCII
@@ -1630,7 +1642,8 @@ mod tests {
                 "a-b-X",
                 "external-resizer-a-b-X",
                 "external-snapshotter-leader-a-b-X",
-                "external-attacher-leader-a-b-X"
+                "external-attacher-leader-a-b-X",
+                "pav-populator-a/b_",
             ]
         );
     }

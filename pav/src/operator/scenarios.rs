@@ -603,6 +603,7 @@ fn removal() -> Vec<String> {
             "DELETE {}",
             path_of::<Lease>(ns, "external-attacher-leader-p")
         ),
+        format!("DELETE {}", path_of::<Lease>(ns, "pav-populator-p")),
         // Then the finalizer.
         format!("PATCH {PROVISIONER}"),
     ]
