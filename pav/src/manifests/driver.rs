@@ -952,13 +952,13 @@ pub fn csi_controller_role() -> ClusterRole {
         "rules": [
             // patch: external-resizer's new capacity.
             rule(&[""], &["persistentvolumes"], &["get", "list", "watch", "create", "patch", "delete"]),
-            // create, delete: the populator's prime claims (in the pav
-            // namespace; spec.volumePopulation); patch: its finalizer on a
-            // claim being filled.
+            // patch: the populator's finalizer on a claim it fills
+            // (spec.volumePopulation; its prime claims are
+            // csi_leader_election_role's, in the pav namespace only).
             rule(
                 &[""],
                 &["persistentvolumeclaims"],
-                &["get", "list", "watch", "update", "create", "delete", "patch"],
+                &["get", "list", "watch", "update", "patch"],
             ),
             // external-resizer's resize status and conditions.
             rule(&[""], &["persistentvolumeclaims/status"], &["patch"]),
@@ -1055,9 +1055,10 @@ pub fn csi_node_pods_role() -> ClusterRole {
 }
 
 /// The leader election of the CSI controller's sidecars (csi-lib-utils, on
-/// client-go's LeaseLock: get, create, update), and external-provisioner's
-/// CSIStorageCapacity objects with the owner lookup they need (drivers
-/// with `storageCapacity`), bound in the pav namespace only.
+/// client-go's LeaseLock: get, create, update) and of its populator,
+/// external-provisioner's CSIStorageCapacity objects with the owner
+/// lookup they need (drivers with `storageCapacity`), and the populator's
+/// prime claims (create, delete), bound in the pav namespace only.
 pub fn csi_leader_election_role() -> ClusterRole {
     let [capacities, replica_sets] = attributes::capacity_rules();
     typed(json!({
@@ -1068,6 +1069,7 @@ pub fn csi_leader_election_role() -> ClusterRole {
             rule(&["coordination.k8s.io"], &["leases"], &["get", "create", "update"]),
             capacities,
             replica_sets,
+            rule(&[""], &["persistentvolumeclaims"], &["create", "delete"]),
         ],
     }))
 }
