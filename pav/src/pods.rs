@@ -834,6 +834,59 @@ mod tests {
         }
     }
 
+    /// A population pod sees its volume through the prime claim at
+    /// `/pav/volume` in every container: mounted, or a block volume's
+    /// device.
+    #[test]
+    fn a_claimed_volume_is_mounted_or_a_device_at_pav_volume() {
+        let template = template(serde_json::json!({
+            "spec": {"containers": [{"name": "a", "image": "i"}, {"name": "b", "image": "i"}]}
+        }));
+        for block in [false, true] {
+            let params = PodParams {
+                target: PodTarget {
+                    provisioner: "p",
+                    phase: Phase::Population,
+                    volume: "vol-1",
+                    node: None,
+                },
+                owner: None,
+                default_namespace: "pav",
+                timeout: None,
+                annotations: vec![],
+                finalizers: vec![],
+                volume: Some(PodVolume::Claim {
+                    name: "prime-1".into(),
+                    block,
+                }),
+            };
+            let spec = build_pod(&template, &params).spec.unwrap();
+            let volume = spec
+                .volumes
+                .iter()
+                .flatten()
+                .find(|v| v.name == POD_VOLUME)
+                .unwrap();
+            assert_eq!(
+                (
+                    volume
+                        .persistent_volume_claim
+                        .as_ref()
+                        .map(|c| c.claim_name.as_str()),
+                    volume.host_path.is_some()
+                ),
+                (Some("prime-1"), false)
+            );
+            for container in &spec.containers {
+                let mounted = (container.volume_mounts.iter().flatten())
+                    .any(|m| m.name == POD_VOLUME && m.mount_path == "/pav/volume");
+                let device = (container.volume_devices.iter().flatten())
+                    .any(|d| d.name == POD_VOLUME && d.device_path == "/pav/volume");
+                assert_eq!((mounted, device), (!block, block), "block: {block}");
+            }
+        }
+    }
+
     #[test]
     fn a_staged_volume_is_at_the_staging_pods_volume_unless_moved() {
         let origin = PodOrigin {
