@@ -877,6 +877,21 @@ async fn population_leftovers(client: &Client) -> Vec<String> {
     left
 }
 
+/// An Immediate 1 MiB claim filled from VolumeFiles `source` holding
+/// `files`, once its population failed (`PopulationFailed`).
+async fn failing_claim(client: &Client, claim: &str, source: &str, files: &[(&str, &str)]) {
+    apply(client, &volume_files(source, files)).await.unwrap();
+    apply(
+        client,
+        &populated_claim(claim, IMMEDIATE_CLASS, MIB, source),
+    )
+    .await
+    .unwrap();
+    wait_event(client, NS, claim, &["PopulationFailed"], STEP)
+        .await
+        .unwrap();
+}
+
 /// Claims filled from VolumeFiles (`populatedFrom`, `volumePopulation`):
 /// a WaitForFirstConsumer claim is filled, then bound, and its pod reads
 /// the files; files that do not fit fail the population, which is
@@ -928,16 +943,7 @@ async fn local_volumes_fill_claims_from_volume_files() {
     let chunk = "x".repeat(125_000);
     let names: Vec<String> = (0..8).map(|i| format!("part-{i}")).collect();
     let big: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), chunk.as_str())).collect();
-    apply(&client, &volume_files("big", &big)).await.unwrap();
-    apply(
-        &client,
-        &populated_claim("too-big", IMMEDIATE_CLASS, MIB, "big"),
-    )
-    .await
-    .unwrap();
-    wait_event(&client, NS, "too-big", &["PopulationFailed"], STEP)
-        .await
-        .unwrap();
+    failing_claim(&client, "too-big", "big", &big).await;
     let claim = claims.get("too-big").await.unwrap();
     assert_eq!(
         (claim_phase(&claim), volume_name(&claim)),
@@ -948,16 +954,7 @@ async fn local_volumes_fill_claims_from_volume_files() {
 
     // Failing, then the CSI controller restarts, then the VolumeFiles is
     // fixed: the population started over succeeds.
-    apply(&client, &volume_files("later", &big)).await.unwrap();
-    apply(
-        &client,
-        &populated_claim("retried", IMMEDIATE_CLASS, MIB, "later"),
-    )
-    .await
-    .unwrap();
-    wait_event(&client, NS, "retried", &["PopulationFailed"], STEP)
-        .await
-        .unwrap();
+    failing_claim(&client, "retried", "later", &big).await;
     kill_component(&client, NAME, "csi-controller").await;
     apply(&client, &volume_files("later", &[("small", "fits")]))
         .await
