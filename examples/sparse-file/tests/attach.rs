@@ -60,7 +60,19 @@ struct Clients {
     node: NodeClient<Channel>,
 }
 
+/// Loop devices attached now, by any program: the driver counts those
+/// not backed by its images against its `--max-volumes-per-node`.
+fn attached_loop_devices() -> usize {
+    let devices = std::fs::read_dir("/sys/block").unwrap().flatten();
+    (devices.map(|entry| entry.path().join("loop/backing_file")))
+        .filter(|file| file.exists())
+        .count()
+}
+
+/// The driver, with room for exactly two attached volumes besides the
+/// loop devices other programs hold.
 async fn start(dir: &Path) -> (Driver, Clients) {
+    let others = attached_loop_devices();
     let socket = dir.join("csi.sock");
     let volumes = dir.join("volumes");
     let kubelet = dir.join("kubelet");
@@ -70,7 +82,7 @@ async fn start(dir: &Path) -> (Driver, Clients) {
         .arg(format!("--dir={}", volumes.display()))
         .arg(format!("--kubelet-dir={}", kubelet.display()))
         .arg(format!("--node-id={NODE}"))
-        .arg("--max-volumes-per-node=2")
+        .arg(format!("--max-volumes-per-node={}", others + 2))
         .spawn()
         .unwrap();
     let driver = Driver { child, volumes };
