@@ -5,7 +5,8 @@
 //! component that goes on finds the pod by its deterministic name) and
 //! nothing leaks. And the node plugin killed after its staging pod has
 //! finished but before it bound the volume for the client, or while the
-//! client is deleted mid-staging.
+//! client is deleted mid-staging. A leader shut down gracefully (a
+//! rollout) releases its Lease.
 
 use std::time::{Duration, Instant};
 
@@ -273,6 +274,36 @@ async fn components_restart_mid_phase() {
     kill_component(&client, NAME, "csi-node").await;
     client_read_the_volume(&client, NS).await;
     assert_eq!(observer.runs("staging"), 1, "{:#?}", observer.seen());
+
+    // A leader shut down gracefully (a rollout) hands its Lease over at
+    // once: its successor does not wait for it to expire.
+    let replicas = replicated_csi_controller(&client).await;
+    let leader = provisioner_leader(&client, &replicas).await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), PAV_NAMESPACE);
+    let held = leases.get(NAME).await.unwrap().spec.unwrap();
+    pods.delete(&leader, &DeleteParams::default())
+        .await
+        .unwrap();
+    let taken = wait_until("another replica holding the Lease", STEP, || async {
+        let spec = leases.get(NAME).await?.spec.unwrap_or_default();
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        Ok((!holder.is_empty() && !holder.starts_with(&leader)).then_some(spec))
+    })
+    .await
+    .unwrap();
+    let seconds = |time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime>| {
+        time.unwrap().0.as_second()
+    };
+    let expiry = seconds(held.renew_time) + i64::from(held.lease_duration_seconds.unwrap());
+    let acquired = seconds(taken.acquire_time);
+    assert!(
+        acquired < expiry,
+        "Lease {NAME} taken over at {acquired}, not before it expired at {expiry}: {leader} did not release it"
+    );
+    eprintln!(
+        "Lease {NAME} handed over {} s before it would have expired",
+        expiry - acquired
+    );
 
     tear_down(&client, NAME, OBJECTS, &volume).await;
     eprintln!(

@@ -61,6 +61,7 @@ pub const SIDECAR_TIMEOUT: &str = "300s";
 /// external-provisioner). pav's controller's own durations ride them out
 /// ([`leader::RENEW_DEADLINE`]); a crashed leader is replaced within
 /// [`leader::LEASE_DURATION`].
+///
 fn sidecar_leader_election() -> [String; 4] {
     [
         "--leader-election".to_owned(),
@@ -75,6 +76,15 @@ fn sidecar_leader_election() -> [String; 4] {
         "--leader-election-retry-period=10s".to_owned(),
     ]
 }
+
+/// A sidecar's gate that makes a leader shut down (a rollout, an upgrade,
+/// a drained node) release its Lease (alpha and off by default in every
+/// sidecar pav runs): without it the new pods wait out the whole
+/// [`leader::LEASE_DURATION`], a minute with no provisioning, expansion,
+/// snapshot or published capacity after every rollout (Kubernetes'
+/// storage suite's capacity spec timed out on it). A flag of its own: the
+/// sidecars merge repeated `--feature-gates`.
+const RELEASE_LEASE_ON_EXIT: &str = "--feature-gates=ReleaseLeaderElectionOnExit=true";
 
 /// A sidecar of the CSI controller and the port of its HTTP server
 /// (`--http-endpoint`): `/metrics` (csi-lib-utils'
@@ -765,6 +775,15 @@ impl<'a> Builder<'a> {
         )
     }
 
+    /// Whether `sidecar` releases its Lease when it is shut down
+    /// ([`RELEASE_LEASE_ON_EXIT`]): all but csi-snapshotter with group
+    /// snapshots, whose v8.7 never shuts its group snapshot queue down, so
+    /// that with the gate its workers wait until the pod's grace period
+    /// kills it, and the Lease is not released either way.
+    fn releases_lease_on_exit(&self, sidecar: Sidecar) -> bool {
+        !(sidecar == SNAPSHOTTER && self.group_snapshots)
+    }
+
     /// A sidecar of the CSI controller next to `pav csi-controller`: its
     /// socket, leader election in the pav namespace
     /// ([`sidecar_leader_election`]), [`SIDECAR_TIMEOUT`], pav's own API
@@ -773,6 +792,9 @@ impl<'a> Builder<'a> {
     fn sidecar(&self, sidecar: Sidecar, image: &str, resources: &Json, extra: &[&str]) -> Value {
         let mut args = vec![format!("--csi-address={CSI_SOCKET}")];
         args.extend(sidecar_leader_election());
+        if self.releases_lease_on_exit(sidecar) {
+            args.push(RELEASE_LEASE_ON_EXIT.to_owned());
+        }
         args.push(format!(
             "--leader-election-namespace={}",
             self.settings.namespace
@@ -1139,12 +1161,13 @@ mod tests {
     }
 
     /// The flags every sidecar of the CSI controller takes.
-    const COMMON_SIDECAR_FLAGS: [&str; 10] = [
+    const COMMON_SIDECAR_FLAGS: [&str; 11] = [
         "--csi-address=/csi/csi.sock",
         "--leader-election",
         "--leader-election-lease-duration=60s",
         "--leader-election-renew-deadline=45s",
         "--leader-election-retry-period=10s",
+        "--feature-gates=ReleaseLeaderElectionOnExit=true",
         "--leader-election-namespace=pav",
         "--timeout=300s",
         "--kube-api-qps=50",
@@ -1414,6 +1437,39 @@ mod tests {
                 super::super::DEFAULT_RESIZER_IMAGE,
                 super::super::DEFAULT_SNAPSHOTTER_IMAGE,
             ]
+        );
+    }
+
+    /// Every sidecar leader releases its Lease when shut down, but
+    /// csi-snapshotter with group snapshots, whose shutdown with the gate
+    /// waits for the pod's grace period.
+    #[test]
+    fn sidecar_leaders_release_their_leases_on_exit_but_a_group_snapshotter() {
+        let releasing = |sections: &str| -> Vec<String> {
+            (sidecars(&with_sections(sections), &Settings::default()).into_iter())
+                .filter(|c| {
+                    let args = c.args.as_deref().unwrap_or_default();
+                    args.iter().any(|a| a == RELEASE_LEASE_ON_EXIT)
+                })
+                .map(|c| c.name)
+                .collect()
+        };
+        let attach = "  volumeAttach: { podTemplate: { spec: { containers: [] } } }\n";
+        let expansion = "  volumeExpansion: { capacity: '{{ requestedMinCapacity }}' }\n";
+        let snapshots = "  snapshotCreation: { handle: h, size: '1Gi' }\n";
+        let groups = "  groupSnapshotCreation: { podTemplate: { spec: { containers: [] } } }\n";
+        assert_eq!(
+            releasing(&format!("{attach}{expansion}{snapshots}")),
+            [
+                "csi-provisioner",
+                "csi-resizer",
+                "csi-snapshotter",
+                "csi-attacher"
+            ]
+        );
+        assert_eq!(
+            releasing(&format!("{expansion}{snapshots}{groups}")),
+            ["csi-provisioner", "csi-resizer"]
         );
     }
 
