@@ -61,7 +61,6 @@ pub const SIDECAR_TIMEOUT: &str = "300s";
 /// external-provisioner). pav's controller's own durations ride them out
 /// ([`leader::RENEW_DEADLINE`]); a crashed leader is replaced within
 /// [`leader::LEASE_DURATION`].
-///
 fn sidecar_leader_election() -> [String; 4] {
     [
         "--leader-election".to_owned(),
@@ -786,7 +785,8 @@ impl<'a> Builder<'a> {
 
     /// A sidecar of the CSI controller next to `pav csi-controller`: its
     /// socket, leader election in the pav namespace
-    /// ([`sidecar_leader_election`]), [`SIDECAR_TIMEOUT`], pav's own API
+    /// ([`sidecar_leader_election`], [`Self::releases_lease_on_exit`]),
+    /// [`SIDECAR_TIMEOUT`], pav's own API
     /// rate limit, pav's log level and format, its HTTP server (metrics and
     /// the leader-election liveness probe), then `extra`.
     fn sidecar(&self, sidecar: Sidecar, image: &str, resources: &Json, extra: &[&str]) -> Value {
